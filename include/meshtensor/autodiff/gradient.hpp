@@ -1,0 +1,54 @@
+#pragma once
+// gradient(loss, params...): reverse-mode gradients of a scalar (rank-0) loss, laid out like the
+// params. Communication: whatever the ops' gradient rules need (their headers say which).
+#include <algorithm>
+#include <tuple>
+#include <unordered_set>
+#include <vector>
+
+#include "../tensor/init.hpp"
+#include "tape.hpp"
+
+namespace meshtensor {
+
+template <Tensor Loss, Tensor... Params>
+std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
+  static_assert(Loss::rank == 0, "meshtensor: gradient() needs a scalar loss; reduce it with reduce_sum first");
+  if (!loss.tracks_grad())
+    throw error("gradient: the loss does not depend on any tensor that requires gradients");
+  // Every node the loss depends on, newest first: reverse creation order is topological.
+  std::vector<detail::tape_node*> order;
+  std::unordered_set<detail::tape_node*> seen;
+  std::vector<detail::tape_node*> stack{loss.node().get()};
+  while (!stack.empty()) {
+    auto* n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    order.push_back(n);
+    for (auto& p : n->parents) stack.push_back(p.get());
+  }
+  std::sort(order.begin(), order.end(), [](auto* x, auto* y) { return x->id > y->id; });
+  for (auto* n : order) n->clear_grad();
+  (
+      [&] {
+        if (params.tracks_grad()) params.node()->clear_grad();
+      }(),
+      ...);
+
+  struct pause {
+    bool was = detail::recording_paused();
+    pause() { detail::recording_paused() = true; }
+    ~pause() { detail::recording_paused() = was; }
+  } paused;
+  loss.node()->accumulate(full<Loss>(loss.mesh(), {}, typename Loss::value_type(1)));
+  for (auto* n : order) n->backward();
+
+  auto result = std::tuple<Params...>{[&] {
+    if (params.tracks_grad() && params.node()->grad) return detail::clone(*params.node()->grad);
+    return Params(params.mesh(), params.extents());
+  }()...};
+  for (auto* n : order) n->clear_grad();
+  return result;
+}
+
+}  // namespace meshtensor

@@ -1,0 +1,94 @@
+#pragma once
+// Reverse-mode autodiff. A tensor that requires gradients carries a node; every op applied to such
+// a tensor gives its result a node whose rule pushes the result's gradient into the inputs' nodes.
+// Nodes are numbered in creation order, so reverse order is a valid topological order.
+#include <Kokkos_Core.hpp>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "../tensor/tensor.hpp"
+
+namespace meshtensor {
+namespace detail {
+
+inline std::uint64_t next_node_id() {
+  static std::atomic<std::uint64_t> counter{0};
+  return ++counter;
+}
+
+// While a gradient is being computed, the ops its rules call are not recorded.
+inline bool& recording_paused() {
+  static thread_local bool paused = false;
+  return paused;
+}
+
+struct tape_node {
+  std::uint64_t id = next_node_id();
+  std::vector<std::shared_ptr<tape_node>> parents;
+  virtual ~tape_node() = default;
+  virtual void backward() = 0;
+  virtual void clear_grad() = 0;
+};
+
+template <Tensor TT>
+TT clone(const TT& t) {
+  TT c(t.mesh(), t.extents());
+  Kokkos::deep_copy(c.view(), t.view());
+  return c;
+}
+
+template <class TT>
+struct typed_node : tape_node {
+  std::optional<TT> grad;
+  std::function<void(const TT&)> rule;  // empty for leaves
+
+  void accumulate(const TT& g) {
+    if (!grad) {
+      grad = clone(g.detached());
+      return;
+    }
+    auto acc = grad->view();
+    auto add = g.view();
+    Kokkos::parallel_for(
+        "meshtensor::grad_accumulate", Kokkos::RangePolicy<typename TT::execution_space>(0, grad->local_size()),
+        KOKKOS_LAMBDA(std::int64_t i) { acc(i) += add(i); });
+  }
+  void backward() override {
+    if (grad && rule) rule(*grad);
+  }
+  void clear_grad() override { grad.reset(); }
+};
+
+// Gives `out` a node when an input is on the tape. The rule receives out's gradient.
+template <Tensor Out, Tensor... In>
+void record(Out& out, std::function<void(const Out&)> rule, const In&... inputs) {
+  if (recording_paused() || !(inputs.tracks_grad() || ...)) return;
+  auto n = std::make_shared<typed_node<Out>>();
+  (
+      [&] {
+        if (inputs.tracks_grad()) n->parents.push_back(inputs.node());
+      }(),
+      ...);
+  n->rule = std::move(rule);
+  out.set_node(std::move(n));
+}
+
+// Used inside rules: adds g to the gradient of an input, if the input is on the tape.
+template <Tensor TT>
+void push_grad(const TT& input, const TT& g) {
+  if (input.tracks_grad()) input.node()->accumulate(g);
+}
+
+}  // namespace detail
+
+template <class T, Layout L, class E, Dim... Ds>
+basic_tensor<T, L, E, Ds...>& basic_tensor<T, L, E, Ds...>::requires_grad() {
+  if (!node_) node_ = std::make_shared<detail::typed_node<basic_tensor>>();
+  return *this;
+}
+
+}  // namespace meshtensor

@@ -1,0 +1,111 @@
+#pragma once
+// mesh<Axes...>: axis names at compile time, sizes at run time.
+#include <mpi.h>
+
+#include <array>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../names/names.hpp"
+#include "../runtime/communicator.hpp"
+#include "../runtime/environment.hpp"
+
+namespace meshtensor {
+
+namespace diagnostic {
+template <class Axis>
+struct mesh_repeats_axis {
+  static_assert(sizeof(Axis) == 0,
+                "meshtensor: a mesh names an axis twice; give each mesh axis its own name");
+};
+}  // namespace diagnostic
+
+template <Axis... As>
+class mesh {
+ public:
+  using axes = type_list<As...>;
+  static constexpr std::size_t ndims = sizeof...(As);
+
+  // An unattached mesh (no processes); tensors built on it are placeholders.
+  mesh() = default;
+  // Sizes given in axis order; throws mesh_error (on every rank) when their product is not the
+  // number of processes.
+  mesh(const environment& env, std::array<int, ndims> sizes) : mesh(env.world(), sizes) {}
+  // Sizes factored from the number of processes, as evenly as MPI_Dims_create can.
+  explicit mesh(const environment& env) : mesh(env.world(), factor(env.world())) {}
+  mesh(MPI_Comm comm, std::array<int, ndims> sizes)
+      : comm_(std::make_shared<detail::communicator>(
+            comm, std::vector<std::string>{std::string(As::name())...},
+            std::vector<int>(sizes.begin(), sizes.end()))) {
+    check_distinct();
+  }
+
+  template <Axis A>
+  int size() const {
+    return comm_->sizes()[index<A>()];
+  }
+  template <Axis A>
+  int coord() const {
+    return comm_->coords()[index<A>()];
+  }
+  std::array<int, ndims> sizes() const {
+    std::array<int, ndims> s{};
+    for (std::size_t i = 0; i < ndims; ++i) s[i] = comm_->sizes()[i];
+    return s;
+  }
+  int nprocs() const { return comm_->nprocs(); }
+  int rank() const { return comm_->rank(); }
+
+  // Bit mask of the given axes, the key of sub-communicators and counters.
+  template <Axis... Sub>
+  static constexpr unsigned mask() {
+    return ((1u << index<Sub>()) | ... | 0u);
+  }
+  template <Axis... Sub>
+  MPI_Comm comm_over() const {
+    return comm_->over(mask<Sub...>());
+  }
+
+  const comm_counters& counters() const { return comm_->counters(); }
+  void reset_counters() const { comm_->reset_counters(); }
+  std::string axes_string(unsigned m) const { return comm_->axes_string(m); }
+
+  detail::communicator& communicator() const { return *comm_; }
+  const std::shared_ptr<detail::communicator>& shared_communicator() const { return comm_; }
+
+  template <Axis A>
+  static constexpr std::size_t index() {
+    static_assert(contains_v<A, axes>, "meshtensor: this axis is not an axis of the mesh");
+    return index_of_v<A, axes>;
+  }
+
+ private:
+  static constexpr void check_distinct() {
+    if constexpr (!distinct_v<axes>) {
+      (repeated_check<As>(), ...);
+    }
+  }
+  template <class A>
+  static constexpr void repeated_check() {
+    if constexpr (count_v<A, axes> > 1) (void)sizeof(diagnostic::mesh_repeats_axis<A>);
+  }
+  static std::array<int, ndims> factor(MPI_Comm comm) {
+    int world = 1;
+    MPI_Comm_size(comm, &world);
+    std::array<int, ndims> dims{};
+    if constexpr (ndims > 0) MPI_Dims_create(world, static_cast<int>(ndims), dims.data());
+    return dims;
+  }
+  std::shared_ptr<detail::communicator> comm_;
+};
+
+template <class T>
+inline constexpr bool is_mesh_v = false;
+template <class... As>
+inline constexpr bool is_mesh_v<mesh<As...>> = true;
+
+template <class T>
+concept Mesh = is_mesh_v<T>;
+
+}  // namespace meshtensor

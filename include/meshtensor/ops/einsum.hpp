@@ -1,0 +1,198 @@
+#pragma once
+// einsum<OutDims...>(a, b[, c]): products summed over the dims the output lacks, by name.
+// Communication: one allreduce over exactly the axes of the contracted dims that are split (none
+// when none is); dims that only one operand has and the output lacks are summed first, with the
+// allreduce of reduce_sum. Local kernel: a batched matrix product after permutation, by cblas
+// sgemm/dgemm on host spaces and a Kokkos kernel elsewhere.
+#include <cblas.h>
+
+#include <Kokkos_Core.hpp>
+
+#include "elementwise.hpp"
+#include "reduce.hpp"
+
+namespace meshtensor {
+
+namespace diagnostic {
+template <class Dim>
+struct einsum_output_dim_not_in_inputs {
+  static_assert(sizeof(Dim) == 0,
+                "meshtensor: einsum's output names a dim that no input has; an output dim must come "
+                "from an input");
+};
+template <class Dim>
+struct einsum_output_dim_repeated {
+  static_assert(sizeof(Dim) == 0, "meshtensor: einsum's output names a dim twice");
+};
+}  // namespace diagnostic
+
+namespace detail {
+
+template <class... Lists>
+struct concat_lists;
+template <class... A>
+struct concat_lists<type_list<A...>> {
+  using type = type_list<A...>;
+};
+template <class... A, class... B, class... Rest>
+struct concat_lists<type_list<A...>, type_list<B...>, Rest...> {
+  using type = typename concat_lists<type_list<A..., B...>, Rest...>::type;
+};
+template <class... Lists>
+using concat_t = typename concat_lists<Lists...>::type;
+
+template <class T>
+constexpr bool blas_type_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
+// C[b] (m x n) = op(A[b]) * op(B[b]) for every batch b, all row-major and contiguous.
+template <class Exec, class T>
+void batched_gemm(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,
+                  const Kokkos::View<T*, typename Exec::memory_space>& a,
+                  const Kokkos::View<T*, typename Exec::memory_space>& b,
+                  const Kokkos::View<T*, typename Exec::memory_space>& c) {
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  if constexpr (host && blas_type_v<T>) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+      Kokkos::deep_copy(c, T(0));
+      return;
+    }
+    const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+    const int lda = static_cast<int>(trans_a ? m : k), ldb = static_cast<int>(trans_b ? k : n);
+    for (std::int64_t i = 0; i < nb; ++i) {
+      const T* pa = a.data() + i * m * k;
+      const T* pb = b.data() + i * k * n;
+      T* pc = c.data() + i * m * n;
+      if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, pa,
+                    lda, pb, ldb, 0.0f, pc, static_cast<int>(n));
+      else
+        cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, pa,
+                    lda, pb, ldb, 0.0, pc, static_cast<int>(n));
+    }
+  } else {
+    Kokkos::parallel_for(
+        "meshtensor::einsum_kernel", Kokkos::RangePolicy<Exec>(0, nb * m * n), KOKKOS_LAMBDA(std::int64_t idx) {
+          const std::int64_t j = idx % n, i = (idx / n) % m, bi = idx / (m * n);
+          T acc = 0;
+          for (std::int64_t p = 0; p < k; ++p) {
+            const T x = trans_a ? a(bi * m * k + p * m + i) : a(bi * m * k + i * k + p);
+            const T y = trans_b ? b(bi * k * n + j * k + p) : b(bi * k * n + p * n + j);
+            acc += x * y;
+          }
+          c(idx) = acc;
+        });
+    Exec{}.fence();
+  }
+}
+
+template <class TT, class... Ds>
+std::int64_t local_product(const TT& t, type_list<Ds...>) {
+  return (std::int64_t{1} * ... * t.local_extents()[index_of_v<Ds, typename TT::dims>]);
+}
+
+// Two operands whose dims all appear in the other operand or the output.
+template <class OutList, Tensor A, Tensor B>
+auto contract(const A& a, const B& b) {
+  using Ad = typename A::dims;
+  using Bd = typename B::dims;
+  using Bt = intersection_t<intersection_t<Ad, Bd>, OutList>;
+  using Mt = difference_t<intersection_t<Ad, OutList>, Bd>;
+  using Nt = difference_t<intersection_t<Bd, OutList>, Ad>;
+  using Kt = difference_t<intersection_t<Ad, Bd>, OutList>;
+  using Out = with_dims_t<A, OutList>;
+  using Exec = typename A::execution_space;
+  using T = typename A::value_type;
+
+  // Operands in [batch, m, k] / [batch, k, n] order, transposed by BLAS where that suffices.
+  constexpr bool a_plain = std::is_same_v<Ad, concat_t<Bt, Mt, Kt>>;
+  constexpr bool a_trans = !a_plain && std::is_same_v<Ad, concat_t<Bt, Kt, Mt>>;
+  constexpr bool b_plain = std::is_same_v<Bd, concat_t<Bt, Kt, Nt>>;
+  constexpr bool b_trans = !b_plain && std::is_same_v<Bd, concat_t<Bt, Nt, Kt>>;
+  using Ap = with_dims_t<A, concat_t<Bt, Mt, Kt>>;
+  using Bp = with_dims_t<B, concat_t<Bt, Kt, Nt>>;
+  using Cp = with_dims_t<A, concat_t<Bt, Mt, Nt>>;
+
+  const auto out_extents = result_extents<Out>(a, b);
+  const std::int64_t nb = local_product(a, Bt{}), m = local_product(a, Mt{}), n = local_product(b, Nt{}),
+                     k = local_product(a, Kt{});
+  typename A::view_type av, bv;
+  if constexpr (a_plain || a_trans)
+    av = a.view();
+  else
+    av = broadcast_local<Ap>(a, result_extents<Ap>(a)).view();
+  if constexpr (b_plain || b_trans)
+    bv = b.view();
+  else
+    bv = broadcast_local<Bp>(b, result_extents<Bp>(b)).view();
+
+  Out out;
+  if constexpr (std::is_same_v<OutList, concat_t<Bt, Mt, Nt>>) {
+    out = Out(a.mesh(), out_extents);
+    batched_gemm<Exec, T>(nb, m, n, k, a_trans, b_trans, av, bv, out.view());
+  } else {
+    Cp c(a.mesh(), result_extents<Cp>(a, b));
+    batched_gemm<Exec, T>(nb, m, n, k, a_trans, b_trans, av, bv, c.view());
+    out = broadcast_local<Out>(c, out_extents);
+  }
+  allreduce_local(out, axes_mask_of<A, Kt>(), reduce_op::sum);
+  return out;
+}
+
+}  // namespace detail
+
+// einsum<Out...>(a, b). Gradient: da = einsum<A's dims>(g, b), db = einsum<B's dims>(a, g), after
+// the first-step sums of dims only one operand has.
+template <Dim... Out, Tensor A, Tensor B>
+detail::with_dims_t<A, type_list<Out...>> einsum(const A& a, const B& b) {
+  using OutList = type_list<Out...>;
+  detail::require_same_layout<A, B>();
+  [&]<class... Ds>(type_list<Ds...>) {
+    (
+        [] {
+          if constexpr (!contains_v<Ds, union_t<typename A::dims, typename B::dims>>)
+            (void)sizeof(diagnostic::einsum_output_dim_not_in_inputs<Ds>);
+        }(),
+        ...);
+  }(OutList{});
+  [&]<class... Ds>(type_list<Ds...>) {
+    (
+        [] {
+          if constexpr (count_v<Ds, OutList> > 1)
+            (void)sizeof(diagnostic::einsum_output_dim_repeated<Ds>);
+        }(),
+        ...);
+  }(OutList{});
+  using Ad = typename A::dims;
+  using Bd = typename B::dims;
+  using Ak = intersection_t<Ad, union_t<Bd, OutList>>;
+  using Bk = intersection_t<Bd, union_t<Ad, OutList>>;
+  detail::check_shared_extents("einsum", a, b);
+  if constexpr (!std::is_same_v<Ak, Ad>) {
+    return einsum<Out...>(sum_to<detail::with_dims_t<A, Ak>>(a), b);
+  } else if constexpr (!std::is_same_v<Bk, Bd>) {
+    return einsum<Out...>(a, sum_to<detail::with_dims_t<B, Bk>>(b));
+  } else {
+    using R = detail::with_dims_t<A, OutList>;
+    R out = detail::contract<OutList>(a, b);
+    detail::record<R>(
+        out,
+        [a, b](const R& g) {
+          // Rules call the kernel, not einsum, so no gradient-of-gradient code is instantiated.
+          if (a.tracks_grad()) detail::push_grad(a, detail::contract<Ad>(g, b));
+          if (b.tracks_grad()) detail::push_grad(b, detail::contract<Bd>(a, g));
+        },
+        a, b);
+    return out;
+  }
+}
+
+// Three operands: the first two are contracted first, keeping the dims the rest still needs.
+template <Dim... Out, Tensor A, Tensor B, Tensor C>
+auto einsum(const A& a, const B& b, const C& c) {
+  using Keep = intersection_t<union_t<typename A::dims, typename B::dims>, union_t<type_list<Out...>, typename C::dims>>;
+  auto ab = [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(a, b); }(Keep{});
+  return einsum<Out...>(ab, c);
+}
+
+}  // namespace meshtensor

@@ -1,0 +1,295 @@
+#pragma once
+// Elementwise unary and binary ops, broadcasting by name. A binary op's result holds the union of
+// its operands' dims: the first operand's dims in order, then the second's that the first lacks.
+// Communication: none forward. The gradient of a broadcast operand sums over the dims it lacks,
+// which allreduces over their axes when they are split.
+#include <Kokkos_Core.hpp>
+#include <cmath>
+
+#include "../tensor/init.hpp"
+#include "detail/kernels.hpp"
+#include "reduce.hpp"
+
+namespace meshtensor {
+
+namespace detail {
+namespace kx = Kokkos::Experimental;
+
+// out(o) = f(a(o), b(o), c(o)) over Out's dims; each operand broadcasts along the dims it lacks.
+template <Tensor Out, class F, Tensor... Ops>
+Out map_broadcast(const typename Out::extents_type& extents, F f, const Ops&... ops) {
+  Out out((ops.mesh(), ...), extents);
+  const kidx ext = to_kidx<Out::rank>(out.local_extents());
+  constexpr int r = static_cast<int>(Out::rank);
+  auto ov = out.view();
+  if constexpr (sizeof...(Ops) == 1) {
+    const auto& [a] = std::tie(ops...);
+    const kidx sa = broadcast_strides<Out>(a);
+    auto av = a.view();
+    Kokkos::parallel_for(
+        "meshtensor::map1", Kokkos::RangePolicy<typename Out::execution_space>(0, out.local_size()),
+        KOKKOS_LAMBDA(std::int64_t o) { ov(o) = f(av(operand_offset(o, ext, sa, r))); });
+  } else if constexpr (sizeof...(Ops) == 2) {
+    const auto& [a, b] = std::tie(ops...);
+    const kidx sa = broadcast_strides<Out>(a), sb = broadcast_strides<Out>(b);
+    auto av = a.view();
+    auto bv = b.view();
+    Kokkos::parallel_for(
+        "meshtensor::map2", Kokkos::RangePolicy<typename Out::execution_space>(0, out.local_size()),
+        KOKKOS_LAMBDA(std::int64_t o) {
+          ov(o) = f(av(operand_offset(o, ext, sa, r)), bv(operand_offset(o, ext, sb, r)));
+        });
+  } else {
+    static_assert(sizeof...(Ops) == 3);
+    const auto& [a, b, c] = std::tie(ops...);
+    const kidx sa = broadcast_strides<Out>(a), sb = broadcast_strides<Out>(b), sc = broadcast_strides<Out>(c);
+    auto av = a.view();
+    auto bv = b.view();
+    auto cv = c.view();
+    Kokkos::parallel_for(
+        "meshtensor::map3", Kokkos::RangePolicy<typename Out::execution_space>(0, out.local_size()),
+        KOKKOS_LAMBDA(std::int64_t o) {
+          ov(o) = f(av(operand_offset(o, ext, sa, r)), bv(operand_offset(o, ext, sb, r)),
+                    cv(operand_offset(o, ext, sc, r)));
+        });
+  }
+  fence<Out>();
+  return out;
+}
+
+template <class A, class B>
+using union_result_t = with_dims_t<A, union_t<typename A::dims, typename B::dims>>;
+
+// A rank-0 tensor holding a scalar, so that tensor-scalar ops reuse the broadcasting kernels.
+template <Tensor Like>
+auto scalar_like(const Like& like, typename Like::value_type v) {
+  using S = with_dims_t<Like, type_list<>>;
+  return full<S>(like.mesh(), {}, v);
+}
+}  // namespace detail
+
+// ---- unary ----------------------------------------------------------------------------------
+// Each functor gives f(x) and df(x, y) with y = f(x), the derivative used by the gradient rule.
+namespace fn {
+using detail::kx::cos;
+using detail::kx::exp;
+using detail::kx::fabs;
+using detail::kx::log;
+using detail::kx::sin;
+using detail::kx::sqrt;
+using detail::kx::tanh;
+#define MESHTENSOR_UNARY(NAME, F, DF)                                          \
+  struct NAME##_fn {                                                           \
+    static constexpr const char* name = #NAME;                                 \
+    template <class T>                                                         \
+    KOKKOS_INLINE_FUNCTION static T f(T x) {                                   \
+      return F;                                                                \
+    }                                                                          \
+    template <class T>                                                         \
+    KOKKOS_INLINE_FUNCTION static T df([[maybe_unused]] T x, [[maybe_unused]] T y) { \
+      return DF;                                                               \
+    }                                                                          \
+  };
+MESHTENSOR_UNARY(negative, -x, T(-1))
+MESHTENSOR_UNARY(abs, fabs(x), (x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0))))
+MESHTENSOR_UNARY(exp, exp(x), y)
+MESHTENSOR_UNARY(log, log(x), T(1) / x)
+MESHTENSOR_UNARY(sqrt, sqrt(x), T(0.5) / y)
+MESHTENSOR_UNARY(rsqrt, T(1) / sqrt(x), T(-0.5) * y * y * y)
+MESHTENSOR_UNARY(square, x* x, T(2) * x)
+MESHTENSOR_UNARY(reciprocal, T(1) / x, -y * y)
+MESHTENSOR_UNARY(sigmoid, T(1) / (T(1) + exp(-x)), y*(T(1) - y))
+MESHTENSOR_UNARY(tanh, tanh(x), T(1) - y * y)
+MESHTENSOR_UNARY(relu, (x > T(0) ? x : T(0)), (x > T(0) ? T(1) : T(0)))
+MESHTENSOR_UNARY(sin, sin(x), cos(x))
+MESHTENSOR_UNARY(cos, cos(x), -sin(x))
+// gelu, tanh approximation (as in BERT and Mesh-TensorFlow).
+MESHTENSOR_UNARY(gelu, T(0.5) * x * (T(1) + tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x))),
+                 (T(0.5) * (T(1) + tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x))) +
+                  T(0.5) * x * (T(1) - tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x)) *
+                                           tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x))) *
+                      T(0.7978845608028654) * (T(1) + T(3) * T(0.044715) * x * x)))
+#undef MESHTENSOR_UNARY
+}  // namespace fn
+
+template <class Fn, Tensor X>
+X unary(const X& x) {
+  using T = typename X::value_type;
+  X out = detail::map_broadcast<X>(x.extents(), KOKKOS_LAMBDA(T v) { return Fn::f(v); }, x);
+  detail::record<X>(
+      out,
+      [x, y = out.detached()](const X& g) {
+        detail::push_grad(x, detail::map_broadcast<X>(
+                                 x.extents(), KOKKOS_LAMBDA(T gv, T xv, T yv) { return gv * Fn::df(xv, yv); }, g, x, y));
+      },
+      x);
+  return out;
+}
+
+#define MESHTENSOR_UNARY_API(NAME) \
+  template <Tensor X>              \
+  X NAME(const X& x) {             \
+    return unary<fn::NAME##_fn>(x); \
+  }
+MESHTENSOR_UNARY_API(negative)
+MESHTENSOR_UNARY_API(abs)
+MESHTENSOR_UNARY_API(exp)
+MESHTENSOR_UNARY_API(log)
+MESHTENSOR_UNARY_API(sqrt)
+MESHTENSOR_UNARY_API(rsqrt)
+MESHTENSOR_UNARY_API(square)
+MESHTENSOR_UNARY_API(reciprocal)
+MESHTENSOR_UNARY_API(sigmoid)
+MESHTENSOR_UNARY_API(tanh)
+MESHTENSOR_UNARY_API(relu)
+MESHTENSOR_UNARY_API(sin)
+MESHTENSOR_UNARY_API(cos)
+MESHTENSOR_UNARY_API(gelu)
+#undef MESHTENSOR_UNARY_API
+
+// ---- binary ---------------------------------------------------------------------------------
+// Each functor gives f(a, b) and the partials da(a, b), db(a, b).
+namespace fn {
+using detail::kx::log;
+using detail::kx::pow;
+#define MESHTENSOR_BINARY(NAME, F, DA, DB)                                                  \
+  struct NAME##_fn {                                                                        \
+    static constexpr const char* name = #NAME;                                              \
+    template <class T>                                                                      \
+    KOKKOS_INLINE_FUNCTION static T f(T a, T b) {                                           \
+      return F;                                                                             \
+    }                                                                                       \
+    template <class T>                                                                      \
+    KOKKOS_INLINE_FUNCTION static T da([[maybe_unused]] T a, [[maybe_unused]] T b) {        \
+      return DA;                                                                            \
+    }                                                                                       \
+    template <class T>                                                                      \
+    KOKKOS_INLINE_FUNCTION static T db([[maybe_unused]] T a, [[maybe_unused]] T b) {        \
+      return DB;                                                                            \
+    }                                                                                       \
+  };
+MESHTENSOR_BINARY(add, a + b, T(1), T(1))
+MESHTENSOR_BINARY(subtract, a - b, T(1), T(-1))
+MESHTENSOR_BINARY(multiply, a* b, b, a)
+MESHTENSOR_BINARY(divide, a / b, T(1) / b, -a / (b * b))
+// Ties send the gradient to the first operand, as a subgradient must pick one.
+MESHTENSOR_BINARY(minimum, (a <= b ? a : b), (a <= b ? T(1) : T(0)), (a <= b ? T(0) : T(1)))
+MESHTENSOR_BINARY(maximum, (a >= b ? a : b), (a >= b ? T(1) : T(0)), (a >= b ? T(0) : T(1)))
+MESHTENSOR_BINARY(pow, pow(a, b), b* pow(a, b - T(1)), (a > T(0) ? pow(a, b) * log(a) : T(0)))
+// Comparisons give 1 or 0 in the element type and pass no gradient.
+MESHTENSOR_BINARY(equal, (a == b ? T(1) : T(0)), T(0), T(0))
+MESHTENSOR_BINARY(not_equal, (a != b ? T(1) : T(0)), T(0), T(0))
+MESHTENSOR_BINARY(less, (a < b ? T(1) : T(0)), T(0), T(0))
+MESHTENSOR_BINARY(less_equal, (a <= b ? T(1) : T(0)), T(0), T(0))
+MESHTENSOR_BINARY(greater, (a > b ? T(1) : T(0)), T(0), T(0))
+MESHTENSOR_BINARY(greater_equal, (a >= b ? T(1) : T(0)), T(0), T(0))
+#undef MESHTENSOR_BINARY
+}  // namespace fn
+
+template <class Fn, Tensor A, Tensor B>
+auto binary(const A& a, const B& b) {
+  detail::require_same_layout<A, B>();
+  using T = typename A::value_type;
+  using R = detail::union_result_t<A, B>;
+  detail::check_shared_extents(Fn::name, a, b);
+  const auto extents = detail::result_extents<R>(a, b);
+  R out = detail::map_broadcast<R>(extents, KOKKOS_LAMBDA(T x, T y) { return Fn::f(x, y); }, a, b);
+  detail::record<R>(
+      out,
+      [a, b, extents](const R& g) {
+        if (a.tracks_grad())
+          detail::push_grad(a, detail::reduce_to<A>(
+                                   detail::map_broadcast<R>(
+                                       extents, KOKKOS_LAMBDA(T gv, T x, T y) { return gv * Fn::da(x, y); }, g, a, b),
+                                   reduce_op::sum));
+        if (b.tracks_grad())
+          detail::push_grad(b, detail::reduce_to<B>(
+                                   detail::map_broadcast<R>(
+                                       extents, KOKKOS_LAMBDA(T gv, T x, T y) { return gv * Fn::db(x, y); }, g, a, b),
+                                   reduce_op::sum));
+      },
+      a, b);
+  return out;
+}
+
+#define MESHTENSOR_BINARY_API(NAME)                           \
+  template <Tensor A, Tensor B>                               \
+  auto NAME(const A& a, const B& b) {                         \
+    return binary<fn::NAME##_fn>(a, b);                       \
+  }                                                           \
+  template <Tensor A>                                         \
+  auto NAME(const A& a, typename A::value_type s) {           \
+    return binary<fn::NAME##_fn>(a, detail::scalar_like(a, s)); \
+  }                                                           \
+  template <Tensor B>                                         \
+  auto NAME(typename B::value_type s, const B& b) {           \
+    return binary<fn::NAME##_fn>(detail::scalar_like(b, s), b); \
+  }
+MESHTENSOR_BINARY_API(add)
+MESHTENSOR_BINARY_API(subtract)
+MESHTENSOR_BINARY_API(multiply)
+MESHTENSOR_BINARY_API(divide)
+MESHTENSOR_BINARY_API(minimum)
+MESHTENSOR_BINARY_API(maximum)
+MESHTENSOR_BINARY_API(pow)
+MESHTENSOR_BINARY_API(equal)
+MESHTENSOR_BINARY_API(not_equal)
+MESHTENSOR_BINARY_API(less)
+MESHTENSOR_BINARY_API(less_equal)
+MESHTENSOR_BINARY_API(greater)
+MESHTENSOR_BINARY_API(greater_equal)
+#undef MESHTENSOR_BINARY_API
+
+template <Tensor A, Tensor B>
+auto operator+(const A& a, const B& b) { return add(a, b); }
+template <Tensor A, Tensor B>
+auto operator-(const A& a, const B& b) { return subtract(a, b); }
+template <Tensor A, Tensor B>
+auto operator*(const A& a, const B& b) { return multiply(a, b); }
+template <Tensor A, Tensor B>
+auto operator/(const A& a, const B& b) { return divide(a, b); }
+template <Tensor A>
+auto operator-(const A& a) { return negative(a); }
+template <Tensor A>
+auto operator*(const A& a, typename A::value_type s) { return multiply(a, s); }
+template <Tensor A>
+auto operator*(typename A::value_type s, const A& a) { return multiply(s, a); }
+template <Tensor A>
+auto operator+(const A& a, typename A::value_type s) { return add(a, s); }
+template <Tensor A>
+auto operator-(const A& a, typename A::value_type s) { return subtract(a, s); }
+template <Tensor A>
+auto operator/(const A& a, typename A::value_type s) { return divide(a, s); }
+
+// where(c, a, b): a where c != 0, else b, over the union of the three operands' dims.
+// Gradient: to a where c holds, to b elsewhere; none to c.
+template <Tensor C, Tensor A, Tensor B>
+auto where(const C& c, const A& a, const B& b) {
+  detail::require_same_layout<C, A>();
+  detail::require_same_layout<A, B>();
+  using T = typename A::value_type;
+  using R = detail::with_dims_t<A, union_t<union_t<typename C::dims, typename A::dims>, typename B::dims>>;
+  detail::check_shared_extents("where", c, a);
+  detail::check_shared_extents("where", c, b);
+  detail::check_shared_extents("where", a, b);
+  const auto extents = detail::result_extents<R>(c, a, b);
+  R out = detail::map_broadcast<R>(extents, KOKKOS_LAMBDA(T cv, T x, T y) { return cv != T(0) ? x : y; }, c, a, b);
+  detail::record<R>(
+      out,
+      [c, a, b, extents](const R& g) {
+        if (a.tracks_grad())
+          detail::push_grad(a, detail::reduce_to<A>(detail::map_broadcast<R>(
+                                                        extents, KOKKOS_LAMBDA(T gv, T cv, T) { return cv != T(0) ? gv : T(0); },
+                                                        g, c, a),
+                                                    reduce_op::sum));
+        if (b.tracks_grad())
+          detail::push_grad(b, detail::reduce_to<B>(detail::map_broadcast<R>(
+                                                        extents, KOKKOS_LAMBDA(T gv, T cv, T) { return cv != T(0) ? T(0) : gv; },
+                                                        g, c, b),
+                                                    reduce_op::sum));
+      },
+      a, b);
+  return out;
+}
+
+}  // namespace meshtensor

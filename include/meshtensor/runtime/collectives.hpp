@@ -1,0 +1,104 @@
+#pragma once
+// Collectives over any set of mesh axes, on the cached sub-communicator of exactly those axes.
+// Every call is counted (calls and bytes this rank sends) per collective and axis set.
+// Buffers are host-accessible pointers; tensor code stages device memory through host mirrors.
+#include <mpi.h>
+
+#include <complex>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "communicator.hpp"
+
+namespace meshtensor {
+
+enum class reduce_op { sum, max, min };
+
+namespace detail {
+template <class T>
+MPI_Datatype mpi_type() {
+  if constexpr (std::is_same_v<T, float>) return MPI_FLOAT;
+  else if constexpr (std::is_same_v<T, double>) return MPI_DOUBLE;
+  else if constexpr (std::is_same_v<T, std::int32_t>) return MPI_INT32_T;
+  else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return MPI_UINT8_T;
+  else if constexpr (std::is_same_v<T, bool>) return MPI_CXX_BOOL;
+  else static_assert(sizeof(T) == 0, "meshtensor: no MPI datatype for this element type");
+}
+inline MPI_Op mpi_op(reduce_op op) {
+  switch (op) {
+    case reduce_op::max: return MPI_MAX;
+    case reduce_op::min: return MPI_MIN;
+    default: return MPI_SUM;
+  }
+}
+inline int checked_count(std::int64_t n) {
+  if (n > INT32_MAX) throw error(cat("meshtensor: a collective of ", n, " elements exceeds MPI's int count"));
+  return static_cast<int>(n);
+}
+}  // namespace detail
+
+// In place: every processor along the axes ends with the reduction of all of them.
+template <class T>
+void allreduce(detail::communicator& c, unsigned axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
+  c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  if (c.size_over(axes) == 1) return;
+  MPI_Allreduce(MPI_IN_PLACE, data, detail::checked_count(n), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes));
+}
+
+// recv holds n elements from each processor along the axes, in sub-communicator rank order
+// (row-major over the axes in mesh order).
+template <class T>
+void allgather(detail::communicator& c, unsigned axes, const T* send, std::int64_t n, T* recv) {
+  c.count(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  MPI_Allgather(send, detail::checked_count(n), detail::mpi_type<T>(), recv, detail::checked_count(n),
+                detail::mpi_type<T>(), c.over(axes));
+}
+
+// Block p of send (n_per_peer elements) goes to sub-rank p; block p of recv comes from it.
+template <class T>
+void alltoall(detail::communicator& c, unsigned axes, const T* send, std::int64_t n_per_peer, T* recv) {
+  c.count(collective::alltoall, axes, n_per_peer * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)));
+  MPI_Alltoall(send, detail::checked_count(n_per_peer), detail::mpi_type<T>(), recv,
+               detail::checked_count(n_per_peer), detail::mpi_type<T>(), c.over(axes));
+}
+
+// Reduces send (n_per_rank * size elements) and leaves block r of the result on sub-rank r.
+template <class T>
+void reduce_scatter(detail::communicator& c, unsigned axes, const T* send, T* recv, std::int64_t n_per_rank,
+                    reduce_op op = reduce_op::sum) {
+  c.count(collective::reduce_scatter, axes, n_per_rank * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)));
+  MPI_Reduce_scatter_block(send, recv, detail::checked_count(n_per_rank), detail::mpi_type<T>(), detail::mpi_op(op),
+                           c.over(axes));
+}
+
+// Along one mesh axis: this processor sends to coordinate + offset and receives from
+// coordinate - offset. Without wrap, processors whose source falls off the edge get zeros.
+template <class T>
+void shift(detail::communicator& c, int axis, const T* send, T* recv, std::int64_t n, int offset, bool wrap) {
+  const unsigned axes = 1u << axis;
+  c.count(collective::shift, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  MPI_Comm sub = c.over(axes);
+  const int size = c.sizes()[axis];
+  const int me = c.coords()[axis];
+  const int to_raw = me + offset, from_raw = me - offset;
+  auto wrap_to = [size](int x) { return ((x % size) + size) % size; };
+  const bool to_ok = wrap || (to_raw >= 0 && to_raw < size);
+  const bool from_ok = wrap || (from_raw >= 0 && from_raw < size);
+  const int to = to_ok ? wrap_to(to_raw) : MPI_PROC_NULL;
+  const int from = from_ok ? wrap_to(from_raw) : MPI_PROC_NULL;
+  if (!from_ok)
+    for (std::int64_t i = 0; i < n; ++i) recv[i] = T{};
+  MPI_Sendrecv(send, detail::checked_count(n), detail::mpi_type<T>(), to, 0, recv, detail::checked_count(n),
+               detail::mpi_type<T>(), from, 0, sub, MPI_STATUS_IGNORE);
+}
+
+// From sub-rank root to every processor along the axes.
+template <class T>
+void broadcast(detail::communicator& c, unsigned axes, T* data, std::int64_t n, int root = 0) {
+  c.count(collective::broadcast, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  MPI_Bcast(data, detail::checked_count(n), detail::mpi_type<T>(), root, c.over(axes));
+}
+
+}  // namespace meshtensor

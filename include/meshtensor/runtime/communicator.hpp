@@ -1,0 +1,147 @@
+#pragma once
+// The run-time half of a mesh: a Cartesian communicator, the sub-communicator of every subset of
+// axes (created on first use, then cached), and counters of calls and bytes per collective and
+// axis set, which tests compare with each op's static plan.
+#include <mpi.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../error.hpp"
+
+namespace meshtensor {
+
+enum class collective { allreduce, allgather, alltoall, reduce_scatter, shift, broadcast, gather };
+
+inline const char* to_string(collective c) {
+  switch (c) {
+    case collective::allreduce: return "allreduce";
+    case collective::allgather: return "allgather";
+    case collective::alltoall: return "alltoall";
+    case collective::reduce_scatter: return "reduce_scatter";
+    case collective::shift: return "shift";
+    case collective::broadcast: return "broadcast";
+    case collective::gather: return "gather";
+  }
+  return "?";
+}
+
+struct comm_count {
+  std::int64_t calls = 0;
+  std::int64_t bytes = 0;
+  friend bool operator==(const comm_count&, const comm_count&) = default;
+};
+
+// Key: which collective, over which axes (bit i = mesh axis i).
+using comm_key = std::pair<collective, unsigned>;
+using comm_counters = std::map<comm_key, comm_count>;
+
+namespace detail {
+
+class communicator {
+ public:
+  communicator(MPI_Comm parent, std::vector<std::string> axis_names, std::vector<int> sizes)
+      : names_(std::move(axis_names)), sizes_(std::move(sizes)) {
+    int world = 0;
+    MPI_Comm_size(parent, &world);
+    std::int64_t product = 1;
+    std::string shape;
+    for (std::size_t i = 0; i < sizes_.size(); ++i) {
+      if (sizes_[i] < 1)
+        throw mesh_error(cat("mesh axis '", names_[i], "' has size ", sizes_[i], "; sizes must be >= 1"));
+      product *= sizes_[i];
+      shape += cat(i ? " x " : "", names_[i], "=", sizes_[i]);
+    }
+    if (product != world)
+      throw mesh_error(cat("mesh [", shape, "] needs ", product, " processes, but the communicator has ",
+                           world, "; run with mpiexec -n ", product, " or choose sizes whose product is ",
+                           world));
+    std::vector<int> periods(sizes_.size(), 1);
+    // reorder = 0: rank order stays row-major over the axes, last axis fastest (Mesh-TensorFlow's order).
+    MPI_Cart_create(parent, static_cast<int>(sizes_.size()), sizes_.data(), periods.data(), 0, &cart_);
+    MPI_Comm_rank(cart_, &rank_);
+    coords_.resize(sizes_.size());
+    if (!sizes_.empty()) MPI_Cart_coords(cart_, rank_, static_cast<int>(sizes_.size()), coords_.data());
+  }
+  communicator(const communicator&) = delete;
+  communicator& operator=(const communicator&) = delete;
+  ~communicator() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    for (auto& [mask, comm] : subs_) MPI_Comm_free(&comm);
+    MPI_Comm_free(&cart_);
+  }
+
+  MPI_Comm cart() const { return cart_; }
+  int rank() const { return rank_; }
+  int nprocs() const {
+    int n = 1;
+    for (int s : sizes_) n *= s;
+    return n;
+  }
+  const std::vector<int>& sizes() const { return sizes_; }
+  const std::vector<int>& coords() const { return coords_; }
+  const std::vector<std::string>& axis_names() const { return names_; }
+
+  std::vector<int> coords_of(int rank) const {
+    std::vector<int> c(sizes_.size());
+    if (!sizes_.empty()) MPI_Cart_coords(cart_, rank, static_cast<int>(sizes_.size()), c.data());
+    return c;
+  }
+
+  // Number of processors along the axes of a mask.
+  int size_over(unsigned mask) const {
+    int n = 1;
+    for (std::size_t i = 0; i < sizes_.size(); ++i)
+      if (mask & (1u << i)) n *= sizes_[i];
+    return n;
+  }
+
+  // The communicator of the processors that differ only in the axes of mask. Its ranks run
+  // row-major over those axes in mesh order (MPI_Cart_sub keeps the Cartesian order).
+  MPI_Comm over(unsigned mask) {
+    auto it = subs_.find(mask);
+    if (it != subs_.end()) return it->second;
+    std::vector<int> keep(sizes_.size());
+    for (std::size_t i = 0; i < sizes_.size(); ++i) keep[i] = (mask >> i) & 1u;
+    MPI_Comm sub = MPI_COMM_NULL;
+    if (sizes_.empty())
+      MPI_Comm_dup(cart_, &sub);
+    else
+      MPI_Cart_sub(cart_, keep.data(), &sub);
+    subs_.emplace(mask, sub);
+    return sub;
+  }
+
+  std::string axes_string(unsigned mask) const {
+    std::string s;
+    for (std::size_t i = 0; i < names_.size(); ++i)
+      if (mask & (1u << i)) s += cat(s.empty() ? "" : ",", names_[i]);
+    return s.empty() ? "(none)" : s;
+  }
+
+  void count(collective kind, unsigned mask, std::int64_t bytes) {
+    auto& c = counters_[{kind, mask}];
+    c.calls += 1;
+    c.bytes += bytes;
+  }
+  const comm_counters& counters() const { return counters_; }
+  void reset_counters() { counters_.clear(); }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<int> sizes_;
+  std::vector<int> coords_;
+  MPI_Comm cart_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  std::map<unsigned, MPI_Comm> subs_;
+  comm_counters counters_;
+};
+
+}  // namespace detail
+}  // namespace meshtensor

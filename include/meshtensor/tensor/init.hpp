@@ -1,0 +1,84 @@
+#pragma once
+// Initialisers. Every value is a function of the global index (and the seed), never of the slice,
+// so a tensor is the same global tensor under every layout and every number of processors.
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <cstdint>
+
+#include "indexing.hpp"
+#include "tensor.hpp"
+
+namespace meshtensor {
+
+namespace detail {
+// splitmix64: a counter-based generator, cheap and well mixed, usable inside kernels.
+KOKKOS_INLINE_FUNCTION std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+// Uniform in [0, 1) with 53 random bits.
+KOKKOS_INLINE_FUNCTION double uniform01(std::uint64_t seed, std::uint64_t index, std::uint64_t stream) {
+  const std::uint64_t h = mix64(mix64(seed * 0x100000001B3ull + stream) ^ index);
+  return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
+}
+
+template <Tensor TT, class F>
+TT fill_by_global_index(const typename TT::mesh_type& m, const typename TT::extents_type& extents, F f) {
+  TT t(m, extents);
+  const local_to_global<TT::rank> map(t.local_extents(), t.offsets(), t.extents());
+  auto v = t.view();
+  Kokkos::parallel_for(
+      "meshtensor::init", Kokkos::RangePolicy<typename TT::execution_space>(0, t.local_size()),
+      KOKKOS_LAMBDA(std::int64_t l) { v(l) = f(map(l)); });
+  typename TT::execution_space{}.fence();
+  return t;
+}
+}  // namespace detail
+
+template <Tensor TT>
+TT zeros(const typename TT::mesh_type& m, const typename TT::extents_type& extents) {
+  return TT(m, extents);
+}
+
+template <Tensor TT>
+TT full(const typename TT::mesh_type& m, const typename TT::extents_type& extents, typename TT::value_type value) {
+  TT t(m, extents);
+  Kokkos::deep_copy(typename TT::execution_space{}, t.view(), value);
+  typename TT::execution_space{}.fence();
+  return t;
+}
+
+// Element i (global row-major index) holds start + i * step.
+template <Tensor TT>
+TT iota(const typename TT::mesh_type& m, const typename TT::extents_type& extents,
+        typename TT::value_type start = 0, typename TT::value_type step = 1) {
+  using T = typename TT::value_type;
+  return detail::fill_by_global_index<TT>(
+      m, extents, KOKKOS_LAMBDA(std::int64_t g) { return static_cast<T>(start + static_cast<T>(g) * step); });
+}
+
+template <Tensor TT>
+TT random_uniform(const typename TT::mesh_type& m, const typename TT::extents_type& extents, std::uint64_t seed,
+                  double low = 0.0, double high = 1.0) {
+  using T = typename TT::value_type;
+  return detail::fill_by_global_index<TT>(m, extents, KOKKOS_LAMBDA(std::int64_t g) {
+    return static_cast<T>(low + (high - low) * detail::uniform01(seed, static_cast<std::uint64_t>(g), 0));
+  });
+}
+
+// Box-Muller on two independent uniform streams of the same index.
+template <Tensor TT>
+TT random_normal(const typename TT::mesh_type& m, const typename TT::extents_type& extents, std::uint64_t seed,
+                 double mean = 0.0, double stddev = 1.0) {
+  using T = typename TT::value_type;
+  return detail::fill_by_global_index<TT>(m, extents, KOKKOS_LAMBDA(std::int64_t g) {
+    const double u1 = 1.0 - detail::uniform01(seed, static_cast<std::uint64_t>(g), 1);
+    const double u2 = detail::uniform01(seed, static_cast<std::uint64_t>(g), 2);
+    return static_cast<T>(mean + stddev * Kokkos::Experimental::sqrt(-2.0 * Kokkos::Experimental::log(u1)) *
+                                     Kokkos::Experimental::cos(6.283185307179586 * u2));
+  });
+}
+
+}  // namespace meshtensor
