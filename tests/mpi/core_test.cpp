@@ -1,0 +1,116 @@
+// Core properties at 1, 2 and 4 ranks: gather(scatter(x)) == x under every layout of a 3-D tensor
+// on meshes [P] and [2x2]; random tensors equal across layouts; errors raised on every rank.
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <numeric>
+#include <test_support.hpp>
+
+using namespace tst;
+namespace mt = meshtensor;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+template <class Exec, class M, class Layouts>
+void check_roundtrip_and_random(const M& g, Layouts layouts) {
+  const std::array<std::int64_t, 3> ext{4, 8, 12};
+  std::vector<double> host(4 * 8 * 12);
+  std::iota(host.begin(), host.end(), 0.5);
+  using ref_t = mt::basic_tensor<double, mt::layout<M>, Exec, i_, j_, k_>;
+  const auto ref_normal = mt::gather_all(mt::random_normal<ref_t>(g, ext, 42));
+  const auto ref_uniform = mt::gather_all(mt::random_uniform<ref_t>(g, ext, 7, -1.0, 1.0));
+  for_each_type(layouts, [&]<class L>() {
+    using T = mt::basic_tensor<double, L, Exec, i_, j_, k_>;
+    INFO(layout_name<L>());
+    REQUIRE(mt::gather_all(mt::scatter<T>(g, ext, host)) == host);
+    REQUIRE(mt::gather_all(mt::from_host<T>(g, ext, host)) == host);
+    const auto on_root = mt::gather(mt::scatter<T>(g, ext, host));
+    if (g.rank() == 0)
+      REQUIRE(on_root == host);
+    else
+      REQUIRE(on_root.empty());
+    REQUIRE(mt::gather_all(mt::random_normal<T>(g, ext, 42)) == ref_normal);
+    REQUIRE(mt::gather_all(mt::random_uniform<T>(g, ext, 7, -1.0, 1.0)) == ref_uniform);
+    const auto io = mt::gather_all(mt::iota<T>(g, ext, 0.5, 1.0));
+    REQUIRE(io == host);
+  });
+}
+}  // namespace
+
+TEMPLATE_TEST_CASE("gather(scatter(x)) == x and random tensors are layout-independent", "[core]",
+                   MESHTENSOR_TEST_SPACES) {
+  SECTION("mesh [P]") { check_roundtrip_and_random<TestType>(world_line(), line_layouts<line, i_, j_, k_>{}); }
+  SECTION("mesh [2x2] (or [P x 1])") { check_roundtrip_and_random<TestType>(world_grid(), grid_layouts<i_, j_, k_>{}); }
+}
+
+TEST_CASE("random tensors are statistically sane", "[core]") {
+  auto g = world_line();
+  using T = mt::tensor<double, mt::layout<line, mt::split<i_, x_>>, i_>;
+  const auto v = mt::gather_all(mt::random_normal<T>(g, {40000}, 3, 1.0, 2.0));
+  const double mean = std::accumulate(v.begin(), v.end(), 0.0) / v.size();
+  double var = 0;
+  for (double e : v) var += (e - mean) * (e - mean);
+  var /= v.size();
+  REQUIRE(std::abs(mean - 1.0) < 0.05);
+  REQUIRE(std::abs(std::sqrt(var) - 2.0) < 0.05);
+  const auto a = mt::gather_all(mt::random_normal<T>(g, {64}, 3));
+  const auto b = mt::gather_all(mt::random_normal<T>(g, {64}, 4));
+  REQUIRE(a != b);
+}
+
+TEST_CASE("slices tile the tensor: offsets and extents per processor", "[core]") {
+  auto g = world_grid();
+  using L = mt::layout<grid, mt::split<i_, r_, c_>, mt::split<k_, c_>>;
+  using T = mt::tensor<float, L, i_, j_>;
+  const int p = g.nprocs();
+  T t(g, {8 * p, 3});
+  std::int64_t covered = 0;
+  for (int r = 0; r < p; ++r) {
+    const auto b = t.slice_of(r);
+    REQUIRE(b.extent[0] == 8);
+    REQUIRE(b.extent[1] == 3);
+    // Row-major over (r, c): the processor at (rr, cc) holds part rr * size(c) + cc.
+    const auto coords = g.communicator().coords_of(r);
+    REQUIRE(b.offset[0] == 8 * (coords[0] * g.size<c_>() + coords[1]));
+    covered += b.extent[0];
+  }
+  REQUIRE(covered == 8 * p);
+  const auto text = mt::describe(t);
+  REQUIRE_THAT(text, ContainsSubstring("i -> r(") && ContainsSubstring("j -> replicated") &&
+                         ContainsSubstring("[0, 8)"));
+}
+
+TEST_CASE("an extent that does not divide is a shape_error on every rank, naming dim, extent and axes", "[core]") {
+  auto g = world_grid();
+  using L = mt::layout<grid, mt::split<i_, r_, c_>>;
+  using T = mt::tensor<float, L, i_, j_>;
+  const int p = g.nprocs();
+  if (p == 1) {
+    REQUIRE_NOTHROW(T(g, {7, 3}));
+    return;
+  }
+  // Every rank must throw; an allreduce afterwards proves none is left behind.
+  int threw = 0;
+  try {
+    T t(g, {4 * p + 1, 3});
+  } catch (const mt::shape_error& e) {
+    threw = 1;
+    REQUIRE_THAT(std::string(e.what()), ContainsSubstring("dim 'i'") &&
+                                            ContainsSubstring("extent " + std::to_string(4 * p + 1)) &&
+                                            ContainsSubstring("r(") && ContainsSubstring("c("));
+  }
+  int all = 0;
+  MPI_Allreduce(&threw, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  REQUIRE(all == 1);
+}
+
+TEST_CASE("sub-communicators are cached and sized by their axes", "[core]") {
+  auto g = world_grid();
+  MPI_Comm rows = g.comm_over<r_>();
+  REQUIRE(rows == g.comm_over<r_>());
+  int n = 0;
+  MPI_Comm_size(rows, &n);
+  REQUIRE(n == g.size<r_>());
+  MPI_Comm both = g.comm_over<r_, c_>();
+  MPI_Comm_size(both, &n);
+  REQUIRE(n == g.nprocs());
+}
