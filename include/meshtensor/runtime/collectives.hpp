@@ -94,6 +94,22 @@ void shift(detail::communicator& c, int axis, const T* send, T* recv, std::int64
                detail::mpi_type<T>(), from, 0, sub, MPI_STATUS_IGNORE);
 }
 
+// Exclusive prefix reduction in sub-communicator rank order (row-major over the axes in mesh
+// order): sub-rank r receives op over the send buffers of sub-ranks 0..r-1; sub-rank 0 receives
+// zeros (T{}).
+template <class T>
+void exscan(detail::communicator& c, unsigned axes, const T* send, T* recv, std::int64_t n,
+            reduce_op op = reduce_op::sum) {
+  c.count(collective::exscan, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  MPI_Comm sub = c.over(axes);
+  int me = 0;
+  MPI_Comm_rank(sub, &me);
+  if (c.size_over(axes) > 1)
+    MPI_Exscan(send, recv, detail::checked_count(n), detail::mpi_type<T>(), detail::mpi_op(op), sub);
+  if (me == 0)
+    for (std::int64_t i = 0; i < n; ++i) recv[i] = T{};
+}
+
 // From sub-rank root to every processor along the axes.
 template <class T>
 void broadcast(detail::communicator& c, unsigned axes, T* data, std::int64_t n, int root = 0) {

@@ -15,7 +15,7 @@
 
 namespace meshtensor {
 
-enum class collective { allreduce, allgather, alltoall, reduce_scatter, shift, broadcast, gather };
+enum class collective { allreduce, allgather, alltoall, reduce_scatter, shift, broadcast, gather, exscan };
 
 inline const char* to_string(collective c) {
   switch (c) {
@@ -26,6 +26,7 @@ inline const char* to_string(collective c) {
     case collective::shift: return "shift";
     case collective::broadcast: return "broadcast";
     case collective::gather: return "gather";
+    case collective::exscan: return "exscan";
   }
   return "?";
 }
