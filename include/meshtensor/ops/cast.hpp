@@ -1,0 +1,54 @@
+#pragma once
+// cast<U>(x): the same tensor with its elements converted to U (static_cast); stop_gradient(x):
+// the same values, cut off the tape.
+// Communication: none, forward or gradient.
+#include <Kokkos_Core.hpp>
+#include <type_traits>
+
+#include "../layout/plan.hpp"
+#include "detail/kernels.hpp"
+#include "elementwise.hpp"
+
+namespace meshtensor {
+
+template <class U, Tensor X>
+constexpr comm_plan cast_plan() {
+  return {};
+}
+template <Tensor X>
+constexpr comm_plan stop_gradient_plan() {
+  return {};
+}
+
+namespace detail {
+template <class U, Tensor X>
+typename X::template rebind<U> cast_local(const X& x) {
+  using T = typename X::value_type;
+  using Out = typename X::template rebind<U>;
+  return map_broadcast<Out>(x.extents(), KOKKOS_LAMBDA(T v) { return static_cast<U>(v); }, x);
+}
+}  // namespace detail
+
+// Gradient: the result's gradient cast back to x's element type, when both are floating point;
+// casts to or from integers pass no gradient.
+template <class U, Tensor X>
+typename X::template rebind<U> cast(const X& x) {
+  using T = typename X::value_type;
+  using Out = typename X::template rebind<U>;
+  if constexpr (std::is_same_v<T, U>) {
+    return x;
+  } else {
+    Out out = detail::cast_local<U>(x);
+    if constexpr (std::is_floating_point_v<T> && std::is_floating_point_v<U>)
+      detail::record<Out>(out, [x](const Out& g) { detail::push_grad(x, detail::cast_local<T>(g)); }, x);
+    return out;
+  }
+}
+
+// The same values (sharing x's storage), with no gradient flowing back to x.
+template <Tensor X>
+X stop_gradient(const X& x) {
+  return x.detached();
+}
+
+}  // namespace meshtensor

@@ -1,0 +1,150 @@
+#pragma once
+// reduce_mean, reduce_max, reduce_min and logsumexp over named dims (the mean divides by the global
+// number of reduced elements; logsumexp is max + log(sum(exp(x - max))), stable for large x).
+// Communication: one allreduce (sum, max or min) over the axes of the reduced dims that are split;
+// logsumexp allreduces max, then sum, over those axes; none when no reduced dim is split. The
+// gradients communicate nothing (they broadcast locally).
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+
+#include "../layout/plan.hpp"
+#include "detail/kernels.hpp"
+#include "elementwise.hpp"
+#include "reduce.hpp"
+
+namespace meshtensor {
+
+namespace detail {
+
+// Global number of elements a reduction of X onto Out folds into one.
+template <Tensor Out, Tensor X>
+std::int64_t reduced_count(const X& x) {
+  constexpr auto in_out = positions_in<X, Out>();
+  std::int64_t n = 1;
+  for (std::size_t i = 0; i < X::rank; ++i)
+    if (in_out[i] >= Out::rank) n *= x.extents()[i];
+  return n;
+}
+
+// Mean of x onto Out, not recorded.
+template <Tensor Out, Tensor X>
+Out mean_to(const X& x) {
+  using T = typename X::value_type;
+  const T n = static_cast<T>(reduced_count<Out>(x));
+  const Out s = reduce_to<Out>(x, reduce_op::sum);
+  return map_broadcast<Out>(s.extents(), KOKKOS_LAMBDA(T v) { return v / n; }, s);
+}
+
+// A value finite or not: the max used to shift exponents, 0 when it is +-inf or NaN (so that a
+// slice of all -inf gives -inf, not NaN).
+template <class T>
+KOKKOS_INLINE_FUNCTION T finite_or_zero(T v) {
+  return (v - v == T(0)) ? v : T(0);
+}
+
+// log(sum(exp(x))) of x onto Out, not recorded: allreduce max, then allreduce sum.
+template <Tensor Out, Tensor X>
+Out logsumexp_to(const X& x) {
+  using T = typename X::value_type;
+  const Out m = reduce_to<Out>(x, reduce_op::max);
+  const X e = map_broadcast<X>(
+      x.extents(), KOKKOS_LAMBDA(T xv, T mv) { return kx::exp(xv - finite_or_zero(mv)); }, x, m);
+  const Out s = reduce_to<Out>(e, reduce_op::sum);
+  return map_broadcast<Out>(
+      m.extents(), KOKKOS_LAMBDA(T mv, T sv) { return finite_or_zero(mv) + kx::log(sv); }, m, s);
+}
+
+// The mask of the axes of X's dims Ds that are split.
+template <class X, class... Ds>
+constexpr unsigned reduced_axes() {
+  return axes_mask_of<X, type_list<Ds...>>();
+}
+
+}  // namespace detail
+
+// ---- plans ------------------------------------------------------------------------------------
+template <Tensor X, Dim... Ds>
+constexpr comm_plan reduce_mean_plan() {
+  return comm_plan{}.then(collective::allreduce, detail::reduced_axes<X, Ds...>());
+}
+template <Tensor X, Dim... Ds>
+constexpr comm_plan reduce_max_plan() {
+  return comm_plan{}.then(collective::allreduce, detail::reduced_axes<X, Ds...>());
+}
+template <Tensor X, Dim... Ds>
+constexpr comm_plan reduce_min_plan() {
+  return comm_plan{}.then(collective::allreduce, detail::reduced_axes<X, Ds...>());
+}
+template <Tensor X, Dim... Ds>
+constexpr comm_plan logsumexp_plan() {
+  constexpr unsigned axes = detail::reduced_axes<X, Ds...>();
+  return comm_plan{}.then(collective::allreduce, axes).then(collective::allreduce, axes);
+}
+
+// ---- ops --------------------------------------------------------------------------------------
+// Mean over the named dims. Gradient: g / count, broadcast back.
+template <Dim... Ds, Tensor X>
+auto reduce_mean(const X& x) {
+  detail::check_reduced_dims<X, Ds...>();
+  using Out = detail::reduced_t<X, Ds...>;
+  using T = typename X::value_type;
+  Out out = detail::mean_to<Out>(x);
+  detail::record<Out>(
+      out,
+      [x](const Out& g) {
+        const T n = static_cast<T>(detail::reduced_count<Out>(x));
+        detail::push_grad(x, detail::map_broadcast<X>(x.extents(), KOKKOS_LAMBDA(T gv) { return gv / n; }, g));
+      },
+      x);
+  return out;
+}
+
+namespace detail {
+// reduce_max / reduce_min. Gradient: g goes to every element equal to the result (all of a tie,
+// as in Mesh-TensorFlow), zero elsewhere.
+template <reduce_op Op, Tensor Out, Tensor X>
+Out extremum(const X& x) {
+  using T = typename X::value_type;
+  Out out = reduce_to<Out>(x, Op);
+  record<Out>(
+      out,
+      [x, y = out.detached()](const Out& g) {
+        push_grad(x, map_broadcast<X>(
+                         x.extents(), KOKKOS_LAMBDA(T gv, T xv, T yv) { return xv == yv ? gv : T(0); }, g, x, y));
+      },
+      x);
+  return out;
+}
+}  // namespace detail
+
+template <Dim... Ds, Tensor X>
+auto reduce_max(const X& x) {
+  detail::check_reduced_dims<X, Ds...>();
+  return detail::extremum<reduce_op::max, detail::reduced_t<X, Ds...>>(x);
+}
+
+template <Dim... Ds, Tensor X>
+auto reduce_min(const X& x) {
+  detail::check_reduced_dims<X, Ds...>();
+  return detail::extremum<reduce_op::min, detail::reduced_t<X, Ds...>>(x);
+}
+
+// log(sum(exp(x))) over the named dims. Gradient: g * exp(x - result), broadcast back.
+template <Dim... Ds, Tensor X>
+auto logsumexp(const X& x) {
+  detail::check_reduced_dims<X, Ds...>();
+  using Out = detail::reduced_t<X, Ds...>;
+  using T = typename X::value_type;
+  Out out = detail::logsumexp_to<Out>(x);
+  detail::record<Out>(
+      out,
+      [x, y = out.detached()](const Out& g) {
+        detail::push_grad(x, detail::map_broadcast<X>(
+                                 x.extents(), KOKKOS_LAMBDA(T gv, T xv, T yv) { return gv * detail::kx::exp(xv - yv); },
+                                 g, x, y));
+      },
+      x);
+  return out;
+}
+
+}  // namespace meshtensor

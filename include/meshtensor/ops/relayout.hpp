@@ -1,0 +1,273 @@
+#pragma once
+// relayout<Target>(x): the same global tensor (same dims, element type, space and mesh) under
+// Target's layout.
+// Communication, from the two layouts' splits dim by dim: none where every dim's new axes extend
+// its old ones (local slicing, or none at all when nothing changes); one alltoall over axis X when
+// the only change besides such slicing is a split on X moving from the end of one dim's axes to
+// another dim; otherwise one allgather over the axes every dim stops being split over (its old
+// axes after the prefix it keeps), then local slicing.
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../layout/plan.hpp"
+#include "../runtime/collectives.hpp"
+#include "detail/kernels.hpp"
+#include "reduce.hpp"
+
+namespace meshtensor {
+
+namespace diagnostic {
+template <class Target, class Source>
+struct relayout_changes_more_than_layout {
+  static_assert(sizeof(Target) == 0,
+                "meshtensor: relayout<Target> must keep the tensor's dims (in order), element type, "
+                "execution space and mesh; only the layout may change");
+};
+}  // namespace diagnostic
+
+namespace detail {
+
+enum class relayout_kind { share, local, allgather, alltoall };
+
+// What moving slices from one placement to another (dim by dim, in position order) needs.
+struct relayout_step {
+  relayout_kind kind = relayout_kind::share;
+  unsigned axes = 0;  // allgather: the gathered axes; alltoall: the one axis
+};
+
+constexpr int common_prefix(const dim_split& a, const dim_split& b) {
+  int p = 0;
+  while (p < a.count && p < b.count && a.axes[p] == b.axes[p]) ++p;
+  return p;
+}
+
+template <std::size_t R>
+constexpr relayout_step analyze_relayout(const std::array<dim_split, R>& from, const std::array<dim_split, R>& to) {
+  bool same = true;
+  unsigned gather = 0;
+  int gathered_dims = 0, a = -1;
+  for (std::size_t d = 0; d < R; ++d) {
+    const int p = common_prefix(from[d], to[d]);
+    if (p != from[d].count || p != to[d].count) same = false;
+    // A new part lies inside the old part only when the old axes are a prefix of the new ones
+    // (parts number row-major over the rule's axes); otherwise the axes after the prefix go.
+    if (p < from[d].count) {
+      for (int k = p; k < from[d].count; ++k) gather |= 1u << from[d].axes[k];
+      ++gathered_dims;
+      a = static_cast<int>(d);
+    }
+  }
+  if (same) return {relayout_kind::share, 0};
+  if (gather == 0) return {relayout_kind::local, 0};
+  // Dim a drops exactly its last axis X and keeps the rest; another dim takes X up.
+  if (gathered_dims == 1 && from[a].count == to[a].count + 1 && common_prefix(from[a], to[a]) == to[a].count) {
+    const int x = from[a].axes[from[a].count - 1];
+    for (std::size_t b = 0; b < R; ++b)
+      for (int k = 0; k < to[b].count; ++k)
+        if (static_cast<int>(b) != a && to[b].axes[k] == x) return {relayout_kind::alltoall, 1u << x};
+  }
+  return {relayout_kind::allgather, gather};
+}
+
+constexpr comm_plan plan_of(const relayout_step& s) {
+  comm_plan p{};
+  if (s.kind == relayout_kind::allgather) p.then(collective::allgather, s.axes);
+  if (s.kind == relayout_kind::alltoall) p.then(collective::alltoall, s.axes);
+  return p;
+}
+
+template <std::size_t R>
+box<R> box_of(const std::array<dim_split, R>& s, const std::array<std::int64_t, R>& ext, const std::vector<int>& sizes,
+              const std::vector<int>& coords) {
+  box<R> b;
+  for (std::size_t i = 0; i < R; ++i) {
+    b.extent[i] = ext[i] / parts_of(s[i], sizes);
+    b.offset[i] = part_index(s[i], sizes, coords) * b.extent[i];
+  }
+  return b;
+}
+
+template <std::size_t R>
+box<R> intersect(const box<R>& a, const box<R>& b) {
+  box<R> r;
+  for (std::size_t i = 0; i < R; ++i) {
+    r.offset[i] = std::max(a.offset[i], b.offset[i]);
+    r.extent[i] = std::max<std::int64_t>(0, std::min(a.offset[i] + a.extent[i], b.offset[i] + b.extent[i]) - r.offset[i]);
+  }
+  return r;
+}
+
+// Coordinates of sub-rank p of the sub-communicator over `mask`: row-major over the masked axes in
+// mesh order (MPI_Cart_sub's order); the other coordinates are this processor's.
+inline std::vector<int> peer_coords(const communicator& c, unsigned mask, int p) {
+  std::vector<int> coords = c.coords();
+  for (std::size_t i = c.sizes().size(); i-- > 0;)
+    if (mask & (1u << i)) {
+      coords[i] = p % c.sizes()[i];
+      p /= c.sizes()[i];
+    }
+  return coords;
+}
+
+// Copies the elements of `region` (global coordinates) from a row-major buffer holding box sb at
+// src[soff...] to one holding box db at dst[doff...].
+template <class Exec, class SrcView, class DstView, std::size_t R>
+void copy_box(const SrcView& src, std::int64_t soff, const box<R>& sb, const DstView& dst, std::int64_t doff,
+              const box<R>& db, const box<R>& region) {
+  const std::int64_t n = region.size();
+  if (n == 0) return;
+  const auto ss = row_major_strides<R>(sb.extent), ds = row_major_strides<R>(db.extent);
+  kidx ext{}, sd{}, sst{}, dd{}, dst_st{};
+  for (std::size_t i = 0; i < R; ++i) {
+    ext[i] = region.extent[i];
+    sd[i] = region.offset[i] - sb.offset[i];
+    dd[i] = region.offset[i] - db.offset[i];
+    sst[i] = ss[i];
+    dst_st[i] = ds[i];
+  }
+  constexpr int r = static_cast<int>(R);
+  Kokkos::parallel_for(
+      "meshtensor::copy_box", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t l) {
+        std::int64_t s = soff, d = doff;
+        for (int i = r - 1; i >= 0; --i) {
+          const std::int64_t m = l % ext[i];
+          l /= ext[i];
+          s += (sd[i] + m) * sst[i];
+          d += (dd[i] + m) * dst_st[i];
+        }
+        dst(d) = src(s);
+      });
+}
+
+// This processor's slice under `to`, from its slice `src` under `from`, global extents ext.
+// Templated on element type, space and rank only: the layouts are values here.
+template <class Exec, class T, std::size_t R>
+Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
+                                                          const Kokkos::View<T*, typename Exec::memory_space>& src,
+                                                          const std::array<std::int64_t, R>& ext,
+                                                          const std::array<dim_split, R>& from,
+                                                          const std::array<dim_split, R>& to, relayout_step step) {
+  using mem = typename Exec::memory_space;
+  using view = Kokkos::View<T*, mem>;
+  using host_view_t = Kokkos::View<T*, Kokkos::HostSpace>;
+  if (step.kind == relayout_kind::share) return src;
+  const auto& sizes = comm.sizes();
+  const auto old_box = box_of<R>(from, ext, sizes, comm.coords());
+  const auto new_box = box_of<R>(to, ext, sizes, comm.coords());
+  view dst(Kokkos::view_alloc(std::string("meshtensor::relayout"), Kokkos::WithoutInitializing),
+           static_cast<std::size_t>(new_box.size()));
+  if (step.kind == relayout_kind::local) {
+    copy_box<Exec>(src, 0, old_box, dst, 0, new_box, new_box);
+  } else if (step.kind == relayout_kind::allgather) {
+    // Every peer's old slice, then the parts of each that fall in the new slice.
+    const int n = comm.size_over(step.axes);
+    const std::int64_t m = old_box.size();
+    auto send = host_view(src);
+    host_view_t recv_h(Kokkos::view_alloc(std::string("meshtensor::relayout_recv"), Kokkos::WithoutInitializing),
+                       static_cast<std::size_t>(n * m));
+    allgather(comm, step.axes, send.data(), m, recv_h.data());
+    auto recv = Kokkos::create_mirror_view_and_copy(mem{}, recv_h);
+    for (int p = 0; p < n; ++p) {
+      const auto pb = box_of<R>(from, ext, sizes, peer_coords(comm, step.axes, p));
+      copy_box<Exec>(recv, p * m, pb, dst, 0, new_box, intersect(pb, new_box));
+    }
+  } else {
+    // Peer q (its coordinate on the axis) gets old slice ∩ its new slice; the analysis guarantees
+    // that every such block has one size, as MPI_Alltoall needs.
+    const int axis = std::countr_zero(step.axes);
+    const int n = sizes[axis];
+    std::vector<box<R>> send_boxes(n), recv_boxes(n);
+    for (int q = 0; q < n; ++q) {
+      auto c = comm.coords();
+      c[axis] = q;
+      send_boxes[q] = intersect(old_box, box_of<R>(to, ext, sizes, c));
+      recv_boxes[q] = intersect(box_of<R>(from, ext, sizes, c), new_box);
+    }
+    const std::int64_t nb = send_boxes[0].size();
+    std::int64_t covered = 0;
+    for (int q = 0; q < n; ++q) {
+      covered += recv_boxes[q].size();
+      if (send_boxes[q].size() != nb || recv_boxes[q].size() != nb)
+        throw layout_error("relayout: internal error, uneven alltoall blocks");
+    }
+    if (covered != new_box.size()) throw layout_error("relayout: internal error, alltoall leaves a gap");
+    view send(Kokkos::view_alloc(std::string("meshtensor::relayout_send"), Kokkos::WithoutInitializing),
+              static_cast<std::size_t>(n * nb));
+    for (int q = 0; q < n; ++q) copy_box<Exec>(src, 0, old_box, send, q * nb, send_boxes[q], send_boxes[q]);
+    Exec{}.fence();
+    auto send_h = host_view(send);
+    host_view_t recv_h(Kokkos::view_alloc(std::string("meshtensor::relayout_recv"), Kokkos::WithoutInitializing),
+                       static_cast<std::size_t>(n * nb));
+    alltoall(comm, step.axes, send_h.data(), nb, recv_h.data());
+    auto recv = Kokkos::create_mirror_view_and_copy(mem{}, recv_h);
+    for (int q = 0; q < n; ++q) copy_box<Exec>(recv, q * nb, recv_boxes[q], dst, 0, new_box, recv_boxes[q]);
+  }
+  Exec{}.fence();
+  return dst;
+}
+
+// Throws shape_error (on every rank: extents and mesh sizes are shared) when Out's layout cannot
+// cut these extents evenly.
+template <Tensor Out>
+void check_placeable(const communicator& comm, const typename Out::extents_type& ext, const char* op) {
+  for (std::size_t i = 0; i < Out::rank; ++i) {
+    const auto parts = parts_of(Out::splits[i], comm.sizes());
+    if (ext[i] % parts == 0) continue;
+    std::string axes;
+    for (int k = 0; k < Out::splits[i].count; ++k) {
+      const int a = Out::splits[i].axes[k];
+      axes += cat(k ? " x " : "", comm.axis_names()[a], "(", comm.sizes()[a], ")");
+    }
+    throw shape_error(cat(op, ": dim '", Out::dim_names()[i], "' of extent ", ext[i], " is split over ", axes, " = ",
+                          parts, " parts in ", Out::type_name(), "'s layout; ", ext[i], " is not divisible by ",
+                          parts));
+  }
+}
+
+// x's global tensor placed as Out, dim i of Out taking dim i of x (names may differ: rename uses
+// this). Not recorded.
+template <Tensor Out, Tensor X>
+Out relayout_kernel(const X& x, const char* op) {
+  static_assert(Out::rank == X::rank);
+  constexpr auto step = analyze_relayout<X::rank>(X::splits, Out::splits);
+  auto& comm = x.mesh().communicator();
+  check_placeable<Out>(comm, x.extents(), op);
+  auto v = move_slices<typename X::execution_space, typename X::value_type, X::rank>(comm, x.view(), x.extents(),
+                                                                                     X::splits, Out::splits, step);
+  return Out(x.mesh(), x.extents(), std::move(v));
+}
+
+template <class Out, class X>
+constexpr bool relayout_compatible_v = std::is_same_v<typename Out::value_type, typename X::value_type> &&
+                                       std::is_same_v<typename Out::execution_space, typename X::execution_space> &&
+                                       std::is_same_v<typename Out::mesh_type, typename X::mesh_type> &&
+                                       std::is_same_v<typename Out::dims, typename X::dims>;
+
+}  // namespace detail
+
+// The collectives relayout<Out>(x) runs, for x of type X (dim by dim in position order).
+template <Tensor Out, Tensor X>
+constexpr comm_plan relayout_plan() {
+  return detail::plan_of(detail::analyze_relayout<X::rank>(X::splits, Out::splits));
+}
+
+// Gradient: the result's gradient relayouted back to x's layout.
+template <Tensor Out, Tensor X>
+Out relayout(const X& x) {
+  if constexpr (!detail::relayout_compatible_v<Out, X>) {
+    (void)sizeof(diagnostic::relayout_changes_more_than_layout<Out, X>);
+    return Out{};
+  } else {
+    Out out = detail::relayout_kernel<Out>(x, "relayout");
+    detail::record<Out>(
+        out, [x](const Out& g) { detail::push_grad(x, detail::relayout_kernel<X>(g, "relayout (gradient)")); }, x);
+    return out;
+  }
+}
+
+}  // namespace meshtensor
