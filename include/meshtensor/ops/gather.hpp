@@ -1,0 +1,149 @@
+#pragma once
+// gather<V>(table, indices): embedding lookup, out[indices' dims..., table's other dims...] =
+// table[.., indices[...], ..] along the table's dim V (e.g. table[vocab, d_model], ids[batch, seq]
+// -> out[batch, seq, d_model]).
+// Communication: one allreduce of a 1-element error count over the axes that split the indices
+// (so that every rank throws alike on an id outside [0, extent of V)); then, when V is split, each
+// processor looks up the ids in its range of V (zeros elsewhere) and one allreduce over V's axes
+// sums the parts. The gradient (to the table only) scatter-adds into the local table slice, ids
+// outside the local range skipped, then allreduces over the axes that split the indices, which
+// hold different ids (none when the indices are replicated, whether or not V is split).
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "../layout/plan.hpp"
+#include "../runtime/collectives.hpp"
+#include "detail/along.hpp"
+#include "detail/kernels.hpp"
+#include "reduce.hpp"
+
+namespace meshtensor {
+
+namespace diagnostic {
+template <class VocabDim, class Indices>
+struct gather_vocab_axes_split_indices {
+  static_assert(sizeof(VocabDim) == 0,
+                "meshtensor: gather<V>: an axis that splits the table's dim V also splits a dim of the indices; "
+                "the processors along it hold different ids, so summing their lookups would mix them; split V "
+                "and the indices' dims over different axes");
+};
+template <class Table, class Indices>
+struct gather_operands_differ_in_layout {
+  static_assert(sizeof(Table) == 0, "meshtensor: gather's table and indices must share layout and execution space");
+};
+}  // namespace diagnostic
+
+namespace detail {
+template <class A, class B>
+struct join_lists;
+template <class... A, class... B>
+struct join_lists<type_list<A...>, type_list<B...>> {
+  using type = type_list<A..., B...>;
+};
+template <class V, class Table, class Idx>
+using gather_result_t = with_dims_t<Table, typename join_lists<typename Idx::dims, difference_t<typename Table::dims, type_list<V>>>::type>;
+
+template <class V, class Table, class Idx>
+constexpr void check_gather_types() {
+  if constexpr (!std::is_same_v<typename Table::layout_type, typename Idx::layout_type> ||
+                !std::is_same_v<typename Table::execution_space, typename Idx::execution_space>)
+    (void)sizeof(diagnostic::gather_operands_differ_in_layout<Table, Idx>);
+  static_assert(contains_v<V, typename Table::dims>, "meshtensor: gather<V>: the table has no dim V");
+  constexpr unsigned vocab_axes = Table::layout_type::template split_of<V>().mask();
+  if constexpr ((vocab_axes & axes_mask_of<Idx, typename Idx::dims>()) != 0)
+    (void)sizeof(diagnostic::gather_vocab_axes_split_indices<V, Idx>);
+}
+
+// Every rank learns whether any id anywhere is outside [0, n) or not whole, then all throw alike.
+template <class V, Tensor Idx>
+void check_ids(const Idx& ids, std::int64_t n) {
+  using IT = typename Idx::value_type;
+  auto iv = ids.view();
+  std::int64_t bad = 0;
+  Kokkos::parallel_reduce(
+      "meshtensor::check_ids", Kokkos::RangePolicy<typename Idx::execution_space>(0, ids.local_size()),
+      KOKKOS_LAMBDA(std::int64_t k, std::int64_t & acc) {
+        const IT v = iv(k);
+        bool ok = v >= IT(0) && v < static_cast<IT>(n);
+        if constexpr (std::is_floating_point_v<IT>) ok = ok && v == static_cast<IT>(static_cast<std::int64_t>(v));
+        acc += ok ? 0 : 1;
+      },
+      bad);
+  constexpr unsigned axes = axes_mask_of<Idx, typename Idx::dims>();
+  if constexpr (axes != 0) allreduce(ids.mesh().communicator(), axes, &bad, 1);
+  if (bad != 0)
+    throw error(cat("gather: ", bad, " id(s) in ", Idx::type_name(), ids.shape_string(),
+                    " are not whole numbers in [0, ", n, "), the extent of the table's dim '", V::name(), "'"));
+}
+
+// The lookup of the ids that fall in this processor's range of V; zeros for the others.
+template <class V, Tensor Table, Tensor Idx>
+auto gather_local(const Table& table, const Idx& ids) {
+  using Out = gather_result_t<V, Table, Idx>;
+  using T = typename Table::value_type;
+  typename Out::extents_type ext{};
+  for (std::size_t k = 0; k < Idx::rank; ++k) ext[k] = ids.extents()[k];
+  for (std::size_t k = 0, j = Idx::rank; k < Table::rank; ++k)
+    if (k != Table::template index_of<V>()) ext[j++] = table.extents()[k];
+  Out out(table.mesh(), ext);
+  const auto tab = local_along<V>(table);
+  auto iv = ids.view();
+  auto ov = out.view();
+  const std::int64_t per_id = tab.outer * tab.inner;
+  Kokkos::parallel_for(
+      "meshtensor::gather", Kokkos::RangePolicy<typename Out::execution_space>(0, out.local_size()),
+      KOKKOS_LAMBDA(std::int64_t idx) {
+        const std::int64_t r = static_cast<std::int64_t>(iv(idx / per_id)) - tab.begin;
+        const std::int64_t o = (idx % per_id) / tab.inner, i = idx % tab.inner;
+        ov(idx) = (r >= 0 && r < tab.n) ? tab.v(tab.at(o, r, i)) : T(0);
+      });
+  fence<Out>();
+  return out;
+}
+
+// Gradient kernel: scatter-add g into a zero table slice, then sum over the indices' axes.
+template <class V, Tensor Table, Tensor Idx, Tensor G>
+Table gather_grad(const Table& table, const Idx& ids, const G& g) {
+  Table gt(table.mesh(), table.extents());
+  auto tab = local_along<V>(table);
+  tab.v = gt.view();
+  auto iv = ids.view();
+  auto gv = g.view();
+  const std::int64_t per_id = tab.outer * tab.inner;
+  Kokkos::parallel_for(
+      "meshtensor::gather_grad", Kokkos::RangePolicy<typename Table::execution_space>(0, g.local_size()),
+      KOKKOS_LAMBDA(std::int64_t idx) {
+        const std::int64_t r = static_cast<std::int64_t>(iv(idx / per_id)) - tab.begin;
+        const std::int64_t o = (idx % per_id) / tab.inner, i = idx % tab.inner;
+        if (r >= 0 && r < tab.n) Kokkos::atomic_add(&tab.v(tab.at(o, r, i)), gv(idx));
+      });
+  fence<Table>();
+  allreduce_local(gt, axes_mask_of<Idx, typename Idx::dims>(), reduce_op::sum);
+  return gt;
+}
+}  // namespace detail
+
+// The id check's allreduce over the indices' split axes, then the allreduce over V's axes.
+template <Tensor Table, Tensor Idx, Dim V>
+constexpr comm_plan gather_plan() {
+  return comm_plan{}
+      .then(collective::allreduce, detail::axes_mask_of<Idx, typename Idx::dims>())
+      .then(collective::allreduce, Table::layout_type::template split_of<V>().mask());
+}
+
+// Throws meshtensor::error on every rank when any id is outside [0, extent of V) or not whole.
+template <Dim V, Tensor Table, Tensor Idx>
+detail::gather_result_t<V, Table, Idx> gather(const Table& table, const Idx& ids) {
+  using Out = detail::gather_result_t<V, Table, Idx>;
+  detail::check_gather_types<V, Table, Idx>();
+  detail::check_ids<V>(ids, table.template extent<V>());
+  Out out = detail::gather_local<V>(table, ids);
+  detail::allreduce_local(out, Table::layout_type::template split_of<V>().mask(), reduce_op::sum);
+  detail::record<Out>(
+      out, [table, ids](const Out& g) { detail::push_grad(table, detail::gather_grad<V>(table, ids, g)); }, table);
+  return out;
+}
+
+}  // namespace meshtensor

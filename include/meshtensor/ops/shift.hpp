@@ -1,0 +1,216 @@
+#pragma once
+// shift<D>(x, offset, boundary): out[.., g, ..] = x[.., g - offset, ..] along D, wrapping around or
+// filling with zeros; halo_exchange<D>(x, width): each processor's slice widened by `width`
+// elements of its neighbours' slices on each side, for stencils on spatially partitioned data.
+// Communication: none when D is not split. When D is split over one axis and |offset| (or width)
+// is at most D's local extent: shift sends one slab of |offset| elements along D to the
+// neighbouring processor on that axis (one counted `shift`), halo_exchange two (one per side).
+// Otherwise (D split over several axes, or a longer reach): one allgather over D's axes.
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <cstdlib>
+
+#include "../layout/plan.hpp"
+#include "../runtime/collectives.hpp"
+#include "detail/along.hpp"
+#include "detail/kernels.hpp"
+
+namespace meshtensor {
+
+// What comes in at the ends: the elements that fell off the other end, or zeros.
+enum class boundary { zero_fill, wrap };
+
+namespace detail {
+
+// D split over exactly one axis: the neighbour path is possible.
+template <class X, class D>
+constexpr bool one_axis_v = X::layout_type::template split_of<D>().count == 1;
+
+// out(o, l, i) = src at global index (out.begin + l - offset) along D, over src's whole extent
+// (src.begin == 0, src.n == extent), wrapped modulo the extent or zero outside it.
+template <class Exec, class OutView, class View>
+void shift_from_full(const OutView& ov, const along_view<View>& dst, const along_view<View>& src,
+                     std::int64_t offset, bool wrap) {
+  using T = typename View::value_type;
+  const std::int64_t n = src.n;
+  Kokkos::parallel_for(
+      "meshtensor::shift_local", Kokkos::RangePolicy<Exec>(0, dst.outer * dst.n * dst.inner),
+      KOKKOS_LAMBDA(std::int64_t idx) {
+        const std::int64_t o = idx / (dst.n * dst.inner), l = (idx / dst.inner) % dst.n, i = idx % dst.inner;
+        std::int64_t s = dst.begin + l - offset;
+        if (wrap) s = ((s % n) + n) % n;
+        ov(idx) = (s >= 0 && s < n) ? src.v(src.at(o, s, i)) : T(0);
+      });
+  Exec{}.fence();
+}
+
+// Sends a slab of `count` elements along D (local positions [from, from + count)) to the
+// neighbour at `step` (+1 or -1) on D's one axis; returns the slab received from the other side.
+template <Dim D, Tensor X>
+typename X::view_type neighbour_slab(const X& x, std::int64_t from, std::int64_t count, int step, bool wrap) {
+  using T = typename X::value_type;
+  constexpr auto s = X::layout_type::template split_of<D>();
+  const auto loc = local_along<D>(x);
+  auto send = pack_along<typename X::execution_space>(loc, from, count);
+  Kokkos::View<T*, Kokkos::HostSpace> recv(Kokkos::view_alloc(std::string("meshtensor::halo"), Kokkos::WithoutInitializing),
+                                           send.extent(0));
+  meshtensor::shift(x.mesh().communicator(), s.axes[0], send.data(), recv.data(),
+                    static_cast<std::int64_t>(send.extent(0)), step, wrap);
+  return Kokkos::create_mirror_view_and_copy(typename X::memory_space{}, recv);
+}
+
+template <Dim D, Tensor X>
+bool shift_uses_neighbours(const X& x, std::int64_t reach) {
+  if constexpr (one_axis_v<X, D>)
+    return std::llabs(reach) <= x.template local_extent<D>();
+  else
+    return false;
+}
+
+// Non-recording shift, also the gradient rule's kernel.
+template <Dim D, Tensor X>
+X shift_impl(const X& x, std::int64_t offset, boundary b) {
+  using T = typename X::value_type;
+  using Exec = typename X::execution_space;
+  const bool wrap = b == boundary::wrap;
+  X out(x.mesh(), x.extents());
+  const auto dst = local_along<D>(out);
+  if (x.template extent<D>() == 0) return out;
+  if (!shift_uses_neighbours<D>(x, offset)) {
+    shift_from_full<Exec>(out.view(), dst, full_along<D>(x), offset, wrap);
+    return out;
+  }
+  // Neighbour path: offset > 0 takes the last `offset` elements of the previous part, offset < 0
+  // the first -offset of the next; the rest is local.
+  const std::int64_t L = dst.n, reach = std::llabs(offset);
+  const auto slab = neighbour_slab<D>(x, offset > 0 ? L - reach : 0, reach, offset >= 0 ? 1 : -1, wrap);
+  const auto src = local_along<D>(x);
+  auto ov = out.view();
+  Kokkos::parallel_for(
+      "meshtensor::shift_neighbour", Kokkos::RangePolicy<Exec>(0, out.local_size()), KOKKOS_LAMBDA(std::int64_t idx) {
+        const std::int64_t o = idx / (L * dst.inner), l = (idx / dst.inner) % L, i = idx % dst.inner;
+        const std::int64_t s = l - offset;
+        T v;
+        if (s >= 0 && s < L)
+          v = src.v(src.at(o, s, i));
+        else
+          v = slab((o * reach + (offset > 0 ? l : l - (L - reach))) * dst.inner + i);
+        ov(idx) = v;
+      });
+  fence<X>();
+  return out;
+}
+
+}  // namespace detail
+
+// ---- plans ------------------------------------------------------------------------------------
+// shift when |offset| <= D's local extent: one `shift` along D's axis when D is split over one
+// axis; one allgather over D's axes when it is split over several; nothing when it is not split.
+template <Tensor X, Dim D>
+constexpr comm_plan shift_plan() {
+  constexpr auto s = X::layout_type::template split_of<D>();
+  if constexpr (s.count == 1) return comm_plan{}.then(collective::shift, s.mask());
+  return comm_plan{}.then(collective::allgather, s.mask());
+}
+// shift with |offset| > D's local extent: one allgather over D's axes (nothing when not split).
+template <Tensor X, Dim D>
+constexpr comm_plan shift_general_plan() {
+  return comm_plan{}.then(collective::allgather, X::layout_type::template split_of<D>().mask());
+}
+// halo_exchange when width <= D's local extent: two `shift`s (one per side) when D is split over
+// one axis, else as shift_plan.
+template <Tensor X, Dim D>
+constexpr comm_plan halo_exchange_plan() {
+  constexpr auto s = X::layout_type::template split_of<D>();
+  if constexpr (s.count == 1) return comm_plan{}.then(collective::shift, s.mask()).then(collective::shift, s.mask());
+  return shift_general_plan<X, D>();
+}
+template <Tensor X, Dim D>
+constexpr comm_plan halo_exchange_general_plan() {
+  return shift_general_plan<X, D>();
+}
+
+// ---- ops --------------------------------------------------------------------------------------
+// x shifted by offset along D (positive: towards higher indices). Gradient: the shift by -offset
+// with the same boundary (zero-fill's adjoint is the zero-fill shift back).
+template <Dim D, Tensor X>
+X shift(const X& x, std::int64_t offset, boundary b = boundary::zero_fill) {
+  X out = detail::shift_impl<D>(x, offset, b);
+  detail::record<X>(out, [x, offset, b](const X& g) { detail::push_grad(x, detail::shift_impl<D>(g, -offset, b)); }, x);
+  return out;
+}
+
+// The result of halo_exchange: this processor's slice of a tensor X, widened along D by `width`
+// elements on each side. It is not a distributed tensor (neighbouring pieces overlap), so it is
+// a plain local array: flat row-major over local_extents (D's entry is local extent + 2 * width),
+// in X's memory space; element l along D is global index begin + l. Elements beyond the global
+// ends hold zeros (boundary::zero_fill) or wrap around (boundary::wrap). It carries no gradient.
+template <Tensor X, Dim D>
+struct halo_slice {
+  using value_type = typename X::value_type;
+  using view_type = typename X::view_type;
+  static constexpr std::size_t dim_index = X::template index_of<D>();
+  view_type data;
+  typename X::extents_type local_extents{};
+  std::int64_t width = 0;
+  std::int64_t begin = 0;
+
+  const view_type& view() const { return data; }
+  std::int64_t size() const {
+    std::int64_t n = 1;
+    for (auto e : local_extents) n *= e;
+    return n;
+  }
+  // Flat index of a local multi-index (D's entry counts from the start of the left halo).
+  std::int64_t flat(const typename X::extents_type& idx) const {
+    std::int64_t f = 0;
+    for (std::size_t i = 0; i < X::rank; ++i) f = f * local_extents[i] + idx[i];
+    return f;
+  }
+};
+
+// x's local slice with `width` neighbour elements on each side along D.
+template <Dim D, Tensor X>
+halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boundary::zero_fill) {
+  using T = typename X::value_type;
+  using Exec = typename X::execution_space;
+  if (width < 0) throw shape_error(detail::cat("halo_exchange: negative width ", width, " along dim '", D::name(), "'"));
+  const bool wrap = b == boundary::wrap;
+  halo_slice<X, D> h;
+  h.width = width;
+  h.local_extents = x.local_extents();
+  const std::int64_t L = x.template local_extent<D>();
+  h.local_extents[h.dim_index] = L + 2 * width;
+  h.begin = x.offsets()[h.dim_index] - width;
+  h.data = typename X::view_type(Kokkos::view_alloc(std::string("meshtensor::halo_slice"), Kokkos::WithoutInitializing),
+                                 static_cast<std::size_t>(h.size()));
+  auto dst = detail::local_along<D>(x);
+  dst.v = h.data;
+  dst.n = L + 2 * width;
+  dst.begin = h.begin;
+  if (x.template extent<D>() == 0 || !detail::shift_uses_neighbours<D>(x, width)) {
+    detail::shift_from_full<Exec>(h.data, dst, detail::full_along<D>(x), 0, wrap);
+    return h;
+  }
+  const auto left = detail::neighbour_slab<D>(x, L - width, width, 1, wrap);
+  const auto right = detail::neighbour_slab<D>(x, 0, width, -1, wrap);
+  const auto src = detail::local_along<D>(x);
+  auto hv = h.data;
+  const std::int64_t n = dst.n, inner = dst.inner, w = width;
+  Kokkos::parallel_for(
+      "meshtensor::halo", Kokkos::RangePolicy<Exec>(0, h.size()), KOKKOS_LAMBDA(std::int64_t idx) {
+        const std::int64_t o = idx / (n * inner), l = (idx / inner) % n, i = idx % inner;
+        T v;
+        if (l < w)
+          v = left((o * w + l) * inner + i);
+        else if (l < w + L)
+          v = src.v(src.at(o, l - w, i));
+        else
+          v = right((o * w + l - w - L) * inner + i);
+        hv(idx) = v;
+      });
+  detail::fence<X>();
+  return h;
+}
+
+}  // namespace meshtensor

@@ -1,0 +1,171 @@
+#pragma once
+// top_k<D, KDim>(x, k): the k largest values of x along D, in descending order (ties: the lower
+// index first), and their indices along D, over x's other dims followed by a new dim KDim of
+// extent k.
+// Communication: none when D is not split. When it is, each processor selects its local top
+// min(k, local extent) candidates, one allgather over D's axes exchanges them (values and global
+// indices packed as doubles), and every processor selects the top k from them. KDim may be split:
+// each processor keeps its part. Gradient: to the selected positions (an allgather of the
+// gradient over KDim's axes when KDim is split; none otherwise).
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <type_traits>
+
+#include "../layout/plan.hpp"
+#include "../runtime/collectives.hpp"
+#include "detail/along.hpp"
+#include "detail/kernels.hpp"
+
+namespace meshtensor {
+
+template <class Values, class Indices>
+struct top_k_result {
+  Values values;
+  Indices indices;  // std::int64_t positions along the reduced dim
+};
+
+namespace detail {
+
+template <class X, class D, class KDim>
+using top_k_values_t = with_dims_t<X, union_t<difference_t<typename X::dims, type_list<D>>, type_list<KDim>>>;
+template <class X, class D, class KDim>
+using top_k_indices_t = typename top_k_values_t<X, D, KDim>::template rebind<std::int64_t>;
+
+KOKKOS_INLINE_FUNCTION bool ranks_before(double v1, std::int64_t i1, double v2, std::int64_t i2) {
+  return v1 > v2 || (v1 == v2 && i1 < i2);
+}
+
+// Inserts (v, gi) into a descending buffer of capacity k holding `filled` entries.
+template <class VV, class IV>
+KOKKOS_INLINE_FUNCTION void insert_candidate(const VV& bv, const IV& bi, std::int64_t base, std::int64_t k,
+                                             std::int64_t& filled, double v, std::int64_t gi) {
+  std::int64_t pos;
+  if (filled < k)
+    pos = filled++;
+  else if (k > 0 && ranks_before(v, gi, bv(base + k - 1), bi(base + k - 1)))
+    pos = k - 1;
+  else
+    return;
+  while (pos > 0 && ranks_before(v, gi, bv(base + pos - 1), bi(base + pos - 1))) {
+    bv(base + pos) = bv(base + pos - 1);
+    bi(base + pos) = bi(base + pos - 1);
+    --pos;
+  }
+  bv(base + pos) = v;
+  bi(base + pos) = gi;
+}
+
+// Gradient kernel: g (over the other dims and KDim) added at the selected positions of a zero x.
+template <class D, class KDim, Tensor X, Tensor G>
+X top_k_grad(const X& x, const Kokkos::View<std::int64_t*, typename X::memory_space>& sel, std::int64_t k,
+             const G& g) {
+  X gx(x.mesh(), x.extents());
+  auto dst = local_along<D>(x);
+  dst.v = gx.view();
+  const auto gf = full_along<KDim>(g);
+  const std::int64_t rows = dst.outer * dst.inner;
+  Kokkos::parallel_for(
+      "meshtensor::top_k_grad", Kokkos::RangePolicy<typename X::execution_space>(0, rows * k),
+      KOKKOS_LAMBDA(std::int64_t idx) {
+        const std::int64_t r = idx / k, j = idx % k;
+        const std::int64_t l = sel(idx) - dst.begin;
+        if (l >= 0 && l < dst.n) dst.v(dst.at(r / dst.inner, l, r % dst.inner)) += gf.v(gf.at(r, j, 0));
+      });
+  fence<X>();
+  return gx;
+}
+
+}  // namespace detail
+
+// One allgather over D's axes (none when D is not split).
+template <Tensor X, Dim D, Dim KDim>
+constexpr comm_plan top_k_plan() {
+  return comm_plan{}.then(collective::allgather, X::layout_type::template split_of<D>().mask());
+}
+
+template <Dim D, Dim KDim, Tensor X>
+top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, KDim>> top_k(const X& x,
+                                                                                             std::int64_t k) {
+  using V = detail::top_k_values_t<X, D, KDim>;
+  using I = detail::top_k_indices_t<X, D, KDim>;
+  using T = typename X::value_type;
+  using Exec = typename X::execution_space;
+  using Mem = typename X::memory_space;
+  static_assert(std::is_floating_point_v<T>, "meshtensor: top_k needs floating-point values");
+  static_assert(!contains_v<KDim, typename X::dims>, "meshtensor: top_k's new dim KDim is already a dim of x");
+  constexpr auto s = X::layout_type::template split_of<D>();
+  const std::int64_t n_global = x.template extent<D>();
+  if (k < 0 || k > n_global)
+    throw shape_error(detail::cat("top_k: k = ", k, " is not within [0, ", n_global, "], the extent of dim '",
+                                  D::name(), "' in ", X::type_name(), x.shape_string()));
+  detail::check_parts<KDim, V>("top_k", x.mesh(), k);
+
+  const auto src = detail::local_along<D>(x);
+  const std::int64_t rows = src.outer * src.inner, inner = src.inner, n = src.n, begin = src.begin;
+  // Local candidates, best first.
+  const std::int64_t c = k < n ? k : n;
+  Kokkos::View<double*, Mem> cv("meshtensor::top_k_values", static_cast<std::size_t>(rows * c));
+  Kokkos::View<std::int64_t*, Mem> ci("meshtensor::top_k_indices", static_cast<std::size_t>(rows * c));
+  Kokkos::parallel_for(
+      "meshtensor::top_k_local", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
+        std::int64_t filled = 0;
+        for (std::int64_t l = 0; l < n; ++l)
+          detail::insert_candidate(cv, ci, r * c, c, filled, static_cast<double>(src.v(src.at(r / inner, l, r % inner))),
+                                   begin + l);
+      });
+  Exec{}.fence();
+  Kokkos::View<double*, Mem> fv = cv;
+  Kokkos::View<std::int64_t*, Mem> fi = ci;
+  if constexpr (s.count > 0) {
+    // Exchange the candidates as (value, index) pairs of doubles, then select from all of them.
+    auto& comm = x.mesh().communicator();
+    const std::int64_t P = comm.size_over(s.mask());
+    Kokkos::View<double*, Mem> packed("meshtensor::top_k_packed", static_cast<std::size_t>(rows * c * 2));
+    Kokkos::parallel_for(
+        "meshtensor::top_k_pack", Kokkos::RangePolicy<Exec>(0, rows * c), KOKKOS_LAMBDA(std::int64_t q) {
+          packed(2 * q) = cv(q);
+          packed(2 * q + 1) = static_cast<double>(ci(q));
+        });
+    Exec{}.fence();
+    auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, packed);
+    Kokkos::View<double*, Kokkos::HostSpace> hall("meshtensor::top_k_all", static_cast<std::size_t>(P * rows * c * 2));
+    allgather(comm, s.mask(), hp.data(), rows * c * 2, hall.data());
+    auto all = Kokkos::create_mirror_view_and_copy(Mem{}, hall);
+    fv = Kokkos::View<double*, Mem>("meshtensor::top_k_values", static_cast<std::size_t>(rows * k));
+    fi = Kokkos::View<std::int64_t*, Mem>("meshtensor::top_k_indices", static_cast<std::size_t>(rows * k));
+    auto fv_ = fv;
+    auto fi_ = fi;
+    Kokkos::parallel_for(
+        "meshtensor::top_k_merge", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
+          std::int64_t filled = 0;
+          for (std::int64_t p = 0; p < P; ++p)
+            for (std::int64_t j = 0; j < c; ++j) {
+              const std::int64_t q = (p * rows + r) * c + j;
+              detail::insert_candidate(fv_, fi_, r * k, k, filled, all(2 * q), static_cast<std::int64_t>(all(2 * q + 1)));
+            }
+        });
+    Exec{}.fence();
+  }
+
+  // Keep this processor's part of KDim.
+  typename V::extents_type ext{};
+  for (std::size_t i = 0, j = 0; i < X::rank; ++i)
+    if (i != X::template index_of<D>()) ext[j++] = x.extents()[i];
+  ext[V::rank - 1] = k;
+  top_k_result<V, I> out{V(x.mesh(), ext), I(x.mesh(), ext)};
+  const std::int64_t kl = out.values.local_extents()[V::rank - 1], kb = out.values.offsets()[V::rank - 1];
+  auto ov = out.values.view();
+  auto oi = out.indices.view();
+  Kokkos::parallel_for(
+      "meshtensor::top_k_out", Kokkos::RangePolicy<Exec>(0, rows * kl), KOKKOS_LAMBDA(std::int64_t idx) {
+        const std::int64_t q = (idx / kl) * k + kb + idx % kl;
+        ov(idx) = static_cast<T>(fv(q));
+        oi(idx) = fi(q);
+      });
+  Exec{}.fence();
+  detail::record<V>(
+      out.values, [x, fi, k](const V& g) { detail::push_grad(x, detail::top_k_grad<D, KDim>(x, fi, k, g)); }, x);
+  return out;
+}
+
+}  // namespace meshtensor
