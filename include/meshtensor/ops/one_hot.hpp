@@ -38,7 +38,6 @@ detail::one_hot_result_t<NewDim, V, I> one_hot(const I& indices, std::int64_t de
                                                detail::one_hot_value_t<V, typename I::value_type> off = 0) {
   using Out = detail::one_hot_result_t<NewDim, V, I>;
   using IT = typename I::value_type;
-  using OT = typename Out::value_type;
   static_assert(!contains_v<NewDim, typename I::dims>, "meshtensor: one_hot's new dim is already a dim of the indices");
   static_assert(std::is_arithmetic_v<IT>, "meshtensor: one_hot needs integer (or whole floating) indices");
   auto ext = typename Out::extents_type{};

@@ -38,7 +38,7 @@ void shift_from_full(const OutView& ov, const along_view<View>& dst, const along
       KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (dst.n * dst.inner), l = (idx / dst.inner) % dst.n, i = idx % dst.inner;
         std::int64_t s = dst.begin + l - offset;
-        if (wrap) s = ((s % n) + n) % n;
+        if (wrap && n > 0) s = ((s % n) + n) % n;
         ov(idx) = (s >= 0 && s < n) ? src.v(src.at(o, s, i)) : T(0);
       });
   Exec{}.fence();

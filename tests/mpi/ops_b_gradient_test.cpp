@@ -1,0 +1,87 @@
+// Gradients of slice, pad, concat, split_along, shift, cumsum, gather (to the table) and top_k
+// equal central finite differences, under the replicated layout and layouts that split the op's
+// dim (over one axis, over two in either order) or other dims. float64; loss = sum over all dims
+// of op(x) * fixed random weights; eps 1e-6; tolerance 1e-6 relative to max(1, |fd|) (the ops are
+// linear, or piecewise linear away from ties, so the differences are exact up to rounding).
+// one_hot has no gradient (indices are not differentiable), halo_exchange returns no tensor.
+#include <test_support.hpp>
+
+using namespace tst;
+namespace mt = meshtensor;
+
+namespace {
+constexpr double eps = 1e-6, tol = 1e-6;
+constexpr std::int64_t I = 4, J = 8, K = 2;
+
+// sum(t * w) with w random and fixed by the seed (layout-independent, as all initialisers are).
+template <class T>
+auto weighted_sum(const T& t, std::uint64_t seed) {
+  using S = mt::detail::with_dims_t<T, mt::type_list<>>;
+  return mt::sum_to<S>(t * mt::random_normal<T>(t.mesh(), t.extents(), seed));
+}
+
+template <class X, class F>
+void check_grad(const char* what, const typename X::mesh_type& g, const typename X::extents_type& e,
+                std::uint64_t seed, F loss_of) {
+  INFO(what);
+  const auto host = mt::gather_all(mt::random_normal<X>(g, e, seed));
+  auto x = mt::from_host<X>(g, e, host);
+  x.requires_grad();
+  auto [gx] = mt::gradient(loss_of(x), x);
+  const auto got = mt::gather_all(gx);
+  auto loss_at = [&](std::vector<double> h) { return mt::gather_all(loss_of(mt::from_host<X>(g, e, h)))[0]; };
+  std::vector<double> fd(host.size());
+  for (std::size_t n = 0; n < host.size(); ++n) {
+    auto plus = host, minus = host;
+    plus[n] += eps;
+    minus[n] -= eps;
+    fd[n] = (loss_at(plus) - loss_at(minus)) / (2 * eps);
+  }
+  REQUIRE(max_rel_error(got, fd) <= tol);
+}
+
+template <class L, class M>
+void check_layout(const M& g) {
+  INFO(layout_name<L>());
+  using X = mt::tensor<double, L, i_, j_, k_>;
+  const typename X::extents_type e{I, J, K};
+  const auto y = mt::random_normal<X>(g, {I, 4, K}, 21);
+  check_grad<X>("slice", g, e, 1, [](const X& x) { return weighted_sum(mt::slice<j_>(x, 1, 4), 2); });
+  check_grad<X>("pad", g, e, 3, [](const X& x) { return weighted_sum(mt::pad<j_>(x, 1, 3), 4); });
+  check_grad<X>("concat (first)", g, e, 5, [&](const X& x) { return weighted_sum(mt::concat<j_>(x, y), 6); });
+  check_grad<X>("concat (second)", g, {I, 4, K}, 7, [&](const X& x) {
+    return weighted_sum(mt::concat<j_>(mt::random_normal<X>(g, {I, J, K}, 8), x), 9);
+  });
+  check_grad<X>("split_along", g, e, 10, [](const X& x) {
+    auto [a, b] = mt::split_along<j_>(x, 4, 4);
+    return weighted_sum(a, 11) + weighted_sum(b, 12);
+  });
+  for (std::int64_t off : {1, -5})
+    for (auto b : {mt::boundary::zero_fill, mt::boundary::wrap}) {
+      INFO("offset " << off << (b == mt::boundary::wrap ? " wrap" : " zero_fill"));
+      check_grad<X>("shift", g, e, 13, [=](const X& x) { return weighted_sum(mt::shift<j_>(x, off, b), 14); });
+    }
+  check_grad<X>("cumsum", g, e, 15, [](const X& x) { return weighted_sum(mt::cumsum<j_>(x), 16); });
+  check_grad<X>("top_k", g, e, 17, [](const X& x) { return weighted_sum(mt::top_k<j_, l_>(x, 4).values, 18); });
+  // Repeated ids: their gradients must add up in the table.
+  using Table = mt::tensor<double, L, j_, k_>;
+  using Ids = mt::tensor<std::int32_t, L, i_>;
+  const auto ids = mt::from_host<Ids>(g, {I}, std::vector<std::int32_t>{1, 7, 1, 3});
+  check_grad<Table>("gather", g, {J, K}, 19, [&](const Table& t) { return weighted_sum(mt::gather<j_>(t, ids), 20); });
+}
+}  // namespace
+
+TEST_CASE("ops_b gradients equal central finite differences", "[gradient]") {
+  SECTION("mesh [P]") {
+    auto g = world_line();
+    check_layout<mt::layout<line>>(g);
+    check_layout<mt::layout<line, mt::split<j_, x_>>>(g);
+  }
+  SECTION("mesh [2x2] (or [P x 1])") {
+    auto g = world_grid();
+    check_layout<mt::layout<grid, mt::split<i_, r_>, mt::split<l_, c_>>>(g);
+    check_layout<mt::layout<grid, mt::split<j_, r_, c_>>>(g);
+    check_layout<mt::layout<grid, mt::split<j_, c_, r_>, mt::split<l_, r_>>>(g);
+    check_layout<mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>>(g);
+  }
+}
