@@ -8,6 +8,7 @@
 #include "runtime/collectives.hpp"
 #include "layout/mesh.hpp"
 #include "layout/layout.hpp"
+#include "layout/plan.hpp"
 #include "tensor/tensor.hpp"
 #include "tensor/indexing.hpp"
 #include "tensor/init.hpp"

@@ -260,6 +260,12 @@ template <Tensor A>
 auto operator-(const A& a, typename A::value_type s) { return subtract(a, s); }
 template <Tensor A>
 auto operator/(const A& a, typename A::value_type s) { return divide(a, s); }
+template <Tensor A>
+auto operator+(typename A::value_type s, const A& a) { return add(s, a); }
+template <Tensor A>
+auto operator-(typename A::value_type s, const A& a) { return subtract(s, a); }
+template <Tensor A>
+auto operator/(typename A::value_type s, const A& a) { return divide(s, a); }
 
 // where(c, a, b): a where c != 0, else b, over the union of the three operands' dims.
 // Gradient: to a where c holds, to b elsewhere; none to c.

@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 #include <cmath>
 
+#include "../layout/plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "detail/kernels.hpp"
 
@@ -124,6 +125,13 @@ Out broadcast_to(const X& x, const typename Out::extents_type& extents) {
   Out out = detail::broadcast_local<Out>(x, extents);
   detail::record<Out>(out, [x](const Out& g) { detail::push_grad(x, detail::reduce_to<X>(g, reduce_op::sum)); }, x);
   return out;
+}
+
+// Plan of a reduction of X onto Out: one allreduce over the axes of the removed dims that are split.
+template <Tensor Out, Tensor X>
+constexpr comm_plan reduce_plan() {
+  return comm_plan{}.then(collective::allreduce,
+                          detail::axes_mask_of<X, difference_t<typename X::dims, typename Out::dims>>());
 }
 
 // Sum of x onto Out, whose dims are a subset of x's (in any order). Gradient: broadcast back.

@@ -1,0 +1,40 @@
+#pragma once
+// The static communication plan of an op: which collectives it calls, over which mesh axes,
+// derived from the operand types alone. Tests compare it with the counted calls.
+#include <array>
+#include <cstddef>
+
+#include "../runtime/communicator.hpp"
+
+namespace meshtensor {
+
+struct planned_collective {
+  collective kind = collective::allreduce;
+  unsigned axes = 0;  // bit i = mesh axis i
+  friend constexpr bool operator==(const planned_collective&, const planned_collective&) = default;
+};
+
+struct comm_plan {
+  static constexpr std::size_t capacity = 8;
+  std::size_t size = 0;
+  std::array<planned_collective, capacity> steps{};
+
+  // Adds a step unless its axis set is empty (no communication).
+  constexpr comm_plan& then(collective kind, unsigned axes) {
+    if (axes != 0) steps[size++] = {kind, axes};
+    return *this;
+  }
+  constexpr comm_plan& then(const comm_plan& other) {
+    for (std::size_t i = 0; i < other.size; ++i) steps[size++] = other.steps[i];
+    return *this;
+  }
+  constexpr bool empty() const { return size == 0; }
+  // Calls per (collective, axes), the shape of the counters a run leaves.
+  comm_counters as_counts() const {
+    comm_counters c;
+    for (std::size_t i = 0; i < size; ++i) c[{steps[i].kind, steps[i].axes}].calls += 1;
+    return c;
+  }
+};
+
+}  // namespace meshtensor
