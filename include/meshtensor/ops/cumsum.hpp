@@ -86,7 +86,7 @@ constexpr comm_plan cumsum_plan() {
 template <Dim D, Tensor X>
 X cumsum(const X& x) {
   X out = detail::cumsum_impl<D>(x, false);
-  detail::record<X>(out, [x](const X& g) { detail::push_grad(x, detail::cumsum_impl<D>(g, false)); }, x);
+  detail::record<X>(out, [x](const X& g) { detail::push_grad(x, detail::cumsum_impl<D>(g, true)); }, x);
   return out;
 }
 

@@ -94,7 +94,7 @@ X shift_impl(const X& x, std::int64_t offset, boundary b) {
         if (s >= 0 && s < L)
           v = src.v(src.at(o, s, i));
         else
-          v = slab((o * reach + (offset > 0 ? l - (L - reach) : l)) * dst.inner + i);
+          v = slab((o * reach + (offset > 0 ? l : l - (L - reach))) * dst.inner + i);
         ov(idx) = v;
       });
   fence<X>();
