@@ -1,0 +1,55 @@
+#pragma once
+// causal_attention<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, wo): Mesh-TensorFlow's
+// multi-head self-attention with a causal mask. With B the dims of x other than Length and DModel
+// (e.g. batch):
+//   q[B, Heads, Length, DKv]    = x wq[DModel, Heads, DKv] / sqrt(|DKv|)
+//   k, v[B, Heads, MemLength, DKv] = rename<Length, MemLength>(x) wk, wv
+//   logits[B, Heads, Length, MemLength] = q . k  (+ -1e9 where memory position > query position)
+//   o = softmax_MemLength(logits) . v;   y[x's dims] = o wo[Heads, DKv, DModel]
+// Heads may be split over a mesh axis (model parallelism, as in the paper): then q, k, v, the
+// logits and o need no communication and the output product allreduces over Heads' axes. With B
+// split (data parallelism) nothing is communicated forward; weight gradients allreduce over B's
+// axes. Length must not be split (MemLength takes its place in k and v by a rename).
+// Gradient: through x and every weight.
+#include <cmath>
+
+#include "../ops/einsum.hpp"
+#include "../ops/elementwise.hpp"
+#include "../ops/rename.hpp"
+#include "../ops/softmax.hpp"
+#include "../tensor/init.hpp"
+
+namespace meshtensor::nn {
+
+// mask[Length, MemLength]: 0 where the memory position is at or before the query position, else
+// `masked` (a large negative number).
+template <class Like, Dim Length, Dim MemLength>
+auto causal_mask(const typename Like::mesh_type& m, std::int64_t n, typename Like::value_type masked = -1e9) {
+  using M = meshtensor::detail::with_dims_t<Like, type_list<Length, MemLength>>;
+  using T = typename Like::value_type;
+  return meshtensor::detail::fill_by_global_index<M>(
+      m, {n, n}, KOKKOS_LAMBDA(std::int64_t g) { return (g % n) > (g / n) ? masked : T(0); });
+}
+
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
+X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo) {
+  using T = typename X::value_type;
+  using B = difference_t<typename X::dims, type_list<Length, DModel>>;
+  using namespace meshtensor::detail;
+  using QDims = concat_t<B, type_list<Heads, Length, DKv>>;
+  using KDims = concat_t<B, type_list<Heads, MemLength, DKv>>;
+  using LDims = concat_t<B, type_list<Heads, Length, MemLength>>;
+  const std::int64_t n = x.template extent<Length>();
+  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>())));
+  const auto xm = rename<Length, MemLength>(x);
+  const auto q = [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(x, wq); }(QDims{}) * scale;
+  const auto k = [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(xm, wk); }(KDims{});
+  const auto v = [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(xm, wv); }(KDims{});
+  const auto logits = [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(q, k); }(LDims{}) +
+                      causal_mask<X, Length, MemLength>(x.mesh(), n);
+  const auto weights = softmax<MemLength>(logits);
+  const auto o = [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(weights, v); }(QDims{});
+  return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
+}
+
+}  // namespace meshtensor::nn

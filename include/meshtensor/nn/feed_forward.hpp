@@ -1,0 +1,19 @@
+#pragma once
+// feed_forward<DModel, DFf>(x, w_in[DModel, DFf], w_out[DFf, DModel]): Mesh-TensorFlow's
+// dense_relu_dense, y = relu(x w_in) w_out, x and y over the same dims. With d_ff split over a
+// mesh axis (model parallelism, as in the paper) the first product communicates nothing and the
+// second allreduces over d_ff's axes; with d_model split, the first allreduces over its axes.
+// Gradient: through x and both weights.
+#include "../ops/einsum.hpp"
+#include "../ops/elementwise.hpp"
+#include "dense.hpp"
+
+namespace meshtensor::nn {
+
+template <Dim DModel, Dim DFf, Tensor X, Tensor W1, Tensor W2>
+X feed_forward(const X& x, const W1& w_in, const W2& w_out) {
+  const auto h = relu(dense<DModel, DFf>(x, w_in));
+  return dense<DFf, DModel>(h, w_out);
+}
+
+}  // namespace meshtensor::nn

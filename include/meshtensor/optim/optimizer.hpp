@@ -1,0 +1,69 @@
+#pragma once
+// The interface every optimizer shares (sgd, adam/adamw, adafactor).
+//
+//   mt::optim::adam opt({.lr = 1e-3});
+//   auto grads = mt::gradient(loss, w1, b1);      // std::tuple<W1, B1>, laid out like the params
+//   opt.step(std::tie(w1, b1), grads);            // updates w1 and b1 in place
+//
+// step() keeps one state per position in the params tuple (created on the first step, laid out
+// like its param) and counts steps from 1. The per-param form is public too:
+//
+//   auto s = opt.init(w1);                         // e.g. adam::state<W1>{m, v}
+//   opt.update(w1, g1, s, /*t=*/1);
+//
+// Params are updated in place (their local views are overwritten), so a param keeps its place on
+// the tape (requires_grad) across steps. The state tensors have the param's type, hence its
+// layout: elementwise updates need no communication under any layout. What each optimizer
+// communicates is said in its header (only adafactor does: its factored moments and RMS clipping).
+#include <cstdint>
+#include <memory>
+#include <tuple>
+#include <typeinfo>
+#include <utility>
+#include <vector>
+
+#include "../error.hpp"
+#include "../ops/detail/kernels.hpp"
+#include "../tensor/tensor.hpp"
+
+namespace meshtensor::optim {
+
+template <class Derived>
+class optimizer {
+ public:
+  // params: a tuple of references (std::tie(w, b)); grads: the tuple gradient() returns.
+  template <Tensor... Ps>
+  void step(std::tuple<Ps&...> params, const std::tuple<Ps...>& grads) {
+    if (states_.empty()) {
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (states_.push_back({&typeid(Ps), std::make_shared<decltype(derived().init(std::get<I>(params)))>(
+                                             derived().init(std::get<I>(params)))}),
+         ...);
+      }(std::index_sequence_for<Ps...>{});
+    }
+    if (states_.size() != sizeof...(Ps))
+      throw error(detail::cat("optimizer::step: called with ", sizeof...(Ps), " params, but its state was made for ",
+                              states_.size(), "; use one optimizer per set of params"));
+    ++t_;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (apply_one<Ps>(std::get<I>(params), std::get<I>(grads), I), ...);
+    }(std::index_sequence_for<Ps...>{});
+  }
+  // Steps taken so far.
+  std::int64_t steps() const { return t_; }
+
+ private:
+  Derived& derived() { return static_cast<Derived&>(*this); }
+  template <class P>
+  void apply_one(P& p, const P& g, std::size_t i) {
+    if (*states_[i].first != typeid(P))
+      throw error(detail::cat("optimizer::step: param ", i, " is a ", P::type_name(),
+                              ", but the optimizer's state there was made for another type"));
+    using S = decltype(derived().init(p));
+    derived().update(p, g, *static_cast<S*>(states_[i].second.get()), t_);
+  }
+  std::vector<std::pair<const std::type_info*, std::shared_ptr<void>>> states_;
+  std::int64_t t_ = 0;
+};
+
+}  // namespace meshtensor::optim
