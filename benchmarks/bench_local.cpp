@@ -1,0 +1,182 @@
+// One rank: meshtensor's einsum against the kernels one would call by hand.
+//   matmul/<side>/<n>       C[m,n] = A[m,k] B[k,n], n^3, float: ours vs cblas_sgemm
+//   attn_qk/<side>/<s>      S[b,h,q,k] = Q[b,h,q,d] K[b,h,k,d]: ours vs Eigen Tensor contraction,
+//                           and vs a loop of cblas_sgemm (what einsum itself calls)
+//   attn_av/<side>/<s>      O[b,h,q,d] = P[b,h,q,k] V[b,h,k,d]: the same three
+// Names are <comparison>/<side>/<size>; side is "ours" or the peer; the label names the peer.
+// PyTorch's einsum on the same shapes is benchmarks/peers/torch_einsum.py.
+#include <cblas.h>
+
+#include <meshtensor/meshtensor.hpp>
+#include <vector>
+
+#include "common.hpp"
+#if MESHTENSOR_BENCH_EIGEN
+#include "peers/eigen_contract.hpp"
+#endif
+
+namespace mt = meshtensor;
+
+#ifndef MESHTENSOR_BENCH_EIGEN
+#define MESHTENSOR_BENCH_EIGEN 0
+#endif
+
+struct m : mt::dim<"m"> {};
+struct k : mt::dim<"k"> {};
+struct n : mt::dim<"n"> {};
+struct b : mt::dim<"b"> {};
+struct h : mt::dim<"h"> {};
+struct q : mt::dim<"q"> {};
+struct kv : mt::dim<"kv"> {};
+struct d : mt::dim<"d"> {};
+struct x : mt::axis<"x"> {};
+
+using one = mt::mesh<x>;
+using plain = mt::layout<one>;
+template <class... Ds>
+using ftensor = mt::tensor<float, plain, Ds...>;
+
+namespace {
+
+mt::environment* env_ptr = nullptr;
+
+// Iterations so that one run takes roughly a fixed time at the expected speed.
+int matmul_iters(std::int64_t s) { return bench::iters(s <= 512 ? 40 : s <= 1024 ? 8 : 2); }
+
+void matmul_ours(benchmark::State& state) {
+  const std::int64_t s = state.range(0);
+  one g(*env_ptr, {1});
+  auto a = mt::random_normal<ftensor<m, k>>(g, {s, s}, 1);
+  auto bb = mt::random_normal<ftensor<k, n>>(g, {s, s}, 2);
+  ftensor<m, n> c;
+  bench::run(state, [&] {
+    c = mt::einsum<m, n>(a, bb);
+    benchmark::DoNotOptimize(c.view().data());
+  });
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * s * s * s, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+  state.SetLabel("meshtensor einsum");
+}
+
+void matmul_sgemm(benchmark::State& state) {
+  const int s = static_cast<int>(state.range(0));
+  one g(*env_ptr, {1});
+  auto a = mt::random_normal<ftensor<m, k>>(g, {s, s}, 1);
+  auto bb = mt::random_normal<ftensor<k, n>>(g, {s, s}, 2);
+  std::vector<float> c(static_cast<std::size_t>(s) * s);
+  bench::run(state, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, s, s, 1.0f, a.view().data(), s, bb.view().data(), s,
+                0.0f, c.data(), s);
+    benchmark::DoNotOptimize(c.data());
+  });
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * s * s * s, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+  state.SetLabel("cblas_sgemm");
+}
+
+// Attention shapes: batch 4, heads 8, sequence s (queries and keys), head size 64.
+constexpr std::int64_t B = 4, H = 8, D = 64;
+int attn_iters(std::int64_t s) { return bench::iters(s <= 128 ? 40 : 4); }
+double attn_flops(std::int64_t s) { return 2.0 * B * H * s * s * D; }
+
+void set_attn_counters(benchmark::State& state, std::int64_t s, const char* label) {
+  state.counters["GFLOP/s"] = benchmark::Counter(attn_flops(s), benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+  state.SetLabel(label);
+}
+
+// kind 0: qk (bhqd,bhkd->bhqk); kind 1: av (bhqk,bhkd->bhqd).
+template <int Kind>
+void attn_ours(benchmark::State& state) {
+  const std::int64_t s = state.range(0);
+  one g(*env_ptr, {1});
+  if constexpr (Kind == 0) {
+    auto qt = mt::random_normal<ftensor<b, h, q, d>>(g, {B, H, s, D}, 1);
+    auto kt = mt::random_normal<ftensor<b, h, kv, d>>(g, {B, H, s, D}, 2);
+    ftensor<b, h, q, kv> out;
+    bench::run(state, [&] {
+      out = mt::einsum<b, h, q, kv>(qt, kt);
+      benchmark::DoNotOptimize(out.view().data());
+    });
+  } else {
+    auto pt = mt::random_normal<ftensor<b, h, q, kv>>(g, {B, H, s, s}, 1);
+    auto vt = mt::random_normal<ftensor<b, h, kv, d>>(g, {B, H, s, D}, 2);
+    ftensor<b, h, q, d> out;
+    bench::run(state, [&] {
+      out = mt::einsum<b, h, q, d>(pt, vt);
+      benchmark::DoNotOptimize(out.view().data());
+    });
+  }
+  set_attn_counters(state, s, "meshtensor einsum");
+}
+
+template <int Kind>
+void attn_peer(benchmark::State& state, bool eigen) {
+  const int s = static_cast<int>(state.range(0));
+  const int bh = static_cast<int>(B * H), d_ = static_cast<int>(D);
+  std::vector<float> x(static_cast<std::size_t>(bh) * s * (Kind == 0 ? d_ : s)), y(static_cast<std::size_t>(bh) * s * d_),
+      out(static_cast<std::size_t>(bh) * s * (Kind == 0 ? s : d_));
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = static_cast<float>((i * 104729) % 1000) * 1e-3f - 0.5f;
+  bench::run(state, [&] {
+    if (eigen) {
+#if MESHTENSOR_BENCH_EIGEN
+      if constexpr (Kind == 0)
+        peers::eigen_attn_qk(x.data(), y.data(), out.data(), bh, s, d_);
+      else
+        peers::eigen_attn_av(x.data(), y.data(), out.data(), bh, s, d_);
+#endif
+    } else {
+      for (int i = 0; i < bh; ++i) {
+        if constexpr (Kind == 0)
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s, s, d_, 1.0f, x.data() + std::size_t(i) * s * d_, d_,
+                      y.data() + std::size_t(i) * s * d_, d_, 0.0f, out.data() + std::size_t(i) * s * s, s);
+        else
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s, d_, s, 1.0f, x.data() + std::size_t(i) * s * s, s,
+                      y.data() + std::size_t(i) * s * d_, d_, 0.0f, out.data() + std::size_t(i) * s * d_, d_);
+      }
+    }
+    benchmark::DoNotOptimize(out.data());
+  });
+  set_attn_counters(state, s, eigen ? "Eigen Tensor contraction (per b,h)" : "cblas_sgemm loop (per b,h)");
+}
+
+void register_all() {
+  const bool smoke = bench::smoke();
+  const std::vector<std::int64_t> mm = smoke ? std::vector<std::int64_t>{64} : std::vector<std::int64_t>{512, 1024, 2048};
+  for (auto s : mm) {
+    const auto name = std::to_string(s);
+    benchmark::RegisterBenchmark(("matmul/ours/" + name).c_str(), matmul_ours)
+        ->Arg(s)->Iterations(matmul_iters(s))->UseManualTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("matmul/cblas_sgemm/" + name).c_str(), matmul_sgemm)
+        ->Arg(s)->Iterations(matmul_iters(s))->UseManualTime()->Unit(benchmark::kMillisecond);
+  }
+  const std::vector<std::int64_t> as = smoke ? std::vector<std::int64_t>{16} : std::vector<std::int64_t>{128, 512};
+  for (auto s : as) {
+    const auto name = std::to_string(s);
+    const int it = attn_iters(s);
+    benchmark::RegisterBenchmark(("attn_qk/ours/" + name).c_str(), attn_ours<0>)
+        ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+    if (MESHTENSOR_BENCH_EIGEN)
+      benchmark::RegisterBenchmark(("attn_qk/eigen/" + name).c_str(), [](benchmark::State& st) { attn_peer<0>(st, true); })
+          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("attn_qk/sgemm_loop/" + name).c_str(), [](benchmark::State& st) { attn_peer<0>(st, false); })
+        ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("attn_av/ours/" + name).c_str(), attn_ours<1>)
+        ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+    if (MESHTENSOR_BENCH_EIGEN)
+      benchmark::RegisterBenchmark(("attn_av/eigen/" + name).c_str(), [](benchmark::State& st) { attn_peer<1>(st, true); })
+          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(("attn_av/sgemm_loop/" + name).c_str(), [](benchmark::State& st) { attn_peer<1>(st, false); })
+        ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mt::environment env(argc, argv);
+  env_ptr = &env;
+  register_all();
+  return bench::main(argc, argv);
+}
