@@ -1,0 +1,165 @@
+// Optimizers: three steps of sgd (momentum, nesterov, weight decay), adam, adamw and adafactor
+// (factored for a matrix, unfactored for a vector, with momentum) equal the update computed here on
+// the host from the published formulas, under replicated and split layouts.
+#include <meshtensor/optim/adafactor.hpp>
+#include <meshtensor/optim/adam.hpp>
+#include <meshtensor/optim/sgd.hpp>
+#include <test_support.hpp>
+
+using namespace tst;
+namespace mt = meshtensor;
+namespace optim = meshtensor::optim;
+
+namespace {
+using vec = std::vector<double>;
+constexpr std::int64_t R = 4, C = 8;
+
+struct host_adafactor {
+  double vr[R] = {}, vc[C] = {}, v1[C] = {}, m[R * C] = {}, m1[C] = {};
+};
+double rms(const vec& x) {
+  double s = 0;
+  for (double v : x) s += v * v;
+  return std::sqrt(s / x.size());
+}
+
+// The gradient fed at step t: fixed random values that change with t.
+template <class TT, class M>
+TT grad_at(const M& g, const typename TT::extents_type& e, int t) {
+  return mt::random_normal<TT>(g, e, 100 + t);
+}
+
+template <class L>
+void run_layout(const grid& g) {
+  using W = mt::tensor<double, L, i_, j_>;
+  using B = mt::tensor<double, L, j_>;
+  const vec w0 = mt::gather_all(mt::random_normal<W>(g, {R, C}, 1));
+  const vec b0 = mt::gather_all(mt::random_normal<B>(g, {C}, 2));
+  std::vector<vec> gw, gb;
+  for (int t = 1; t <= 3; ++t) {
+    gw.push_back(mt::gather_all(grad_at<W>(g, {R, C}, t)));
+    gb.push_back(mt::gather_all(grad_at<B>(g, {C}, t + 10)));
+  }
+  // Runs 3 steps of opt on (w, b) and returns the final params.
+  auto run = [&](auto opt) {
+    auto w = mt::from_host<W>(g, {R, C}, w0);
+    auto b = mt::from_host<B>(g, {C}, b0);
+    for (int t = 1; t <= 3; ++t)
+      opt.step(std::tie(w, b), std::tuple{grad_at<W>(g, {R, C}, t), grad_at<B>(g, {C}, t + 10)});
+    REQUIRE(opt.steps() == 3);
+    return std::pair{mt::gather_all(w), mt::gather_all(b)};
+  };
+  auto check = [&](const std::pair<vec, vec>& got, const vec& w, const vec& b) {
+    REQUIRE(max_rel_error(got.first, w) < 1e-12);
+    REQUIRE(max_rel_error(got.second, b) < 1e-12);
+    REQUIRE(max_rel_error(got.first, w0) > 1e-4);  // the update did something
+  };
+
+  SECTION("sgd with momentum and weight decay") {
+    const double lr = 0.1, mu = 0.9, wd = 0.01;
+    for (bool nesterov : {false, true}) {
+      vec w = w0, b = b0, vw(w.size()), vb(b.size());
+      for (int t = 0; t < 3; ++t) {
+        auto upd = [&](vec& p, vec& v, const vec& gr) {
+          for (std::size_t n = 0; n < p.size(); ++n) {
+            const double gi = gr[n] + wd * p[n];
+            v[n] = t == 0 ? gi : mu * v[n] + gi;
+            p[n] -= lr * (nesterov ? gi + mu * v[n] : v[n]);
+          }
+        };
+        upd(w, vw, gw[t]);
+        upd(b, vb, gb[t]);
+      }
+      check(run(optim::sgd({.lr = lr, .momentum = mu, .weight_decay = wd, .nesterov = nesterov})), w, b);
+    }
+  }
+  SECTION("adam and adamw") {
+    const double lr = 0.01, b1 = 0.9, b2 = 0.99, eps = 1e-8, wd = 0.1;
+    for (bool decoupled : {false, true}) {
+      vec w = w0, b = b0, mw(w.size()), vw(w.size()), mb(b.size()), vb(b.size());
+      for (int t = 1; t <= 3; ++t) {
+        auto upd = [&](vec& p, vec& m, vec& v, const vec& gr) {
+          for (std::size_t n = 0; n < p.size(); ++n) {
+            const double gi = decoupled ? gr[n] : gr[n] + wd * p[n];
+            m[n] = b1 * m[n] + (1 - b1) * gi;
+            v[n] = b2 * v[n] + (1 - b2) * gi * gi;
+            const double mh = m[n] / (1 - std::pow(b1, t)), vh = v[n] / (1 - std::pow(b2, t));
+            p[n] -= lr * (mh / (std::sqrt(vh) + eps) + (decoupled ? wd * p[n] : 0.0));
+          }
+        };
+        upd(w, mw, vw, gw[t - 1]);
+        upd(b, mb, vb, gb[t - 1]);
+      }
+      if (decoupled)
+        check(run(optim::adamw({.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd})), w, b);
+      else
+        check(run(optim::adam({.lr = lr, .beta1 = b1, .beta2 = b2, .eps = eps, .weight_decay = wd})), w, b);
+    }
+  }
+  SECTION("adafactor: factored matrix, unfactored vector, relative step, clipping, momentum") {
+    for (double beta1 : {0.0, 0.5}) {
+      vec w = w0, b = b0;
+      host_adafactor s;
+      for (int t = 1; t <= 3; ++t) {
+        const double beta2 = 1 - std::pow(t, -0.8), eps1 = 1e-30;
+        const double rho = std::min(1e-2, 1 / std::sqrt(double(t)));
+        // Matrix: row and column means of g^2 + eps1.
+        vec u(R * C);
+        for (std::int64_t i = 0; i < R; ++i) {
+          double mean = 0;
+          for (std::int64_t j = 0; j < C; ++j) mean += (gw[t - 1][i * C + j] * gw[t - 1][i * C + j] + eps1) / C;
+          s.vr[i] = beta2 * s.vr[i] + (1 - beta2) * mean;
+        }
+        for (std::int64_t j = 0; j < C; ++j) {
+          double mean = 0;
+          for (std::int64_t i = 0; i < R; ++i) mean += (gw[t - 1][i * C + j] * gw[t - 1][i * C + j] + eps1) / R;
+          s.vc[j] = beta2 * s.vc[j] + (1 - beta2) * mean;
+        }
+        double row_mean = 0;
+        for (std::int64_t i = 0; i < R; ++i) row_mean += s.vr[i] / R;
+        for (std::int64_t i = 0; i < R; ++i)
+          for (std::int64_t j = 0; j < C; ++j) u[i * C + j] = gw[t - 1][i * C + j] / std::sqrt(s.vr[i] * s.vc[j] / row_mean);
+        // Vector: unfactored.
+        vec ub(C);
+        for (std::int64_t j = 0; j < C; ++j) {
+          s.v1[j] = beta2 * s.v1[j] + (1 - beta2) * (gb[t - 1][j] * gb[t - 1][j] + eps1);
+          ub[j] = gb[t - 1][j] / std::sqrt(s.v1[j]);
+        }
+        auto apply = [&](vec& p, vec& uu, double* m) {
+          const double clip = std::max(1.0, rms(uu) / 1.0);
+          const double alpha = std::max(1e-3, rms(p)) * rho;
+          for (std::size_t n = 0; n < p.size(); ++n) {
+            double un = uu[n] / clip;
+            if (beta1 > 0) un = m[n] = beta1 * m[n] + (1 - beta1) * un;
+            p[n] -= alpha * un;
+          }
+        };
+        apply(w, u, s.m);
+        apply(b, ub, s.m1);
+      }
+      check(run(optim::adafactor({.beta1 = beta1})), w, b);
+    }
+  }
+  SECTION("per-param interface and a mismatched step") {
+    optim::adam opt;
+    auto w = mt::from_host<W>(g, {R, C}, w0);
+    auto st = opt.init(w);
+    opt.update(w, grad_at<W>(g, {R, C}, 1), st, 1);
+    // Adam's first step moves each element by lr * sign(g) (up to eps).
+    const auto got = mt::gather_all(w);
+    for (std::size_t n = 0; n < got.size(); ++n)
+      REQUIRE(std::abs(got[n] - (w0[n] - 1e-3 * (gw[0][n] > 0 ? 1 : -1))) < 1e-9);
+    auto b = mt::from_host<B>(g, {C}, b0);
+    optim::sgd s2;
+    s2.step(std::tie(w, b), std::tuple{grad_at<W>(g, {R, C}, 1), grad_at<B>(g, {C}, 2)});
+    REQUIRE_THROWS_AS(s2.step(std::tie(b), std::tuple{grad_at<B>(g, {C}, 2)}), mt::error);
+  }
+}
+}  // namespace
+
+TEST_CASE("optimizer steps equal hand-computed updates", "[optim]") {
+  const auto g = world_grid();
+  SECTION("replicated") { run_layout<mt::layout<grid>>(g); }
+  SECTION("i over r, j over c") { run_layout<mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>>(g); }
+  SECTION("j over c and r") { run_layout<mt::layout<grid, mt::split<j_, c_, r_>>>(g); }
+}
