@@ -1,0 +1,237 @@
+// An MLP classifier for Fashion-MNIST (Debian's dataset-fashion-mnist), trained on a 2-D mesh.
+// The default layout splits the batch over the mesh's rows (data parallelism) and the hidden
+// units over its cols (model parallelism): x[batch, pixels] w1[pixels, hidden] needs no
+// communication, h[batch, hidden] w2[hidden, classes] allreduces over cols, and the weight
+// gradients allreduce over rows.
+//
+//   mpiexec -n 4 fashion_mnist [--layout 2d|data|model] [--epochs 5] [--data-dir DIR]
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <meshtensor/meshtensor.hpp>
+#include <numeric>
+#include <random>
+
+#include "idx.hpp"
+
+namespace mt = meshtensor;
+namespace nn = meshtensor::nn;
+
+struct batch : mt::dim<"batch"> {};
+struct pixels : mt::dim<"pixels"> {};
+struct hidden : mt::dim<"hidden"> {};
+struct classes : mt::dim<"classes"> {};
+struct rows : mt::axis<"rows"> {};
+struct cols : mt::axis<"cols"> {};
+using grid = mt::mesh<rows, cols>;
+
+// The compiled-in layouts.
+using layout_2d = mt::layout<grid, mt::split<batch, rows>, mt::split<hidden, cols>>;
+using layout_data = mt::layout<grid, mt::split<batch, rows, cols>>;
+using layout_model = mt::layout<grid, mt::split<hidden, rows, cols>>;
+
+struct options {
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string layout = "2d";
+  std::array<int, 2> mesh{2, 2};
+  int epochs = 5;
+  std::int64_t max_steps = 0;
+  std::int64_t batch_size = 128;
+  std::int64_t hidden_units = 256;
+  double lr = 1e-3;
+  std::string optimizer = "adam";
+  int log_every = 100;
+  std::uint64_t seed = 1;
+  bool expect_loss_drop = false;
+  std::int64_t test_examples = 10000;
+};
+
+struct dataset {
+  std::int64_t n = 0;
+  std::vector<std::uint8_t> images;  // n x 784
+  std::vector<std::uint8_t> labels;  // n
+};
+
+dataset load(const std::string& dir, const std::string& prefix, MPI_Comm comm) {
+  const std::string ip = dir + "/" + prefix + "-images-idx3-ubyte.gz", lp = dir + "/" + prefix + "-labels-idx1-ubyte.gz";
+  auto im = idx::read(ip, 3, comm);
+  auto lb = idx::read(lp, 1, comm);
+  if (im.dims[1] != 28 || im.dims[2] != 28)
+    throw mt::io_error(mt::detail::cat("'", ip, "' holds images of ", im.dims[1], "x", im.dims[2], " pixels, expected 28x28"));
+  if (im.dims[0] != lb.dims[0])
+    throw mt::io_error(mt::detail::cat("'", ip, "' holds ", im.dims[0], " images but '", lp, "' holds ", lb.dims[0], " labels"));
+  for (auto v : lb.data)
+    if (v > 9) throw mt::io_error(mt::detail::cat("'", lp, "' holds the label ", int(v), "; Fashion-MNIST labels are 0..9"));
+  return {im.dims[0], std::move(im.data), std::move(lb.data)};
+}
+
+// The examples order[first, first + count) as float pixels in [0, 1] and int labels.
+void make_batch(const dataset& d, const std::vector<std::int64_t>& order, std::int64_t first, std::int64_t count,
+                std::vector<float>& x, std::vector<int>& y) {
+  x.resize(static_cast<std::size_t>(count * 784));
+  y.resize(static_cast<std::size_t>(count));
+  for (std::int64_t b = 0; b < count; ++b) {
+    const std::int64_t e = order[static_cast<std::size_t>(first + b)];
+    for (std::int64_t p = 0; p < 784; ++p) x[b * 784 + p] = d.images[e * 784 + p] * (1.0f / 255.0f);
+    y[b] = d.labels[e];
+  }
+}
+
+template <class L>
+int train(const grid& g, const options& o, const dataset& tr, const dataset& te) {
+  using X = mt::tensor<float, L, batch, pixels>;
+  using Y = mt::tensor<int, L, batch>;
+  using W1 = mt::tensor<float, L, pixels, hidden>;
+  using B1 = mt::tensor<float, L, hidden>;
+  using W2 = mt::tensor<float, L, hidden, classes>;
+  using B2 = mt::tensor<float, L, classes>;
+  const bool root = g.rank() == 0;
+  const std::int64_t H = o.hidden_units, nb = o.batch_size;
+
+  auto w1 = nn::normal_fan_in<W1, pixels>(g, {784, H}, o.seed);
+  auto b1 = mt::zeros<B1>(g, {H});
+  auto w2 = nn::normal_fan_in<W2, hidden>(g, {H, 10}, o.seed + 1);
+  auto b2 = mt::zeros<B2>(g, {10});
+  for (auto* p : {&w1}) p->requires_grad();
+  b1.requires_grad();
+  w2.requires_grad();
+  b2.requires_grad();
+
+  auto logits_of = [&](const X& x, const W1& a, const B1& ab, const W2& c, const B2& cb) {
+    const auto h = mt::relu(nn::dense<pixels, hidden>(x, a, ab));
+    return nn::dense<hidden, classes>(h, c, cb);
+  };
+
+  mt::optim::adam adam({.lr = o.lr});
+  mt::optim::sgd sgd({.lr = o.lr, .momentum = 0.9});
+  std::vector<std::int64_t> order(static_cast<std::size_t>(tr.n));
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(o.seed);  // the same on every rank
+  const std::int64_t per_epoch = tr.n / nb;
+  const std::int64_t total = o.max_steps > 0 ? std::min(o.max_steps, per_epoch * o.epochs) : per_epoch * o.epochs;
+  if (root)
+    std::printf("fashion_mnist: %lld training and %lld test images; layout %s on mesh [rows=%d x cols=%d]; "
+                "MLP 784-%lld-10, batch %lld, %s lr %g, %lld steps\n",
+                (long long)tr.n, (long long)te.n, o.layout.c_str(), g.size<rows>(), g.size<cols>(), (long long)H,
+                (long long)nb, o.optimizer.c_str(), o.lr, (long long)total);
+
+  std::vector<float> hx;
+  std::vector<int> hy;
+  std::vector<double> losses;
+  MPI_Barrier(MPI_COMM_WORLD);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto tlog = t0;
+  std::int64_t seen_since_log = 0;
+  for (std::int64_t step = 0; step < total; ++step) {
+    const std::int64_t in_epoch = step % per_epoch;
+    if (in_epoch == 0) std::shuffle(order.begin(), order.end(), rng);
+    make_batch(tr, order, in_epoch * nb, nb, hx, hy);
+    const auto x = mt::from_host<X>(g, {nb, 784}, hx);
+    const auto y = mt::from_host<Y>(g, {nb}, hy);
+    const auto loss = mt::reduce_mean<batch>(nn::softmax_cross_entropy<classes>(logits_of(x, w1, b1, w2, b2), y));
+    auto grads = mt::gradient(loss, w1, b1, w2, b2);
+    if (o.optimizer == "sgd") sgd.step(std::tie(w1, b1, w2, b2), grads);
+    else adam.step(std::tie(w1, b1, w2, b2), grads);
+    losses.push_back(mt::detail::host_view(loss.view())(0));
+    seen_since_log += nb;
+    if (root && ((step + 1) % o.log_every == 0 || step + 1 == total)) {
+      const auto now = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(now - tlog).count();
+      double recent = 0;
+      const std::size_t k = std::min<std::size_t>(losses.size(), static_cast<std::size_t>(o.log_every));
+      for (std::size_t i = losses.size() - k; i < losses.size(); ++i) recent += losses[i] / double(k);
+      std::printf("step %6lld/%lld  epoch %lld  loss %.4f  %8.0f examples/s\n", (long long)(step + 1),
+                  (long long)total, (long long)(step / per_epoch + 1), recent, seen_since_log / dt);
+      std::fflush(stdout);
+      tlog = now;
+      seen_since_log = 0;
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  // Test accuracy, in batches whose size divides by every mesh size used here.
+  const std::int64_t eb = 1000, n_test = std::min(o.test_examples, te.n) / eb * eb;
+  std::vector<std::int64_t> test_order(static_cast<std::size_t>(te.n));
+  std::iota(test_order.begin(), test_order.end(), 0);
+  std::int64_t correct = 0;
+  const auto dw1 = w1.detached();
+  const auto db1 = b1.detached();
+  const auto dw2 = w2.detached();
+  const auto db2 = b2.detached();
+  for (std::int64_t first = 0; first < n_test; first += eb) {
+    make_batch(te, test_order, first, eb, hx, hy);
+    const auto logits = mt::gather(logits_of(mt::from_host<X>(g, {eb, 784}, hx), dw1, db1, dw2, db2));
+    if (root)
+      for (std::int64_t b = 0; b < eb; ++b) {
+        const auto* row = logits.data() + b * 10;
+        correct += (std::max_element(row, row + 10) - row) == hy[b];
+      }
+  }
+  int status = 0;
+  if (root) {
+    std::printf("trained %lld steps in %.1f s (%.1f steps/s, %.0f examples/s)\n", (long long)total, train_s,
+                total / train_s, total * nb / train_s);
+    std::printf("test accuracy: %.2f%% (%lld of %lld)\n", 100.0 * correct / std::max<std::int64_t>(1, n_test),
+                (long long)correct, (long long)n_test);
+    if (o.expect_loss_drop) {
+      const std::size_t k = std::min<std::size_t>(10, losses.size() / 2);
+      double first = 0, last = 0;
+      for (std::size_t i = 0; i < k; ++i) {
+        first += losses[i] / double(k);
+        last += losses[losses.size() - k + i] / double(k);
+      }
+      const bool ok = k > 0 && last < 0.8 * first;
+      std::printf("loss over the first %zu steps %.4f, over the last %zu %.4f: %s\n", k, first, k, last,
+                  ok ? "falls" : "DOES NOT FALL");
+      status = ok ? 0 : 3;
+    }
+  }
+  MPI_Bcast(&status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return status;
+}
+
+int main(int argc, char** argv) {
+  mt::environment env(argc, argv);
+  options o;
+  CLI::App app{"meshtensor: a Fashion-MNIST MLP trained on a 2-D mesh"};
+  const std::map<std::string, std::string> layouts{{"2d", "batch over rows, hidden over cols"},
+                                                   {"data", "batch over rows and cols"},
+                                                   {"model", "hidden over rows and cols"}};
+  app.add_option("--data-dir", o.data_dir, "directory of the gzip'd idx files")->capture_default_str();
+  app.add_option("--layout", o.layout, "2d: batch over rows, hidden over cols; data: batch over both axes; "
+                                       "model: hidden over both axes")
+      ->check(CLI::IsMember({"2d", "data", "model"}))
+      ->capture_default_str();
+  app.add_option("--mesh", o.mesh, "mesh sizes rows cols (their product must be the number of ranks)");
+  app.add_option("--epochs", o.epochs)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--steps", o.max_steps, "stop after this many steps (0: run every epoch)");
+  app.add_option("--batch", o.batch_size)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--hidden", o.hidden_units)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", o.lr)->capture_default_str();
+  app.add_option("--optimizer", o.optimizer)->check(CLI::IsMember({"adam", "sgd"}))->capture_default_str();
+  app.add_option("--log-every", o.log_every)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seed", o.seed)->capture_default_str();
+  app.add_option("--test-examples", o.test_examples, "test images to evaluate (multiples of 1000)")->capture_default_str();
+  app.add_flag("--expect-loss-drop", o.expect_loss_drop, "exit with 3 unless the loss falls by 20% (for tests)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = env.world_rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+    return rc;
+  }
+
+  try {
+    grid g(env, o.mesh);
+    const auto tr = load(o.data_dir, "train", MPI_COMM_WORLD);
+    const auto te = load(o.data_dir, "t10k", MPI_COMM_WORLD);
+    if (o.layout == "data") return train<layout_data>(g, o, tr, te);
+    if (o.layout == "model") return train<layout_model>(g, o, tr, te);
+    return train<layout_2d>(g, o, tr, te);
+  } catch (const mt::error& e) {
+    if (env.world_rank() == 0) std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+    return 1;
+  }
+}
