@@ -1,0 +1,277 @@
+// A decoder-only Transformer language model with Mesh-TensorFlow's dims (batch, length, d_model,
+// heads, d_kv, d_ff, vocab), byte-level (vocab = 256), trained on a text that Debian ships (by
+// default /usr/share/common-licenses/GPL-3, from the base-files package).
+//
+// Layouts on a 2-D mesh [rows x cols], chosen with --layout:
+//   data   batch over rows and cols (pure data parallelism: weight gradients allreduce over both)
+//   model  vocab, heads and d_ff over rows and cols (model parallelism as in the Mesh-TensorFlow
+//          paper: attention and feed-forward outputs and the logits' softmax allreduce over both)
+//   2d     batch over rows; vocab, heads and d_ff over cols (both at once)
+// Parameters are initialised from counter-based random numbers and dropout masks are functions of
+// (seed, step, global index), so every layout computes the same model: --compare-layouts trains
+// each layout in turn from the same start on the same batches and checks their losses agree.
+//
+//   mpiexec -n 4 transformer_lm [--layout 2d] [--steps 300] [--csv loss.csv]
+//   mpiexec -n 4 transformer_lm --compare-layouts --steps 20
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <meshtensor/meshtensor.hpp>
+#include <random>
+
+namespace mt = meshtensor;
+namespace nn = meshtensor::nn;
+
+struct batch : mt::dim<"batch"> {};
+struct length : mt::dim<"length"> {};
+struct memory_length : mt::dim<"memory_length"> {};
+struct d_model : mt::dim<"d_model"> {};
+struct heads : mt::dim<"heads"> {};
+struct d_kv : mt::dim<"d_kv"> {};
+struct d_ff : mt::dim<"d_ff"> {};
+struct vocab : mt::dim<"vocab"> {};
+struct rows : mt::axis<"rows"> {};
+struct cols : mt::axis<"cols"> {};
+using grid = mt::mesh<rows, cols>;
+
+using layout_data = mt::layout<grid, mt::split<batch, rows, cols>>;
+using layout_model = mt::layout<grid, mt::split<vocab, rows, cols>, mt::split<heads, rows, cols>,
+                                mt::split<d_ff, rows, cols>>;
+using layout_2d = mt::layout<grid, mt::split<batch, rows>, mt::split<vocab, cols>, mt::split<heads, cols>,
+                             mt::split<d_ff, cols>>;
+
+struct options {
+  std::string text = "/usr/share/common-licenses/GPL-3";
+  std::string layout = "2d";
+  std::array<int, 2> mesh{2, 2};
+  std::int64_t steps = 300, batch = 8, length = 64, d_model = 64, heads = 4, d_kv = 16, d_ff = 256;
+  double lr = 2e-3, dropout = 0.0;
+  std::string optimizer = "adam";
+  std::uint64_t seed = 1;
+  int log_every = 25;
+  std::string csv = "transformer_lm_loss.csv";
+  bool compare = false;
+  double tolerance = 1e-4;
+};
+constexpr std::int64_t n_vocab = 256;
+constexpr int n_layers = 2;
+
+template <class L>
+struct model {
+  template <class... D>
+  using t = mt::tensor<float, L, D...>;
+  struct block {
+    t<d_model> ln1_scale, ln1_bias;
+    t<d_model, heads, d_kv> wq, wk, wv;
+    t<heads, d_kv, d_model> wo;
+    t<d_model> ln2_scale, ln2_bias;
+    t<d_model, d_ff> w_in;
+    t<d_ff, d_model> w_out;
+    auto tie() { return std::tie(ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out); }
+  };
+  t<vocab, d_model> embedding;
+  t<length, d_model> positions;
+  std::array<block, n_layers> blocks;
+  t<d_model> lnf_scale, lnf_bias;
+  t<d_model, vocab> softmax_weights;
+
+  auto tie() {
+    return std::tuple_cat(std::tie(embedding, positions), blocks[0].tie(), blocks[1].tie(),
+                          std::tie(lnf_scale, lnf_bias, softmax_weights));
+  }
+
+  model(const grid& g, const options& o) {
+    std::uint64_t s = o.seed * 1000;
+    const std::int64_t dm = o.d_model, h = o.heads, kv = o.d_kv, ff = o.d_ff;
+    embedding = mt::random_normal<decltype(embedding)>(g, {n_vocab, dm}, s++, 0, 0.3);
+    positions = mt::random_normal<decltype(positions)>(g, {o.length, dm}, s++, 0, 0.1);
+    for (auto& b : blocks) {
+      b.ln1_scale = mt::full<t<d_model>>(g, {dm}, 1.0f);
+      b.ln1_bias = mt::zeros<t<d_model>>(g, {dm});
+      b.wq = nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++);
+      b.wk = nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++);
+      b.wv = nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++);
+      b.wo = nn::normal_fan_in<t<heads, d_kv, d_model>, heads, d_kv>(g, {h, kv, dm}, s++);
+      b.ln2_scale = mt::full<t<d_model>>(g, {dm}, 1.0f);
+      b.ln2_bias = mt::zeros<t<d_model>>(g, {dm});
+      b.w_in = nn::normal_fan_in<t<d_model, d_ff>, d_model>(g, {dm, ff}, s++);
+      b.w_out = nn::normal_fan_in<t<d_ff, d_model>, d_ff>(g, {ff, dm}, s++);
+    }
+    lnf_scale = mt::full<t<d_model>>(g, {dm}, 1.0f);
+    lnf_bias = mt::zeros<t<d_model>>(g, {dm});
+    softmax_weights = nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, n_vocab}, s++);
+    std::apply([](auto&... p) { (p.requires_grad(), ...); }, tie());
+  }
+
+  // Mean next-byte cross-entropy of a batch.
+  auto loss(const t<batch, length>& ids, const t<batch, length>& labels, const options& o, std::uint64_t step) const {
+    const std::uint64_t dseed = o.seed * 7919;
+    auto x = nn::embedding<vocab>(embedding, ids) + positions;  // [batch, length, d_model]
+    int site = 0;
+    for (const auto& b : blocks) {
+      const auto h = nn::layer_norm<d_model>(x, b.ln1_scale, b.ln1_bias);
+      x = x + nn::dropout(nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, b.wq, b.wk, b.wv, b.wo),
+                          o.dropout, dseed + site++, step);
+      const auto f = nn::layer_norm<d_model>(x, b.ln2_scale, b.ln2_bias);
+      x = x + nn::dropout(nn::feed_forward<d_model, d_ff>(f, b.w_in, b.w_out), o.dropout, dseed + site++, step);
+    }
+    const auto logits = nn::dense<d_model, vocab>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias), softmax_weights);
+    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits, labels));
+  }
+};
+
+std::vector<unsigned char> read_text(const std::string& path, std::int64_t need) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw mt::io_error(mt::detail::cat("cannot open '", path, "'"));
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (static_cast<std::int64_t>(bytes.size()) < need)
+    throw mt::io_error(mt::detail::cat("'", path, "' has ", bytes.size(), " bytes; at least ", need,
+                                       " are needed for sequences of this length"));
+  return bytes;
+}
+
+// Trains one layout; returns the loss of every step (the same on every rank).
+template <class L>
+std::vector<double> train(const grid& g, const options& o, const std::vector<unsigned char>& text, bool verbose) {
+  using ids_t = mt::tensor<float, L, batch, length>;
+  model<L> m(g, o);
+  mt::optim::adam adam({.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9});
+  mt::optim::adafactor adafactor({.lr = o.lr});
+  std::mt19937_64 rng(o.seed);  // the same batches on every rank and in every layout
+  std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 1);
+  std::vector<float> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
+  std::vector<double> losses;
+  const bool root = g.rank() == 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto tlog = t0;
+  for (std::int64_t step = 0; step < o.steps; ++step) {
+    for (std::int64_t b = 0; b < o.batch; ++b) {
+      const std::int64_t s = start(rng);
+      for (std::int64_t l = 0; l < o.length; ++l) {
+        ids[b * o.length + l] = text[s + l];
+        labels[b * o.length + l] = text[s + l + 1];
+      }
+    }
+    const auto x = mt::from_host<ids_t>(g, {o.batch, o.length}, ids);
+    const auto y = mt::from_host<ids_t>(g, {o.batch, o.length}, labels);
+    const auto loss = m.loss(x, y, o, static_cast<std::uint64_t>(step));
+    auto params = m.tie();
+    auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+    if (o.optimizer == "adafactor") adafactor.step(params, grads);
+    else adam.step(params, grads);
+    losses.push_back(mt::detail::host_view(loss.view())(0));
+    if (verbose && root && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
+      const auto now = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(now - tlog).count();
+      const int k = static_cast<int>((step % o.log_every) + 1);
+      std::printf("step %5lld/%lld  loss %.4f  (%.3f bits/byte)  %.1f steps/s  %.0f tokens/s\n", (long long)(step + 1),
+                  (long long)o.steps, losses.back(), losses.back() / std::log(2.0), k / dt,
+                  k * o.batch * o.length / dt);
+      std::fflush(stdout);
+      tlog = now;
+    }
+  }
+  if (verbose && root) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("trained %lld steps in %.1f s (%.2f steps/s)\n", (long long)o.steps, s, o.steps / s);
+  }
+  return losses;
+}
+
+std::vector<double> train_layout(const std::string& name, const grid& g, const options& o,
+                                 const std::vector<unsigned char>& text, bool verbose) {
+  if (name == "data") return train<layout_data>(g, o, text, verbose);
+  if (name == "model") return train<layout_model>(g, o, text, verbose);
+  return train<layout_2d>(g, o, text, verbose);
+}
+
+void write_curve(const options& o, const std::vector<double>& losses) {
+  std::ofstream csv(o.csv);
+  if (!csv) throw mt::io_error(mt::detail::cat("cannot write '", o.csv, "'"));
+  csv << "step,loss\n";
+  for (std::size_t i = 0; i < losses.size(); ++i) csv << i + 1 << ',' << losses[i] << '\n';
+  csv.close();
+  std::printf("loss curve: %s\n", o.csv.c_str());
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    const std::string png = o.csv.substr(0, o.csv.rfind('.')) + ".png";
+    const std::string cmd = "gnuplot -e \"set terminal png size 800,500; set output '" + png +
+                            "'; set datafile separator ','; set xlabel 'step'; set ylabel 'loss (nats/byte)';"
+                            " set title 'transformer_lm, layout " + o.layout + "';"
+                            " plot '" + o.csv + "' every ::1 using 1:2 with lines title 'training loss'\"";
+    if (std::system(cmd.c_str()) == 0) std::printf("loss plot: %s\n", png.c_str());
+  } else {
+    std::printf("(gnuplot not found: no PNG)\n");
+  }
+}
+
+int main(int argc, char** argv) {
+  mt::environment env(argc, argv);
+  options o;
+  CLI::App app{"meshtensor: a byte-level Transformer language model on a 2-D mesh"};
+  app.add_option("--text", o.text, "training text")->capture_default_str();
+  app.add_option("--layout", o.layout, "data | model | 2d")->check(CLI::IsMember({"data", "model", "2d"}))->capture_default_str();
+  app.add_option("--mesh", o.mesh, "mesh sizes rows cols (their product must be the number of ranks)");
+  app.add_option("--steps", o.steps)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch", o.batch)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--length", o.length)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--d-model", o.d_model)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--heads", o.heads)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--d-kv", o.d_kv)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--d-ff", o.d_ff)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--lr", o.lr)->capture_default_str();
+  app.add_option("--dropout", o.dropout)->check(CLI::Range(0.0, 0.9))->capture_default_str();
+  app.add_option("--optimizer", o.optimizer)->check(CLI::IsMember({"adam", "adafactor"}))->capture_default_str();
+  app.add_option("--seed", o.seed)->capture_default_str();
+  app.add_option("--log-every", o.log_every)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--csv", o.csv, "loss curve output (a PNG next to it when gnuplot is installed)")->capture_default_str();
+  app.add_flag("--compare-layouts", o.compare, "train every layout for --steps steps and check the losses agree");
+  app.add_option("--tolerance", o.tolerance, "relative tolerance of --compare-layouts")->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return env.world_rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+  }
+
+  try {
+    grid g(env, o.mesh);
+    const auto text = read_text(o.text, o.length + 2);
+    const bool root = env.world_rank() == 0;
+    if (root)
+      std::printf("transformer_lm: %zu bytes of %s; %d layers, d_model %lld, heads %lld, d_kv %lld, d_ff %lld, "
+                  "vocab %lld; batch %lld x length %lld; mesh [rows=%d x cols=%d]; %s lr %g, dropout %g\n",
+                  text.size(), o.text.c_str(), n_layers, (long long)o.d_model, (long long)o.heads, (long long)o.d_kv,
+                  (long long)o.d_ff, (long long)n_vocab, (long long)o.batch, (long long)o.length, g.size<rows>(),
+                  g.size<cols>(), o.optimizer.c_str(), o.lr, o.dropout);
+    if (!o.compare) {
+      if (root) std::printf("layout %s\n", o.layout.c_str());
+      const auto losses = train_layout(o.layout, g, o, text, true);
+      if (root) write_curve(o, losses);
+      return 0;
+    }
+    const std::vector<std::string> names{"data", "model", "2d"};
+    std::vector<std::vector<double>> runs;
+    for (const auto& n : names) runs.push_back(train_layout(n, g, o, text, false));
+    double worst = 0;
+    if (root) std::printf("%5s %12s %12s %12s %10s\n", "step", "data", "model", "2d", "max rel");
+    for (std::size_t s = 0; s < runs[0].size(); ++s) {
+      double d = 0;
+      for (std::size_t r = 1; r < runs.size(); ++r)
+        d = std::max(d, std::abs(runs[r][s] - runs[0][s]) / std::abs(runs[0][s]));
+      if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+      if (root) std::printf("%5zu %12.6f %12.6f %12.6f %10.2e\n", s + 1, runs[0][s], runs[1][s], runs[2][s], d);
+    }
+    const bool falls = runs[0].back() < runs[0].front();
+    const bool ok = worst <= o.tolerance && falls;
+    if (root)
+      std::printf("largest relative difference between layouts: %.2e (tolerance %.0e); loss %s: %s\n", worst,
+                  o.tolerance, falls ? "falls" : "DOES NOT FALL", ok ? "agree" : "DISAGREE");
+    return ok ? 0 : 3;
+  } catch (const mt::error& e) {
+    if (env.world_rank() == 0) std::fprintf(stderr, "transformer_lm: error: %s\n", e.what());
+    return 1;
+  }
+}
