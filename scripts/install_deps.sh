@@ -20,7 +20,7 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 log() { echo "[install_deps] $*" >&2; }
 
 packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libboost1.81-dev libopenblas-dev
-          dataset-fashion-mnist libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev)
+          dataset-fashion-mnist zlib1g-dev gnuplot-nox libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev)
 backports_packages=(catch2)
 
 missing=()
