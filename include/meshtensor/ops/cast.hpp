@@ -7,7 +7,7 @@
 
 #include "../layout/plan.hpp"
 #include "detail/kernels.hpp"
-#include "elementwise.hpp"
+#include "detail/map_kernel.hpp"
 
 namespace meshtensor {
 
@@ -21,11 +21,18 @@ constexpr comm_plan stop_gradient_plan() {
 }
 
 namespace detail {
+namespace opsa_fn {
+template <class U>
+struct convert {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION U operator()(T v) const {
+    return static_cast<U>(v);
+  }
+};
+}  // namespace opsa_fn
 template <class U, Tensor X>
 typename X::template rebind<U> cast_local(const X& x) {
-  using T = typename X::value_type;
-  using Out = typename X::template rebind<U>;
-  return map_broadcast<Out>(x.extents(), KOKKOS_LAMBDA(T v) { return static_cast<U>(v); }, x);
+  return map_to<typename X::template rebind<U>>(x.extents(), opsa_fn::convert<U>{}, x);
 }
 }  // namespace detail
 

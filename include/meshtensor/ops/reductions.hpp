@@ -9,6 +9,7 @@
 
 #include "../layout/plan.hpp"
 #include "detail/kernels.hpp"
+#include "detail/map_kernel.hpp"
 #include "elementwise.hpp"
 #include "reduce.hpp"
 
@@ -26,32 +27,60 @@ std::int64_t reduced_count(const X& x) {
   return n;
 }
 
-// Mean of x onto Out, not recorded.
-template <Tensor Out, Tensor X>
-Out mean_to(const X& x) {
-  using T = typename X::value_type;
-  const T n = static_cast<T>(reduced_count<Out>(x));
-  const Out s = reduce_to<Out>(x, reduce_op::sum);
-  return map_broadcast<Out>(s.extents(), KOKKOS_LAMBDA(T v) { return v / n; }, s);
-}
-
-// A value finite or not: the max used to shift exponents, 0 when it is +-inf or NaN (so that a
+// Named functors for map_to (one kernel per element type, whatever the layout).
+namespace opsa_fn {
+template <class T>
+struct divide_by {
+  T n;
+  KOKKOS_INLINE_FUNCTION T operator()(T v) const { return v / n; }
+};
+// A max finite or not: the max used to shift exponents, 0 when it is +-inf or NaN (so that a
 // slice of all -inf gives -inf, not NaN).
 template <class T>
 KOKKOS_INLINE_FUNCTION T finite_or_zero(T v) {
   return (v - v == T(0)) ? v : T(0);
 }
+struct exp_shifted {  // exp(x - shift(m))
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T x, T m) const {
+    return Kokkos::Experimental::exp(x - finite_or_zero(m));
+  }
+};
+struct shift_plus_log {  // shift(m) + log(s)
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T m, T s) const {
+    return finite_or_zero(m) + Kokkos::Experimental::log(s);
+  }
+};
+struct where_equal {  // g where x == y, else 0
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T g, T x, T y) const {
+    return x == y ? g : T(0);
+  }
+};
+struct times_exp_diff {  // g * exp(x - y)
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T g, T x, T y) const {
+    return g * Kokkos::Experimental::exp(x - y);
+  }
+};
+}  // namespace opsa_fn
+
+// Mean of x onto Out, not recorded.
+template <Tensor Out, Tensor X>
+Out mean_to(const X& x) {
+  using T = typename X::value_type;
+  const Out s = reduce_to<Out>(x, reduce_op::sum);
+  return map_to<Out>(s.extents(), opsa_fn::divide_by<T>{static_cast<T>(reduced_count<Out>(x))}, s);
+}
 
 // log(sum(exp(x))) of x onto Out, not recorded: allreduce max, then allreduce sum.
 template <Tensor Out, Tensor X>
 Out logsumexp_to(const X& x) {
-  using T = typename X::value_type;
   const Out m = reduce_to<Out>(x, reduce_op::max);
-  const X e = map_broadcast<X>(
-      x.extents(), KOKKOS_LAMBDA(T xv, T mv) { return kx::exp(xv - finite_or_zero(mv)); }, x, m);
+  const X e = map_to<X>(x.extents(), opsa_fn::exp_shifted{}, x, m);
   const Out s = reduce_to<Out>(e, reduce_op::sum);
-  return map_broadcast<Out>(
-      m.extents(), KOKKOS_LAMBDA(T mv, T sv) { return finite_or_zero(mv) + kx::log(sv); }, m, s);
+  return map_to<Out>(m.extents(), opsa_fn::shift_plus_log{}, m, s);
 }
 
 // The mask of the axes of X's dims Ds that are split.
@@ -93,7 +122,7 @@ auto reduce_mean(const X& x) {
       out,
       [x](const Out& g) {
         const T n = static_cast<T>(detail::reduced_count<Out>(x));
-        detail::push_grad(x, detail::map_broadcast<X>(x.extents(), KOKKOS_LAMBDA(T gv) { return gv / n; }, g));
+        detail::push_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::divide_by<T>{n}, g));
       },
       x);
   return out;
@@ -104,13 +133,11 @@ namespace detail {
 // as in Mesh-TensorFlow), zero elsewhere.
 template <reduce_op Op, Tensor Out, Tensor X>
 Out extremum(const X& x) {
-  using T = typename X::value_type;
   Out out = reduce_to<Out>(x, Op);
   record<Out>(
       out,
       [x, y = out.detached()](const Out& g) {
-        push_grad(x, map_broadcast<X>(
-                         x.extents(), KOKKOS_LAMBDA(T gv, T xv, T yv) { return xv == yv ? gv : T(0); }, g, x, y));
+        push_grad(x, map_to<X>(x.extents(), opsa_fn::where_equal{}, g, x, y));
       },
       x);
   return out;
@@ -134,14 +161,11 @@ template <Dim... Ds, Tensor X>
 auto logsumexp(const X& x) {
   detail::check_reduced_dims<X, Ds...>();
   using Out = detail::reduced_t<X, Ds...>;
-  using T = typename X::value_type;
   Out out = detail::logsumexp_to<Out>(x);
   detail::record<Out>(
       out,
       [x, y = out.detached()](const Out& g) {
-        detail::push_grad(x, detail::map_broadcast<X>(
-                                 x.extents(), KOKKOS_LAMBDA(T gv, T xv, T yv) { return gv * detail::kx::exp(xv - yv); },
-                                 g, x, y));
+        detail::push_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::times_exp_diff{}, g, x, y));
       },
       x);
   return out;

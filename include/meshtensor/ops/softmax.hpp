@@ -7,11 +7,45 @@
 
 #include "../layout/plan.hpp"
 #include "detail/kernels.hpp"
+#include "detail/map_kernel.hpp"
 #include "elementwise.hpp"
 #include "reduce.hpp"
 #include "reductions.hpp"
 
 namespace meshtensor {
+
+namespace detail::opsa_fn {
+struct exp_diff {  // exp(x - l)
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T x, T l) const {
+    return Kokkos::Experimental::exp(x - l);
+  }
+};
+struct diff {  // x - l
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T x, T l) const {
+    return x - l;
+  }
+};
+struct product {  // g * y
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T g, T y) const {
+    return g * y;
+  }
+};
+struct softmax_grad {  // y * (g - s)
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T y, T g, T s) const {
+    return y * (g - s);
+  }
+};
+struct log_softmax_grad {  // g - exp(y) * s
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T y, T g, T s) const {
+    return g - Kokkos::Experimental::exp(y) * s;
+  }
+};
+}  // namespace detail::opsa_fn
 
 template <Tensor X, Dim... Ds>
 constexpr comm_plan softmax_plan() {
@@ -33,18 +67,13 @@ X softmax(const X& x) {
   static_assert(sizeof...(Ds) > 0, "meshtensor: softmax<Dims...> needs the dims to normalise over");
   detail::check_reduced_dims<X, Ds...>();
   using R = detail::reduced_t<X, Ds...>;
-  using T = typename X::value_type;
   const R lse = detail::logsumexp_to<R>(x);
-  X y = detail::map_broadcast<X>(
-      x.extents(), KOKKOS_LAMBDA(T xv, T lv) { return detail::kx::exp(xv - lv); }, x, lse);
+  X y = detail::map_to<X>(x.extents(), detail::opsa_fn::exp_diff{}, x, lse);
   detail::record<X>(
       y,
       [x, y = y.detached()](const X& g) {
-        const R s = detail::reduce_to<R>(
-            detail::map_broadcast<X>(x.extents(), KOKKOS_LAMBDA(T gv, T yv) { return gv * yv; }, g, y),
-            reduce_op::sum);
-        detail::push_grad(x, detail::map_broadcast<X>(
-                                 x.extents(), KOKKOS_LAMBDA(T yv, T gv, T sv) { return yv * (gv - sv); }, y, g, s));
+        const R s = detail::reduce_to<R>(detail::map_to<X>(x.extents(), detail::opsa_fn::product{}, g, y), reduce_op::sum);
+        detail::push_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::softmax_grad{}, y, g, s));
       },
       x);
   return y;
@@ -56,16 +85,13 @@ X log_softmax(const X& x) {
   static_assert(sizeof...(Ds) > 0, "meshtensor: log_softmax<Dims...> needs the dims to normalise over");
   detail::check_reduced_dims<X, Ds...>();
   using R = detail::reduced_t<X, Ds...>;
-  using T = typename X::value_type;
   const R lse = detail::logsumexp_to<R>(x);
-  X y = detail::map_broadcast<X>(x.extents(), KOKKOS_LAMBDA(T xv, T lv) { return xv - lv; }, x, lse);
+  X y = detail::map_to<X>(x.extents(), detail::opsa_fn::diff{}, x, lse);
   detail::record<X>(
       y,
       [x, y = y.detached()](const X& g) {
         const R s = detail::reduce_to<R>(g, reduce_op::sum);
-        detail::push_grad(x, detail::map_broadcast<X>(
-                                 x.extents(), KOKKOS_LAMBDA(T yv, T gv, T sv) { return gv - detail::kx::exp(yv) * sv; },
-                                 y, g, s));
+        detail::push_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::log_softmax_grad{}, y, g, s));
       },
       x);
   return y;

@@ -1,0 +1,40 @@
+#pragma once
+// A broadcasting elementwise kernel instantiated per (space, functor, element types) only, not per
+// tensor type: operands carry their broadcast strides as values. The tensor-typed wrapper is host
+// glue, so an op instantiated for many layouts emits one Kokkos kernel, not one per layout.
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+
+#include "kernels.hpp"
+
+namespace meshtensor::detail {
+
+template <class T, class Mem>
+struct map_operand {
+  Kokkos::View<T*, Mem> v;
+  kidx stride;
+  KOKKOS_INLINE_FUNCTION T at(std::int64_t o, const kidx& ext, int r) const { return v(operand_offset(o, ext, stride, r)); }
+};
+
+template <class Exec, class F, class TO, class... TI>
+void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const kidx& ext, int r, std::int64_t n, F f,
+                const map_operand<TI, typename Exec::memory_space>&... ops) {
+  Kokkos::parallel_for(
+      "meshtensor::map", Kokkos::RangePolicy<Exec>(0, n),
+      KOKKOS_LAMBDA(std::int64_t o) { out(o) = f(ops.at(o, ext, r)...); });
+  Exec{}.fence();
+}
+
+// Out (of the given extents) with out(o) = f(ops(o)...), each operand broadcast along the dims it
+// lacks. f is a named functor, not a lambda, so that every layout shares one kernel.
+template <Tensor Out, class F, Tensor... Ops>
+Out map_to(const typename Out::extents_type& extents, F f, const Ops&... ops) {
+  using mem = typename Out::memory_space;
+  Out out((ops.mesh(), ...), extents);
+  map_kernel<typename Out::execution_space>(
+      out.view(), to_kidx<Out::rank>(out.local_extents()), static_cast<int>(Out::rank), out.local_size(), f,
+      map_operand<typename Ops::value_type, mem>{ops.view(), broadcast_strides<Out>(ops)}...);
+  return out;
+}
+
+}  // namespace meshtensor::detail

@@ -1,0 +1,267 @@
+// Ops A (reduce_mean/max/min, logsumexp, softmax, log_softmax, rename, replace_dimensions,
+// reshape, cast, stop_gradient) at 1, 2 and 4 ranks: under every layout of line_layouts /
+// grid_layouts, the gathered result equals the result under the replicated layout and an
+// independent host loop over the gathered input. relayout's sweep over pairs of layouts is in
+// ops_a_relayout_equivalence_test.cpp (a separate program, so that the two build in parallel).
+// Compile time: the all-layouts sweeps run on Kokkos::DefaultExecutionSpace only; every space in
+// MESHTENSOR_TEST_SPACES gets a smaller smoke test (one split layout per op), so that the
+// instantiation count stays op x layout, not op x layout x space.
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <cmath>
+#include <limits>
+#include <test_support.hpp>
+
+using namespace tst;
+namespace mt = meshtensor;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+struct m_ : mt::dim<"m"> {};
+struct n_ : mt::dim<"n"> {};
+
+using Exec = Kokkos::DefaultExecutionSpace;
+template <class L, class... Ds>
+using ten = mt::basic_tensor<double, L, Exec, Ds...>;
+
+// Divisible by 4 (the most processors a dim is cut into) and different, so that a mix-up of the
+// two dims changes the shape. Two dims keep the sweep's instantiations (op x layout) affordable;
+// they still cover a reduced dim split or not, a kept dim split or not, and one dim over two axes.
+const std::array<std::int64_t, 2> ext{8, 12};
+constexpr std::uint64_t seed = 11;
+
+// Float64 results summed in another order differ by a few ulps; 1e-12 relative is far above that
+// and far below any indexing mistake.
+constexpr double tol64 = 1e-12;
+
+// ---- independent host reference (row-major i, j) ------------------------------------------
+// Elements grouped by their indices along the kept dims (red[d]: dim d is reduced); groups are in
+// row-major order of the kept dims, which is the order of the result's dims.
+struct grouping {
+  std::vector<std::vector<double>> groups;
+  std::vector<std::size_t> key;  // group of each element
+};
+grouping group_by(const std::vector<double>& x, std::array<bool, 2> red) {
+  grouping g;
+  g.key.resize(x.size());
+  g.groups.resize((red[0] ? 1 : ext[0]) * (red[1] ? 1 : ext[1]));
+  for (std::int64_t i = 0; i < ext[0]; ++i)
+    for (std::int64_t j = 0; j < ext[1]; ++j) {
+      const std::size_t key = red[0] ? (red[1] ? 0 : j) : (red[1] ? i : i * ext[1] + j);
+      const std::size_t flat = i * ext[1] + j;
+      g.key[flat] = key;
+      g.groups[key].push_back(x[flat]);
+    }
+  return g;
+}
+double h_mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double e : v) s += e;
+  return s / v.size();
+}
+double h_max(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+double h_min(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
+double h_lse(const std::vector<double>& v) {
+  const double m = h_max(v);
+  double s = 0;
+  for (double e : v) s += std::exp(e - m);
+  return m + std::log(s);
+}
+template <class F>
+std::vector<double> host_reduce(const std::vector<double>& x, std::array<bool, 2> red, F f) {
+  const auto g = group_by(x, red);
+  std::vector<double> out;
+  for (const auto& v : g.groups) out.push_back(f(v));
+  return out;
+}
+// softmax (log = false) or log_softmax (log = true) over the reduced dims.
+std::vector<double> host_softmax(const std::vector<double>& x, std::array<bool, 2> red, bool log) {
+  const auto g = group_by(x, red);
+  std::vector<double> lse;
+  for (const auto& v : g.groups) lse.push_back(h_lse(v));
+  std::vector<double> out(x.size());
+  for (std::size_t n = 0; n < x.size(); ++n) out[n] = log ? x[n] - lse[g.key[n]] : std::exp(x[n] - lse[g.key[n]]);
+  return out;
+}
+
+template <class T>
+void require_close(const std::vector<T>& got, const std::vector<T>& want, double tol) {
+  REQUIRE(got.size() == want.size());
+  REQUIRE(max_rel_error(got, want) <= tol);
+}
+
+// ---- the sweeps ---------------------------------------------------------------------------
+// op(x) under L against op(x) under the replicated layout, and against `want` (host loop).
+template <class F, class X, class Xr>
+void same_as_replicated(F op, const X& x, const Xr& xr, const std::vector<double>& want, double tol = tol64) {
+  const auto got = mt::gather_all(op(x));
+  require_close(got, mt::gather_all(op(xr)), tol);
+  require_close(got, want, tol);
+}
+
+template <class M, class L>
+void check_reductions_and_softmax(const M& m) {
+  using X = ten<L, i_, j_>;
+  using Xr = ten<mt::layout<M>, i_, j_>;
+  INFO(layout_name<L>());
+  const auto x = mt::random_normal<X>(m, ext, seed);
+  const auto xr = mt::random_normal<Xr>(m, ext, seed);
+  const auto h = mt::gather_all(xr);
+  same_as_replicated([](const auto& t) { return mt::reduce_mean<j_>(t); }, x, xr, host_reduce(h, {0, 1}, h_mean));
+  same_as_replicated([](const auto& t) { return mt::reduce_mean<i_, j_>(t); }, x, xr, host_reduce(h, {1, 1}, h_mean));
+  // max and min pick an element: exact.
+  same_as_replicated([](const auto& t) { return mt::reduce_max<i_>(t); }, x, xr, host_reduce(h, {1, 0}, h_max), 0);
+  same_as_replicated([](const auto& t) { return mt::reduce_min<j_>(t); }, x, xr, host_reduce(h, {0, 1}, h_min), 0);
+  same_as_replicated([](const auto& t) { return mt::logsumexp<j_>(t); }, x, xr, host_reduce(h, {0, 1}, h_lse));
+  same_as_replicated([](const auto& t) { return mt::logsumexp<i_, j_>(t); }, x, xr, host_reduce(h, {1, 1}, h_lse));
+  same_as_replicated([](const auto& t) { return mt::softmax<i_>(t); }, x, xr, host_softmax(h, {1, 0}, false));
+  same_as_replicated([](const auto& t) { return mt::log_softmax<j_>(t); }, x, xr, host_softmax(h, {0, 1}, true));
+  // cast: the float results are static_casts of the doubles, exactly; and back, their values.
+  const std::vector<float> want(h.begin(), h.end());
+  const auto f = mt::cast<float>(x);
+  REQUIRE(mt::gather_all(f) == want);
+  REQUIRE(mt::gather_all(mt::cast<double>(f)) == std::vector<double>(want.begin(), want.end()));
+  REQUIRE(mt::gather_all(mt::stop_gradient(x)) == h);
+}
+
+// rename / replace_dimensions / reshape only move or relabel data: the gathered result is the
+// gathered input, element for element, whatever the layouts of input and result.
+template <class M, class L>
+void check_renames_and_reshapes(const M& m) {
+  using X = ten<L, i_, j_>;
+  INFO(layout_name<L>());
+  const auto x = mt::random_normal<X>(m, ext, seed);
+  const auto h = mt::gather_all(mt::random_normal<ten<mt::layout<M>, i_, j_>>(m, ext, seed));
+  auto expect_same = [&](const auto& y, std::vector<std::int64_t> want_ext) {
+    REQUIRE(std::vector<std::int64_t>(y.extents().begin(), y.extents().end()) == want_ext);
+    REQUIRE(mt::gather_all(y) == h);
+  };
+  expect_same(mt::rename<j_, l_>(x), {8, 12});
+  expect_same(mt::rename<i_, i_>(x), {8, 12});
+  // All at once, so i and j swap names: the result's "j" has i's extent.
+  expect_same(mt::replace_dimensions<list<i_, j_>, list<j_, i_>>(x), {8, 12});
+  expect_same(mt::replace_dimensions<list<i_>, list<l_>>(x), {8, 12});
+  expect_same(mt::reshape<l_>(x, {96}), {96});
+  expect_same(mt::reshape<m_, n_, j_>(x, {2, 4, 12}), {2, 4, 12});  // j kept: local when j is split
+  expect_same(mt::reshape<i_, l_, m_>(x, {8, 4, 3}), {8, 4, 3});    // i kept, l maybe newly split
+  expect_same(mt::replace_dimensions<list<j_>, list<m_, l_>>(x, {3, 4}), {8, 3, 4});
+}
+}  // namespace
+
+TEST_CASE("reductions, softmax and cast equal the replicated result and a host loop, every layout",
+          "[ops_a][equivalence]") {
+  SECTION("mesh [P]") {
+    auto m = world_line();
+    for_each_type(line_layouts<line, i_, j_>{}, [&]<class L>() { check_reductions_and_softmax<line, L>(m); });
+  }
+  SECTION("mesh [2x2] (or [P x 1])") {
+    auto m = world_grid();
+    for_each_type(grid_layouts<i_, j_>{}, [&]<class L>() { check_reductions_and_softmax<grid, L>(m); });
+  }
+}
+
+// Layouts over i, j and l: the result's l (new in rename and reshape) is split where the input's
+// dims were not, or over other axes, so data must move or be sliced.
+TEST_CASE("rename, replace_dimensions and reshape keep the row-major elements, every layout",
+          "[ops_a][equivalence]") {
+  SECTION("mesh [P]") {
+    auto m = world_line();
+    for_each_type(line_layouts<line, i_, j_, l_>{}, [&]<class L>() { check_renames_and_reshapes<line, L>(m); });
+  }
+  SECTION("mesh [2x2] (or [P x 1])") {
+    auto m = world_grid();
+    for_each_type(grid_layouts<i_, j_, l_>{}, [&]<class L>() { check_renames_and_reshapes<grid, L>(m); });
+  }
+}
+
+TEMPLATE_TEST_CASE("ops A smoke on every execution space", "[ops_a][equivalence]", MESHTENSOR_TEST_SPACES) {
+  auto m = world_grid();
+  using L = mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>;
+  using L2 = mt::layout<grid, mt::split<j_, r_>>;
+  using X = mt::basic_tensor<double, L, TestType, i_, j_>;
+  const auto x = mt::random_normal<X>(m, ext, seed);
+  const auto h = mt::gather_all(x);
+  require_close(mt::gather_all(mt::reduce_mean<i_, j_>(x)), host_reduce(h, {1, 1}, h_mean), tol64);
+  require_close(mt::gather_all(mt::reduce_max<j_>(x)), host_reduce(h, {0, 1}, h_max), 0);
+  require_close(mt::gather_all(mt::reduce_min<i_>(x)), host_reduce(h, {1, 0}, h_min), 0);
+  require_close(mt::gather_all(mt::logsumexp<j_>(x)), host_reduce(h, {0, 1}, h_lse), tol64);
+  require_close(mt::gather_all(mt::softmax<j_>(x)), host_softmax(h, {0, 1}, false), tol64);
+  require_close(mt::gather_all(mt::log_softmax<i_>(x)), host_softmax(h, {1, 0}, true), tol64);
+  REQUIRE(mt::gather_all(mt::relayout<mt::basic_tensor<double, L2, TestType, i_, j_>>(x)) == h);
+  REQUIRE(mt::gather_all(mt::rename<j_, l_>(x)) == h);
+  REQUIRE(mt::gather_all(mt::reshape<l_>(x, {96})) == h);
+  REQUIRE(mt::gather_all(mt::cast<float>(x)) == std::vector<float>(h.begin(), h.end()));
+}
+
+TEST_CASE("logsumexp and softmax are stable for large and infinite inputs", "[ops_a][equivalence]") {
+  auto m = world_line();
+  using T = ten<mt::layout<line, mt::split<j_, x_>>, i_, j_>;
+  const double inf = std::numeric_limits<double>::infinity();
+  // Row 0: huge values (naive exp overflows); row 1: all -inf (logsumexp is -inf, not NaN).
+  std::vector<double> h{1000, 1001, 1002, 1003, -inf, -inf, -inf, -inf};
+  const auto x = mt::from_host<T>(m, {2, 4}, h);
+  const auto lse = mt::gather_all(mt::logsumexp<j_>(x));
+  const double want0 = 1003 + std::log(std::exp(-3.0) + std::exp(-2.0) + std::exp(-1.0) + 1.0);
+  REQUIRE(std::abs(lse[0] - want0) < 1e-12 * want0);
+  REQUIRE(lse[1] == -inf);
+  const auto sm = mt::gather_all(mt::softmax<j_>(x));
+  double s = 0;
+  for (int n = 0; n < 4; ++n) s += sm[n];
+  REQUIRE(std::abs(s - 1.0) < 1e-12);
+}
+
+TEST_CASE("reshape and rename errors name the dims, extents and axes, on every rank", "[ops_a]") {
+  auto m = world_grid();
+  const int p = m.nprocs();
+  // Every rank must throw; the allreduce afterwards proves none is left behind.
+  auto all_threw = [](int threw) {
+    int all = 0;
+    MPI_Allreduce(&threw, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all == 1;
+  };
+  SECTION("product of extents differs") {
+    using X = ten<mt::layout<grid, mt::split<i_, r_>>, i_, j_, k_>;
+    const auto x = mt::random_normal<X>(m, {4, 8, 12}, seed);
+    int threw = 0;
+    try {
+      (void)mt::reshape<i_, l_>(x, {4, 95});
+    } catch (const mt::shape_error& e) {
+      threw = 1;
+      REQUIRE_THAT(std::string(e.what()), ContainsSubstring("tensor<i, j, k>[i=4, j=8, k=12]") &&
+                                              ContainsSubstring("384") &&
+                                              ContainsSubstring("tensor<i, l>[i=4, l=95]") &&
+                                              ContainsSubstring("380"));
+    }
+    REQUIRE(all_threw(threw));
+  }
+  SECTION("a split dim kept by name moves in the row-major order") {
+    using X = ten<mt::layout<grid, mt::split<k_, r_>>, i_, j_, k_>;
+    const auto x = mt::random_normal<X>(m, {4, 8, 12}, seed);
+    int threw = 0;
+    try {
+      // k keeps its extent but now has 4 elements before it instead of 32.
+      (void)mt::reshape<i_, k_, l_>(x, {4, 12, 8});
+    } catch (const mt::layout_error& e) {
+      threw = 1;
+      REQUIRE_THAT(std::string(e.what()), ContainsSubstring("dim 'k'") && ContainsSubstring("r(") &&
+                                              ContainsSubstring("32 -> 4") &&
+                                              ContainsSubstring("tensor<i, k, l>[i=4, k=12, l=8]"));
+    }
+    REQUIRE(all_threw(threw));
+  }
+  SECTION("rename onto a dim the layout cannot cut evenly") {
+    using L = mt::layout<grid, mt::split<l_, r_, c_>>;
+    using X = ten<L, i_, j_, k_>;
+    const auto x = mt::random_normal<X>(m, {4, 8, 6}, seed);
+    if (p != 4) return;  // 6 divides by 1 and 2
+    int threw = 0;
+    try {
+      (void)mt::rename<k_, l_>(x);
+    } catch (const mt::shape_error& e) {
+      threw = 1;
+      REQUIRE_THAT(std::string(e.what()), ContainsSubstring("rename") && ContainsSubstring("dim 'l'") &&
+                                              ContainsSubstring("extent 6") && ContainsSubstring("r(2) x c(2)"));
+    }
+    REQUIRE(all_threw(threw));
+  }
+}

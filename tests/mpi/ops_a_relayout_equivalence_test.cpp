@@ -1,0 +1,61 @@
+// relayout at 1, 2 and 4 ranks, between every ordered pair of layouts of a list: the gathered
+// result is the gathered input exactly (relayout only moves data), and relayouting back restores
+// the input's own slice exactly.
+// Lists: every layout of line_layouts / grid_layouts over two dims (all pairs), and a
+// representative set of three-dim grid layouts (all pairs) where a third dim stays split while
+// the split moves: the full 19 x 19 three-dim product took minutes to compile, for the same cases.
+// Kokkos::DefaultExecutionSpace only; ops_a_equivalence_test.cpp smoke-tests every space.
+#include <test_support.hpp>
+
+using namespace tst;
+namespace mt = meshtensor;
+
+namespace {
+using Exec = Kokkos::DefaultExecutionSpace;
+
+template <class Ls, class Dims, class M, class La>
+void relayout_from(const M& m, const std::array<std::int64_t, Dims::size>& ext) {
+  [&]<class... Ds>(list<Ds...>) {
+    using A = mt::basic_tensor<double, La, Exec, Ds...>;
+    const auto a = mt::random_normal<A>(m, ext, 5);
+    // The replicated tensor is the reference: generated independently of any slicing.
+    const auto h = mt::gather_all(mt::random_normal<mt::basic_tensor<double, mt::layout<M>, Exec, Ds...>>(m, ext, 5));
+    REQUIRE(mt::gather_all(a) == h);
+    auto mine = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, a.view());
+    for_each_type(Ls{}, [&]<class Lb>() {
+      INFO(layout_name<La>() << " -> " << layout_name<Lb>());
+      using B = mt::basic_tensor<double, Lb, Exec, Ds...>;
+      const auto b = mt::relayout<B>(a);
+      REQUIRE(mt::gather_all(b) == h);
+      const auto back = mt::relayout<A>(b);
+      auto again = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, back.view());
+      REQUIRE(again.extent(0) == mine.extent(0));
+      bool same = true;
+      for (std::size_t n = 0; n < mine.extent(0); ++n) same = same && again(n) == mine(n);
+      REQUIRE(same);
+    });
+  }(Dims{});
+}
+template <class M, class Ls, class Dims>
+void all_pairs(const M& m, const std::array<std::int64_t, Dims::size>& ext) {
+  for_each_type(Ls{}, [&]<class La>() { relayout_from<Ls, Dims, M, La>(m, ext); });
+}
+
+// Three-dim grid layouts: replicated, k fixed on c while the split on r moves between i and j,
+// one dim over both axes in either order, and the axes swapped between dims.
+using grid3 = list<mt::layout<grid>, mt::layout<grid, mt::split<i_, r_>, mt::split<k_, c_>>,
+                   mt::layout<grid, mt::split<j_, r_>, mt::split<k_, c_>>, mt::layout<grid, mt::split<i_, r_, c_>>,
+                   mt::layout<grid, mt::split<j_, c_, r_>>, mt::layout<grid, mt::split<k_, r_>, mt::split<i_, c_>>,
+                   mt::layout<grid, mt::split<i_, c_>, mt::split<j_, r_>>>;
+}  // namespace
+
+TEST_CASE("relayout between every pair of layouts moves the data exactly", "[ops_a][equivalence]") {
+  // Extents divisible by 4 and different, so that a mix-up of dims changes the shape.
+  SECTION("mesh [P], two dims") { all_pairs<line, line_layouts<line, i_, j_>, list<i_, j_>>(world_line(), {8, 12}); }
+  SECTION("mesh [2x2] (or [P x 1]), two dims") {
+    all_pairs<grid, grid_layouts<i_, j_>, list<i_, j_>>(world_grid(), {8, 12});
+  }
+  SECTION("mesh [2x2] (or [P x 1]), three dims") {
+    all_pairs<grid, grid3, list<i_, j_, k_>>(world_grid(), {4, 8, 12});
+  }
+}
