@@ -3,14 +3,18 @@
 # Idempotent: does nothing where all is present.
 #   Debian packages (with sudo where not root), then Kokkos 3.4.01 built from Debian's
 #   trilinos source package into a prefix of its own, unless Kokkos_ROOT is set.
+#   --bench also installs the benchmarks' peers and plotting (scripts/bench.sh); the test suite
+#   does not need them.
 # Prints the Kokkos prefix on the last line of stdout as KOKKOS_ROOT=<dir>.
 set -euo pipefail
 
 backends="${MESHTENSOR_KOKKOS_BACKENDS:-serial,openmp}"   # comma list: serial,openmp
+bench=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --backends) backends="$2"; shift 2 ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    --bench) bench=1; shift ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "install_deps.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -22,6 +26,10 @@ log() { echo "[install_deps] $*" >&2; }
 packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libboost1.81-dev libopenblas-dev
           dataset-fashion-mnist zlib1g-dev gnuplot-nox libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev)
 backports_packages=(catch2)
+# Optional (--bench): Eigen and ScaLAPACK (C++ peers), PyTorch (einsum peer), matplotlib (plots),
+# venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/bench_venv.sh).
+bench_packages=(libeigen3-dev libscalapack-openmpi-dev python3-matplotlib python3-torch python3-venv python3-pip)
+if [ "$bench" = 1 ]; then packages+=("${bench_packages[@]}"); fi
 
 missing=()
 for p in "${packages[@]}"; do
