@@ -200,7 +200,7 @@ void write_curve(const options& o, const std::vector<double>& losses) {
     const std::string png = o.csv.substr(0, o.csv.rfind('.')) + ".png";
     const std::string cmd = "gnuplot -e \"set terminal png size 800,500; set output '" + png +
                             "'; set datafile separator ','; set xlabel 'step'; set ylabel 'loss (nats/byte)';"
-                            " set title 'transformer_lm, layout " + o.layout + "';"
+                            " set title 'transformer_lm, layout " + o.layout + "' noenhanced;"
                             " plot '" + o.csv + "' every ::1 using 1:2 with lines title 'training loss'\"";
     if (std::system(cmd.c_str()) == 0) std::printf("loss plot: %s\n", png.c_str());
   } else {
