@@ -1,6 +1,7 @@
 // relayout at 1, 2 and 4 ranks, between every ordered pair of layouts of a list: the gathered
-// result is the gathered input exactly (relayout only moves data), and relayouting back restores
-// the input's own slice exactly.
+// result is the gathered input exactly (relayout only moves data), relayouting back restores the
+// input's own slice exactly, and the collectives counted equal relayout_plan (checked here too,
+// because these pairs are instantiated here anyway; ops_a_comm_plan_test checks hand-written plans).
 // Lists: every layout of line_layouts / grid_layouts over two dims (all pairs), and a
 // representative set of three-dim grid layouts (all pairs) where a third dim stays split while
 // the split moves: the full 19 x 19 three-dim product took minutes to compile, for the same cases.
@@ -12,6 +13,20 @@ namespace mt = meshtensor;
 
 namespace {
 using Exec = Kokkos::DefaultExecutionSpace;
+
+// The counted calls per (collective, axes) equal the plan's (bytes are not part of a plan).
+std::string show(const mt::comm_counters& c) {
+  std::string s;
+  for (const auto& [k, v] : c) s += mt::detail::cat(mt::to_string(k.first), " over mask ", k.second, ": ", v.calls, "; ");
+  return s.empty() ? "nothing" : s;
+}
+void require_plan(const mt::detail::communicator& comm, const mt::comm_plan& plan) {
+  mt::comm_counters got;
+  for (const auto& [k, v] : comm.counters()) got[k].calls = v.calls;
+  const auto want = plan.as_counts();
+  INFO("counted: " << show(got) << " planned: " << show(want));
+  REQUIRE(got == want);
+}
 
 template <class Ls, class Dims, class M, class La>
 void relayout_from(const M& m, const std::array<std::int64_t, Dims::size>& ext) {
@@ -25,9 +40,13 @@ void relayout_from(const M& m, const std::array<std::int64_t, Dims::size>& ext) 
     for_each_type(Ls{}, [&]<class Lb>() {
       INFO(layout_name<La>() << " -> " << layout_name<Lb>());
       using B = mt::basic_tensor<double, Lb, Exec, Ds...>;
+      m.reset_counters();
       const auto b = mt::relayout<B>(a);
+      require_plan(m.communicator(), mt::relayout_plan<B, A>());
       REQUIRE(mt::gather_all(b) == h);
+      m.reset_counters();
       const auto back = mt::relayout<A>(b);
+      require_plan(m.communicator(), mt::relayout_plan<A, B>());
       auto again = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, back.view());
       REQUIRE(again.extent(0) == mine.extent(0));
       bool same = true;
