@@ -24,11 +24,12 @@ if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 log() { echo "[install_deps] $*" >&2; }
 
 packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libboost1.81-dev libopenblas-dev
-          dataset-fashion-mnist zlib1g-dev gnuplot-nox libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev)
+          dataset-fashion-mnist zlib1g-dev gnuplot-nox libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
+          python3-torch python3-numpy)   # PyTorch: the transformer_lm cross-check (ctest label crosscheck)
 backports_packages=(catch2)
-# Optional (--bench): Eigen and ScaLAPACK (C++ peers), PyTorch (einsum peer), matplotlib (plots),
+# Optional (--bench): Eigen and ScaLAPACK (C++ peers), matplotlib (plots),
 # venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/bench_venv.sh).
-bench_packages=(libeigen3-dev libscalapack-openmpi-dev python3-matplotlib python3-torch python3-venv python3-pip)
+bench_packages=(libeigen3-dev libscalapack-openmpi-dev python3-matplotlib python3-venv python3-pip)
 if [ "$bench" = 1 ]; then packages+=("${bench_packages[@]}"); fi
 
 missing=()

@@ -13,7 +13,15 @@
 //
 //   mpiexec -n 4 transformer_lm [--layout 2d] [--steps 300] [--csv loss.csv]
 //   mpiexec -n 4 transformer_lm --compare-layouts --steps 20
+//
+// --vocab V (default 256, bytes) above 256 makes the token at position p the byte pair
+// (text[p] * 256 + text[p+1]) mod V (below 256: text[p] mod V). --dump DIR writes the initial
+// weights, the first batch, its loss and the gradients of that loss to DIR as .npy files (for
+// examples/transformer_lm/torch_reference.py, which recomputes them with PyTorch). --warmup W
+// prints the median time of the steps after the first W; --memory prints the bytes of the
+// parameters and the Adam state on each rank, and the peak resident set size.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +30,7 @@
 #include <iterator>
 #include <meshtensor/meshtensor.hpp>
 #include <random>
+#include <sys/resource.h>
 
 namespace mt = meshtensor;
 namespace nn = meshtensor::nn;
@@ -56,9 +65,50 @@ struct options {
   std::string csv = "transformer_lm_loss.csv";
   bool compare = false;
   double tolerance = 1e-4;
+  std::int64_t vocab = 256;
+  std::string dump;
+  std::int64_t warmup = -1;
+  bool memory = false;
 };
-constexpr std::int64_t n_vocab = 256;
 constexpr int n_layers = 2;
+
+// The parameter names, in the order of model::tie().
+std::vector<std::string> param_names() {
+  std::vector<std::string> names{"embedding", "positions"};
+  for (int b = 0; b < n_layers; ++b)
+    for (const char* n : {"ln1_scale", "ln1_bias", "wq", "wk", "wv", "wo", "ln2_scale", "ln2_bias", "w_in", "w_out"})
+      names.push_back("blocks." + std::to_string(b) + "." + n);
+  for (const char* n : {"lnf_scale", "lnf_bias", "softmax_weights"}) names.push_back(n);
+  return names;
+}
+
+// A float32 array in NumPy's .npy format (version 1.0, little-endian, C order).
+void write_npy(const std::string& path, const std::vector<float>& data, const std::vector<std::int64_t>& shape) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+  for (auto e : shape) header += std::to_string(e) + ", ";
+  header += "), }";
+  const std::size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw mt::io_error(mt::detail::cat("cannot write '", path, "'"));
+  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
+  out.write("\x93NUMPY\x01\x00", 8);
+  const unsigned char le[2] = {static_cast<unsigned char>(len & 0xff), static_cast<unsigned char>(len >> 8)};
+  out.write(reinterpret_cast<const char*>(le), 2);
+  out << header;
+  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(float)));
+  if (!out) throw mt::io_error(mt::detail::cat("cannot write '", path, "'"));
+}
+
+// Gathers t to rank 0, which writes it to path. Collective.
+template <class T>
+void dump_tensor(const T& t, const std::string& path) {
+  const auto full = mt::gather(t);
+  if (t.mesh().rank() != 0) return;
+  const auto ext = t.extents();
+  write_npy(path, full, std::vector<std::int64_t>(ext.begin(), ext.end()));
+}
 
 template <class L>
 struct model {
@@ -87,7 +137,7 @@ struct model {
   model(const grid& g, const options& o) {
     std::uint64_t s = o.seed * 1000;
     const std::int64_t dm = o.d_model, h = o.heads, kv = o.d_kv, ff = o.d_ff;
-    embedding = mt::random_normal<decltype(embedding)>(g, {n_vocab, dm}, s++, 0, 0.3);
+    embedding = mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, s++, 0, 0.3);
     positions = mt::random_normal<decltype(positions)>(g, {o.length, dm}, s++, 0, 0.1);
     for (auto& b : blocks) {
       b.ln1_scale = mt::full<t<d_model>>(g, {dm}, 1.0f);
@@ -103,7 +153,7 @@ struct model {
     }
     lnf_scale = mt::full<t<d_model>>(g, {dm}, 1.0f);
     lnf_bias = mt::zeros<t<d_model>>(g, {dm});
-    softmax_weights = nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, n_vocab}, s++);
+    softmax_weights = nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, s++);
     std::apply([](auto&... p) { (p.requires_grad(), ...); }, tie());
   }
 
@@ -142,18 +192,23 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
   mt::optim::adam adam({.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9});
   mt::optim::adafactor adafactor({.lr = o.lr});
   std::mt19937_64 rng(o.seed);  // the same batches on every rank and in every layout
-  std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 1);
+  std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
+  const auto token = [&](std::int64_t p) -> float {
+    if (o.vocab <= 256) return static_cast<float>(text[p] % o.vocab);
+    return static_cast<float>((std::int64_t{text[p]} * 256 + text[p + 1]) % o.vocab);
+  };
+  std::vector<double> step_seconds;
   std::vector<float> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
   std::vector<double> losses;
   const bool root = g.rank() == 0;
   const auto t0 = std::chrono::steady_clock::now();
-  auto tlog = t0;
+  auto tlog = t0, tlast = t0;
   for (std::int64_t step = 0; step < o.steps; ++step) {
     for (std::int64_t b = 0; b < o.batch; ++b) {
       const std::int64_t s = start(rng);
       for (std::int64_t l = 0; l < o.length; ++l) {
-        ids[b * o.length + l] = text[s + l];
-        labels[b * o.length + l] = text[s + l + 1];
+        ids[b * o.length + l] = token(s + l);
+        labels[b * o.length + l] = token(s + l + 1);
       }
     }
     const auto x = mt::from_host<ids_t>(g, {o.batch, o.length}, ids);
@@ -161,9 +216,28 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
     const auto loss = m.loss(x, y, o, static_cast<std::uint64_t>(step));
     auto params = m.tie();
     auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+    if (step == 0 && !o.dump.empty()) {
+      const auto names = param_names();
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (dump_tensor(std::get<I>(params), o.dump + "/param." + names[I] + ".npy"), ...);
+        (dump_tensor(std::get<I>(grads), o.dump + "/grad." + names[I] + ".npy"), ...);
+      }(std::make_index_sequence<std::tuple_size_v<decltype(grads)>>{});
+      dump_tensor(x, o.dump + "/ids.npy");
+      dump_tensor(y, o.dump + "/labels.npy");
+      if (root) {
+        write_npy(o.dump + "/loss.npy", {mt::detail::host_view(loss.view())(0)}, {});
+        std::ofstream cfg(o.dump + "/config.txt");
+        cfg << "layout " << o.layout << "\nranks " << g.nprocs() << "\nbatch " << o.batch << "\nlength " << o.length
+            << "\nd_model " << o.d_model << "\nheads " << o.heads << "\nd_kv " << o.d_kv << "\nd_ff " << o.d_ff
+            << "\nvocab " << o.vocab << "\nlayers " << n_layers << "\n";
+        std::printf("dumped the initial weights, the first batch, its loss and gradients to %s\n", o.dump.c_str());
+      }
+    }
     if (o.optimizer == "adafactor") adafactor.step(params, grads);
     else adam.step(params, grads);
     losses.push_back(mt::detail::host_view(loss.view())(0));
+    step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - tlast).count());
+    tlast = std::chrono::steady_clock::now();
     if (verbose && root && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
       const auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - tlog).count();
@@ -178,6 +252,29 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
   if (verbose && root) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("trained %lld steps in %.1f s (%.2f steps/s)\n", (long long)o.steps, s, o.steps / s);
+  }
+  if (o.warmup >= 0 && o.warmup < o.steps) {
+    // Each step ends when rank 0 has its loss; the slowest rank sets the pace through the collectives.
+    std::vector<double> timed(step_seconds.begin() + o.warmup, step_seconds.end());
+    std::sort(timed.begin(), timed.end());
+    const std::size_t n = timed.size();
+    const double median = n % 2 ? timed[n / 2] : 0.5 * (timed[n / 2 - 1] + timed[n / 2]);
+    if (root)
+      std::printf("step_time_median_ms %.3f over %zu steps after %lld warm-up steps\n", 1e3 * median, n,
+                  (long long)o.warmup);
+  }
+  if (o.memory) {
+    // Bytes of the local slices of the parameters and of Adam's two moments (laid out like them).
+    long long local = 0;
+    std::apply([&](auto&... p) { ((local += p.local_size() * static_cast<long long>(sizeof(float))), ...); }, m.tie());
+    const long long with_state = 3 * local;
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    long long rss = ru.ru_maxrss * 1024LL, stats[4] = {with_state, -with_state, rss, -rss};
+    MPI_Allreduce(MPI_IN_PLACE, stats, 4, MPI_LONG_LONG, MPI_MAX, g.communicator().cart());
+    if (root)
+      std::printf("memory_params_adam_bytes_per_rank max %lld min %lld; peak_rss_bytes max %lld min %lld\n", stats[0],
+                  -stats[1], stats[2], -stats[3]);
   }
   return losses;
 }
@@ -230,6 +327,11 @@ int main(int argc, char** argv) {
   app.add_option("--csv", o.csv, "loss curve output (a PNG next to it when gnuplot is installed)")->capture_default_str();
   app.add_flag("--compare-layouts", o.compare, "train every layout for --steps steps and check the losses agree");
   app.add_option("--tolerance", o.tolerance, "relative tolerance of --compare-layouts")->capture_default_str();
+  app.add_option("--vocab", o.vocab, "vocabulary: 256 = bytes; above, byte pairs mod vocab")
+      ->check(CLI::Range(2, 65536))->capture_default_str();
+  app.add_option("--dump", o.dump, "directory for the initial weights, first batch, loss and gradients (.npy)");
+  app.add_option("--warmup", o.warmup, "print the median step time after this many warm-up steps");
+  app.add_flag("--memory", o.memory, "print the bytes of parameters + Adam state per rank and the peak RSS");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -238,13 +340,13 @@ int main(int argc, char** argv) {
 
   try {
     grid g(env, o.mesh);
-    const auto text = read_text(o.text, o.length + 2);
+    const auto text = read_text(o.text, o.length + 3);
     const bool root = env.world_rank() == 0;
     if (root)
       std::printf("transformer_lm: %zu bytes of %s; %d layers, d_model %lld, heads %lld, d_kv %lld, d_ff %lld, "
                   "vocab %lld; batch %lld x length %lld; mesh [rows=%d x cols=%d]; %s lr %g, dropout %g\n",
                   text.size(), o.text.c_str(), n_layers, (long long)o.d_model, (long long)o.heads, (long long)o.d_kv,
-                  (long long)o.d_ff, (long long)n_vocab, (long long)o.batch, (long long)o.length, g.size<rows>(),
+                  (long long)o.d_ff, (long long)o.vocab, (long long)o.batch, (long long)o.length, g.size<rows>(),
                   g.size<cols>(), o.optimizer.c_str(), o.lr, o.dropout);
     if (!o.compare) {
       if (root) std::printf("layout %s\n", o.layout.c_str());
