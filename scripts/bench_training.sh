@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The Transformer training step (examples/transformer_lm: forward, backward, Adam), side by side in
+# one run: one rank against PyTorch on one thread, and 2 ranks (data parallel, model parallel)
+# against one rank; then the bytes of parameters + Adam state per rank under the model-parallel
+# layout on 1, 2 and 4 ranks against (split parameters / P + replicated ones) x 3. Prints a
+# Markdown table (docs/performance.md, section "Training step").
+#
+#   OPENBLAS_CORETYPE=SkylakeX scripts/bench_training.sh [--rounds 5] [--steps 10] [--warmup 3]
+#
+# Each round runs every configuration once (ours np1, PyTorch, ours np2 data, ours np2 model,
+# interleaved); each run prints the median of its timed steps after its warm-up steps; every
+# number below is the median over the rounds (min and max beside it). Model: batch 8, length 128,
+# d_model 256, heads 4 (d_kv 64), d_ff 1024, vocab 1024 (byte pairs mod 1024), 2 layers, Adam.
+# Threads: OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=1 per process, torch.set_num_threads(1).
+# OPENBLAS_CORETYPE is read, never set. MESHTENSOR_BUILD_DIR (default build/training) and
+# MESHTENSOR_BUILD_JOBS (default nproc) choose where and how transformer_lm is built; PyTorch is
+# Debian's python3-torch run by /usr/bin/python3.
+set -euo pipefail
+cores=$(getconf _NPROCESSORS_ONLN)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+rounds=5 steps=10 warmup=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --warmup) warmup="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    *) echo "bench_training.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+log() { echo "[bench_training] $*" >&2; }
+
+build=${MESHTENSOR_BUILD_DIR:-$root/build/training}
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  kokkos=$(bash "$root/scripts/install_deps.sh" | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" >/dev/null
+fi
+cmake --build "$build" -j "${MESHTENSOR_BUILD_JOBS:-$(nproc)}" --target transformer_lm >&2
+lm="$build/examples/transformer_lm"
+torch_ref="$root/examples/transformer_lm/torch_reference.py"
+
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1 OMP_PROC_BIND=false OPENBLAS_NUM_THREADS=1
+B=8 L=128 DM=256 H=4 KV=64 FF=1024 V=1024 NL=2
+model=(--batch $B --length $L --d-model $DM --heads $H --d-kv $KV --d-ff $FF --vocab $V)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ours() {  # ranks layout mesh_rows mesh_cols [extra args]
+  local n=$1 layout=$2 r=$3 c=$4; shift 4
+  mpiexec -n "$n" "$lm" --layout "$layout" --mesh "$r" "$c" "${model[@]}" --steps $((warmup + steps)) \
+    --warmup "$warmup" --log-every 100000 --csv "$tmp/loss.csv" "$@" 2>&1
+}
+median_of() { sed -n 's/^step_time_median_ms \([0-9.]*\).*/\1/p'; }
+
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+declare -A runs
+for ((round = 1; round <= rounds; round++)); do
+  log "round $round/$rounds"
+  runs[ours1]+=" $(ours 1 data 1 1 | median_of)"
+  runs[torch1]+=" $(/usr/bin/python3 "$torch_ref" bench --batch $B --length $L --d-model $DM --heads $H --d-kv $KV \
+                      --d-ff $FF --vocab $V --warmup "$warmup" --steps "$steps" --threads 1 | median_of)"
+  runs[data2]+=" $(ours 2 data 2 1 | median_of)"
+  runs[model2]+=" $(ours 2 model 2 1 | median_of)"
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+stats() {  # "median min max" of the numbers given
+  printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {m = NR % 2 ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2; printf "%.1f %.1f %.1f", m, a[1], a[NR]}'
+}
+read -r o1 o1min o1max <<<"$(stats ${runs[ours1]})"
+read -r t1 t1min t1max <<<"$(stats ${runs[torch1]})"
+read -r d2 d2min d2max <<<"$(stats ${runs[data2]})"
+read -r m2 m2min m2max <<<"$(stats ${runs[model2]})"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+
+echo "Training step (ms, median of $rounds runs of the median of $steps steps after $warmup warm-up steps; min-max):"
+echo
+echo "| configuration | ms / step | min - max | ratio | goal |"
+echo "|---|---|---|---|---|"
+echo "| PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), 1 thread | $t1 | $t1min - $t1max | | |"
+echo "| meshtensor, 1 rank | $o1 | $o1min - $o1max | PyTorch / ours = $(ratio "$t1" "$o1") | >= 1.5 |"
+echo "| meshtensor, 2 ranks, data parallel (batch over 2) | $d2 | $d2min - $d2max | 1 rank / 2 ranks = $(ratio "$o1" "$d2") | >= 1.7 |"
+echo "| meshtensor, 2 ranks, model parallel (vocab, heads, d_ff over 2) | $m2 | $m2min - $m2max | 1 rank / 2 ranks = $(ratio "$o1" "$m2") | >= 1.7 |"
+echo
+
+# Memory: parameters + Adam's m and v (laid out like them), float32, model-parallel layout.
+split=$((2 * V * DM + NL * (4 * DM * H * KV + 2 * DM * FF)))   # embedding, softmax, attention, feed-forward
+replicated=$((L * DM + NL * 4 * DM + 2 * DM))                  # positions, layer norms
+echo "Parameters + Adam state per rank, model-parallel layout ($split split + $replicated replicated parameters, x 3 x 4 bytes):"
+echo
+echo "| ranks | mesh | measured bytes / rank (local slices) | expected (split / P + replicated) x 12 | measured / expected | peak RSS / rank (max) |"
+echo "|---|---|---|---|---|---|"
+for cfg in "1 1 1" "2 2 1" "4 2 2"; do
+  read -r n r c <<<"$cfg"
+  out=$(mpiexec -n "$n" "$lm" --layout model --mesh "$r" "$c" "${model[@]}" --steps 1 --log-every 100000 \
+          --csv "$tmp/loss.csv" --memory 2>&1)
+  meas=$(sed -n 's/^memory_params_adam_bytes_per_rank max \([0-9]*\).*/\1/p' <<<"$out")
+  rss=$(sed -n 's/.*peak_rss_bytes max \([0-9]*\).*/\1/p' <<<"$out")
+  expect=$(( (split / n + replicated) * 12 ))
+  echo "| $n | ${r}x${c} | $meas | $expect | $(ratio "$meas" "$expect") | $(awk -v b="$rss" 'BEGIN {printf "%.0f MiB", b / 1048576}') |"
+done
+echo
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<unset>}; OMP_NUM_THREADS=$OMP_NUM_THREADS, OPENBLAS_NUM_THREADS=$OPENBLAS_NUM_THREADS per process; PyTorch torch.set_num_threads(1); $cores cores; load average before $load_before, after $load_after"
