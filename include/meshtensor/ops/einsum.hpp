@@ -126,12 +126,19 @@ auto contract(const A& a, const B& b) {
   else
     bv = broadcast_local<Bp>(b, result_extents<Bp>(b)).view();
 
+  // The product writes every element of its result (beta = 0; zeros when k == 0), so the result
+  // is allocated without the zero-fill of the tensor constructor: for a product with a small k
+  // that fill costs as much as the product.
+  const auto product_view = [&] {
+    return typename Out::view_type(Kokkos::view_alloc(std::string("meshtensor::einsum"), Kokkos::WithoutInitializing),
+                                   static_cast<std::size_t>(nb * m * n));
+  };
   Out out;
   if constexpr (std::is_same_v<OutList, concat_t<Bt, Mt, Nt>>) {
-    out = Out(a.mesh(), out_extents);
+    out = Out(a.mesh(), out_extents, product_view());
     batched_gemm<Exec, T>(nb, m, n, k, a_trans, b_trans, av, bv, out.view());
   } else {
-    Cp c(a.mesh(), result_extents<Cp>(a, b));
+    Cp c(a.mesh(), result_extents<Cp>(a, b), product_view());
     batched_gemm<Exec, T>(nb, m, n, k, a_trans, b_trans, av, bv, c.view());
     out = broadcast_local<Out>(c, out_extents);
   }

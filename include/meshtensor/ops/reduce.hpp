@@ -8,6 +8,7 @@
 #include "../layout/plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "detail/kernels.hpp"
+#include "detail/map_kernel.hpp"
 
 namespace meshtensor {
 
@@ -40,11 +41,31 @@ void allreduce_local(TT& t, unsigned axes, reduce_op op) {
   Kokkos::deep_copy(t.view(), h);
 }
 
+// The local reduction, instantiated per (space, element type) only, so that reductions under many
+// layouts share one kernel (compile time).
+template <class Exec, class T>
+void reduce_kernel(const Kokkos::View<T*, typename Exec::memory_space>& xv,
+                   const Kokkos::View<T*, typename Exec::memory_space>& ov, std::int64_t n, const kidx& out_ext,
+                   int rout, const kidx& base_stride, const kidx& red_ext, const kidx& red_stride, int nred,
+                   std::int64_t red_count, reduce_op op) {
+  Kokkos::parallel_for(
+      "meshtensor::reduce", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t o) {
+        const std::int64_t base = operand_offset(o, out_ext, base_stride, rout);
+        T acc = op == reduce_op::sum ? T(0) : xv(base);
+        for (std::int64_t r = 0; r < red_count; ++r) {
+          // One reduced dim (the common case): its offset needs no 64-bit division.
+          const T v = xv(base + (nred == 1 ? r * red_stride[0] : operand_offset(r, red_ext, red_stride, nred)));
+          acc = op == reduce_op::sum ? acc + v : (op == reduce_op::max ? (v > acc ? v : acc) : (v < acc ? v : acc));
+        }
+        ov(o) = acc;
+      });
+  Exec{}.fence();
+}
+
 // Local reduction of x onto Out (Out's dims are a subset of X's), then allreduce over the axes of
 // the removed dims that are split.
 template <Tensor Out, Tensor X>
 Out reduce_to(const X& x, reduce_op op) {
-  using T = typename X::value_type;
   using removed = difference_t<typename X::dims, typename Out::dims>;
   Out out(x.mesh(), result_extents<Out>(x));
   const auto xs = row_major_strides<X::rank>(x.local_extents());
@@ -61,21 +82,8 @@ Out reduce_to(const X& x, reduce_op op) {
       red_count *= x.local_extents()[i];
       ++nred;
     }
-  constexpr int rout = static_cast<int>(Out::rank);
-  auto xv = x.view();
-  auto ov = out.view();
-  Kokkos::parallel_for(
-      "meshtensor::reduce", Kokkos::RangePolicy<typename X::execution_space>(0, out.local_size()),
-      KOKKOS_LAMBDA(std::int64_t o) {
-        const std::int64_t base = operand_offset(o, out_ext, base_stride, rout);
-        T acc = op == reduce_op::sum ? T(0) : xv(base);
-        for (std::int64_t r = 0; r < red_count; ++r) {
-          const T v = xv(base + operand_offset(r, red_ext, red_stride, nred));
-          acc = op == reduce_op::sum ? acc + v : (op == reduce_op::max ? (v > acc ? v : acc) : (v < acc ? v : acc));
-        }
-        ov(o) = acc;
-      });
-  fence<X>();
+  reduce_kernel<typename X::execution_space>(x.view(), out.view(), out.local_size(), out_ext, static_cast<int>(Out::rank),
+                                             base_stride, red_ext, red_stride, nred, red_count, op);
   allreduce_local(out, axes_mask_of<X, removed>(), op);
   return out;
 }
@@ -83,17 +91,7 @@ Out reduce_to(const X& x, reduce_op op) {
 // Out (a superset of X's dims) with x repeated along the dims X lacks.
 template <Tensor Out, Tensor X>
 Out broadcast_local(const X& x, const typename Out::extents_type& extents) {
-  Out out(x.mesh(), extents);
-  const kidx out_ext = to_kidx<Out::rank>(out.local_extents());
-  const kidx s = broadcast_strides<Out>(x);
-  constexpr int rout = static_cast<int>(Out::rank);
-  auto xv = x.view();
-  auto ov = out.view();
-  Kokkos::parallel_for(
-      "meshtensor::broadcast", Kokkos::RangePolicy<typename X::execution_space>(0, out.local_size()),
-      KOKKOS_LAMBDA(std::int64_t o) { ov(o) = xv(operand_offset(o, out_ext, s, rout)); });
-  fence<X>();
-  return out;
+  return map_to<Out>(extents, identity_fn{}, x);
 }
 
 template <class X, class... Ds>
