@@ -8,6 +8,7 @@
 
 #include "../tensor/init.hpp"
 #include "detail/kernels.hpp"
+#include "detail/map_kernel.hpp"
 #include "reduce.hpp"
 
 namespace meshtensor {
@@ -15,47 +16,66 @@ namespace meshtensor {
 namespace detail {
 namespace kx = Kokkos::Experimental;
 
-// out(o) = f(a(o), b(o), c(o)) over Out's dims; each operand broadcasts along the dims it lacks.
+// Whether broadcast strides s over local extents ext (rank r) are ext's own row-major strides: the
+// operand has the output's shape, and its offset is the output's flat index.
+inline bool same_as_out(const kidx& ext, const kidx& s, int r) {
+  std::int64_t stride = 1;
+  for (int i = r - 1; i >= 0; --i) {
+    if (ext[i] != 1 && s[i] != stride) return false;
+    stride *= ext[i];
+  }
+  return true;
+}
+
+// out(o) = f(ops(o)...) over Out's dims; each operand broadcasts along the dims it lacks. Prefer a
+// named functor: with one, every layout shares one Kokkos kernel (see map_kernel.hpp).
 template <Tensor Out, class F, Tensor... Ops>
 Out map_broadcast(const typename Out::extents_type& extents, F f, const Ops&... ops) {
-  Out out((ops.mesh(), ...), extents);
-  const kidx ext = to_kidx<Out::rank>(out.local_extents());
-  constexpr int r = static_cast<int>(Out::rank);
-  auto ov = out.view();
-  if constexpr (sizeof...(Ops) == 1) {
-    const auto& [a] = std::tie(ops...);
-    const kidx sa = broadcast_strides<Out>(a);
-    auto av = a.view();
-    Kokkos::parallel_for(
-        "meshtensor::map1", Kokkos::RangePolicy<typename Out::execution_space>(0, out.local_size()),
-        KOKKOS_LAMBDA(std::int64_t o) { ov(o) = f(av(operand_offset(o, ext, sa, r))); });
-  } else if constexpr (sizeof...(Ops) == 2) {
-    const auto& [a, b] = std::tie(ops...);
-    const kidx sa = broadcast_strides<Out>(a), sb = broadcast_strides<Out>(b);
-    auto av = a.view();
-    auto bv = b.view();
-    Kokkos::parallel_for(
-        "meshtensor::map2", Kokkos::RangePolicy<typename Out::execution_space>(0, out.local_size()),
-        KOKKOS_LAMBDA(std::int64_t o) {
-          ov(o) = f(av(operand_offset(o, ext, sa, r)), bv(operand_offset(o, ext, sb, r)));
-        });
-  } else {
-    static_assert(sizeof...(Ops) == 3);
-    const auto& [a, b, c] = std::tie(ops...);
-    const kidx sa = broadcast_strides<Out>(a), sb = broadcast_strides<Out>(b), sc = broadcast_strides<Out>(c);
-    auto av = a.view();
-    auto bv = b.view();
-    auto cv = c.view();
-    Kokkos::parallel_for(
-        "meshtensor::map3", Kokkos::RangePolicy<typename Out::execution_space>(0, out.local_size()),
-        KOKKOS_LAMBDA(std::int64_t o) {
-          ov(o) = f(av(operand_offset(o, ext, sa, r)), bv(operand_offset(o, ext, sb, r)),
-                    cv(operand_offset(o, ext, sc, r)));
-        });
-  }
-  fence<Out>();
-  return out;
+  return map_to<Out>(extents, f, ops...);
 }
+
+// Functors that adapt the op tables below to map_to.
+template <class Fn>
+struct apply_fn {
+  template <class... T>
+  KOKKOS_INLINE_FUNCTION auto operator()(T... v) const {
+    return Fn::f(v...);
+  }
+};
+template <class Fn>
+struct unary_grad_fn {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T g, T x, T y) const {
+    return g * Fn::df(x, y);
+  }
+};
+template <class Fn>
+struct binary_grad_a_fn {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T g, T a, T b) const {
+    return g * Fn::da(a, b);
+  }
+};
+template <class Fn>
+struct binary_grad_b_fn {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T g, T a, T b) const {
+    return g * Fn::db(a, b);
+  }
+};
+struct select_fn {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T c, T a, T b) const {
+    return c != T(0) ? a : b;
+  }
+};
+template <bool WhenTrue>
+struct select_grad_fn {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T g, T c, T) const {
+    return (c != T(0)) == WhenTrue ? g : T(0);
+  }
+};
 
 template <class A, class B>
 using union_result_t = with_dims_t<A, union_t<typename A::dims, typename B::dims>>;
@@ -114,13 +134,11 @@ MESHTENSOR_UNARY(gelu, T(0.5) * x * (T(1) + tanh(T(0.7978845608028654) * (x + T(
 
 template <class Fn, Tensor X>
 X unary(const X& x) {
-  using T = typename X::value_type;
-  X out = detail::map_broadcast<X>(x.extents(), KOKKOS_LAMBDA(T v) { return Fn::f(v); }, x);
+  X out = detail::map_to<X>(x.extents(), detail::apply_fn<Fn>{}, x);
   detail::record<X>(
       out,
       [x, y = out.detached()](const X& g) {
-        detail::push_grad(x, detail::map_broadcast<X>(
-                                 x.extents(), KOKKOS_LAMBDA(T gv, T xv, T yv) { return gv * Fn::df(xv, yv); }, g, x, y));
+        detail::push_grad(x, detail::map_to<X>(x.extents(), detail::unary_grad_fn<Fn>{}, g, x, y));
       },
       x);
   return out;
@@ -189,24 +207,19 @@ MESHTENSOR_BINARY(greater_equal, (a >= b ? T(1) : T(0)), T(0), T(0))
 template <class Fn, Tensor A, Tensor B>
 auto binary(const A& a, const B& b) {
   detail::require_same_layout<A, B>();
-  using T = typename A::value_type;
   using R = detail::union_result_t<A, B>;
   detail::check_shared_extents(Fn::name, a, b);
   const auto extents = detail::result_extents<R>(a, b);
-  R out = detail::map_broadcast<R>(extents, KOKKOS_LAMBDA(T x, T y) { return Fn::f(x, y); }, a, b);
+  R out = detail::map_to<R>(extents, detail::apply_fn<Fn>{}, a, b);
   detail::record<R>(
       out,
       [a, b, extents](const R& g) {
         if (a.tracks_grad())
-          detail::push_grad(a, detail::reduce_to<A>(
-                                   detail::map_broadcast<R>(
-                                       extents, KOKKOS_LAMBDA(T gv, T x, T y) { return gv * Fn::da(x, y); }, g, a, b),
-                                   reduce_op::sum));
+          detail::push_grad(a, detail::reduce_to<A>(detail::map_to<R>(extents, detail::binary_grad_a_fn<Fn>{}, g, a, b),
+                                                    reduce_op::sum));
         if (b.tracks_grad())
-          detail::push_grad(b, detail::reduce_to<B>(
-                                   detail::map_broadcast<R>(
-                                       extents, KOKKOS_LAMBDA(T gv, T x, T y) { return gv * Fn::db(x, y); }, g, a, b),
-                                   reduce_op::sum));
+          detail::push_grad(b, detail::reduce_to<B>(detail::map_to<R>(extents, detail::binary_grad_b_fn<Fn>{}, g, a, b),
+                                                    reduce_op::sum));
       },
       a, b);
   return out;
@@ -273,25 +286,20 @@ template <Tensor C, Tensor A, Tensor B>
 auto where(const C& c, const A& a, const B& b) {
   detail::require_same_layout<C, A>();
   detail::require_same_layout<A, B>();
-  using T = typename A::value_type;
   using R = detail::with_dims_t<A, union_t<union_t<typename C::dims, typename A::dims>, typename B::dims>>;
   detail::check_shared_extents("where", c, a);
   detail::check_shared_extents("where", c, b);
   detail::check_shared_extents("where", a, b);
   const auto extents = detail::result_extents<R>(c, a, b);
-  R out = detail::map_broadcast<R>(extents, KOKKOS_LAMBDA(T cv, T x, T y) { return cv != T(0) ? x : y; }, c, a, b);
+  R out = detail::map_to<R>(extents, detail::select_fn{}, c, a, b);
   detail::record<R>(
       out,
       [c, a, b, extents](const R& g) {
         if (a.tracks_grad())
-          detail::push_grad(a, detail::reduce_to<A>(detail::map_broadcast<R>(
-                                                        extents, KOKKOS_LAMBDA(T gv, T cv, T) { return cv != T(0) ? gv : T(0); },
-                                                        g, c, a),
+          detail::push_grad(a, detail::reduce_to<A>(detail::map_to<R>(extents, detail::select_grad_fn<true>{}, g, c, a),
                                                     reduce_op::sum));
         if (b.tracks_grad())
-          detail::push_grad(b, detail::reduce_to<B>(detail::map_broadcast<R>(
-                                                        extents, KOKKOS_LAMBDA(T gv, T cv, T) { return cv != T(0) ? T(0) : gv; },
-                                                        g, c, b),
+          detail::push_grad(b, detail::reduce_to<B>(detail::map_to<R>(extents, detail::select_grad_fn<false>{}, g, c, b),
                                                     reduce_op::sum));
       },
       a, b);

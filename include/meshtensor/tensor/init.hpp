@@ -24,17 +24,49 @@ KOKKOS_INLINE_FUNCTION double uniform01(std::uint64_t seed, std::uint64_t index,
   return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);
 }
 
+// The kernel depends on the space, element type, rank and functor, not on the layout, so that
+// initialisers under many layouts share it (compile time).
+template <class Exec, class T, std::size_t R, class F>
+void fill_kernel(const Kokkos::View<T*, typename Exec::memory_space>& v, std::int64_t n, const local_to_global<R>& map,
+                 F f) {
+  Kokkos::parallel_for(
+      "meshtensor::init", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t l) { v(l) = f(map(l)); });
+  Exec{}.fence();
+}
+
 template <Tensor TT, class F>
 TT fill_by_global_index(const typename TT::mesh_type& m, const typename TT::extents_type& extents, F f) {
   TT t(m, extents);
-  const local_to_global<TT::rank> map(t.local_extents(), t.offsets(), t.extents());
-  auto v = t.view();
-  Kokkos::parallel_for(
-      "meshtensor::init", Kokkos::RangePolicy<typename TT::execution_space>(0, t.local_size()),
-      KOKKOS_LAMBDA(std::int64_t l) { v(l) = f(map(l)); });
-  typename TT::execution_space{}.fence();
+  fill_kernel<typename TT::execution_space>(t.view(), t.local_size(),
+                                            local_to_global<TT::rank>(t.local_extents(), t.offsets(), t.extents()), f);
   return t;
 }
+
+template <class T>
+struct iota_fn {
+  T start, step;
+  KOKKOS_INLINE_FUNCTION T operator()(std::int64_t g) const { return static_cast<T>(start + static_cast<T>(g) * step); }
+};
+template <class T>
+struct uniform_fn {
+  std::uint64_t seed;
+  double low, high;
+  KOKKOS_INLINE_FUNCTION T operator()(std::int64_t g) const {
+    return static_cast<T>(low + (high - low) * uniform01(seed, static_cast<std::uint64_t>(g), 0));
+  }
+};
+// Box-Muller on two independent uniform streams of the same index.
+template <class T>
+struct normal_fn {
+  std::uint64_t seed;
+  double mean, stddev;
+  KOKKOS_INLINE_FUNCTION T operator()(std::int64_t g) const {
+    const double u1 = 1.0 - uniform01(seed, static_cast<std::uint64_t>(g), 1);
+    const double u2 = uniform01(seed, static_cast<std::uint64_t>(g), 2);
+    return static_cast<T>(mean + stddev * Kokkos::Experimental::sqrt(-2.0 * Kokkos::Experimental::log(u1)) *
+                                     Kokkos::Experimental::cos(6.283185307179586 * u2));
+  }
+};
 }  // namespace detail
 
 template <Tensor TT>
@@ -54,31 +86,19 @@ TT full(const typename TT::mesh_type& m, const typename TT::extents_type& extent
 template <Tensor TT>
 TT iota(const typename TT::mesh_type& m, const typename TT::extents_type& extents,
         typename TT::value_type start = 0, typename TT::value_type step = 1) {
-  using T = typename TT::value_type;
-  return detail::fill_by_global_index<TT>(
-      m, extents, KOKKOS_LAMBDA(std::int64_t g) { return static_cast<T>(start + static_cast<T>(g) * step); });
+  return detail::fill_by_global_index<TT>(m, extents, detail::iota_fn<typename TT::value_type>{start, step});
 }
 
 template <Tensor TT>
 TT random_uniform(const typename TT::mesh_type& m, const typename TT::extents_type& extents, std::uint64_t seed,
                   double low = 0.0, double high = 1.0) {
-  using T = typename TT::value_type;
-  return detail::fill_by_global_index<TT>(m, extents, KOKKOS_LAMBDA(std::int64_t g) {
-    return static_cast<T>(low + (high - low) * detail::uniform01(seed, static_cast<std::uint64_t>(g), 0));
-  });
+  return detail::fill_by_global_index<TT>(m, extents, detail::uniform_fn<typename TT::value_type>{seed, low, high});
 }
 
-// Box-Muller on two independent uniform streams of the same index.
 template <Tensor TT>
 TT random_normal(const typename TT::mesh_type& m, const typename TT::extents_type& extents, std::uint64_t seed,
                  double mean = 0.0, double stddev = 1.0) {
-  using T = typename TT::value_type;
-  return detail::fill_by_global_index<TT>(m, extents, KOKKOS_LAMBDA(std::int64_t g) {
-    const double u1 = 1.0 - detail::uniform01(seed, static_cast<std::uint64_t>(g), 1);
-    const double u2 = detail::uniform01(seed, static_cast<std::uint64_t>(g), 2);
-    return static_cast<T>(mean + stddev * Kokkos::Experimental::sqrt(-2.0 * Kokkos::Experimental::log(u1)) *
-                                     Kokkos::Experimental::cos(6.283185307179586 * u2));
-  });
+  return detail::fill_by_global_index<TT>(m, extents, detail::normal_fn<typename TT::value_type>{seed, mean, stddev});
 }
 
 }  // namespace meshtensor

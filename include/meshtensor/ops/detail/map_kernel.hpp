@@ -25,6 +25,13 @@ void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const
   Exec{}.fence();
 }
 
+struct identity_fn {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T v) const {
+    return v;
+  }
+};
+
 // Out (of the given extents) with out(o) = f(ops(o)...), each operand broadcast along the dims it
 // lacks. f is a named functor, not a lambda, so that every layout shares one kernel.
 template <Tensor Out, class F, Tensor... Ops>
