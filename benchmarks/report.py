@@ -30,7 +30,11 @@ def load(raw):
             continue
         if text.startswith("{") and '"benchmarks"' in text[:20000]:
             doc = json.loads(text)
-            context.setdefault(base.split("-", 1)[1], doc.get("context", {}))
+            # The executable's path names the machine's checkout; keep only the binary's name.
+            ctx = dict(doc.get("context", {}))
+            if "executable" in ctx:
+                ctx["executable"] = os.path.basename(ctx["executable"])
+            context.setdefault(base.split("-", 1)[1], ctx)
             for b in doc["benchmarks"]:
                 if b.get("run_type") != "iteration" or b.get("error_occurred"):
                     continue
