@@ -16,17 +16,6 @@ namespace meshtensor {
 namespace detail {
 namespace kx = Kokkos::Experimental;
 
-// Whether broadcast strides s over local extents ext (rank r) are ext's own row-major strides: the
-// operand has the output's shape, and its offset is the output's flat index.
-inline bool same_as_out(const kidx& ext, const kidx& s, int r) {
-  std::int64_t stride = 1;
-  for (int i = r - 1; i >= 0; --i) {
-    if (ext[i] != 1 && s[i] != stride) return false;
-    stride *= ext[i];
-  }
-  return true;
-}
-
 // out(o) = f(ops(o)...) over Out's dims; each operand broadcasts along the dims it lacks. Prefer a
 // named functor: with one, every layout shares one Kokkos kernel (see map_kernel.hpp).
 template <Tensor Out, class F, Tensor... Ops>
