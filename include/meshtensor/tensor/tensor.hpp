@@ -107,7 +107,6 @@ class basic_tensor {
     return n;
   }
   const view_type& view() const { return data_; }
-  bool empty() const { return data_.data() == nullptr && local_size() != 0; }
 
   template <Dim D>
   static constexpr std::size_t index_of() {
