@@ -41,3 +41,4 @@
 #include "nn/feed_forward.hpp"
 #include "nn/cross_entropy.hpp"
 #include "nn/dropout.hpp"
+#include "nn/moe.hpp"
