@@ -11,26 +11,8 @@ using namespace tst;
 namespace mt = meshtensor;
 
 namespace {
-struct m_ : mt::dim<"m"> {};
-
-using Exec = Kokkos::DefaultExecutionSpace;
-template <class L, class... Ds>
-using ten = mt::basic_tensor<double, L, Exec, Ds...>;
 const std::array<std::int64_t, 2> ext{8, 12};
 
-std::string show(const mt::comm_counters& c) {
-  std::string s;
-  for (const auto& [k, v] : c)
-    s += mt::detail::cat(mt::to_string(k.first), " over mask ", k.second, ": ", v.calls, " calls, ", v.bytes, " bytes; ");
-  return s.empty() ? "nothing" : s;
-}
-// The counted calls per (collective, axes) equal the plan's (a plan has no bytes).
-void require_counts(const mt::comm_counters& counted, const mt::comm_counters& want) {
-  mt::comm_counters got;
-  for (const auto& [k, v] : counted) got[k].calls = v.calls;
-  INFO("counted: " << show(counted) << " expected: " << show(want));
-  REQUIRE(got == want);
-}
 // Calls only, as written by hand: {collective, axes mask, calls}.
 struct expected_call {
   mt::collective kind;

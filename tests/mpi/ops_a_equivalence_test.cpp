@@ -17,13 +17,6 @@ namespace mt = meshtensor;
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
-struct m_ : mt::dim<"m"> {};
-struct n_ : mt::dim<"n"> {};
-
-using Exec = Kokkos::DefaultExecutionSpace;
-template <class L, class... Ds>
-using ten = mt::basic_tensor<double, L, Exec, Ds...>;
-
 // Divisible by 4 (the most processors a dim is cut into) and different, so that a mix-up of the
 // two dims changes the shape. Two dims keep the sweep's instantiations (op x layout) affordable;
 // they still cover a reduced dim split or not, a kept dim split or not, and one dim over two axes.
@@ -82,12 +75,6 @@ std::vector<double> host_softmax(const std::vector<double>& x, std::array<bool, 
   std::vector<double> out(x.size());
   for (std::size_t n = 0; n < x.size(); ++n) out[n] = log ? x[n] - lse[g.key[n]] : std::exp(x[n] - lse[g.key[n]]);
   return out;
-}
-
-template <class T>
-void require_close(const std::vector<T>& got, const std::vector<T>& want, double tol) {
-  REQUIRE(got.size() == want.size());
-  REQUIRE(max_rel_error(got, want) <= tol);
 }
 
 // ---- the sweeps ---------------------------------------------------------------------------

@@ -15,17 +15,8 @@ namespace {
 using Exec = Kokkos::DefaultExecutionSpace;
 
 // The counted calls per (collective, axes) equal the plan's (bytes are not part of a plan).
-std::string show(const mt::comm_counters& c) {
-  std::string s;
-  for (const auto& [k, v] : c) s += mt::detail::cat(mt::to_string(k.first), " over mask ", k.second, ": ", v.calls, "; ");
-  return s.empty() ? "nothing" : s;
-}
 void require_plan(const mt::detail::communicator& comm, const mt::comm_plan& plan) {
-  mt::comm_counters got;
-  for (const auto& [k, v] : comm.counters()) got[k].calls = v.calls;
-  const auto want = plan.as_counts();
-  INFO("counted: " << show(got) << " planned: " << show(want));
-  REQUIRE(got == want);
+  require_counts(comm.counters(), plan.as_counts());
 }
 
 template <class Ls, class Dims, class M, class La>

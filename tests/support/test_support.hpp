@@ -4,7 +4,9 @@
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/catch_template_test_macros.hpp>
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <meshtensor/meshtensor.hpp>
 #include <sstream>
 #include <string>
@@ -17,6 +19,8 @@ struct i_ : mt::dim<"i"> {};
 struct j_ : mt::dim<"j"> {};
 struct k_ : mt::dim<"k"> {};
 struct l_ : mt::dim<"l"> {};
+struct m_ : mt::dim<"m"> {};
+struct n_ : mt::dim<"n"> {};
 struct x_ : mt::axis<"x"> {};
 struct r_ : mt::axis<"r"> {};
 struct c_ : mt::axis<"c"> {};
@@ -52,6 +56,10 @@ inline grid world_grid() {
 
 template <class... Ts>
 using list = mt::type_list<Ts...>;
+
+// float64 tensors on the default space: what the layout sweeps and gradient checks use.
+template <class L, class... Ds>
+using ten = mt::basic_tensor<double, L, Kokkos::DefaultExecutionSpace, Ds...>;
 
 // Layouts of a mesh with one axis over dims Ds: replicated, or one dim split over the axis.
 template <class M, class... Ds>
@@ -126,6 +134,95 @@ double max_rel_error(const std::vector<T>& got, const std::vector<T>& want) {
     if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
   }
   return worst;
+}
+
+template <class T>
+void require_close(const std::vector<T>& got, const std::vector<T>& want, double tol) {
+  REQUIRE(got.size() == want.size());
+  REQUIRE(max_rel_error(got, want) <= tol);
+}
+
+// ---- communication counters ----------------------------------------------------------------
+inline std::string show(const mt::comm_counters& c) {
+  std::string s;
+  for (const auto& [k, v] : c)
+    s += mt::detail::cat(mt::to_string(k.first), " over mask ", k.second, ": ", v.calls, " calls, ", v.bytes, " bytes; ");
+  return s.empty() ? "nothing" : s;
+}
+// The counted calls per (collective, axes) equal want's (a plan has no bytes, so bytes are not compared).
+inline void require_counts(const mt::comm_counters& counted, const mt::comm_counters& want) {
+  mt::comm_counters got;
+  for (const auto& [k, v] : counted) got[k].calls = v.calls;
+  INFO("counted: " << show(counted) << " expected: " << show(want));
+  REQUIRE(got == want);
+}
+
+// ---- gradients against central finite differences -------------------------------------------
+// sum over every dim of t: a rank-0 loss.
+template <class T>
+auto sum_all(const T& t) {
+  return [&]<class... Ds>(list<Ds...>) { return mt::reduce_sum<Ds...>(t); }(typename T::dims{});
+}
+// sum(y * w), w random normal fixed by the seed (layout-independent, as all initialisers are):
+// every element of y weighs differently, so every gradient element matters.
+template <class Y>
+auto weighted_sum(const Y& y, std::uint64_t seed) {
+  return sum_all(y * mt::random_normal<Y>(y.mesh(), y.extents(), seed));
+}
+
+struct gradient_check_options {
+  double h = 1e-6;         // the central difference's step
+  double tol = 1e-6;       // on |analytic - numeric| / max(1, |numeric|), every checked element
+  std::size_t stride = 1;  // check elements 0, stride, 2 stride, ... (1: all)
+};
+struct gradient_check_result {
+  double worst = 0;  // largest relative error (INFINITY for a NaN)
+  std::size_t element = 0, checked = 0;
+  double analytic = 0, numeric = 0;  // at the worst element
+  double norm2 = 0;                  // sum of squares of the whole analytic gradient
+};
+
+// d loss / d x from mt::gradient against (loss(x + h e_n) - loss(x - h e_n)) / 2h, float64, on the
+// gathered tensor; x is rebuilt from host values x0 (perturbed) for every evaluation, under X's layout.
+template <class X, class F>
+gradient_check_result gradient_error(const typename X::mesh_type& m, const typename X::extents_type& ext,
+                                     const std::vector<double>& x0, F loss_of, gradient_check_options o = {}) {
+  static_assert(std::is_same_v<typename X::value_type, double>, "finite differences need float64");
+  auto x = mt::from_host<X>(m, ext, x0);
+  x.requires_grad();
+  const auto [gx] = mt::gradient(loss_of(x), x);
+  const auto analytic = mt::gather_all(gx);
+  REQUIRE(analytic.size() == x0.size());
+  auto loss_at = [&](const std::vector<double>& h) {
+    const auto l = mt::gather_all(loss_of(mt::from_host<X>(m, ext, h)));
+    REQUIRE(l.size() == 1);
+    return l[0];
+  };
+  gradient_check_result r;
+  for (double v : analytic) r.norm2 += v * v;
+  for (std::size_t n = 0; n < x0.size(); n += std::max<std::size_t>(o.stride, 1)) {
+    auto plus = x0, minus = x0;
+    plus[n] += o.h;
+    minus[n] -= o.h;
+    const double numeric = (loss_at(plus) - loss_at(minus)) / (2 * o.h);
+    const double e = std::abs(analytic[n] - numeric) / std::max(1.0, std::abs(numeric));
+    ++r.checked;
+    if (!(e <= r.worst)) r = {std::isnan(e) ? INFINITY : e, n, r.checked, analytic[n], numeric, r.norm2};
+  }
+  return r;
+}
+
+// gradient_error within o.tol at every checked element, and a gradient that is not zero everywhere
+// (a loss that ignored x would pass the comparison trivially).
+template <class X, class F>
+void check_gradient(const typename X::mesh_type& m, const typename X::extents_type& ext,
+                    const std::vector<double>& x0, F loss_of, gradient_check_options o = {}) {
+  const auto r = gradient_error<X>(m, ext, x0, std::move(loss_of), o);
+  INFO("worst element " << r.element << " of " << x0.size() << " (" << r.checked << " checked): analytic "
+                        << r.analytic << ", numeric " << r.numeric << ", relative error " << r.worst);
+  REQUIRE(r.checked > 0);
+  REQUIRE(r.worst <= o.tol);
+  REQUIRE(r.norm2 > 1e-8);
 }
 
 }  // namespace tst
