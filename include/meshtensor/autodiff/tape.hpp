@@ -36,7 +36,7 @@ struct tape_node {
 
 template <Tensor TT>
 TT clone(const TT& t) {
-  TT c(t.mesh(), t.extents());
+  TT c(t.mesh(), t.extents(), uninitialized);
   Kokkos::deep_copy(c.view(), t.view());
   return c;
 }
@@ -51,6 +51,17 @@ struct typed_node : tape_node {
       grad = clone(g.detached());
       return;
     }
+    add_in_place(g);
+  }
+  // g is a fresh result that nothing else refers to: the first one is kept as it is, not copied.
+  void accumulate_fresh(TT&& g) {
+    if (!grad) {
+      grad = std::move(g).detached();
+      return;
+    }
+    add_in_place(g);
+  }
+  void add_in_place(const TT& g) {
     auto acc = grad->view();
     auto add = g.view();
     Kokkos::parallel_for(
@@ -81,6 +92,14 @@ void record(Out& out, std::function<void(const Out&)> rule, const In&... inputs)
 template <Tensor TT>
 void push_grad(const TT& input, const TT& g) {
   if (input.tracks_grad()) input.node()->accumulate(g);
+}
+// The same for a g that the rule has just computed and that shares its View with nothing (a
+// kernel's fresh result): the input's first gradient takes it over without a copy. Never pass a
+// tensor that shares its View with another (the rule's own g, a rename of it): later
+// accumulations add into it in place.
+template <Tensor TT>
+void push_fresh_grad(const TT& input, TT&& g) {
+  if (input.tracks_grad()) input.node()->accumulate_fresh(std::move(g));
 }
 
 }  // namespace detail

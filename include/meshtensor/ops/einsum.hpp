@@ -130,8 +130,7 @@ auto contract(const A& a, const B& b) {
   // is allocated without the zero-fill of the tensor constructor: for a product with a small k
   // that fill costs as much as the product.
   const auto product_view = [&] {
-    return typename Out::view_type(Kokkos::view_alloc(std::string("meshtensor::einsum"), Kokkos::WithoutInitializing),
-                                   static_cast<std::size_t>(nb * m * n));
+    return view_pool<T, typename Out::memory_space>::get().allocate(static_cast<std::size_t>(nb * m * n));
   };
   Out out;
   if constexpr (std::is_same_v<OutList, concat_t<Bt, Mt, Nt>>) {
@@ -201,8 +200,8 @@ detail::with_dims_t<A, type_list<Out...>> einsum(const A& a, const B& b) {
         out,
         [a, b](const R& g) {
           // Rules call the kernel, not einsum, so no gradient-of-gradient code is instantiated.
-          if (a.tracks_grad()) detail::push_grad(a, detail::contract<Ad>(g, b));
-          if (b.tracks_grad()) detail::push_grad(b, detail::contract<Bd>(a, g));
+          if (a.tracks_grad()) detail::push_fresh_grad(a, detail::contract<Ad>(g, b));
+          if (b.tracks_grad()) detail::push_fresh_grad(b, detail::contract<Bd>(a, g));
         },
         a, b);
     return out;

@@ -35,7 +35,10 @@ template <class Fn>
 struct unary_grad_fn {
   template <class T>
   KOKKOS_INLINE_FUNCTION T operator()(T g, T x, T y) const {
-    return g * Fn::df(x, y);
+    if constexpr (requires { Fn::grad(g, x, y); })
+      return Fn::grad(g, x, y);
+    else
+      return g * Fn::df(x, y);
   }
 };
 template <class Fn>
@@ -109,7 +112,23 @@ MESHTENSOR_UNARY(square, x* x, T(2) * x)
 MESHTENSOR_UNARY(reciprocal, T(1) / x, -y * y)
 MESHTENSOR_UNARY(sigmoid, T(1) / (T(1) + exp(-x)), y*(T(1) - y))
 MESHTENSOR_UNARY(tanh, tanh(x), T(1) - y * y)
-MESHTENSOR_UNARY(relu, (x > T(0) ? x : T(0)), (x > T(0) ? T(1) : T(0)))
+// relu's gradient is a select, g where x > 0 (as PyTorch's threshold_backward): g * df is a
+// multiply by a branch, which g++ neither vectorises nor predicts on a relu's random signs.
+struct relu_fn {
+  static constexpr const char* name = "relu";
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T f(T x) {
+    return x > T(0) ? x : T(0);
+  }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T df(T x, T) {
+    return x > T(0) ? T(1) : T(0);
+  }
+  template <class T>
+  KOKKOS_INLINE_FUNCTION static T grad(T g, T x, T) {
+    return x > T(0) ? g : T(0);
+  }
+};
 MESHTENSOR_UNARY(sin, sin(x), cos(x))
 MESHTENSOR_UNARY(cos, cos(x), -sin(x))
 // gelu, tanh approximation (as in BERT and Mesh-TensorFlow).
@@ -127,7 +146,7 @@ X unary(const X& x) {
   detail::record<X>(
       out,
       [x, y = out.detached()](const X& g) {
-        detail::push_grad(x, detail::map_to<X>(x.extents(), detail::unary_grad_fn<Fn>{}, g, x, y));
+        detail::push_fresh_grad(x, detail::map_to<X>(x.extents(), detail::unary_grad_fn<Fn>{}, g, x, y));
       },
       x);
   return out;
@@ -193,6 +212,25 @@ MESHTENSOR_BINARY(greater_equal, (a >= b ? T(1) : T(0)), T(0), T(0))
 #undef MESHTENSOR_BINARY
 }  // namespace fn
 
+namespace detail {
+// The gradient of one operand of a binary op: g * partial, summed over the dims the operand lacks.
+// An operand of the result's shape needs no sum (reduce_to would be a plain copy), and where the
+// partial is 1 (add, and subtract's first operand) g itself is passed on (no multiply pass).
+template <class Fn, bool First, Tensor Op, Tensor R, Tensor A, Tensor B>
+void push_binary_grad(const Op& op, const R& g, const A& a, const B& b, const typename R::extents_type& extents) {
+  constexpr bool unit = std::is_same_v<Fn, fn::add_fn> || (First && std::is_same_v<Fn, fn::subtract_fn>);
+  using partial = std::conditional_t<First, binary_grad_a_fn<Fn>, binary_grad_b_fn<Fn>>;
+  if constexpr (unit && std::is_same_v<Op, R>)
+    push_grad(op, g);
+  else if constexpr (unit)
+    push_fresh_grad(op, reduce_to<Op>(g, reduce_op::sum));
+  else if constexpr (std::is_same_v<Op, R>)
+    push_fresh_grad(op, map_to<R>(extents, partial{}, g, a, b));
+  else
+    push_fresh_grad(op, reduce_to<Op>(map_to<R>(extents, partial{}, g, a, b), reduce_op::sum));
+}
+}  // namespace detail
+
 template <class Fn, Tensor A, Tensor B>
 auto binary(const A& a, const B& b) {
   detail::require_same_layout<A, B>();
@@ -203,12 +241,8 @@ auto binary(const A& a, const B& b) {
   detail::record<R>(
       out,
       [a, b, extents](const R& g) {
-        if (a.tracks_grad())
-          detail::push_grad(a, detail::reduce_to<A>(detail::map_to<R>(extents, detail::binary_grad_a_fn<Fn>{}, g, a, b),
-                                                    reduce_op::sum));
-        if (b.tracks_grad())
-          detail::push_grad(b, detail::reduce_to<B>(detail::map_to<R>(extents, detail::binary_grad_b_fn<Fn>{}, g, a, b),
-                                                    reduce_op::sum));
+        if (a.tracks_grad()) detail::push_binary_grad<Fn, true>(a, g, a, b, extents);
+        if (b.tracks_grad()) detail::push_binary_grad<Fn, false>(b, g, a, b, extents);
       },
       a, b);
   return out;

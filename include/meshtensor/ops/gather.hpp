@@ -87,7 +87,7 @@ auto gather_local(const Table& table, const Idx& ids) {
   for (std::size_t k = 0; k < Idx::rank; ++k) ext[k] = ids.extents()[k];
   for (std::size_t k = 0, j = Idx::rank; k < Table::rank; ++k)
     if (k != Table::template index_of<V>()) ext[j++] = table.extents()[k];
-  Out out(table.mesh(), ext);
+  Out out(table.mesh(), ext, uninitialized);  // every element is written below
   const auto tab = local_along<V>(table);
   auto iv = ids.view();
   auto ov = out.view();
@@ -103,22 +103,37 @@ auto gather_local(const Table& table, const Idx& ids) {
   return out;
 }
 
+// The scatter-add of the gradient: a named functor (one kernel per element and id type). Atomic
+// only where work items run concurrently: on one thread a locked add per element cost more than
+// the rest of the kernel.
+template <class T, class I, class Mem>
+struct gather_grad_fn {
+  along_view<Kokkos::View<T*, Mem>> tab;
+  Kokkos::View<I*, Mem> iv;
+  Kokkos::View<T*, Mem> gv;
+  std::int64_t per_id;
+  bool atomic;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t idx) const {
+    const std::int64_t r = static_cast<std::int64_t>(iv(idx / per_id)) - tab.begin;
+    const std::int64_t o = (idx % per_id) / tab.inner, i = idx % tab.inner;
+    if (r < 0 || r >= tab.n) return;
+    if (atomic)
+      Kokkos::atomic_add(&tab.v(tab.at(o, r, i)), gv(idx));
+    else
+      tab.v(tab.at(o, r, i)) += gv(idx);
+  }
+};
+
 // Gradient kernel: scatter-add g into a zero table slice, then sum over the indices' axes.
 template <class V, Tensor Table, Tensor Idx, Tensor G>
 Table gather_grad(const Table& table, const Idx& ids, const G& g) {
+  using Exec = typename Table::execution_space;
   Table gt(table.mesh(), table.extents());
   auto tab = local_along<V>(table);
   tab.v = gt.view();
-  auto iv = ids.view();
-  auto gv = g.view();
-  const std::int64_t per_id = tab.outer * tab.inner;
-  Kokkos::parallel_for(
-      "meshtensor::gather_grad", Kokkos::RangePolicy<typename Table::execution_space>(0, g.local_size()),
-      KOKKOS_LAMBDA(std::int64_t idx) {
-        const std::int64_t r = static_cast<std::int64_t>(iv(idx / per_id)) - tab.begin;
-        const std::int64_t o = (idx % per_id) / tab.inner, i = idx % tab.inner;
-        if (r >= 0 && r < tab.n) Kokkos::atomic_add(&tab.v(tab.at(o, r, i)), gv(idx));
-      });
+  const gather_grad_fn<typename Table::value_type, typename Idx::value_type, typename Table::memory_space> f{
+      tab, ids.view(), g.view(), tab.outer * tab.inner, Exec{}.concurrency() > 1};
+  Kokkos::parallel_for("meshtensor::gather_grad", Kokkos::RangePolicy<Exec>(0, g.local_size()), f);
   fence<Table>();
   allreduce_local(gt, axes_mask_of<Idx, typename Idx::dims>(), reduce_op::sum);
   return gt;
@@ -142,7 +157,7 @@ detail::gather_result_t<V, Table, Idx> gather(const Table& table, const Idx& ids
   Out out = detail::gather_local<V>(table, ids);
   detail::allreduce_local(out, Table::layout_type::template split_of<V>().mask(), reduce_op::sum);
   detail::record<Out>(
-      out, [table, ids](const Out& g) { detail::push_grad(table, detail::gather_grad<V>(table, ids, g)); }, table);
+      out, [table, ids](const Out& g) { detail::push_fresh_grad(table, detail::gather_grad<V>(table, ids, g)); }, table);
   return out;
 }
 

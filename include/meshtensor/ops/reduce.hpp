@@ -67,7 +67,7 @@ void reduce_kernel(const Kokkos::View<T*, typename Exec::memory_space>& xv,
 template <Tensor Out, Tensor X>
 Out reduce_to(const X& x, reduce_op op) {
   using removed = difference_t<typename X::dims, typename Out::dims>;
-  Out out(x.mesh(), result_extents<Out>(x));
+  Out out(x.mesh(), result_extents<Out>(x), uninitialized);
   const auto xs = row_major_strides<X::rank>(x.local_extents());
   const kidx out_ext = to_kidx<Out::rank>(out.local_extents());
   const kidx base_stride = broadcast_strides<Out>(x);
@@ -121,7 +121,7 @@ Out broadcast_to(const X& x, const typename Out::extents_type& extents) {
                                     " in ", X::type_name(), " but ", extents[pos[i]], " in the target ",
                                     Out::type_name()));
   Out out = detail::broadcast_local<Out>(x, extents);
-  detail::record<Out>(out, [x](const Out& g) { detail::push_grad(x, detail::reduce_to<X>(g, reduce_op::sum)); }, x);
+  detail::record<Out>(out, [x](const Out& g) { detail::push_fresh_grad(x, detail::reduce_to<X>(g, reduce_op::sum)); }, x);
   return out;
 }
 
@@ -138,7 +138,7 @@ Out sum_to(const X& x) {
   detail::require_same_layout<Out, X>();
   [&]<class... Ds>(type_list<Ds...>) { detail::check_reduced_dims<X, Ds...>(); }(typename Out::dims{});
   Out out = detail::reduce_to<Out>(x, reduce_op::sum);
-  detail::record<Out>(out, [x](const Out& g) { detail::push_grad(x, detail::broadcast_local<X>(g, x.extents())); }, x);
+  detail::record<Out>(out, [x](const Out& g) { detail::push_fresh_grad(x, detail::broadcast_local<X>(g, x.extents())); }, x);
   return out;
 }
 

@@ -122,7 +122,7 @@ auto reduce_mean(const X& x) {
       out,
       [x](const Out& g) {
         const T n = static_cast<T>(detail::reduced_count<Out>(x));
-        detail::push_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::divide_by<T>{n}, g));
+        detail::push_fresh_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::divide_by<T>{n}, g));
       },
       x);
   return out;
@@ -137,7 +137,7 @@ Out extremum(const X& x) {
   record<Out>(
       out,
       [x, y = out.detached()](const Out& g) {
-        push_grad(x, map_to<X>(x.extents(), opsa_fn::where_equal{}, g, x, y));
+        push_fresh_grad(x, map_to<X>(x.extents(), opsa_fn::where_equal{}, g, x, y));
       },
       x);
   return out;
@@ -165,7 +165,7 @@ auto logsumexp(const X& x) {
   detail::record<Out>(
       out,
       [x, y = out.detached()](const Out& g) {
-        detail::push_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::times_exp_diff{}, g, x, y));
+        detail::push_fresh_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::times_exp_diff{}, g, x, y));
       },
       x);
   return out;

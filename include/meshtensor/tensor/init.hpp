@@ -36,7 +36,7 @@ void fill_kernel(const Kokkos::View<T*, typename Exec::memory_space>& v, std::in
 
 template <Tensor TT, class F>
 TT fill_by_global_index(const typename TT::mesh_type& m, const typename TT::extents_type& extents, F f) {
-  TT t(m, extents);
+  TT t(m, extents, uninitialized);  // the kernel writes every element
   fill_kernel<typename TT::execution_space>(t.view(), t.local_size(),
                                             local_to_global<TT::rank>(t.local_extents(), t.offsets(), t.extents()), f);
   return t;
@@ -76,7 +76,7 @@ TT zeros(const typename TT::mesh_type& m, const typename TT::extents_type& exten
 
 template <Tensor TT>
 TT full(const typename TT::mesh_type& m, const typename TT::extents_type& extents, typename TT::value_type value) {
-  TT t(m, extents);
+  TT t(m, extents, uninitialized);
   Kokkos::deep_copy(typename TT::execution_space{}, t.view(), value);
   typename TT::execution_space{}.fence();
   return t;

@@ -10,6 +10,7 @@
 
 #include "../error.hpp"
 #include "../layout/layout.hpp"
+#include "pool.hpp"
 
 namespace meshtensor {
 
@@ -43,6 +44,12 @@ struct box {
 };
 }  // namespace detail
 
+// Tag of the constructor that leaves the local slice unfilled.
+struct uninitialized_t {
+  explicit uninitialized_t() = default;
+};
+inline constexpr uninitialized_t uninitialized{};
+
 template <class T, Layout L, class ExecSpace, Dim... Ds>
 class basic_tensor {
   using placement = detail::placement<L, Ds...>;
@@ -69,10 +76,15 @@ class basic_tensor {
   // Allocates a zero-filled slice. Throws shape_error (on every rank alike: extents and mesh sizes
   // are the same everywhere) when an extent does not divide by the processors it is split over.
   basic_tensor(const mesh_type& m, const extents_type& extents) : basic_tensor(m, extents, no_alloc{}) {
-    data_ = view_type(Kokkos::view_alloc(std::string("meshtensor::tensor"), Kokkos::WithoutInitializing),
-                      static_cast<std::size_t>(local_size()));
+    data_ = detail::view_pool<T, memory_space>::get().allocate(static_cast<std::size_t>(local_size()));
     Kokkos::deep_copy(execution_space{}, data_, T{});
     execution_space{}.fence();
+  }
+
+  // Allocates the slice without the zero fill, for kernels that write every element of their
+  // result (the fill would be a full pass over memory for nothing).
+  basic_tensor(const mesh_type& m, const extents_type& extents, uninitialized_t) : basic_tensor(m, extents, no_alloc{}) {
+    data_ = detail::view_pool<T, memory_space>::get().allocate(static_cast<std::size_t>(local_size()));
   }
 
   // Wraps an existing local slice (its size must match this processor's slice).

@@ -25,17 +25,41 @@ struct map_operand {
   Kokkos::View<T*, Mem> v;
   kidx stride;
   bool contiguous;  // same shape as the output: skip the per-dim division of operand_offset
-  KOKKOS_INLINE_FUNCTION T at(std::int64_t o, const kidx& ext, int r) const {
-    return v(contiguous ? o : operand_offset(o, ext, stride, r));
-  }
 };
 
+// Where an operand's elements for one run of the output's last dim start, and their stride.
+template <class T>
+struct map_cursor {
+  const T* p;
+  std::int64_t off, step;
+};
+template <class T, class Mem>
+KOKKOS_INLINE_FUNCTION map_cursor<T> cursor_at(const map_operand<T, Mem>& op, std::int64_t o, const kidx& ext, int r) {
+  if (op.contiguous) return {op.v.data(), o, 1};
+  return {op.v.data(), operand_offset(o, ext, op.stride, r), r > 0 ? op.stride[r - 1] : 0};
+}
+template <class TO, class F, class... TI>
+KOKKOS_INLINE_FUNCTION void map_run(TO* out, std::int64_t len, const F& f, const map_cursor<TI>&... c) {
+  if ((... && (c.step == 1)))  // the common case, written so that the compiler can vectorise it
+    for (std::int64_t j = 0; j < len; ++j) out[j] = f(c.p[c.off + j]...);
+  else
+    for (std::int64_t j = 0; j < len; ++j) out[j] = f(c.p[c.off + j * c.step]...);
+}
+
+// One work item per run of the output's last dim: the operands' offsets (a 64-bit division per
+// dim) are computed once per run, not once per element, which made broadcasts and the
+// permutations before and after einsum's products several times slower than a copy.
 template <class Exec, class F, class TO, class... TI>
 void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const kidx& ext, int r, std::int64_t n, F f,
                 const map_operand<TI, typename Exec::memory_space>&... ops) {
+  if (n == 0) return;
+  const std::int64_t len = r > 0 ? ext[r - 1] : 1;
+  TO* po = out.data();
   Kokkos::parallel_for(
-      "meshtensor::map", Kokkos::RangePolicy<Exec>(0, n),
-      KOKKOS_LAMBDA(std::int64_t o) { out(o) = f(ops.at(o, ext, r)...); });
+      "meshtensor::map", Kokkos::RangePolicy<Exec>(0, n / len), KOKKOS_LAMBDA(std::int64_t run) {
+        const std::int64_t o = run * len;
+        map_run(po + o, len, f, cursor_at(ops, o, ext, r)...);
+      });
   Exec{}.fence();
 }
 
@@ -51,7 +75,7 @@ struct identity_fn {
 template <Tensor Out, class F, Tensor... Ops>
 Out map_to(const typename Out::extents_type& extents, F f, const Ops&... ops) {
   using mem = typename Out::memory_space;
-  Out out((ops.mesh(), ...), extents);
+  Out out((ops.mesh(), ...), extents, uninitialized);
   const kidx ext = to_kidx<Out::rank>(out.local_extents());
   constexpr int r = static_cast<int>(Out::rank);
   auto operand = [&](const auto& op) {
