@@ -4,13 +4,64 @@
 // over the logits' dims without Vocab. Vocab may be split: the logsumexp allreduces (max, then
 // sum) over its axes, and the label's logit is picked with a one_hot (no communication) and a sum
 // over Vocab (one allreduce over its axes). labels: integer (or whole floating) ids with the
-// logits' dims minus Vocab and the same layout. Gradient (to the logits): softmax - one_hot, from
-// the recording ops. Optional label smoothing (as Mesh-TensorFlow's z_loss-free default):
+// logits' dims minus Vocab and the same layout. Gradient (to the logits): softmax - one_hot, no
+// communication. Optional label smoothing (as Mesh-TensorFlow's z_loss-free default):
 // targets (1 - s) one_hot + s / |Vocab|.
+// Labels over the loss's dims in the same order (the usual case) take fused row kernels
+// (ops/detail/rows.hpp): the same three allreduces, one pass over the logits forward and one
+// backward, and no one_hot tensor. Other label orders are composed of the recording ops.
+#include "../ops/detail/rows.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/one_hot.hpp"
 #include "../ops/reduce.hpp"
 #include "../ops/reductions.hpp"
+
+namespace meshtensor::detail {
+template <Dim Vocab, Tensor Logits, Tensor Labels>
+auto softmax_cross_entropy_fused(const Logits& logits, const Labels& labels, typename Logits::value_type on,
+                                 typename Logits::value_type off) {
+  using T = typename Logits::value_type;
+  using I = typename Labels::value_type;
+  using Mem = typename Logits::memory_space;
+  using Exec = typename Logits::execution_space;
+  using R = reduced_t<Logits, Vocab>;
+  constexpr unsigned axes = reduced_axes<Logits, Vocab>();
+  const auto ext = result_extents<R>(logits);
+  for (std::size_t i = 0; i < R::rank; ++i)
+    if (labels.extents()[i] != ext[i])
+      throw shape_error(cat("softmax_cross_entropy: the labels ", Labels::type_name(), labels.shape_string(),
+                            " do not match the logits ", Logits::type_name(), logits.shape_string()));
+  const row_shape sh = rows_along<Vocab>(logits);
+  R m(logits.mesh(), ext, uninitialized), s(logits.mesh(), ext, uninitialized), p(logits.mesh(), ext, uninitialized),
+      lse(logits.mesh(), ext, uninitialized), loss(logits.mesh(), ext, uninitialized);
+  xent_rows<T, I, Mem> f{logits.view(), m.view(), s.view(), p.view(), lse.view(), loss.view(), labels.view(), sh,
+                         on, off, phase_all};
+  if constexpr (axes == 0) {
+    for_each_row<Exec>(sh.rows(), f);
+  } else {
+    f.phase = phase_max;
+    for_each_row<Exec>(sh.rows(), f);
+    allreduce_local(m, axes, reduce_op::max);
+    f.phase = phase_sum;
+    for_each_row<Exec>(sh.rows(), f);
+    allreduce_local(s, axes, reduce_op::sum);
+    allreduce_local(p, axes, reduce_op::sum);
+    f.phase = phase_write;
+    for_each_row<Exec>(sh.rows(), f);
+  }
+  record<R>(
+      loss,
+      [logits, labels, lse, on, off](const R& g) {
+        const row_shape gs = rows_along<Vocab>(logits);
+        Logits dx(logits.mesh(), logits.extents(), uninitialized);
+        for_each_row<Exec>(gs.rows(), xent_grad_rows<T, I, Mem>{logits.view(), g.view(), lse.view(), dx.view(),
+                                                                labels.view(), gs, on, off});
+        push_fresh_grad(logits, std::move(dx));
+      },
+      logits);
+  return loss;
+}
+}  // namespace meshtensor::detail
 
 namespace meshtensor::nn {
 
@@ -21,8 +72,13 @@ auto softmax_cross_entropy(const Logits& logits, const Labels& labels, double la
   const std::int64_t n = logits.template extent<Vocab>();
   const T on = static_cast<T>(1.0 - label_smoothing + label_smoothing / static_cast<double>(n));
   const T off = static_cast<T>(label_smoothing / static_cast<double>(n));
-  const auto targets = one_hot<Vocab, T>(labels, n, on, off);
-  return logsumexp<Vocab>(logits) - reduce_sum<Vocab>(logits * targets);
+  using R = meshtensor::detail::reduced_t<Logits, Vocab>;
+  if constexpr (std::is_same_v<Labels, typename R::template rebind<typename Labels::value_type>>) {
+    return meshtensor::detail::softmax_cross_entropy_fused<Vocab>(logits, labels, on, off);
+  } else {
+    const auto targets = one_hot<Vocab, T>(labels, n, on, off);
+    return logsumexp<Vocab>(logits) - reduce_sum<Vocab>(logits * targets);
+  }
 }
 
 }  // namespace meshtensor::nn

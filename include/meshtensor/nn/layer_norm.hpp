@@ -2,8 +2,14 @@
 // layer_norm<Ds...>(x, scale, bias, eps): normalised over the dims Ds (usually d_model),
 //   y = (x - mean) / sqrt(var + eps) * scale + bias,  mean and var over Ds (biased variance).
 // scale and bias hold dims among Ds (usually exactly Ds). Communication: two allreduces (mean and
-// variance) over the axes that split Ds, none when Ds are not split; the gradient (composed from
-// the recording ops) the transposes of those. Gradient: through every input.
+// variance) over the axes that split Ds, none when Ds are not split; the gradient the transposes
+// of those, and the scale and bias gradients one allreduce each over the axes that split x's other
+// dims (as any broadcast operand's). Gradient: through every input.
+// One unsplit dim D with scale and bias over exactly D (the Transformer's case) runs as fused row
+// kernels (ops/detail/rows.hpp): one pass forward, two backward, in place of some fifteen
+// elementwise ops and reductions with a fresh result each. Other cases are composed of the
+// recording ops.
+#include "../ops/detail/rows.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/reductions.hpp"
 
@@ -18,9 +24,64 @@ X normalize(const X& x, typename X::value_type eps = 1e-6) {
   return centered * rsqrt(var + eps);
 }
 
+}  // namespace meshtensor::nn
+
+namespace meshtensor::detail {
+template <Dim D, Tensor X, Tensor S>
+X layer_norm_fused(const X& x, const S& scale, const S& bias, typename X::value_type eps) {
+  namespace md = meshtensor::detail;
+  using T = typename X::value_type;
+  using Mem = typename X::memory_space;
+  using Exec = typename X::execution_space;
+  using R = md::reduced_t<X, D>;
+  md::check_shared_extents("layer_norm", x, scale);
+  md::check_shared_extents("layer_norm", x, bias);
+  const md::row_shape sh = md::rows_along<D>(x);
+  X y(x.mesh(), x.extents(), uninitialized);
+  R mean(x.mesh(), md::result_extents<R>(x), uninitialized), rstd(x.mesh(), md::result_extents<R>(x), uninitialized);
+  md::for_each_row<Exec>(sh.rows(), md::layer_norm_rows<T, Mem>{x.view(), scale.view(), bias.view(), y.view(),
+                                                                 mean.view(), rstd.view(), sh, eps});
+  md::record<X>(
+      y,
+      [x, scale, bias, mean, rstd](const X& g) {
+        const md::row_shape gs = md::rows_along<D>(x);
+        if (x.tracks_grad()) {
+          X dx(x.mesh(), x.extents(), uninitialized);
+          md::for_each_row<Exec>(gs.rows(), md::layer_norm_grad_rows<T, Mem>{x.view(), g.view(), scale.view(),
+                                                                            mean.view(), rstd.view(), dx.view(), gs});
+          md::push_fresh_grad(x, std::move(dx));
+        }
+        if (scale.tracks_grad() || bias.tracks_grad()) {
+          S ds(x.mesh(), scale.extents(), uninitialized), db(x.mesh(), bias.extents(), uninitialized);
+          using C = md::layer_norm_grad_columns<T, Mem>;
+          md::for_each_row<Exec>(C::blocks(gs), C{x.view(), g.view(), mean.view(), rstd.view(), ds.view(), db.view(), gs});
+          // The sums over x's other dims: an allreduce over their axes, as reduce_to's.
+          constexpr unsigned axes = md::axes_mask_of<X, difference_t<typename X::dims, type_list<D>>>();
+          if (bias.tracks_grad()) {
+            md::allreduce_local(db, axes, reduce_op::sum);
+            md::push_fresh_grad(bias, std::move(db));
+          }
+          if (scale.tracks_grad()) {
+            md::allreduce_local(ds, axes, reduce_op::sum);
+            md::push_fresh_grad(scale, std::move(ds));
+          }
+        }
+      },
+      x, scale, bias);
+  return y;
+}
+}  // namespace meshtensor::detail
+
+namespace meshtensor::nn {
+
 template <Dim... Ds, Tensor X, Tensor S, Tensor B>
 X layer_norm(const X& x, const S& scale, const B& bias, typename X::value_type eps = 1e-6) {
-  return normalize<Ds...>(x, eps) * scale + bias;
+  if constexpr (sizeof...(Ds) == 1 && std::is_same_v<S, B> &&
+                std::is_same_v<S, meshtensor::detail::with_dims_t<X, type_list<Ds...>>> &&
+                meshtensor::detail::axes_mask_of<X, type_list<Ds...>>() == 0)
+    return meshtensor::detail::layer_norm_fused<Ds...>(x, scale, bias, eps);
+  else
+    return normalize<Ds...>(x, eps) * scale + bias;
 }
 
 }  // namespace meshtensor::nn

@@ -8,6 +8,7 @@
 #include "../layout/plan.hpp"
 #include "detail/kernels.hpp"
 #include "detail/map_kernel.hpp"
+#include "detail/rows.hpp"
 #include "elementwise.hpp"
 #include "reduce.hpp"
 #include "reductions.hpp"
@@ -47,6 +48,57 @@ struct log_softmax_grad {  // g - exp(y) * s
 };
 }  // namespace detail::opsa_fn
 
+namespace detail {
+// softmax (Log = false) or log_softmax along one dim D by the row kernels of rows.hpp; where D is
+// split, the phases run with logsumexp's allreduces (max, then sum) between them, and the
+// gradient with its one allreduce (sum), as the composed op did.
+template <bool Log, Dim D, Tensor X>
+X softmax_along(const X& x) {
+  using R = reduced_t<X, D>;
+  using T = typename X::value_type;
+  using Exec = typename X::execution_space;
+  using F = softmax_rows<T, typename X::memory_space>;
+  constexpr unsigned axes = reduced_axes<X, D>();
+  const row_shape sh = rows_along<D>(x);
+  R m(x.mesh(), result_extents<R>(x), uninitialized), s(x.mesh(), result_extents<R>(x), uninitialized);
+  X y(x.mesh(), x.extents(), uninitialized);
+  F f{x.view(), y.view(), m.view(), s.view(), sh, phase_all, Log};
+  if constexpr (axes == 0) {
+    for_each_row<Exec>(sh.rows(), f);
+  } else {
+    f.phase = phase_max;
+    for_each_row<Exec>(sh.rows(), f);
+    allreduce_local(m, axes, reduce_op::max);
+    f.phase = phase_sum;
+    for_each_row<Exec>(sh.rows(), f);
+    allreduce_local(s, axes, reduce_op::sum);
+    f.phase = phase_write;
+    for_each_row<Exec>(sh.rows(), f);
+  }
+  record<X>(
+      y,
+      [x, y = y.detached()](const X& g) {
+        using G = softmax_grad_rows<T, typename X::memory_space>;
+        const row_shape gs = rows_along<D>(y);
+        R s(y.mesh(), result_extents<R>(y), uninitialized);
+        X dx(y.mesh(), y.extents(), uninitialized);
+        G k{y.view(), g.view(), dx.view(), s.view(), gs, phase_all, Log};
+        if constexpr (axes == 0) {
+          for_each_row<Exec>(gs.rows(), k);
+        } else {
+          k.phase = phase_sum;
+          for_each_row<Exec>(gs.rows(), k);
+          allreduce_local(s, axes, reduce_op::sum);
+          k.phase = phase_write;
+          for_each_row<Exec>(gs.rows(), k);
+        }
+        push_fresh_grad(x, std::move(dx));
+      },
+      x);
+  return y;
+}
+}  // namespace detail
+
 template <Tensor X, Dim... Ds>
 constexpr comm_plan softmax_plan() {
   return logsumexp_plan<X, Ds...>();
@@ -66,17 +118,21 @@ template <Dim... Ds, Tensor X>
 X softmax(const X& x) {
   static_assert(sizeof...(Ds) > 0, "meshtensor: softmax<Dims...> needs the dims to normalise over");
   detail::check_reduced_dims<X, Ds...>();
-  using R = detail::reduced_t<X, Ds...>;
-  const R lse = detail::logsumexp_to<R>(x);
-  X y = detail::map_to<X>(x.extents(), detail::opsa_fn::exp_diff{}, x, lse);
-  detail::record<X>(
-      y,
-      [x, y = y.detached()](const X& g) {
-        const R s = detail::reduce_to<R>(detail::map_to<X>(x.extents(), detail::opsa_fn::product{}, g, y), reduce_op::sum);
-        detail::push_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::softmax_grad{}, y, g, s));
-      },
-      x);
-  return y;
+  if constexpr (sizeof...(Ds) == 1) {
+    return detail::softmax_along<false, Ds...>(x);
+  } else {
+    using R = detail::reduced_t<X, Ds...>;
+    const R lse = detail::logsumexp_to<R>(x);
+    X y = detail::map_to<X>(x.extents(), detail::opsa_fn::exp_diff{}, x, lse);
+    detail::record<X>(
+        y,
+        [x, y = y.detached()](const X& g) {
+          const R s = detail::reduce_to<R>(detail::map_to<X>(x.extents(), detail::opsa_fn::product{}, g, y), reduce_op::sum);
+          detail::push_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::softmax_grad{}, y, g, s));
+        },
+        x);
+    return y;
+  }
 }
 
 // Gradient: dx = g - exp(y) * sum_Ds(g).
@@ -84,17 +140,21 @@ template <Dim... Ds, Tensor X>
 X log_softmax(const X& x) {
   static_assert(sizeof...(Ds) > 0, "meshtensor: log_softmax<Dims...> needs the dims to normalise over");
   detail::check_reduced_dims<X, Ds...>();
-  using R = detail::reduced_t<X, Ds...>;
-  const R lse = detail::logsumexp_to<R>(x);
-  X y = detail::map_to<X>(x.extents(), detail::opsa_fn::diff{}, x, lse);
-  detail::record<X>(
-      y,
-      [x, y = y.detached()](const X& g) {
-        const R s = detail::reduce_to<R>(g, reduce_op::sum);
-        detail::push_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::log_softmax_grad{}, y, g, s));
-      },
-      x);
-  return y;
+  if constexpr (sizeof...(Ds) == 1) {
+    return detail::softmax_along<true, Ds...>(x);
+  } else {
+    using R = detail::reduced_t<X, Ds...>;
+    const R lse = detail::logsumexp_to<R>(x);
+    X y = detail::map_to<X>(x.extents(), detail::opsa_fn::diff{}, x, lse);
+    detail::record<X>(
+        y,
+        [x, y = y.detached()](const X& g) {
+          const R s = detail::reduce_to<R>(g, reduce_op::sum);
+          detail::push_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::log_softmax_grad{}, y, g, s));
+        },
+        x);
+    return y;
+  }
 }
 
 }  // namespace meshtensor
