@@ -41,6 +41,14 @@ TT clone(const TT& t) {
   return c;
 }
 
+// acc += add, elementwise. One kernel per (space, element type), not per tensor type: a lambda here
+// would be compiled again for every layout and dim list (compile time).
+template <class Exec, class V>
+void accumulate_kernel(const V& acc, const V& add) {
+  Kokkos::parallel_for("meshtensor::grad_accumulate", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(acc.extent(0))),
+                       KOKKOS_LAMBDA(std::int64_t i) { acc(i) += add(i); });
+}
+
 template <class TT>
 struct typed_node : tape_node {
   std::optional<TT> grad;
@@ -62,11 +70,7 @@ struct typed_node : tape_node {
     add_in_place(g);
   }
   void add_in_place(const TT& g) {
-    auto acc = grad->view();
-    auto add = g.view();
-    Kokkos::parallel_for(
-        "meshtensor::grad_accumulate", Kokkos::RangePolicy<typename TT::execution_space>(0, grad->local_size()),
-        KOKKOS_LAMBDA(std::int64_t i) { acc(i) += add(i); });
+    accumulate_kernel<typename TT::execution_space>(grad->view(), g.view());
   }
   void backward() override {
     if (grad && rule) rule(*grad);

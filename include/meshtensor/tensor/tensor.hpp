@@ -32,6 +32,33 @@ inline std::int64_t part_index(const dim_split& s, const std::vector<int>& sizes
   return p;
 }
 
+// Checks extents against the splits and gives this processor's local extents and offsets. Not a
+// template: the same code serves every tensor type (compile time), errors name the tensor's dims.
+inline void place_slice(const communicator& comm, std::size_t rank, const dim_split* splits,
+                        const std::int64_t* extents, const std::string_view* names, std::string (*type_name)(),
+                        std::int64_t* local_extents, std::int64_t* offsets) {
+  for (std::size_t i = 0; i < rank; ++i) {
+    if (extents[i] < 0)
+      throw shape_error(cat(type_name(), ": dim '", names[i], "' has negative extent ", extents[i]));
+    const auto parts = parts_of(splits[i], comm.sizes());
+    if (extents[i] % parts != 0) {
+      std::string axes;
+      for (int k = 0; k < splits[i].count; ++k) {
+        const int a = splits[i].axes[k];
+        axes += cat(k ? " x " : "", comm.axis_names()[a], "(", comm.sizes()[a], ")");
+      }
+      throw shape_error(cat(type_name(), ": dim '", names[i], "' of extent ", extents[i], " is split over ", axes,
+                            " = ", parts, " parts; ", extents[i], " is not divisible by ", parts,
+                            " (choose a multiple of ", parts, ")"));
+    }
+  }
+  const auto& coords = comm.coords();
+  for (std::size_t i = 0; i < rank; ++i) {
+    local_extents[i] = extents[i] / parts_of(splits[i], comm.sizes());
+    offsets[i] = part_index(splits[i], comm.sizes(), coords) * local_extents[i];
+  }
+}
+
 template <std::size_t R>
 struct box {
   std::array<std::int64_t, R> offset{};
@@ -176,20 +203,10 @@ class basic_tensor {
 
  private:
   struct no_alloc {};
+  static constexpr std::array<std::string_view, rank> dim_name_views{Ds::name()...};
   basic_tensor(const mesh_type& m, const extents_type& extents, no_alloc) : mesh_(m), extents_(extents) {
-    const auto& comm = m.communicator();
-    for (std::size_t i = 0; i < rank; ++i) {
-      if (extents_[i] < 0)
-        throw shape_error(detail::cat(type_name(), ": dim '", dim_names()[i], "' has negative extent ", extents_[i]));
-      const auto parts = detail::parts_of(splits[i], comm.sizes());
-      if (extents_[i] % parts != 0)
-        throw shape_error(detail::cat(type_name(), ": dim '", dim_names()[i], "' of extent ", extents_[i],
-                                      " is split over ", split_string(i), " = ", parts, " parts; ", extents_[i],
-                                      " is not divisible by ", parts, " (choose a multiple of ", parts, ")"));
-    }
-    const auto mine = slice_of(comm.rank());
-    local_extents_ = mine.extent;
-    offsets_ = mine.offset;
+    detail::place_slice(m.communicator(), rank, splits.data(), extents_.data(), dim_name_views.data(), &type_name,
+                        local_extents_.data(), offsets_.data());
   }
 
   mesh_type mesh_{};
