@@ -78,51 +78,52 @@ void check_ids(const Idx& ids, std::int64_t n) {
                     " are not whole numbers in [0, ", n, "), the extent of the table's dim '", V::name(), "'"));
 }
 
+// The lookup (forward) and the scatter-add of its gradient, as a named functor (one kernel per
+// element and id type, not per layout). One work item per (id, outer index) copies or adds a run
+// of `inner` contiguous elements: per element, the index arithmetic (four 64-bit divisions) cost
+// more than the copy. The scatter-add is atomic only where work items run concurrently: on one
+// thread a locked add per element cost more than the rest of the kernel.
+template <class T, class I, class Mem>
+struct gather_rows_fn {
+  along_view<Kokkos::View<T*, Mem>> tab;  // the table's local slice as [outer, n, inner]
+  Kokkos::View<I*, Mem> iv;
+  Kokkos::View<T*, Mem> rows;  // [ids..., outer, inner]: the lookup's result, or its gradient
+  bool grad, atomic;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t item) const {
+    const std::int64_t o = item % tab.outer;
+    const std::int64_t r = static_cast<std::int64_t>(iv(item / tab.outer)) - tab.begin;
+    const bool mine = r >= 0 && r < tab.n;
+    T* row = rows.data() + item * tab.inner;
+    if (!grad) {
+      for (std::int64_t i = 0; i < tab.inner; ++i) row[i] = mine ? tab.v(tab.at(o, r, i)) : T(0);
+    } else if (mine) {
+      for (std::int64_t i = 0; i < tab.inner; ++i) {
+        if (atomic)
+          Kokkos::atomic_add(&tab.v(tab.at(o, r, i)), row[i]);
+        else
+          tab.v(tab.at(o, r, i)) += row[i];
+      }
+    }
+  }
+};
+
 // The lookup of the ids that fall in this processor's range of V; zeros for the others.
 template <class V, Tensor Table, Tensor Idx>
 auto gather_local(const Table& table, const Idx& ids) {
   using Out = gather_result_t<V, Table, Idx>;
-  using T = typename Table::value_type;
+  using Exec = typename Out::execution_space;
   typename Out::extents_type ext{};
   for (std::size_t k = 0; k < Idx::rank; ++k) ext[k] = ids.extents()[k];
   for (std::size_t k = 0, j = Idx::rank; k < Table::rank; ++k)
     if (k != Table::template index_of<V>()) ext[j++] = table.extents()[k];
   Out out(table.mesh(), ext, uninitialized);  // every element is written below
   const auto tab = local_along<V>(table);
-  auto iv = ids.view();
-  auto ov = out.view();
-  const std::int64_t per_id = tab.outer * tab.inner;
-  Kokkos::parallel_for(
-      "meshtensor::gather", Kokkos::RangePolicy<typename Out::execution_space>(0, out.local_size()),
-      KOKKOS_LAMBDA(std::int64_t idx) {
-        const std::int64_t r = static_cast<std::int64_t>(iv(idx / per_id)) - tab.begin;
-        const std::int64_t o = (idx % per_id) / tab.inner, i = idx % tab.inner;
-        ov(idx) = (r >= 0 && r < tab.n) ? tab.v(tab.at(o, r, i)) : T(0);
-      });
+  const gather_rows_fn<typename Table::value_type, typename Idx::value_type, typename Table::memory_space> f{
+      tab, ids.view(), out.view(), false, false};
+  Kokkos::parallel_for("meshtensor::gather", Kokkos::RangePolicy<Exec>(0, ids.local_size() * tab.outer), f);
   fence<Out>();
   return out;
 }
-
-// The scatter-add of the gradient: a named functor (one kernel per element and id type). Atomic
-// only where work items run concurrently: on one thread a locked add per element cost more than
-// the rest of the kernel.
-template <class T, class I, class Mem>
-struct gather_grad_fn {
-  along_view<Kokkos::View<T*, Mem>> tab;
-  Kokkos::View<I*, Mem> iv;
-  Kokkos::View<T*, Mem> gv;
-  std::int64_t per_id;
-  bool atomic;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t idx) const {
-    const std::int64_t r = static_cast<std::int64_t>(iv(idx / per_id)) - tab.begin;
-    const std::int64_t o = (idx % per_id) / tab.inner, i = idx % tab.inner;
-    if (r < 0 || r >= tab.n) return;
-    if (atomic)
-      Kokkos::atomic_add(&tab.v(tab.at(o, r, i)), gv(idx));
-    else
-      tab.v(tab.at(o, r, i)) += gv(idx);
-  }
-};
 
 // Gradient kernel: scatter-add g into a zero table slice, then sum over the indices' axes.
 template <class V, Tensor Table, Tensor Idx, Tensor G>
@@ -131,9 +132,9 @@ Table gather_grad(const Table& table, const Idx& ids, const G& g) {
   Table gt(table.mesh(), table.extents());
   auto tab = local_along<V>(table);
   tab.v = gt.view();
-  const gather_grad_fn<typename Table::value_type, typename Idx::value_type, typename Table::memory_space> f{
-      tab, ids.view(), g.view(), tab.outer * tab.inner, Exec{}.concurrency() > 1};
-  Kokkos::parallel_for("meshtensor::gather_grad", Kokkos::RangePolicy<Exec>(0, g.local_size()), f);
+  const gather_rows_fn<typename Table::value_type, typename Idx::value_type, typename Table::memory_space> f{
+      tab, ids.view(), g.view(), true, Exec{}.concurrency() > 1};
+  Kokkos::parallel_for("meshtensor::gather_grad", Kokkos::RangePolicy<Exec>(0, ids.local_size() * tab.outer), f);
   fence<Table>();
   allreduce_local(gt, axes_mask_of<Idx, typename Idx::dims>(), reduce_op::sum);
   return gt;
