@@ -16,6 +16,8 @@
 
 #include "../layout/plan.hpp"
 #include "../runtime/collectives.hpp"
+#include "../tensor/pool.hpp"
+#include "detail/copy_region.hpp"
 #include "detail/kernels.hpp"
 #include "reduce.hpp"
 
@@ -114,38 +116,19 @@ inline std::vector<int> peer_coords(const communicator& c, unsigned mask, int p)
   return coords;
 }
 
-// Copies the elements of `region` (global coordinates) from a row-major buffer holding box sb at
-// src[soff...] to one holding box db at dst[doff...].
-template <class Exec, class SrcView, class DstView, std::size_t R>
-void copy_box(const SrcView& src, std::int64_t soff, const box<R>& sb, const DstView& dst, std::int64_t doff,
-              const box<R>& db, const box<R>& region) {
-  const std::int64_t n = region.size();
-  if (n == 0) return;
-  const auto ss = row_major_strides<R>(sb.extent), ds = row_major_strides<R>(db.extent);
-  kidx ext{}, sd{}, sst{}, dd{}, dst_st{};
-  for (std::size_t i = 0; i < R; ++i) {
-    ext[i] = region.extent[i];
-    sd[i] = region.offset[i] - sb.offset[i];
-    dd[i] = region.offset[i] - db.offset[i];
-    sst[i] = ss[i];
-    dst_st[i] = ds[i];
-  }
-  constexpr int r = static_cast<int>(R);
-  Kokkos::parallel_for(
-      "meshtensor::copy_box", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t l) {
-        std::int64_t s = soff, d = doff;
-        for (int i = r - 1; i >= 0; --i) {
-          const std::int64_t m = l % ext[i];
-          l /= ext[i];
-          s += (sd[i] + m) * sst[i];
-          d += (dd[i] + m) * dst_st[i];
-        }
-        dst(d) = src(s);
-      });
-}
-
 // This processor's slice under `to`, from its slice `src` under `from`, global extents ext.
-// Templated on element type, space and rank only: the layouts are values here.
+// Templated on element type, space and rank only: the layouts are values here, and the copy
+// kernel (copy_region) is per (space, element type).
+// Copies: the packing and unpacking around the collective copy contiguous runs (copy_region), and
+// are skipped where the blocks already lie in the collective's order: the alltoall sends from the
+// slice itself when each peer's block is a contiguous range of it at its sub-rank's position, and
+// either collective receives straight into the result when each peer's block lands as a
+// contiguous range at its sub-rank's position (checked per block, never assumed: a dim split over
+// axes in an order other than the mesh's numbers its parts unlike the sub-communicator's ranks).
+// The result and the send or receive buffer that remains come from the tensor memory cache
+// (tensor/pool.hpp): the buffers live only during the call, and fresh ones cost page faults and
+// the kernel's zeroing of every page each call.
+// MPI sees host memory only: for a space the host cannot access, buffers go through host mirrors.
 template <class Exec, class T, std::size_t R>
 Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
                                                           const Kokkos::View<T*, typename Exec::memory_space>& src,
@@ -154,27 +137,48 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
                                                           const std::array<dim_split, R>& to, relayout_step step) {
   using mem = typename Exec::memory_space;
   using view = Kokkos::View<T*, mem>;
-  using host_view_t = Kokkos::View<T*, Kokkos::HostSpace>;
+  constexpr bool host_mem = Kokkos::SpaceAccessibility<Kokkos::HostSpace, mem>::accessible;
   if (step.kind == relayout_kind::share) return src;
   const auto& sizes = comm.sizes();
   const auto old_box = box_of<R>(from, ext, sizes, comm.coords());
   const auto new_box = box_of<R>(to, ext, sizes, comm.coords());
-  view dst(Kokkos::view_alloc(std::string("meshtensor::relayout"), Kokkos::WithoutInitializing),
-           static_cast<std::size_t>(new_box.size()));
+  auto buffer = [](auto space, std::int64_t n) {
+    return view_pool<T, decltype(space)>::get().allocate(static_cast<std::size_t>(n));
+  };
+  view dst = buffer(mem{}, new_box.size());
+  // Where MPI writes the result when it can receive into it: the result itself, or its host mirror.
+  auto receive_into_result = [&](auto&& collective) {
+    if constexpr (host_mem) {
+      collective(dst.data());
+    } else {
+      auto dst_h = Kokkos::create_mirror_view(dst);
+      collective(dst_h.data());
+      Kokkos::deep_copy(dst, dst_h);
+    }
+  };
   if (step.kind == relayout_kind::local) {
-    copy_box<Exec>(src, 0, old_box, dst, 0, new_box, new_box);
+    copy_region<Exec>(src.data(), 0, old_box, dst.data(), 0, new_box, new_box);
   } else if (step.kind == relayout_kind::allgather) {
     // Every peer's old slice, then the parts of each that fall in the new slice.
     const int n = comm.size_over(step.axes);
     const std::int64_t m = old_box.size();
-    auto send = host_view(src);
-    host_view_t recv_h(Kokkos::view_alloc(std::string("meshtensor::relayout_recv"), Kokkos::WithoutInitializing),
-                       static_cast<std::size_t>(n * m));
-    allgather(comm, step.axes, send.data(), m, recv_h.data());
-    auto recv = Kokkos::create_mirror_view_and_copy(mem{}, recv_h);
+    std::vector<box<R>> peer_boxes(n);
+    bool direct = n * m == new_box.size();
     for (int p = 0; p < n; ++p) {
-      const auto pb = box_of<R>(from, ext, sizes, peer_coords(comm, step.axes, p));
-      copy_box<Exec>(recv, p * m, pb, dst, 0, new_box, intersect(pb, new_box));
+      peer_boxes[p] = box_of<R>(from, ext, sizes, peer_coords(comm, step.axes, p));
+      const auto part = intersect(peer_boxes[p], new_box);
+      direct = direct && part.size() == m && contiguous_in(new_box, part) && offset_in(new_box, 0, part) == p * m;
+    }
+    Exec{}.fence();
+    auto send = host_view(src);
+    if (direct) {
+      receive_into_result([&](T* recv) { allgather(comm, step.axes, send.data(), m, recv); });
+    } else {
+      auto recv_h = buffer(Kokkos::HostSpace{}, n * m);
+      allgather(comm, step.axes, send.data(), m, recv_h.data());
+      auto recv = Kokkos::create_mirror_view_and_copy(mem{}, recv_h);
+      for (int p = 0; p < n; ++p)
+        copy_region<Exec>(recv.data(), p * m, peer_boxes[p], dst.data(), 0, new_box, intersect(peer_boxes[p], new_box));
     }
   } else {
     // Peer q (its coordinate on the axis) gets old slice ∩ its new slice; the analysis guarantees
@@ -190,22 +194,32 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
     }
     const std::int64_t nb = send_boxes[0].size();
     std::int64_t covered = 0;
+    bool send_direct = true, recv_direct = true;
     for (int q = 0; q < n; ++q) {
       covered += recv_boxes[q].size();
       if (send_boxes[q].size() != nb || recv_boxes[q].size() != nb)
         throw layout_error("relayout: internal error, uneven alltoall blocks");
+      send_direct = send_direct && contiguous_in(old_box, send_boxes[q]) && offset_in(old_box, 0, send_boxes[q]) == q * nb;
+      recv_direct = recv_direct && contiguous_in(new_box, recv_boxes[q]) && offset_in(new_box, 0, recv_boxes[q]) == q * nb;
     }
     if (covered != new_box.size()) throw layout_error("relayout: internal error, alltoall leaves a gap");
-    view send(Kokkos::view_alloc(std::string("meshtensor::relayout_send"), Kokkos::WithoutInitializing),
-              static_cast<std::size_t>(n * nb));
-    for (int q = 0; q < n; ++q) copy_box<Exec>(src, 0, old_box, send, q * nb, send_boxes[q], send_boxes[q]);
+    view send;
+    if (!send_direct) {
+      send = buffer(mem{}, n * nb);
+      for (int q = 0; q < n; ++q)
+        copy_region<Exec>(src.data(), 0, old_box, send.data(), q * nb, send_boxes[q], send_boxes[q]);
+    }
     Exec{}.fence();
-    auto send_h = host_view(send);
-    host_view_t recv_h(Kokkos::view_alloc(std::string("meshtensor::relayout_recv"), Kokkos::WithoutInitializing),
-                       static_cast<std::size_t>(n * nb));
-    alltoall(comm, step.axes, send_h.data(), nb, recv_h.data());
-    auto recv = Kokkos::create_mirror_view_and_copy(mem{}, recv_h);
-    for (int q = 0; q < n; ++q) copy_box<Exec>(recv, q * nb, recv_boxes[q], dst, 0, new_box, recv_boxes[q]);
+    auto send_h = host_view(send_direct ? src : send);
+    if (recv_direct) {
+      receive_into_result([&](T* recv) { alltoall(comm, step.axes, send_h.data(), nb, recv); });
+    } else {
+      auto recv_h = buffer(Kokkos::HostSpace{}, n * nb);
+      alltoall(comm, step.axes, send_h.data(), nb, recv_h.data());
+      auto recv = Kokkos::create_mirror_view_and_copy(mem{}, recv_h);
+      for (int q = 0; q < n; ++q)
+        copy_region<Exec>(recv.data(), q * nb, recv_boxes[q], dst.data(), 0, new_box, recv_boxes[q]);
+    }
   }
   Exec{}.fence();
   return dst;

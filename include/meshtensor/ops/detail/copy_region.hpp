@@ -1,0 +1,112 @@
+#pragma once
+// Copies a box-shaped region between two row-major buffers, in contiguous runs: the packing and
+// unpacking around relayout's collectives.
+// The region's innermost dims are merged with every further dim along which it covers both
+// buffers' boxes entirely, so a run is at least the innermost extent and the whole region when it
+// is contiguous in both. One work item copies (a chunk of) one run; the index division is paid
+// once per run, not per element. The kernel is a named functor templated on (execution space,
+// element type) only, so every rank and layout shares it (see docs/design.md, kernels).
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+#include <array>
+#include <cstdint>
+
+#include "../../tensor/tensor.hpp"
+#include "kernels.hpp"
+
+namespace meshtensor::detail {
+
+template <class T>
+struct copy_runs_functor {
+  const T* src;
+  T* dst;
+  std::int64_t s0, d0;       // offsets of the region's first element
+  std::int64_t run;          // elements per run (contiguous in both buffers)
+  std::int64_t chunk;        // elements per work item (<= run)
+  std::int64_t chunks;       // work items per run
+  int outer;                 // dims outside the run (after dropping extent-1 dims)
+  kidx ext, sstride, dstride;  // of those dims
+
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t item) const {
+    std::int64_t row = item, begin = 0;
+    if (chunks > 1) {
+      row = item / chunks;
+      begin = (item - row * chunks) * chunk;
+    }
+    std::int64_t s = s0 + begin, d = d0 + begin;
+    for (int i = outer - 1; i >= 0; --i) {
+      const std::int64_t q = row / ext[i];
+      const std::int64_t m = row - q * ext[i];
+      row = q;
+      s += m * sstride[i];
+      d += m * dstride[i];
+    }
+    const std::int64_t n = run - begin < chunk ? run - begin : chunk;
+    const T* __restrict__ sp = src + s;
+    T* __restrict__ dp = dst + d;
+    for (std::int64_t e = 0; e < n; ++e) dp[e] = sp[e];
+  }
+};
+
+// A region's place in a row-major buffer holding box b from element `base` on.
+template <std::size_t R>
+std::int64_t offset_in(const box<R>& b, std::int64_t base, const box<R>& region) {
+  std::int64_t off = base, stride = 1;
+  for (std::size_t i = R; i-- > 0;) {
+    off += (region.offset[i] - b.offset[i]) * stride;
+    stride *= b.extent[i];
+  }
+  return off;
+}
+
+// Whether `region` (inside b) occupies one contiguous range of b's row-major order: after its
+// first dim of extent > 1, it covers b entirely.
+template <std::size_t R>
+bool contiguous_in(const box<R>& b, const box<R>& region) {
+  std::size_t i = 0;
+  while (i < R && region.extent[i] == 1) ++i;
+  for (std::size_t k = i + 1; k < R; ++k)
+    if (region.extent[k] != b.extent[k]) return false;
+  return true;
+}
+
+// Copies the elements of `region` (global coordinates) from a row-major buffer holding box sb at
+// src[soff...] to one holding box db at dst[doff...]. Both buffers live in Exec's memory space.
+// Does not fence.
+template <class Exec, class T, std::size_t R>
+void copy_region(const T* src, std::int64_t soff, const box<R>& sb, T* dst, std::int64_t doff, const box<R>& db,
+                 const box<R>& region) {
+  const std::int64_t n = region.size();
+  if (n == 0) return;
+  copy_runs_functor<T> f{src, dst, offset_in(sb, soff, region), offset_in(db, doff, region), 1, 1, 1, 0, {}, {}, {}};
+  if constexpr (R > 0) {
+    const auto ss = row_major_strides<R>(sb.extent), ds = row_major_strides<R>(db.extent);
+    // The run: the innermost dim, and every dim outside it while the dims inside cover both boxes.
+    std::size_t k = R - 1;
+    f.run = region.extent[k];
+    while (k > 0 && region.extent[k] == sb.extent[k] && region.extent[k] == db.extent[k]) {
+      --k;
+      f.run *= region.extent[k];
+    }
+    for (std::size_t i = 0; i < k; ++i)
+      if (region.extent[i] > 1) {
+        f.ext[f.outer] = region.extent[i];
+        f.sstride[f.outer] = ss[i];
+        f.dstride[f.outer] = ds[i];
+        ++f.outer;
+      }
+  }
+  // Few long runs: cut them into chunks so that every thread gets work.
+  const std::int64_t rows = n / f.run;
+  constexpr std::int64_t min_chunk = 1 << 14;
+  const std::int64_t threads = Exec().concurrency();
+  f.chunk = f.run;
+  if (rows < 4 * threads && f.run > min_chunk) {
+    const std::int64_t want = (4 * threads + rows - 1) / rows;
+    f.chunk = std::max<std::int64_t>(min_chunk, (f.run + want - 1) / want);
+  }
+  f.chunks = (f.run + f.chunk - 1) / f.chunk;
+  Kokkos::parallel_for("meshtensor::copy_region", Kokkos::RangePolicy<Exec>(0, rows * f.chunks), f);
+}
+
+}  // namespace meshtensor::detail
