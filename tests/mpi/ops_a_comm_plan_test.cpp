@@ -120,6 +120,13 @@ TEST_CASE("relayout plans: alltoall when a split moves, allgather when it stops,
       counts({{collective::alltoall, c, 1}}));
   check.operator()<layout<grid, split<i_, c_>, split<j_, r_>>, layout<grid, split<j_, r_, c_>>>(
       counts({{collective::alltoall, c, 1}}));
+  // A split over both axes moving between dims, in either order: one alltoall over both.
+  check.operator()<layout<grid, split<i_, r_, c_>>, layout<grid, split<j_, r_, c_>>>(
+      counts({{collective::alltoall, r | c, 1}}));
+  check.operator()<layout<grid, split<i_, r_, c_>>, layout<grid, split<j_, c_, r_>>>(
+      counts({{collective::alltoall, r | c, 1}}));
+  check.operator()<layout<grid, split<i_, r_>, split<j_, c_>>, layout<grid, split<j_, c_, r_>>>(
+      counts({{collective::alltoall, r, 1}}));
   check.operator()<layout<grid, split<i_, r_>>, layout<grid, split<i_, r_, c_>>>(counts({}));
   check.operator()<layout<grid>, layout<grid, split<i_, c_>, split<j_, r_>>>(counts({}));
   check.operator()<layout<grid, split<i_, r_, c_>>, layout<grid, split<i_, r_>>>(counts({{collective::allgather, c, 1}}));

@@ -2,10 +2,11 @@
 // relayout<Target>(x): the same global tensor (same dims, element type, space and mesh) under
 // Target's layout.
 // Communication, from the two layouts' splits dim by dim: none where every dim's new axes extend
-// its old ones (local slicing, or none at all when nothing changes); one alltoall over axis X when
-// the only change besides such slicing is a split on X moving from the end of one dim's axes to
-// another dim; otherwise one allgather over the axes every dim stops being split over (its old
-// axes after the prefix it keeps), then local slicing.
+// its old ones (local slicing, or none at all when nothing changes); one alltoall over axes A when
+// dims drop axes A from the end of their axes and other dims take all of A up (a split moving
+// between dims, over one axis or several), besides such slicing; otherwise one allgather over the
+// axes every dim stops being split over (its old axes after the prefix it keeps), then local
+// slicing.
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <array>
@@ -39,7 +40,7 @@ enum class relayout_kind { share, local, allgather, alltoall };
 // What moving slices from one placement to another (dim by dim, in position order) needs.
 struct relayout_step {
   relayout_kind kind = relayout_kind::share;
-  unsigned axes = 0;  // allgather: the gathered axes; alltoall: the one axis
+  unsigned axes = 0;  // the axes the collective runs over
 };
 
 constexpr int common_prefix(const dim_split& a, const dim_split& b) {
@@ -50,29 +51,23 @@ constexpr int common_prefix(const dim_split& a, const dim_split& b) {
 
 template <std::size_t R>
 constexpr relayout_step analyze_relayout(const std::array<dim_split, R>& from, const std::array<dim_split, R>& to) {
-  bool same = true;
-  unsigned gather = 0;
-  int gathered_dims = 0, a = -1;
+  bool same = true, nested = true;
+  unsigned gather = 0, taken = 0;
   for (std::size_t d = 0; d < R; ++d) {
     const int p = common_prefix(from[d], to[d]);
     if (p != from[d].count || p != to[d].count) same = false;
     // A new part lies inside the old part only when the old axes are a prefix of the new ones
     // (parts number row-major over the rule's axes); otherwise the axes after the prefix go.
-    if (p < from[d].count) {
-      for (int k = p; k < from[d].count; ++k) gather |= 1u << from[d].axes[k];
-      ++gathered_dims;
-      a = static_cast<int>(d);
-    }
+    for (int k = p; k < from[d].count; ++k) gather |= 1u << from[d].axes[k];
+    for (int k = p; k < to[d].count; ++k) taken |= 1u << to[d].axes[k];
+    // Each dim keeps a prefix of its axes and either drops the rest or appends new ones.
+    if (p != from[d].count && p != to[d].count) nested = false;
   }
   if (same) return {relayout_kind::share, 0};
   if (gather == 0) return {relayout_kind::local, 0};
-  // Dim a drops exactly its last axis X and keeps the rest; another dim takes X up.
-  if (gathered_dims == 1 && from[a].count == to[a].count + 1 && common_prefix(from[a], to[a]) == to[a].count) {
-    const int x = from[a].axes[from[a].count - 1];
-    for (std::size_t b = 0; b < R; ++b)
-      for (int k = 0; k < to[b].count; ++k)
-        if (static_cast<int>(b) != a && to[b].axes[k] == x) return {relayout_kind::alltoall, 1u << x};
-  }
+  // Every axis a dim drops is taken up by another dim: processors that differ only on those axes
+  // swap equal blocks, one alltoall over them (one axis or several).
+  if (nested && (gather & ~taken) == 0) return {relayout_kind::alltoall, gather};
   return {relayout_kind::allgather, gather};
 }
 
@@ -181,14 +176,12 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
         copy_region<Exec>(recv.data(), p * m, peer_boxes[p], dst.data(), 0, new_box, intersect(peer_boxes[p], new_box));
     }
   } else {
-    // Peer q (its coordinate on the axis) gets old slice ∩ its new slice; the analysis guarantees
-    // that every such block has one size, as MPI_Alltoall needs.
-    const int axis = std::countr_zero(step.axes);
-    const int n = sizes[axis];
+    // Sub-rank q gets old slice ∩ its new slice; the analysis guarantees that every such block
+    // has one size, as MPI_Alltoall needs.
+    const int n = comm.size_over(step.axes);
     std::vector<box<R>> send_boxes(n), recv_boxes(n);
     for (int q = 0; q < n; ++q) {
-      auto c = comm.coords();
-      c[axis] = q;
+      const auto c = peer_coords(comm, step.axes, q);
       send_boxes[q] = intersect(old_box, box_of<R>(to, ext, sizes, c));
       recv_boxes[q] = intersect(box_of<R>(from, ext, sizes, c), new_box);
     }
