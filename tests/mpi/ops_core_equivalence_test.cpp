@@ -146,3 +146,28 @@ TEST_CASE("float32 einsum through BLAS agrees with float64 to float tolerance", 
   for (std::size_t n = 0; n < got.size(); ++n) worst = std::max(worst, std::abs(got[n] - want[n]) / std::max(1.0, std::abs(want[n])));
   REQUIRE(worst <= 1e-5);  // float32: ~1e-7 per op, 96-term sums
 }
+
+// Long runs of the output's last dim: the reduction works in tiles of 1024 outputs, so 2500 gives
+// two full tiles and a partial one, with outputs contiguous in x (reducing i) or strided (reducing j).
+TEST_CASE("reductions over long rows equal a host loop, tile by tile", "[equivalence]") {
+  auto g = world_grid();
+  constexpr std::int64_t I = 4, J = 2500;
+  using L = mt::layout<grid, mt::split<i_, r_>>;
+  using X = ten<L, i_, j_>;
+  using XT = ten<L, j_, i_>;
+  const auto x = mt::random_normal<X>(g, {I, J}, 5);
+  const auto xt = mt::random_normal<XT>(g, {J, I}, 6);
+  const auto h = mt::gather_all(x), ht = mt::gather_all(xt);
+  std::vector<double> sum_i(J, 0.0), max_i(J, -INFINITY), sum_t(J, 0.0), min_t(J, INFINITY);
+  for (std::int64_t i = 0; i < I; ++i)
+    for (std::int64_t j = 0; j < J; ++j) {
+      sum_i[j] += h[i * J + j];
+      max_i[j] = std::max(max_i[j], h[i * J + j]);
+      sum_t[j] += ht[j * I + i];
+      min_t[j] = std::min(min_t[j], ht[j * I + i]);
+    }
+  REQUIRE(max_rel_error(mt::gather_all(mt::reduce_sum<i_>(x)), sum_i) <= tol);
+  REQUIRE(mt::gather_all(mt::reduce_max<i_>(x)) == max_i);
+  REQUIRE(max_rel_error(mt::gather_all(mt::reduce_sum<i_>(xt)), sum_t) <= tol);
+  REQUIRE(mt::gather_all(mt::reduce_min<i_>(xt)) == min_t);
+}

@@ -41,24 +41,92 @@ void allreduce_local(TT& t, unsigned axes, reduce_op op) {
   Kokkos::deep_copy(t.view(), h);
 }
 
-// The local reduction, instantiated per (space, element type) only, so that reductions under many
-// layouts share one kernel (compile time).
+// The local reduction: one work item per tile (up to tile_len outputs) of a run of the output's
+// last dim. The base offset (a 64-bit division per outer dim) is computed once per tile and the
+// reduce op is chosen outside the loops. Where the outputs are contiguous in x, the inner loop runs
+// over the tile (vectorised), accumulating in the output one reduced position at a time;
+// otherwise each output accumulates its own positions. Either way each output combines the reduced
+// positions in the same order as before, so results are unchanged. A named functor templated on the element type only, so
+// reductions under every layout share one kernel per (space, element type).
+template <class T>
+struct reduce_runs_functor {
+  static constexpr std::int64_t tile_len = 1024;
+  const T* x;
+  T* out;
+  std::int64_t run;    // extent of the output's last dim (1 for a rank-0 output)
+  std::int64_t tiles;  // tiles per run
+  std::int64_t last_stride;  // x's stride along the output's last dim
+  int outer;                 // output dims before the last
+  kidx out_ext, base_stride, red_ext, red_stride;
+  int nred;
+  std::int64_t red_count;
+  reduce_op op;
+
+  template <reduce_op Op>
+  KOKKOS_INLINE_FUNCTION static T combine(T acc, T v) {
+    if constexpr (Op == reduce_op::sum) return acc + v;
+    else if constexpr (Op == reduce_op::max) return v > acc ? v : acc;
+    else return v < acc ? v : acc;
+  }
+
+  KOKKOS_INLINE_FUNCTION std::int64_t reduced_offset(std::int64_t r) const {
+    // One reduced dim (the common case): its offset needs no 64-bit division.
+    return nred == 1 ? r * red_stride[0] : operand_offset(r, red_ext, red_stride, nred);
+  }
+
+  template <reduce_op Op>
+  KOKKOS_INLINE_FUNCTION void tile(std::int64_t base, T* o, std::int64_t len) const {
+    if (last_stride == 1) {
+      // Outputs contiguous in x: one reduced position at a time over the whole tile.
+      if (Op == reduce_op::sum)
+        for (std::int64_t j = 0; j < len; ++j) o[j] = T(0);
+      for (std::int64_t r = 0; r < red_count; ++r) {
+        const T* xr = x + base + reduced_offset(r);
+        if (r == 0 && Op != reduce_op::sum)
+          for (std::int64_t j = 0; j < len; ++j) o[j] = xr[j];
+        else
+          for (std::int64_t j = 0; j < len; ++j) o[j] = combine<Op>(o[j], xr[j]);
+      }
+    } else {
+      // Reduced dims inside the output's last dim: each output's positions, one output at a time.
+      for (std::int64_t j = 0; j < len; ++j) {
+        const T* xj = x + base + j * last_stride;
+        T acc = Op == reduce_op::sum ? T(0) : xj[reduced_offset(0)];
+        for (std::int64_t r = 0; r < red_count; ++r) acc = combine<Op>(acc, xj[reduced_offset(r)]);
+        o[j] = acc;
+      }
+    }
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t item) const {
+    const std::int64_t q = item / tiles, j0 = (item - q * tiles) * tile_len;
+    const std::int64_t len = run - j0 < tile_len ? run - j0 : tile_len;
+    const std::int64_t base = operand_offset(q, out_ext, base_stride, outer) + j0 * last_stride;
+    T* o = out + q * run + j0;
+    if (op == reduce_op::sum)
+      tile<reduce_op::sum>(base, o, len);
+    else if (op == reduce_op::max)
+      tile<reduce_op::max>(base, o, len);
+    else
+      tile<reduce_op::min>(base, o, len);
+  }
+};
+
 template <class Exec, class T>
 void reduce_kernel(const Kokkos::View<T*, typename Exec::memory_space>& xv,
                    const Kokkos::View<T*, typename Exec::memory_space>& ov, std::int64_t n, const kidx& out_ext,
                    int rout, const kidx& base_stride, const kidx& red_ext, const kidx& red_stride, int nred,
                    std::int64_t red_count, reduce_op op) {
-  Kokkos::parallel_for(
-      "meshtensor::reduce", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t o) {
-        const std::int64_t base = operand_offset(o, out_ext, base_stride, rout);
-        T acc = op == reduce_op::sum ? T(0) : xv(base);
-        for (std::int64_t r = 0; r < red_count; ++r) {
-          // One reduced dim (the common case): its offset needs no 64-bit division.
-          const T v = xv(base + (nred == 1 ? r * red_stride[0] : operand_offset(r, red_ext, red_stride, nred)));
-          acc = op == reduce_op::sum ? acc + v : (op == reduce_op::max ? (v > acc ? v : acc) : (v < acc ? v : acc));
-        }
-        ov(o) = acc;
-      });
+  if (n == 0) return;
+  reduce_runs_functor<T> f{xv.data(), ov.data(), 1, 1, 0, 0, out_ext, base_stride, red_ext, red_stride, nred,
+                           red_count, op};
+  if (rout > 0) {
+    f.run = out_ext[rout - 1];
+    f.last_stride = base_stride[rout - 1];
+    f.outer = rout - 1;
+  }
+  f.tiles = (f.run + f.tile_len - 1) / f.tile_len;
+  Kokkos::parallel_for("meshtensor::reduce", Kokkos::RangePolicy<Exec>(0, (n / f.run) * f.tiles), f);
   Exec{}.fence();
 }
 
