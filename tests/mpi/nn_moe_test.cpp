@@ -41,6 +41,16 @@ struct model {
   static constexpr typename WG::extents_type eg{M, E};
   static constexpr typename WI::extents_type ei{E, M, F};
   static constexpr typename WO::extents_type eo{E, F, M};
+  // Random inputs, the same global values under every layout; wscale scales the weights.
+  X x;
+  WG wg;
+  WI wi;
+  WO wo;
+  model(const grid& g, double wscale)
+      : x(mt::random_normal<X>(g, ex, 1)),
+        wg(mt::random_normal<WG>(g, eg, 2, 0, 2 * wscale)),
+        wi(mt::random_normal<WI>(g, ei, 3, 0, wscale)),
+        wo(mt::random_normal<WO>(g, eo, 4, 0, wscale)) {}
 };
 
 struct reference_result {
@@ -119,10 +129,7 @@ TEST_CASE("moe equals a loop over tokens under every layout", "[nn][moe]") {
   for_each_type(all_layouts{}, [&]<class L>() {
     INFO(layout_name<L>());
     using m = model<L>;
-    auto x = mt::random_normal<typename m::X>(g, m::ex, 1);
-    auto wg = mt::random_normal<typename m::WG>(g, m::eg, 2, 0, 2);
-    auto wi = mt::random_normal<typename m::WI>(g, m::ei, 3);
-    auto wo = mt::random_normal<typename m::WO>(g, m::eo, 4);
+    const auto [x, wg, wi, wo] = m(g, 1.0);
     const auto want = reference_moe(mt::gather_all(x), mt::gather_all(wg), mt::gather_all(wi), mt::gather_all(wo));
     // The inputs exercise capacity: some choices are dropped, some second choices are kept.
     REQUIRE(want.dropped > 0);
@@ -139,10 +146,7 @@ TEST_CASE("moe communicates as moe_plan; experts split where groups were: one al
   for_each_type(all_layouts{}, [&]<class L>() {
     INFO(layout_name<L>());
     using m = model<L>;
-    auto x = mt::random_normal<typename m::X>(g, m::ex, 1);
-    auto wg = mt::random_normal<typename m::WG>(g, m::eg, 2, 0, 2);
-    auto wi = mt::random_normal<typename m::WI>(g, m::ei, 3);
-    auto wo = mt::random_normal<typename m::WO>(g, m::eo, 4);
+    const auto [x, wg, wi, wo] = m(g, 1.0);
     g.reset_counters();
     (void)nn::moe<dims>(x, wg, wi, wo, capacity);
     require_counts(g.counters(), nn::moe_plan<dims, typename m::X>().as_counts());
@@ -164,10 +168,7 @@ TEST_CASE("moe gradients equal central differences", "[nn][moe][gradient]") {
     using WG = typename m::WG;
     using WI = typename m::WI;
     using WO = typename m::WO;
-    auto x = mt::random_normal<X>(g, m::ex, 1);
-    auto wg = mt::random_normal<WG>(g, m::eg, 2, 0, 2);
-    auto wi = mt::random_normal<WI>(g, m::ei, 3);
-    auto wo = mt::random_normal<WO>(g, m::eo, 4);
+    const auto [x, wg, wi, wo] = m(g, 1.0);
     auto loss = [&](const X& x_, const WG& wg_, const WI& wi_, const WO& wo_) {
       const auto r = nn::moe<dims>(x_, wg_, wi_, wo_, capacity);
       return weighted_sum(r.y, 5) + r.aux_loss;
@@ -187,11 +188,8 @@ TEST_CASE("moe trains with Adam: the loss falls, the same under every layout", "
     INFO(layout_name<L>());
     using m = model<L>;
     using X = typename m::X;
-    auto x = mt::random_normal<X>(g, m::ex, 1);
+    auto [x, wg, wi, wo] = m(g, 0.5);
     auto target = mt::tanh(mt::random_normal<X>(g, m::ex, 9));
-    auto wg = mt::random_normal<typename m::WG>(g, m::eg, 2, 0, 0.5);
-    auto wi = mt::random_normal<typename m::WI>(g, m::ei, 3, 0, 0.5);
-    auto wo = mt::random_normal<typename m::WO>(g, m::eo, 4, 0, 0.5);
     wg.requires_grad();
     wi.requires_grad();
     wo.requires_grad();
