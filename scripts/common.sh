@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the scripts: installs what is missing, configures and builds.
 # Sourced, not run. Sets MESHTENSOR_ROOT, KOKKOS_ROOT and BUILD_DIR.
 set -euo pipefail

@@ -1,84 +1,152 @@
 #!/usr/bin/env bash
 # Installs everything meshtensor's build, tests and examples need on Debian bookworm.
-# Idempotent: does nothing where all is present.
+# Idempotent: does nothing, silently, where all is present.
 #   Debian packages (with sudo where not root), then Kokkos 3.4.01 built from Debian's
-#   trilinos source package into a prefix of its own, unless Kokkos_ROOT is set.
+#   trilinos source package into a prefix of its own, unless Kokkos_ROOT is set. The prefix is
+#   MESHTENSOR_DEPS_PREFIX, else /opt/meshtensor-deps for root, ~/.local/meshtensor-deps for others;
+#   a prefix the user can write to is built and installed as the user, never with sudo.
 #   --bench also installs the benchmarks' peers and plotting (scripts/bench.sh); the test suite
 #   does not need them.
+# Prints one line per step on stderr; apt's, dpkg's and the Kokkos build's output go to a log
+# (${XDG_CACHE_HOME:-~/.cache}/meshtensor/install_deps.log), whose tail is shown on failure.
 # Prints the Kokkos prefix on the last line of stdout as KOKKOS_ROOT=<dir>.
-set -euo pipefail
+# Sourcing this file only defines its functions (tests/scripts/debian_uri_test.sh uses debian_uri).
 
-backends="${MESHTENSOR_KOKKOS_BACKENDS:-serial,openmp}"   # comma list: serial,openmp
-bench=0
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --backends) backends="$2"; shift 2 ;;
-    --bench) bench=1; shift ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
-    *) echo "install_deps.sh: unknown argument '$1'" >&2; exit 2 ;;
-  esac
-done
-
-SUDO=""
-if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 log() { echo "[install_deps] $*" >&2; }
+die() { echo "install_deps.sh: $*" >&2; exit 1; }
 
-packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libboost1.81-dev libopenblas-dev
-          dataset-fashion-mnist zlib1g-dev gnuplot-nox libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
-          python3-torch python3-numpy)   # PyTorch: the transformer_lm cross-check (ctest label crosscheck)
-backports_packages=(catch2)
-# Optional (--bench): Eigen and ScaLAPACK (C++ peers), matplotlib (plots),
-# venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/bench_venv.sh).
-bench_packages=(libeigen3-dev libscalapack-openmpi-dev python3-matplotlib python3-venv python3-pip)
-if [ "$bench" = 1 ]; then packages+=("${bench_packages[@]}"); fi
-
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-catch2_version=$(dpkg-query -W -f='${Version}' catch2 2>/dev/null || true)
-need_catch2=0
-case "$catch2_version" in 3.*) ;; *) need_catch2=1 ;; esac
-
-# The URI of the machine's own Debian mirror, read from its apt sources (never hard-coded here).
+# debian_uri [FILE...]: the URI of the machine's own Debian mirror (never hard-coded here): that of
+# the first enabled deb or deb-src entry for the suite bookworm. FILEs ending in .sources are read
+# as deb822 stanzas, others as one-line entries ("deb [opt=val ...] URI suite component..."; the
+# options block is optional, "#" starts a comment). Without FILEs: apt's own sources, i.e.
+# /etc/apt/sources.list.d/*.sources, /etc/apt/sources.list and /etc/apt/sources.list.d/*.list.
+# Prints nothing where there is no such entry.
 debian_uri() {
-  local f uri=""
-  for f in /etc/apt/sources.list.d/*.sources; do
-    [ -f "$f" ] || continue
-    uri=$(awk 'BEGIN{RS=""; FS="\n"}
-      { u=""; s=""; for (i=1;i<=NF;i++) { if ($i ~ /^URIs:/) u=$i; if ($i ~ /^Suites:/) s=$i }
-        if (s ~ /[ \t]bookworm([ \t]|$)/ && u != "") { sub(/^URIs:[ \t]*/, "", u); split(u, a, " "); print a[1]; exit } }' "$f")
-    [ -n "$uri" ] && { echo "$uri"; return; }
-  done
-  if [ -f /etc/apt/sources.list ]; then
-    uri=$(awk '$1=="deb" && $3=="bookworm" {print $2; exit}' /etc/apt/sources.list)
+  local f uri
+  if [ $# -eq 0 ]; then
+    set -- /etc/apt/sources.list.d/*.sources /etc/apt/sources.list /etc/apt/sources.list.d/*.list
   fi
-  echo "$uri"
+  for f in "$@"; do
+    if [ ! -f "$f" ] || [ ! -r "$f" ]; then continue; fi
+    case "$f" in
+      *.sources) uri=$(debian_uri_deb822 <"$f") ;;
+      *) uri=$(debian_uri_one_line <"$f") ;;
+    esac
+    if [ -n "$uri" ]; then echo "$uri"; return 0; fi
+  done
+  return 0
 }
 
-extra_sources=/etc/apt/sources.list.d/meshtensor-extra.sources
-need_sources=0
-kokkos_needed=0
-if [ -z "${Kokkos_ROOT:-}" ]; then kokkos_needed=1; fi
+# One-line entries on stdin: prints the URI of the first deb/deb-src line whose suite is bookworm.
+debian_uri_one_line() {
+  awk '{
+    line = $0
+    sub(/\r$/, "", line); sub(/#.*/, "", line); sub(/^[ \t]+/, "", line)
+    if (line !~ /^deb(-src)?[ \t]/) next
+    sub(/^deb(-src)?[ \t]+/, "", line)
+    if (substr(line, 1, 1) == "[") {                 # options block: [ key=value ... ]
+      if (index(line, "]") == 0) next
+      line = substr(line, index(line, "]") + 1)
+      sub(/^[ \t]+/, "", line)
+    }
+    n = split(line, t, /[ \t]+/)
+    if (n >= 2 && t[2] == "bookworm") { print t[1]; exit }
+  }'
+}
 
-deps_root="${MESHTENSOR_DEPS_PREFIX:-}"
-if [ -z "$deps_root" ]; then
-  if [ "$(id -u)" = 0 ]; then deps_root=/opt/meshtensor-deps; else deps_root="$HOME/.local/meshtensor-deps"; fi
-fi
-kokkos_prefix="$deps_root/kokkos-3.4.01-$(echo "$backends" | tr ',' '-')"
-for d in lib lib64; do
-  if [ -f "$kokkos_prefix/$d/cmake/Kokkos/KokkosConfig.cmake" ]; then kokkos_needed=0; fi
-done
+# deb822 stanzas on stdin: prints the first URI of the first enabled deb/deb-src stanza whose
+# Suites include bookworm. Field names are case-insensitive; "#" lines are comments; a line that
+# starts with a blank continues the field before it.
+debian_uri_deb822() {
+  awk 'function check() {
+         if (f["types"] ~ /(^|[ \t])deb(-src)?([ \t]|$)/ && tolower(f["enabled"]) != "no" &&
+             f["suites"] ~ /(^|[ \t])bookworm([ \t]|$)/ && f["uris"] != "") {
+           split(f["uris"], u, /[ \t]+/); print u[1]; found = 1
+         }
+         split("", f); key = ""
+       }
+       { sub(/\r$/, "") }
+       /^#/ { next }
+       /^[ \t]*$/ { check(); if (found) exit; next }
+       /^[ \t]/ { if (key != "") { v = $0; sub(/^[ \t]+/, "", v); f[key] = f[key] " " v }; next }
+       { i = index($0, ":"); if (i == 0) next
+         key = tolower(substr($0, 1, i - 1)); v = substr($0, i + 1)
+         sub(/^[ \t]+/, "", v); sub(/[ \t]+$/, "", v); f[key] = v }
+       END { if (!found) check() }'
+}
 
-if [ "$need_catch2" = 1 ] || [ "$kokkos_needed" = 1 ]; then need_sources=1; fi
-if [ "$need_sources" = 1 ] && [ ! -f "$extra_sources" ]; then
-  uri=$(debian_uri)
-  if [ -z "$uri" ]; then
-    echo "install_deps.sh: no Debian bookworm entry found in /etc/apt/sources.list{,.d}; add one or install catch2 3.x and set Kokkos_ROOT" >&2
-    exit 1
+# The nearest existing directory at or above $1.
+existing_ancestor() {
+  local d=$1
+  while [ ! -e "$d" ] && [ "$d" != / ]; do d=$(dirname "$d"); done
+  echo "$d"
+}
+
+main() {
+  set -euo pipefail
+  local backends="${MESHTENSOR_KOKKOS_BACKENDS:-serial,openmp}"   # comma list: serial,openmp
+  local bench=0
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --backends) backends="$2"; shift 2 ;;
+      --bench) bench=1; shift ;;
+      -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+      *) echo "install_deps.sh: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+  done
+
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  started=$SECONDS
+  did_something=0
+
+  local packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libboost1.81-dev libopenblas-dev
+            dataset-fashion-mnist zlib1g-dev gnuplot-nox libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
+            python3-torch python3-numpy)   # PyTorch: the transformer_lm cross-check (ctest label crosscheck)
+  local backports_packages=(catch2)
+  # Optional (--bench): Eigen and ScaLAPACK (C++ peers), matplotlib (plots),
+  # venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/bench_venv.sh).
+  local bench_packages=(libeigen3-dev libscalapack-openmpi-dev python3-matplotlib python3-venv python3-pip)
+  if [ "$bench" = 1 ]; then packages+=("${bench_packages[@]}"); fi
+
+  local missing=() p
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  local catch2_version need_catch2=0
+  catch2_version=$(dpkg-query -W -f='${Version}' catch2 2>/dev/null || true)
+  case "$catch2_version" in 3.*) ;; *) need_catch2=1 ;; esac
+
+  local extra_sources=/etc/apt/sources.list.d/meshtensor-extra.sources
+  local need_sources=0 kokkos_needed=0 update=0
+  if [ -z "${Kokkos_ROOT:-}" ]; then kokkos_needed=1; fi
+
+  local deps_root="${MESHTENSOR_DEPS_PREFIX:-}"
+  if [ -z "$deps_root" ]; then
+    if [ "$(id -u)" = 0 ]; then deps_root=/opt/meshtensor-deps; else deps_root="$HOME/.local/meshtensor-deps"; fi
   fi
-  log "adding bookworm-backports and deb-src entries for $uri"
-  $SUDO tee "$extra_sources" >/dev/null <<SRC
+  case "$deps_root" in /*) ;; *) deps_root="$PWD/$deps_root" ;; esac   # CMake needs it absolute
+  local kokkos_prefix d
+  kokkos_prefix="$deps_root/kokkos-3.4.01-$(echo "$backends" | tr ',' '-')"
+  for d in lib lib64; do
+    if [ -f "$kokkos_prefix/$d/cmake/Kokkos/KokkosConfig.cmake" ]; then kokkos_needed=0; fi
+  done
+
+  if { [ "$need_catch2" = 1 ] || [ "$kokkos_needed" = 1 ]; } && [ ! -f "$extra_sources" ]; then need_sources=1; fi
+  if [ ${#missing[@]} -gt 0 ] || [ "$need_catch2" = 1 ] || [ "$need_sources" = 1 ]; then
+    if [ -n "$SUDO" ] && ! command -v sudo >/dev/null; then
+      die "apt needs root or sudo, and there is no sudo; as root, run this script once (or install: ${missing[*]:-catch2 from bookworm-backports})"
+    fi
+  fi
+
+  if [ "$need_sources" = 1 ]; then
+    local uri
+    uri=$(debian_uri)
+    if [ -z "$uri" ]; then
+      die "no Debian bookworm entry found in /etc/apt/sources.list or /etc/apt/sources.list.d/*.{list,sources}; add one, or install catch2 3.x and set Kokkos_ROOT"
+    fi
+    log "adding $extra_sources: bookworm-backports (Catch2 3) and deb-src (Kokkos's source) from $uri"
+    $SUDO tee "$extra_sources" >/dev/null <<SRC
 Types: deb deb-src
 URIs: $uri
 Suites: bookworm-backports
@@ -91,45 +159,91 @@ Suites: bookworm
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
-  missing+=(__update__)
-fi
-
-if [ ${#missing[@]} -gt 0 ] || [ "$need_catch2" = 1 ]; then
-  log "apt-get update"
-  $SUDO apt-get update -qq
-  real_missing=()
-  for p in "${missing[@]}"; do [ "$p" = __update__ ] || real_missing+=("$p"); done
-  if [ ${#real_missing[@]} -gt 0 ]; then
-    log "installing ${real_missing[*]}"
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${real_missing[@]}" >&2
+    update=1
   fi
-  if [ "$need_catch2" = 1 ]; then
-    log "installing catch2 3.x from bookworm-backports"
-    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t bookworm-backports "${backports_packages[@]}" >&2
-  fi
-fi
 
-if [ "$kokkos_needed" = 1 ]; then
-  work=$(mktemp -d)
-  trap 'rm -rf "$work"' EXIT
-  log "fetching Debian's trilinos source package (Kokkos 3.4.01 lives in packages/kokkos)"
-  (cd "$work" && apt-get source --download-only trilinos >&2)
-  orig=$(ls "$work"/trilinos_*.orig.tar.* | head -n1)
-  log "extracting packages/kokkos from $(basename "$orig")"
-  tar -xf "$orig" -C "$work" --wildcards '*/packages/kokkos/*'
-  src=$(dirname "$(find "$work" -maxdepth 4 -type d -path '*/packages/kokkos' | head -n1)")/kokkos
-  cmake_flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=20 -DCMAKE_INSTALL_PREFIX="$kokkos_prefix"
-               -DKokkos_ENABLE_SERIAL=ON -DCMAKE_POSITION_INDEPENDENT_CODE=ON)
-  case ",$backends," in *,openmp,*) cmake_flags+=(-DKokkos_ENABLE_OPENMP=ON) ;; esac
-  log "building Kokkos ($backends) into $kokkos_prefix"
-  build_log="$work/kokkos-build.log"
-  if ! { cmake -S "$src" -B "$work/build" "${cmake_flags[@]}" &&
-         cmake --build "$work/build" -j "$(nproc)" &&
-         $SUDO cmake --install "$work/build"; } >"$build_log" 2>&1; then
-    tail -n 40 "$build_log" >&2
-    echo "install_deps.sh: building Kokkos from $src failed (log above)" >&2
-    exit 1
+  if [ ${#missing[@]} -gt 0 ] || [ "$need_catch2" = 1 ] || [ "$update" = 1 ]; then
+    open_log
+    log "updating apt's package lists (log: $LOG)"
+    run_logged "apt-get update" $SUDO apt-get update
+    if [ ${#missing[@]} -gt 0 ]; then
+      log "installing ${#missing[@]} Debian packages and what they need: ${missing[*]} (log: $LOG)"
+      run_logged "installing Debian packages" \
+        $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+    fi
+    if [ "$need_catch2" = 1 ]; then
+      log "installing Catch2 3 from bookworm-backports (bookworm has only 2.x) (log: $LOG)"
+      run_logged "installing catch2 from bookworm-backports" \
+        $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -t bookworm-backports "${backports_packages[@]}"
+    fi
   fi
-fi
 
-if [ -n "${Kokkos_ROOT:-}" ]; then echo "KOKKOS_ROOT=$Kokkos_ROOT"; else echo "KOKKOS_ROOT=$kokkos_prefix"; fi
+  if [ "$kokkos_needed" = 1 ]; then
+    # Install as the user wherever the user can write (their own prefix: no sudo, so nothing under
+    # $HOME ends up owned by root); sudo only for a prefix the user cannot write to, such as /opt.
+    local install_sudo="" top
+    top=$(existing_ancestor "$kokkos_prefix")
+    if [ ! -d "$top" ] || [ ! -w "$top" ]; then
+      case "$kokkos_prefix/" in
+        "${HOME:-/nonexistent}"/*) die "cannot write to $top (owned by $(stat -c %U "$top")), on the way to $kokkos_prefix; under your home nothing should be root's: 'sudo chown -R $(id -un): $top' fixes it, or set MESHTENSOR_DEPS_PREFIX" ;;
+      esac
+      if [ -z "$SUDO" ] || ! command -v sudo >/dev/null; then
+        die "cannot write to $top and there is no sudo; set MESHTENSOR_DEPS_PREFIX to a directory of your own"
+      fi
+      install_sudo=$SUDO
+    else
+      mkdir -p "$kokkos_prefix"
+    fi
+    open_log
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    log "fetching Debian's trilinos source package, 166 MB (Kokkos 3.4.01 is its packages/kokkos) (log: $LOG)"
+    run_logged "apt-get source trilinos" in_dir "$work" apt-get source --download-only trilinos
+    local orig src
+    orig=$(ls "$work"/trilinos_*.orig.tar.*)
+    orig=${orig%%$'\n'*}
+    run_logged "extracting packages/kokkos" tar -xf "$orig" -C "$work" --wildcards '*/packages/kokkos/*'
+    src=$(find "$work" -maxdepth 4 -type d -path '*/packages/kokkos' | head -n1)
+    [ -n "$src" ] || die "no packages/kokkos in $orig"
+    local cmake_flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=20 -DCMAKE_INSTALL_PREFIX="$kokkos_prefix"
+                       -DKokkos_ENABLE_SERIAL=ON -DCMAKE_POSITION_INDEPENDENT_CODE=ON)
+    case ",$backends," in *,openmp,*) cmake_flags+=(-DKokkos_ENABLE_OPENMP=ON) ;; esac
+    log "building Kokkos 3.4.01 ($backends) and installing it into $kokkos_prefix${install_sudo:+ with sudo} (log: $LOG)"
+    run_logged "configuring Kokkos from $src" cmake -S "$src" -B "$work/build" "${cmake_flags[@]}"
+    run_logged "building Kokkos" cmake --build "$work/build" -j "$(nproc)"
+    run_logged "installing Kokkos into $kokkos_prefix" $install_sudo cmake --install "$work/build"
+  fi
+
+  if [ "$did_something" = 1 ]; then log "done in $((SECONDS - started)) s"; fi
+  if [ -n "${Kokkos_ROOT:-}" ]; then echo "KOKKOS_ROOT=$Kokkos_ROOT"; else echo "KOKKOS_ROOT=$kokkos_prefix"; fi
+}
+
+# The log of this run (created, as the user, only once there is something to do): LOG.
+open_log() {
+  did_something=1
+  [ -z "${LOG:-}" ] || return 0
+  local dir="${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/meshtensor"
+  if mkdir -p "$dir" 2>/dev/null && [ -w "$dir" ]; then
+    LOG="$dir/install_deps.log"
+  else
+    LOG=$(mktemp /tmp/meshtensor-install_deps.XXXXXX.log)
+  fi
+  echo "install_deps.sh, $(date -u '+%Y-%m-%d %H:%M:%S UTC'), as $(id -un)" >"$LOG"
+}
+
+# in_dir DIR COMMAND...: runs COMMAND in DIR (in a subshell).
+in_dir() ( cd "$1" && shift && "$@" )
+
+# run_logged WHAT COMMAND...: runs COMMAND with its output appended to LOG; on failure, shows the
+# log's tail and its path, and stops.
+run_logged() {
+  local what=$1; shift
+  echo "+ $*" >>"$LOG"
+  if ! "$@" </dev/null >>"$LOG" 2>&1; then
+    echo "install_deps.sh: $what failed; the last lines of $LOG:" >&2
+    tail -n 30 "$LOG" | sed 's/^/  /' >&2
+    die "$what failed (full log: $LOG)"
+  fi
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then main "$@"; fi
