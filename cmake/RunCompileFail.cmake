@@ -1,5 +1,7 @@
 # Builds one target that must NOT compile, then checks that the compiler's output matches every
-# "// expect: <regex>" line of the source (the sentence and the offending names).
+# "// expect: <regex>" line of the source (the sentence and the offending names), and that the
+# first "error:" line of the output matches every "// expect-first: <regex>" line (so that the
+# sentence is not buried under errors that come before it).
 # -DBUILD_DIR=... -DTARGET=... -DSOURCE=...
 execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target ${TARGET}
                 RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -18,3 +20,15 @@ foreach(line IN LISTS expects)
   endif()
   message(STATUS "matched: ${regex}")
 endforeach()
+file(STRINGS ${SOURCE} expect_firsts REGEX "^// expect-first: ")
+if(expect_firsts)
+  string(REGEX MATCH "[^\n]*error:[^\n]*" first_error "${out}")
+  foreach(line IN LISTS expect_firsts)
+    string(REGEX REPLACE "^// expect-first: " "" regex "${line}")
+    if(NOT first_error MATCHES "${regex}")
+      message(FATAL_ERROR "${SOURCE}: the compiler's first error does not match '${regex}'. It is:\n"
+                          "${first_error}\nOutput:\n${out}")
+    endif()
+    message(STATUS "matched first error: ${regex}")
+  endforeach()
+endif()

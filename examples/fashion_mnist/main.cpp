@@ -230,8 +230,9 @@ int main(int argc, char** argv) {
     if (o.layout == "data") return train<layout_data>(g, o, tr, te);
     if (o.layout == "model") return train<layout_model>(g, o, tr, te);
     return train<layout_2d>(g, o, tr, te);
-  } catch (const mt::error& e) {
-    if (env.world_rank() == 0) std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
-    return 1;
+  } catch (const std::exception& e) {
+    // Every rank failed alike: rank 0 prints it once and all return 1. This rank alone: the job ends
+    // with its message instead of leaving the others waiting in a collective.
+    return env.fail(e, "fashion_mnist: error: ");
   }
 }

@@ -29,7 +29,11 @@ int main(int argc, char** argv) {
   std::array<int, 2> shape{2, 2};
   app.add_option("--size", size, "extent of m, k and n")->check(CLI::PositiveNumber);
   app.add_option("--mesh", shape, "mesh sizes rows cols (their product must be the number of ranks)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {  // every rank parses the same argv: rank 0 prints help or the error
+    return env.world_rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+  }
 
   try {
     // [compute]
@@ -68,9 +72,10 @@ int main(int argc, char** argv) {
                   worst);
       if (!ok) MPI_Abort(MPI_COMM_WORLD, 2);
     }
-  } catch (const mt::error& e) {
-    if (env.world_rank() == 0) std::fprintf(stderr, "matmul: %s\n", e.what());
-    return 1;
+  } catch (const std::exception& e) {
+    // Every rank failed alike: rank 0 prints it once and all return 1. This rank alone: the job ends
+    // with its message instead of leaving the others waiting in a collective.
+    return env.fail(e, "matmul: ");
   }
   return 0;
 }

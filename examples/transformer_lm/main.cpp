@@ -372,8 +372,9 @@ int main(int argc, char** argv) {
       std::printf("largest relative difference between layouts: %.2e (tolerance %.0e); loss %s: %s\n", worst,
                   o.tolerance, falls ? "falls" : "DOES NOT FALL", ok ? "agree" : "DISAGREE");
     return ok ? 0 : 3;
-  } catch (const mt::error& e) {
-    if (env.world_rank() == 0) std::fprintf(stderr, "transformer_lm: error: %s\n", e.what());
-    return 1;
+  } catch (const std::exception& e) {
+    // Every rank failed alike: rank 0 prints it once and all return 1. This rank alone: the job ends
+    // with its message instead of leaving the others waiting in a collective.
+    return env.fail(e, "transformer_lm: error: ");
   }
 }

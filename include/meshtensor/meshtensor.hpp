@@ -4,6 +4,7 @@
 #include "names/fixed_string.hpp"
 #include "names/names.hpp"
 #include "runtime/environment.hpp"
+#include "runtime/agreement.hpp"
 #include "runtime/communicator.hpp"
 #include "runtime/collectives.hpp"
 #include "layout/mesh.hpp"

@@ -2,6 +2,7 @@
 // on meshes [P] and [2x2]; random tensors equal across layouts; errors raised on every rank.
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <algorithm>
 #include <numeric>
 #include <test_support.hpp>
 
@@ -79,28 +80,54 @@ TEST_CASE("slices tile the tensor: offsets and extents per processor", "[core]")
                          ContainsSubstring("[0, 8)"));
 }
 
-TEST_CASE("an extent that does not divide is a shape_error on every rank, naming dim, extent and axes", "[core]") {
+TEST_CASE("an extent that does not divide is split in balanced parts; require_even refuses it on every rank", "[core]") {
   auto g = world_grid();
   using L = mt::layout<grid, mt::split<i_, r_, c_>>;
   using T = mt::tensor<float, L, i_, j_>;
   const int p = g.nprocs();
+  // 4p + 1 rows over p parts: the first part holds 5, the others 4.
+  const std::int64_t n = 4 * p + 1;
+  std::vector<float> full(static_cast<std::size_t>(n * 3));
+  for (std::size_t e = 0; e < full.size(); ++e) full[e] = static_cast<float>(e);
+  auto t = mt::from_host<T>(g, {n, 3}, full);
+  const auto coords = g.communicator().coords();
+  const std::int64_t part = coords[0] * g.size<c_>() + coords[1];
+  REQUIRE(t.local_extent<i_>() == (part == 0 ? 5 : 4));
+  REQUIRE(t.offsets()[0] == (part == 0 ? 0 : 4 * part + 1));
+  REQUIRE(mt::gather_all(t) == full);
+  // More parts than rows: with 2 rows, parts 2.. hold nothing, and still gather back.
+  auto small = mt::iota<T>(g, {2, 3});
+  REQUIRE(small.local_extent<i_>() == (part < 2 ? 1 : 0));
+  REQUIRE(mt::gather_all(small) == std::vector<float>{0, 1, 2, 3, 4, 5});
+  if (p > 1) REQUIRE_THAT(mt::describe(t), ContainsSubstring("uneven: 5 or 4 per part"));
   if (p == 1) {
-    REQUIRE_NOTHROW(T(g, {7, 3}));
+    REQUIRE_NOTHROW(mt::require_even(t));
     return;
   }
   // Every rank must throw; an allreduce afterwards proves none is left behind.
   int threw = 0;
   try {
-    T t(g, {4 * p + 1, 3});
+    mt::require_even(t);
   } catch (const mt::shape_error& e) {
     threw = 1;
-    REQUIRE_THAT(std::string(e.what()), ContainsSubstring("dim 'i'") &&
-                                            ContainsSubstring("extent " + std::to_string(4 * p + 1)) &&
+    REQUIRE_THAT(std::string(e.what()), ContainsSubstring("dim 'i'") && ContainsSubstring("extent " + std::to_string(n)) &&
                                             ContainsSubstring("r(") && ContainsSubstring("c("));
   }
   int all = 0;
   MPI_Allreduce(&threw, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   REQUIRE(all == 1);
+}
+
+TEST_CASE("describe() of a tensor on a [16 x 32] mesh needs no processes", "[core]") {
+  using big = mt::mesh<r_, c_>;
+  using L = mt::layout<big, mt::split<i_, r_>, mt::split<j_, c_>>;
+  using T = mt::tensor<float, L, i_, j_>;
+  const auto text = mt::describe<T>(big::shape_of({16, 32}), {50257, 64});
+  // 50257 = 16 * 3141 + 1: row 0 holds [0, 3142), row 15 [47116, 50257); 64 / 32 = 2 columns each.
+  REQUIRE_THAT(text, ContainsSubstring("on mesh [r=16, c=32]") && ContainsSubstring("[47116, 50257)") &&
+                         ContainsSubstring("[0, 3142)") && ContainsSubstring("[62, 64)") &&
+                         ContainsSubstring("uneven: 3142 or 3141 per part"));
+  REQUIRE(std::count(text.begin(), text.end(), '\n') == 3 + 512);
 }
 
 TEST_CASE("sub-communicators are cached and sized by their axes", "[core]") {

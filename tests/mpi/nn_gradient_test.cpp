@@ -198,3 +198,50 @@ TEST_CASE("dropout's mask is the same under every layout and changes with the st
     REQUIRE(y == reference);
   });
 }
+
+// Uneven splits: every split dim's extent below (or not a multiple of) its parts at 2, 3, 4 and 6
+// ranks, so parts differ and some processors hold nothing of heads or batch.
+TEST_CASE("nn layers under uneven splits: gradients equal central differences, values equal the host's",
+          "[gradient]") {
+  using L1 = mt::layout<grid, mt::split<batch, r_>, mt::split<d_model, c_>, mt::split<vocab, c_>>;
+  using L2 = mt::layout<grid, mt::split<heads, c_, r_>, mt::split<vocab, r_, c_>, mt::split<d_ff, r_, c_>>;
+  const auto g = world_grid();
+  for_each_type(list<L1, L2>{}, [&]<class L>() {
+    INFO(layout_name<L>());
+    using X = mt::tensor<double, L, batch, length, d_model>;
+    using S = mt::tensor<double, L, d_model>;
+    auto scale = mt::random_uniform<S>(g, {7}, 61, 0.5, 1.5);
+    auto bias = mt::random_normal<S>(g, {7}, 62);
+    check_grad<X>(g, {3, 2, 7}, 63, [&](const X& x) { return weighted_sum(nn::layer_norm<d_model>(x, scale, bias, 1e-5), 2); }, 3);
+
+    using W = mt::tensor<double, L, d_model, heads, d_kv>;
+    using WO = mt::tensor<double, L, heads, d_kv, d_model>;
+    auto wq = mt::random_normal<W>(g, {7, 3, 2}, 64, 0, 0.5), wk = mt::random_normal<W>(g, {7, 3, 2}, 65, 0, 0.5),
+         wv = mt::random_normal<W>(g, {7, 3, 2}, 66, 0, 0.5);
+    auto wo = mt::random_normal<WO>(g, {3, 2, 7}, 67, 0, 0.5);
+    check_grad<X>(g, {3, 3, 7}, 68, [&](const X& x) {
+      return weighted_sum(nn::causal_attention<length, mlen, d_model, heads, d_kv>(x, wq, wk, wv, wo), 6);
+    }, 7);
+
+    using Z = mt::tensor<double, L, batch, length, vocab>;
+    using Y = mt::tensor<int, L, batch, length>;
+    const std::vector<int> ids{0, 6, 3, 5, 5, 1};
+    auto labels = mt::from_host<Y>(g, {3, 2}, ids);
+    check_grad<Z>(g, {3, 2, 7}, 69, [&](const Z& z) { return weighted_sum(nn::softmax_cross_entropy<vocab>(z, labels, 0.1), 42); }, 2);
+    auto z = mt::random_normal<Z>(g, {3, 2, 7}, 70, 0, 3);
+    const auto hz = mt::gather_all(z);
+    const auto loss = mt::gather_all(nn::softmax_cross_entropy<vocab>(z, labels));
+    for (std::size_t r = 0; r < 6; ++r) {
+      double s = 0;
+      for (std::size_t v = 0; v < 7; ++v) s += std::exp(hz[r * 7 + v]);
+      REQUIRE(std::abs(loss[r] - (std::log(s) - hz[r * 7 + ids[r]])) < 1e-12);
+    }
+
+    using XF = mt::tensor<double, L, batch, d_model>;
+    using W1 = mt::tensor<double, L, d_model, d_ff>;
+    using W2 = mt::tensor<double, L, d_ff, d_model>;
+    auto w1 = nn::normal_fan_in<W1, d_model>(g, {7, 5}, 71);
+    auto w2 = nn::normal_fan_in<W2, d_ff>(g, {5, 7}, 72);
+    check_grad<XF>(g, {3, 7}, 73, [&](const XF& x) { return weighted_sum(nn::feed_forward<d_model, d_ff>(x, w1, w2), 55); }, 2);
+  });
+}

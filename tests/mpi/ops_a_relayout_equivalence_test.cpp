@@ -60,13 +60,23 @@ using grid3 = list<mt::layout<grid>, mt::layout<grid, mt::split<i_, r_>, mt::spl
 }  // namespace
 
 TEST_CASE("relayout between every pair of layouts moves the data exactly", "[ops_a][equivalence]") {
-  // Extents divisible by 4 and different, so that a mix-up of dims changes the shape.
-  SECTION("mesh [P], two dims") { all_pairs<line, line_layouts<line, i_, j_>, list<i_, j_>>(world_line(), {8, 12}); }
-  SECTION("mesh [2x2] (or [P x 1]), two dims") {
-    all_pairs<grid, grid_layouts<i_, j_>, list<i_, j_>>(world_grid(), {8, 12});
+  // Extents divisible by 4 and different, so that a mix-up of dims changes the shape; then uneven
+  // ones (over 2, 3, 4 and 6 parts), with a dim (2 or 3) smaller than 4 or 6 parts.
+  const bool uneven = GENERATE(false, true);
+  INFO((uneven ? "uneven extents" : "even extents"));
+  const std::array<std::int64_t, 2> e2 = uneven ? std::array<std::int64_t, 2>{13, 3} : std::array<std::int64_t, 2>{8, 12};
+  const std::array<std::int64_t, 3> e3 =
+      uneven ? std::array<std::int64_t, 3>{7, 2, 13} : std::array<std::int64_t, 3>{4, 8, 12};
+  SECTION("mesh [P], two dims") { all_pairs<line, line_layouts<line, i_, j_>, list<i_, j_>>(world_line(), e2); }
+  SECTION("mesh [2x2] (or [P x 1], [2x3]), two dims") {
+    all_pairs<grid, grid_layouts<i_, j_>, list<i_, j_>>(world_grid(), e2);
   }
-  SECTION("mesh [2x2] (or [P x 1]), three dims") {
-    all_pairs<grid, grid3, list<i_, j_, k_>>(world_grid(), {4, 8, 12});
+  SECTION("mesh [2x2] (or [P x 1], [2x3]), three dims") {
+    all_pairs<grid, grid3, list<i_, j_, k_>>(world_grid(), e3);
+  }
+  SECTION("mesh [3x2] at 6 ranks, [P x 1] otherwise, three dims") {
+    const int p = world_size();
+    all_pairs<grid, grid3, list<i_, j_, k_>>(p == 6 ? grid(MPI_COMM_WORLD, {3, 2}) : grid(MPI_COMM_WORLD, {p, 1}), e3);
   }
 }
 

@@ -8,7 +8,12 @@ namespace mt = meshtensor;
 
 namespace {
 constexpr double tol = 1e-12;
-const std::array<std::int64_t, 3> ext{4, 8, 12};
+// Set per run (GENERATE): even extents, and uneven ones over 2, 3, 4 and 6 parts, with one (2)
+// smaller than 3, 4 or 6 parts so that some processors hold nothing.
+std::array<std::int64_t, 3> ext{4, 8, 12};
+void choose_extents(bool uneven) {
+  ext = uneven ? std::array<std::int64_t, 3>{7, 13, 2} : std::array<std::int64_t, 3>{4, 8, 12};
+}
 
 template <class Exec, class M, class Layouts, class Op>
 void check_all_layouts(const M& g, Layouts layouts, Op op) {
@@ -93,12 +98,15 @@ void run_all(const M& g, Layouts layouts) {
 
 TEMPLATE_TEST_CASE("elementwise, reductions and einsum are layout-transparent", "[equivalence]",
                    Kokkos::DefaultExecutionSpace) {
+  choose_extents(GENERATE(false, true));
+  INFO("extents " << ext[0] << " x " << ext[1] << " x " << ext[2]);
   SECTION("mesh [P]") { run_all<TestType>(world_line(), line_layouts<line, i_, j_, k_>{}); }
   SECTION("mesh [2x2]") { run_all<TestType>(world_grid(), grid_layouts<i_, j_, k_>{}); }
 }
 
 // The other backends: one split layout per mesh, so every space runs the same kernels.
 TEMPLATE_TEST_CASE("einsum and broadcasting agree on every backend", "[equivalence]", MESHTENSOR_TEST_SPACES) {
+  choose_extents(GENERATE(false, true));
   using L = mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>;
   run_all<TestType>(world_grid(), list<L>{});
 }

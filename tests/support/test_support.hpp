@@ -4,6 +4,7 @@
 
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/catch_template_test_macros.hpp>
+#include <catch2/generators/catch_generators.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -38,11 +39,14 @@ inline int world_rank() {
   MPI_Comm_rank(MPI_COMM_WORLD, &n);
   return n;
 }
-// Meshes [P] and, where P is 4, [2x2]; [P x 1] otherwise.
+// Meshes [P] and [2x2] at 4 ranks, [2x3] at 6, [P x 1] otherwise.
 inline line world_line() { return line(MPI_COMM_WORLD, {world_size()}); }
 inline grid world_grid() {
   const int p = world_size();
-  return p == 4 ? grid(MPI_COMM_WORLD, {2, 2}) : grid(MPI_COMM_WORLD, {p, 1});
+  // Square at 4 ranks, unequal axes above 1 at 6 ([2x3]; tests that want [3x2] build it).
+  if (p == 4) return grid(MPI_COMM_WORLD, {2, 2});
+  if (p == 6) return grid(MPI_COMM_WORLD, {2, 3});
+  return grid(MPI_COMM_WORLD, {p, 1});
 }
 
 // Every execution space this Kokkos has on the host; each test runs once per space.

@@ -7,6 +7,7 @@
 
 #include "../names/names.hpp"
 #include "mesh.hpp"
+#include "placement.hpp"
 
 namespace meshtensor {
 
@@ -51,19 +52,6 @@ struct dim_repeated {
 }  // namespace diagnostic
 
 namespace detail {
-inline constexpr std::size_t max_axes = 8;
-
-// The axes one dim is split over, as mesh axis indices in the rule's order.
-struct dim_split {
-  int count = 0;
-  std::array<int, max_axes> axes{};
-  constexpr unsigned mask() const {
-    unsigned m = 0;
-    for (int i = 0; i < count; ++i) m |= 1u << axes[i];
-    return m;
-  }
-};
-
 template <class D, class... Rules>
 struct rule_for {
   using type = void;
@@ -145,9 +133,9 @@ template <class Mesh>
 using replicated = layout<Mesh>;
 
 namespace detail {
-// The placement of a tensor of dims Ds under layout L, checked once per tensor type.
+// The splits of a tensor of dims Ds under layout L, checked once per tensor type.
 template <class L, class... Ds>
-struct placement {
+struct placement_check {
   static constexpr std::size_t rank = sizeof...(Ds);
   static constexpr std::array<dim_split, rank> splits{L::template split_of<Ds>()...};
 

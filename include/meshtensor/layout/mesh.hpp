@@ -9,6 +9,7 @@
 
 #include "../names/names.hpp"
 #include "../runtime/communicator.hpp"
+#include "mesh_shape.hpp"
 #include "../runtime/environment.hpp"
 
 namespace meshtensor {
@@ -55,6 +56,13 @@ class mesh {
     return s;
   }
   int nprocs() const { return comm_->nprocs(); }
+  // The axis names and sizes alone: what placements, describe() and plans need.
+  const mesh_shape& shape() const { return comm_->shape(); }
+  // A shape of this mesh's axes with the given sizes and no processes behind it (for example a
+  // [16 x 32] mesh described or planned in one process).
+  static mesh_shape shape_of(std::array<int, ndims> sizes) {
+    return mesh_shape({std::string(As::name())...}, std::vector<int>(sizes.begin(), sizes.end()));
+  }
   int rank() const { return comm_->rank(); }
 
   // Bit mask of the given axes, the key of sub-communicators and counters.

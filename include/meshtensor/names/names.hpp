@@ -34,6 +34,36 @@ concept Dim = requires { typename T::meshtensor_dim_tag; T::name(); };
 template <class T>
 concept Axis = requires { typename T::meshtensor_axis_tag; T::name(); };
 
+namespace diagnostic {
+template <class Name>
+struct axis_used_as_dim {
+  static_assert(sizeof(Name) == 0,
+                "meshtensor: a mesh axis (declared with axis<>) is used as a tensor dim; declare the dim "
+                "with dim<\"name\"> and split it over the axis in the layout");
+};
+template <class Name>
+struct not_a_dim {
+  static_assert(sizeof(Name) == 0,
+                "meshtensor: a tensor dim must derive from dim<\"name\">, as in "
+                "struct batch : meshtensor::dim<\"batch\"> {};");
+};
+}  // namespace diagnostic
+
+namespace detail {
+// Dim<T>, but a type that is not a dim is a compile error naming it, where a bare concept failure
+// would not say what to change. For tensor type heads (TensorDim), never for overloads.
+template <class T>
+consteval bool dim_or_diagnose() {
+  if constexpr (Axis<T>)
+    (void)sizeof(diagnostic::axis_used_as_dim<T>);
+  else if constexpr (!Dim<T>)
+    (void)sizeof(diagnostic::not_a_dim<T>);
+  return Dim<T>;
+}
+}  // namespace detail
+template <class T>
+concept TensorDim = detail::dim_or_diagnose<T>();
+
 // A pack of names. Membership and position use fold expressions (cheap); union and difference use
 // Hana once per op type, where order matters and readability wins.
 template <class... Ts>

@@ -10,6 +10,8 @@
 // Labels over the loss's dims in the same order (the usual case) take fused row kernels
 // (ops/detail/rows.hpp): the same three allreduces, one pass over the logits forward and one
 // backward, and no one_hot tensor. Other label orders are composed of the recording ops.
+// NaN: the loss is NaN for every example whose logits hold a NaN, under every layout (the max is
+// NaN-propagating and the sum of exponentials takes the NaN; docs/concepts.md, "NaN").
 #include "../ops/detail/rows.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/one_hot.hpp"

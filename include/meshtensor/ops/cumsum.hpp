@@ -55,7 +55,7 @@ X cumsum_impl(const X& x, bool reverse) {
       exscan(comm, s.mask(), ht.data(), before.data(), rows);
     } else {
       const auto parts = parts_by_subrank(comm, s);
-      const auto mine = part_index(s, comm.sizes(), comm.coords());
+      const auto mine = my_part(comm, s);
       std::vector<T> all(parts.size() * static_cast<std::size_t>(rows));
       allgather(comm, s.mask(), ht.data(), rows, all.data());
       for (std::size_t q = 0; q < parts.size(); ++q)

@@ -86,6 +86,34 @@ void batched_gemm(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t 
   }
 }
 
+// einsum's type checks. Called in an if constexpr condition, so that they are instantiated, and
+// report, before anything else of einsum (a called function's body would be instantiated after
+// einsum's own, and the gradient rule's errors would come first).
+template <class OutList, class A, class B>
+constexpr bool einsum_types_ok() {
+  if constexpr (!std::is_same_v<with_dims_t<A, type_list<>>, with_dims_t<B, type_list<>>>) {
+    (void)sizeof(diagnostic::operands_differ_in_layout<A, B>);
+    return false;
+  } else {
+    return []<class... Ds>(type_list<Ds...>) {
+      bool ok = true;
+      (
+          [&] {
+            if constexpr (!contains_v<Ds, union_t<typename A::dims, typename B::dims>>) {
+              (void)sizeof(diagnostic::einsum_output_dim_not_in_inputs<Ds>);
+              ok = false;
+            }
+            if constexpr (count_v<Ds, OutList> > 1) {
+              (void)sizeof(diagnostic::einsum_output_dim_repeated<Ds>);
+              ok = false;
+            }
+          }(),
+          ...);
+      return ok;
+    }(OutList{});
+  }
+}
+
 template <class TT, class... Ds>
 std::int64_t local_product(const TT& t, type_list<Ds...>) {
   return (std::int64_t{1} * ... * t.local_extents()[index_of_v<Ds, typename TT::dims>]);
@@ -167,44 +195,31 @@ constexpr comm_plan einsum_plan() {
 template <Dim... Out, Tensor A, Tensor B>
 detail::with_dims_t<A, type_list<Out...>> einsum(const A& a, const B& b) {
   using OutList = type_list<Out...>;
-  detail::require_same_layout<A, B>();
-  [&]<class... Ds>(type_list<Ds...>) {
-    (
-        [] {
-          if constexpr (!contains_v<Ds, union_t<typename A::dims, typename B::dims>>)
-            (void)sizeof(diagnostic::einsum_output_dim_not_in_inputs<Ds>);
-        }(),
-        ...);
-  }(OutList{});
-  [&]<class... Ds>(type_list<Ds...>) {
-    (
-        [] {
-          if constexpr (count_v<Ds, OutList> > 1)
-            (void)sizeof(diagnostic::einsum_output_dim_repeated<Ds>);
-        }(),
-        ...);
-  }(OutList{});
   using Ad = typename A::dims;
   using Bd = typename B::dims;
   using Ak = intersection_t<Ad, union_t<Bd, OutList>>;
   using Bk = intersection_t<Bd, union_t<Ad, OutList>>;
-  detail::check_shared_extents("einsum", a, b);
-  if constexpr (!std::is_same_v<Ak, Ad>) {
-    return einsum<Out...>(sum_to<detail::with_dims_t<A, Ak>>(a), b);
-  } else if constexpr (!std::is_same_v<Bk, Bd>) {
-    return einsum<Out...>(a, sum_to<detail::with_dims_t<B, Bk>>(b));
+  if constexpr (!detail::einsum_types_ok<OutList, A, B>()) {
+    return {};
   } else {
-    using R = detail::with_dims_t<A, OutList>;
-    R out = detail::contract<OutList>(a, b);
-    detail::record<R>(
-        out,
-        [a, b](const R& g) {
-          // Rules call the kernel, not einsum, so no gradient-of-gradient code is instantiated.
-          if (a.tracks_grad()) detail::push_fresh_grad(a, detail::contract<Ad>(g, b));
-          if (b.tracks_grad()) detail::push_fresh_grad(b, detail::contract<Bd>(a, g));
-        },
-        a, b);
-    return out;
+    detail::check_shared_extents("einsum", a, b);
+    if constexpr (!std::is_same_v<Ak, Ad>) {
+      return einsum<Out...>(sum_to<detail::with_dims_t<A, Ak>>(a), b);
+    } else if constexpr (!std::is_same_v<Bk, Bd>) {
+      return einsum<Out...>(a, sum_to<detail::with_dims_t<B, Bk>>(b));
+    } else {
+      using R = detail::with_dims_t<A, OutList>;
+      R out = detail::contract<OutList>(a, b);
+      detail::record<R>(
+          out,
+          [a, b](const R& g) {
+            // Rules call the kernel, not einsum, so no gradient-of-gradient code is instantiated.
+            if (a.tracks_grad()) detail::push_fresh_grad(a, detail::contract<Ad>(g, b));
+            if (b.tracks_grad()) detail::push_fresh_grad(b, detail::contract<Bd>(a, g));
+          },
+          a, b);
+      return out;
+    }
   }
 }
 

@@ -198,9 +198,11 @@ MESHTENSOR_BINARY(add, a + b, T(1), T(1))
 MESHTENSOR_BINARY(subtract, a - b, T(1), T(-1))
 MESHTENSOR_BINARY(multiply, a* b, b, a)
 MESHTENSOR_BINARY(divide, a / b, T(1) / b, -a / (b * b))
-// Ties send the gradient to the first operand, as a subgradient must pick one.
-MESHTENSOR_BINARY(minimum, (a <= b ? a : b), (a <= b ? T(1) : T(0)), (a <= b ? T(0) : T(1)))
-MESHTENSOR_BINARY(maximum, (a >= b ? a : b), (a >= b ? T(1) : T(0)), (a >= b ? T(0) : T(1)))
+// Ties send the gradient to the first operand, as a subgradient must pick one. NaN propagates
+// (detail::nan_min / nan_max, runtime/nan_ops.hpp): NaN if either operand is, and the gradient
+// goes to the NaN operand (the first if both are).
+MESHTENSOR_BINARY(minimum, detail::nan_min(a, b), (a <= b || a != a ? T(1) : T(0)), (a <= b || a != a ? T(0) : T(1)))
+MESHTENSOR_BINARY(maximum, detail::nan_max(a, b), (a >= b || a != a ? T(1) : T(0)), (a >= b || a != a ? T(0) : T(1)))
 MESHTENSOR_BINARY(pow, pow(a, b), b* pow(a, b - T(1)), (a > T(0) ? pow(a, b) * log(a) : T(0)))
 // Comparisons give 1 or 0 in the element type and pass no gradient.
 MESHTENSOR_BINARY(equal, (a == b ? T(1) : T(0)), T(0), T(0))

@@ -2,11 +2,15 @@
 // reduce_sum over named dims, and broadcast_to (its gradient).
 // Communication: reduce_sum allreduces over the axes of the reduced dims that are split (none
 // when none is split); broadcast_to communicates nothing.
+// NaN: reduce_to's max and min propagate NaN, locally and across processors
+// (runtime/nan_ops.hpp), so the result does not depend on the layout or on where the NaN is.
 #include <Kokkos_Core.hpp>
+#include <limits>
 #include <cmath>
 
 #include "../layout/plan.hpp"
 #include "../runtime/collectives.hpp"
+#include "../runtime/nan_ops.hpp"
 #include "detail/kernels.hpp"
 #include "detail/map_kernel.hpp"
 
@@ -32,12 +36,13 @@ auto host_view(const View& v) {
   return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
 }
 
-// Allreduce of a tensor's local slice over the given axes, staged through host memory.
+// Allreduce of a tensor's local slice over the given axes, staged through host memory. Max and min
+// propagate NaN (not MPI_MAX / MPI_MIN, whose NaN handling is implementation-defined).
 template <Tensor TT>
 void allreduce_local(TT& t, unsigned axes, reduce_op op) {
   if (axes == 0) return;
   auto h = host_view(t.view());
-  allreduce(t.mesh().communicator(), axes, h.data(), t.local_size(), op);
+  nan_propagating_allreduce(t.mesh().communicator(), axes, h.data(), t.local_size(), op);
   Kokkos::deep_copy(t.view(), h);
 }
 
@@ -65,8 +70,10 @@ struct reduce_runs_functor {
   template <reduce_op Op>
   KOKKOS_INLINE_FUNCTION static T combine(T acc, T v) {
     if constexpr (Op == reduce_op::sum) return acc + v;
-    else if constexpr (Op == reduce_op::max) return v > acc ? v : acc;
-    else return v < acc ? v : acc;
+    // NaN propagates: a NaN v replaces acc, and a NaN acc stays (a plain v > acc ? v : acc kept a
+    // NaN only when it came first). Ties keep acc, as before.
+    else if constexpr (Op == reduce_op::max) return nan_max(acc, v);
+    else return nan_min(acc, v);
   }
 
   KOKKOS_INLINE_FUNCTION std::int64_t reduced_offset(std::int64_t r) const {
@@ -150,8 +157,21 @@ Out reduce_to(const X& x, reduce_op op) {
       red_count *= x.local_extents()[i];
       ++nred;
     }
-  reduce_kernel<typename X::execution_space>(x.view(), out.view(), out.local_size(), out_ext, static_cast<int>(Out::rank),
-                                             base_stride, red_ext, red_stride, nred, red_count, op);
+  if (red_count == 0 && out.local_size() > 0) {
+    // This processor holds none of the reduced elements (a dim smaller than its parts): its share
+    // is the identity of op, so the allreduce sees only real elements.
+    using T = typename X::value_type;
+    using lim = std::numeric_limits<T>;
+    const T identity = op == reduce_op::sum ? T(0)
+                       : op == reduce_op::max ? (lim::has_infinity ? -lim::infinity() : lim::lowest())
+                                              : (lim::has_infinity ? lim::infinity() : lim::max());
+    Kokkos::deep_copy(typename X::execution_space{}, out.view(), identity);
+    typename X::execution_space{}.fence();
+  } else {
+    reduce_kernel<typename X::execution_space>(x.view(), out.view(), out.local_size(), out_ext,
+                                               static_cast<int>(Out::rank), base_stride, red_ext, red_stride, nred,
+                                               red_count, op);
+  }
   allreduce_local(out, axes_mask_of<X, removed>(), op);
   return out;
 }

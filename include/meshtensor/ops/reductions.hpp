@@ -4,6 +4,9 @@
 // Communication: one allreduce (sum, max or min) over the axes of the reduced dims that are split;
 // logsumexp allreduces max, then sum, over those axes; none when no reduced dim is split. The
 // gradients communicate nothing (they broadcast locally).
+// NaN propagates (docs/concepts.md, "NaN"): reduce_max, reduce_min and logsumexp are NaN where any
+// element reduced is NaN, whatever the layout; reduce_max's and reduce_min's gradient then goes to
+// the NaN elements (those "equal" to the result).
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
@@ -52,10 +55,10 @@ struct shift_plus_log {  // shift(m) + log(s)
     return finite_or_zero(m) + Kokkos::Experimental::log(s);
   }
 };
-struct where_equal {  // g where x == y, else 0
+struct where_equal {  // g where x == y (or both are NaN: a NaN max came from the NaN elements), else 0
   template <class T>
   KOKKOS_INLINE_FUNCTION T operator()(T g, T x, T y) const {
-    return x == y ? g : T(0);
+    return (x == y || (x != x && y != y)) ? g : T(0);
   }
 };
 struct times_exp_diff {  // g * exp(x - y)

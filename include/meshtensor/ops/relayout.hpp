@@ -78,39 +78,6 @@ constexpr comm_plan plan_of(const relayout_step& s) {
   return p;
 }
 
-template <std::size_t R>
-box<R> box_of(const std::array<dim_split, R>& s, const std::array<std::int64_t, R>& ext, const std::vector<int>& sizes,
-              const std::vector<int>& coords) {
-  box<R> b;
-  for (std::size_t i = 0; i < R; ++i) {
-    b.extent[i] = ext[i] / parts_of(s[i], sizes);
-    b.offset[i] = part_index(s[i], sizes, coords) * b.extent[i];
-  }
-  return b;
-}
-
-template <std::size_t R>
-box<R> intersect(const box<R>& a, const box<R>& b) {
-  box<R> r;
-  for (std::size_t i = 0; i < R; ++i) {
-    r.offset[i] = std::max(a.offset[i], b.offset[i]);
-    r.extent[i] = std::max<std::int64_t>(0, std::min(a.offset[i] + a.extent[i], b.offset[i] + b.extent[i]) - r.offset[i]);
-  }
-  return r;
-}
-
-// Coordinates of sub-rank p of the sub-communicator over `mask`: row-major over the masked axes in
-// mesh order (MPI_Cart_sub's order); the other coordinates are this processor's.
-inline std::vector<int> peer_coords(const communicator& c, unsigned mask, int p) {
-  std::vector<int> coords = c.coords();
-  for (std::size_t i = c.sizes().size(); i-- > 0;)
-    if (mask & (1u << i)) {
-      coords[i] = p % c.sizes()[i];
-      p /= c.sizes()[i];
-    }
-  return coords;
-}
-
 // This processor's slice under `to`, from its slice `src` under `from`, global extents ext.
 // Templated on element type, space and rank only: the layouts are values here, and the copy
 // kernel (copy_region) is per (space, element type).
@@ -128,15 +95,16 @@ template <class Exec, class T, std::size_t R>
 Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
                                                           const Kokkos::View<T*, typename Exec::memory_space>& src,
                                                           const std::array<std::int64_t, R>& ext,
-                                                          const std::array<dim_split, R>& from,
-                                                          const std::array<dim_split, R>& to, relayout_step step) {
+                                                          const std::array<dim_split, R>& from_splits,
+                                                          const std::array<dim_split, R>& to_splits, relayout_step step) {
   using mem = typename Exec::memory_space;
   using view = Kokkos::View<T*, mem>;
   constexpr bool host_mem = Kokkos::SpaceAccessibility<Kokkos::HostSpace, mem>::accessible;
   if (step.kind == relayout_kind::share) return src;
-  const auto& sizes = comm.sizes();
-  const auto old_box = box_of<R>(from, ext, sizes, comm.coords());
-  const auto new_box = box_of<R>(to, ext, sizes, comm.coords());
+  const auto& shape = comm.shape();
+  const placement<R> from(from_splits, shape, ext), to(to_splits, shape, ext);
+  const auto old_box = from.box_at(comm.coords());
+  const auto new_box = to.box_at(comm.coords());
   auto buffer = [](auto space, std::int64_t n) {
     return view_pool<T, decltype(space)>::get().allocate(static_cast<std::size_t>(n));
   };
@@ -151,89 +119,97 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
       Kokkos::deep_copy(dst, dst_h);
     }
   };
+  // Counts and displacements (back to back) of blocks, for the v-collectives.
+  auto counts_of = [](const std::vector<box<R>>& boxes, std::vector<int>& counts, std::vector<int>& displs) {
+    counts.resize(boxes.size());
+    displs.resize(boxes.size());
+    std::int64_t at = 0;
+    for (std::size_t p = 0; p < boxes.size(); ++p) {
+      counts[p] = checked_count(boxes[p].size());
+      displs[p] = checked_count(at);
+      at += boxes[p].size();
+    }
+    return at;
+  };
   if (step.kind == relayout_kind::local) {
     copy_region<Exec>(src.data(), 0, old_box, dst.data(), 0, new_box, new_box);
   } else if (step.kind == relayout_kind::allgather) {
-    // Every peer's old slice, then the parts of each that fall in the new slice.
+    // Every peer's old slice (uneven slices: their own sizes), then the parts of each that fall in
+    // the new slice.
     const int n = comm.size_over(step.axes);
-    const std::int64_t m = old_box.size();
     std::vector<box<R>> peer_boxes(n);
-    bool direct = n * m == new_box.size();
-    for (int p = 0; p < n; ++p) {
-      peer_boxes[p] = box_of<R>(from, ext, sizes, peer_coords(comm, step.axes, p));
+    for (int p = 0; p < n; ++p) peer_boxes[p] = from.box_at(shape.peer_coords(comm.coords(), step.axes, p));
+    std::vector<int> counts, displs;
+    const std::int64_t total = counts_of(peer_boxes, counts, displs);
+    bool direct = total == new_box.size();
+    for (int p = 0; p < n && direct; ++p) {
       const auto part = intersect(peer_boxes[p], new_box);
-      direct = direct && part.size() == m && contiguous_in(new_box, part) && offset_in(new_box, 0, part) == p * m;
+      direct = part.size() == counts[p] && contiguous_in(new_box, part) && offset_in(new_box, 0, part) == displs[p];
     }
     Exec{}.fence();
     auto send = host_view(src);
     if (direct) {
-      receive_into_result([&](T* recv) { allgather(comm, step.axes, send.data(), m, recv); });
+      receive_into_result([&](T* recv) { allgatherv(comm, step.axes, send.data(), old_box.size(), recv, counts, displs); });
     } else {
-      auto recv_h = buffer(Kokkos::HostSpace{}, n * m);
-      allgather(comm, step.axes, send.data(), m, recv_h.data());
+      auto recv_h = buffer(Kokkos::HostSpace{}, total);
+      allgatherv(comm, step.axes, send.data(), old_box.size(), recv_h.data(), counts, displs);
       auto recv = Kokkos::create_mirror_view_and_copy(mem{}, recv_h);
       for (int p = 0; p < n; ++p)
-        copy_region<Exec>(recv.data(), p * m, peer_boxes[p], dst.data(), 0, new_box, intersect(peer_boxes[p], new_box));
+        copy_region<Exec>(recv.data(), displs[p], peer_boxes[p], dst.data(), 0, new_box, intersect(peer_boxes[p], new_box));
     }
   } else {
-    // Sub-rank q gets old slice ∩ its new slice; the analysis guarantees that every such block
-    // has one size, as MPI_Alltoall needs.
+    // Sub-rank q gets old slice ∩ its new slice and sends new slice ∩ its old slice; blocks have
+    // one size each way when the splits are even, else an alltoallv.
     const int n = comm.size_over(step.axes);
     std::vector<box<R>> send_boxes(n), recv_boxes(n);
     for (int q = 0; q < n; ++q) {
-      const auto c = peer_coords(comm, step.axes, q);
-      send_boxes[q] = intersect(old_box, box_of<R>(to, ext, sizes, c));
-      recv_boxes[q] = intersect(box_of<R>(from, ext, sizes, c), new_box);
+      const auto c = shape.peer_coords(comm.coords(), step.axes, q);
+      send_boxes[q] = intersect(old_box, to.box_at(c));
+      recv_boxes[q] = intersect(from.box_at(c), new_box);
     }
-    const std::int64_t nb = send_boxes[0].size();
-    std::int64_t covered = 0;
+    // One block size between every pair of the sub-communicator (every rank of it computes the
+    // same, from the placements alone): an MPI_Alltoall, as with even splits; else MPI_Alltoallv.
+    // Even splits have it by construction; otherwise compare every pair's block (n^2 boxes).
+    const bool even = from.even() && to.even();
+    bool uniform = true;
+    std::int64_t block = -1;  // the block between sub-ranks 0 and 0, the same on every rank
+    for (int p = 0; p < n && uniform && !even; ++p) {
+      const auto old_p = from.box_at(shape.peer_coords(comm.coords(), step.axes, p));
+      for (int q = 0; q < n && uniform; ++q) {
+        const auto size = intersect(old_p, to.box_at(shape.peer_coords(comm.coords(), step.axes, q))).size();
+        if (block < 0) block = size;
+        uniform = size == block;
+      }
+    }
+    std::vector<int> scounts, sdispls, rcounts, rdispls;
+    const std::int64_t sent = counts_of(send_boxes, scounts, sdispls);
+    counts_of(recv_boxes, rcounts, rdispls);
     bool send_direct = true, recv_direct = true;
     for (int q = 0; q < n; ++q) {
-      covered += recv_boxes[q].size();
-      if (send_boxes[q].size() != nb || recv_boxes[q].size() != nb)
-        throw layout_error("relayout: internal error, uneven alltoall blocks");
-      send_direct = send_direct && contiguous_in(old_box, send_boxes[q]) && offset_in(old_box, 0, send_boxes[q]) == q * nb;
-      recv_direct = recv_direct && contiguous_in(new_box, recv_boxes[q]) && offset_in(new_box, 0, recv_boxes[q]) == q * nb;
+      send_direct = send_direct && contiguous_in(old_box, send_boxes[q]) && offset_in(old_box, 0, send_boxes[q]) == sdispls[q];
+      recv_direct = recv_direct && contiguous_in(new_box, recv_boxes[q]) && offset_in(new_box, 0, recv_boxes[q]) == rdispls[q];
     }
-    if (covered != new_box.size()) throw layout_error("relayout: internal error, alltoall leaves a gap");
     view send;
     if (!send_direct) {
-      send = buffer(mem{}, n * nb);
+      send = buffer(mem{}, sent);
       for (int q = 0; q < n; ++q)
-        copy_region<Exec>(src.data(), 0, old_box, send.data(), q * nb, send_boxes[q], send_boxes[q]);
+        copy_region<Exec>(src.data(), 0, old_box, send.data(), sdispls[q], send_boxes[q], send_boxes[q]);
     }
     Exec{}.fence();
     auto send_h = host_view(send_direct ? src : send);
     if (recv_direct) {
-      receive_into_result([&](T* recv) { alltoall(comm, step.axes, send_h.data(), nb, recv); });
+      receive_into_result(
+          [&](T* recv) { alltoallv(comm, step.axes, uniform, send_h.data(), scounts, sdispls, recv, rcounts, rdispls); });
     } else {
-      auto recv_h = buffer(Kokkos::HostSpace{}, n * nb);
-      alltoall(comm, step.axes, send_h.data(), nb, recv_h.data());
+      auto recv_h = buffer(Kokkos::HostSpace{}, rdispls.empty() ? 0 : rdispls.back() + rcounts.back());
+      alltoallv(comm, step.axes, uniform, send_h.data(), scounts, sdispls, recv_h.data(), rcounts, rdispls);
       auto recv = Kokkos::create_mirror_view_and_copy(mem{}, recv_h);
       for (int q = 0; q < n; ++q)
-        copy_region<Exec>(recv.data(), q * nb, recv_boxes[q], dst.data(), 0, new_box, recv_boxes[q]);
+        copy_region<Exec>(recv.data(), rdispls[q], recv_boxes[q], dst.data(), 0, new_box, recv_boxes[q]);
     }
   }
   Exec{}.fence();
   return dst;
-}
-
-// Throws shape_error (on every rank: extents and mesh sizes are shared) when Out's layout cannot
-// cut these extents evenly.
-template <Tensor Out>
-void check_placeable(const communicator& comm, const typename Out::extents_type& ext, const char* op) {
-  for (std::size_t i = 0; i < Out::rank; ++i) {
-    const auto parts = parts_of(Out::splits[i], comm.sizes());
-    if (ext[i] % parts == 0) continue;
-    std::string axes;
-    for (int k = 0; k < Out::splits[i].count; ++k) {
-      const int a = Out::splits[i].axes[k];
-      axes += cat(k ? " x " : "", comm.axis_names()[a], "(", comm.sizes()[a], ")");
-    }
-    throw shape_error(cat(op, ": dim '", Out::dim_names()[i], "' of extent ", ext[i], " is split over ", axes, " = ",
-                          parts, " parts in ", Out::type_name(), "'s layout; ", ext[i], " is not divisible by ",
-                          parts));
-  }
 }
 
 // x's global tensor placed as Out, dim i of Out taking dim i of x (names may differ: rename uses
@@ -243,7 +219,7 @@ Out relayout_kernel(const X& x, const char* op) {
   static_assert(Out::rank == X::rank);
   constexpr auto step = analyze_relayout<X::rank>(X::splits, Out::splits);
   auto& comm = x.mesh().communicator();
-  check_placeable<Out>(comm, x.extents(), op);
+  (void)op;
   auto v = move_slices<typename X::execution_space, typename X::value_type, X::rank>(comm, x.view(), x.extents(),
                                                                                      X::splits, Out::splits, step);
   return Out(x.mesh(), x.extents(), std::move(v));

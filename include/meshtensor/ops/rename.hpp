@@ -33,6 +33,16 @@ struct rename_target_already_in_tensor {
                 "meshtensor: rename's new dim is already a dim of the tensor; choose a name the tensor "
                 "does not have");
 };
+template <std::size_t N>
+struct extents_expected {};
+template <std::size_t N>
+struct extents_given {};
+template <class NewDims, class Expected, class Given>
+struct reshape_extent_count_differs {
+  static_assert(sizeof(NewDims) == 0,
+                "meshtensor: reshape needs exactly one extent per new dim (extents_expected<N> of them), "
+                "in the new dims' order");
+};
 template <class Dim>
 struct reshape_dim_repeated {
   static_assert(sizeof(Dim) == 0, "meshtensor: reshape's result names one dim twice; name each dim once");
@@ -196,7 +206,6 @@ void check_reshape(const X& x, const typename Out::extents_type& out_ext, const 
                              before_o, ") changes, so its slices would not stay contiguous; rename it, or "
                              "relayout it unsplit first"));
   }
-  check_placeable<Out>(x.mesh().communicator(), out_ext, op);
 }
 
 // Not recorded.
@@ -274,9 +283,15 @@ auto replace_dimensions(const X& x) {
 
 // The row-major elements of x's global tensor, read as a tensor of dims New... and the given
 // extents (their product must equal x's size). Gradient: reshaped back.
-template <Dim... New, Tensor X>
-auto reshape(const X& x, const std::array<std::int64_t, sizeof...(New)>& extents) {
-  if constexpr (!detail::check_distinct_result(type_list<New...>{})) {
+// N is deduced, not sizeof...(New): a std::array<.., sizeof...(New)> parameter would take a short
+// braced list and make the missing extents 0.
+template <Dim... New, Tensor X, std::size_t N>
+auto reshape(const X& x, const std::array<std::int64_t, N>& extents) {
+  if constexpr (N != sizeof...(New)) {
+    (void)sizeof(diagnostic::reshape_extent_count_differs<type_list<New...>, diagnostic::extents_expected<sizeof...(New)>,
+                                                          diagnostic::extents_given<N>>);
+    return x;
+  } else if constexpr (!detail::check_distinct_result(type_list<New...>{})) {
     return x;
   } else {
     using Out = detail::with_dims_t<X, type_list<New...>>;
@@ -287,13 +302,22 @@ auto reshape(const X& x, const std::array<std::int64_t, sizeof...(New)>& extents
     return out;
   }
 }
+// reshape<New...>(x, {e0, e1, ...}): N from the braced list.
+template <Dim... New, Tensor X, std::size_t N>
+auto reshape(const X& x, const std::int64_t (&extents)[N]) {
+  return reshape<New...>(x, std::to_array(extents));
+}
 
 // x with its adjacent dims OldList (in that order) replaced by NewList of the given extents: a
-// reshape that keeps the other dims where they are.
-template <class OldList, class NewList, Tensor X>
-auto replace_dimensions(const X& x, const std::array<std::int64_t, NewList::size>& extents) {
+// reshape that keeps the other dims where they are. N deduced, as for reshape.
+template <class OldList, class NewList, Tensor X, std::size_t N>
+auto replace_dimensions(const X& x, const std::array<std::int64_t, N>& extents) {
   static_assert(OldList::size > 0, "meshtensor: replace_dimensions needs at least one old dim");
-  if constexpr (!detail::check_rename_sources(OldList{}, typename X::dims{})) {
+  if constexpr (N != NewList::size) {
+    (void)sizeof(diagnostic::reshape_extent_count_differs<NewList, diagnostic::extents_expected<NewList::size>,
+                                                          diagnostic::extents_given<N>>);
+    return x;
+  } else if constexpr (!detail::check_rename_sources(OldList{}, typename X::dims{})) {
     return x;
   } else {
     constexpr std::size_t at = index_of_v<typename detail::nth<0, OldList>::type, typename X::dims>;
@@ -315,6 +339,10 @@ auto replace_dimensions(const X& x, const std::array<std::int64_t, NewList::size
       }(Dims{});
     }
   }
+}
+template <class OldList, class NewList, Tensor X, std::size_t N>
+auto replace_dimensions(const X& x, const std::int64_t (&extents)[N]) {
+  return replace_dimensions<OldList, NewList>(x, std::to_array(extents));
 }
 
 }  // namespace meshtensor

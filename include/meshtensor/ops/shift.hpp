@@ -3,7 +3,7 @@
 // filling with zeros; halo_exchange<D>(x, width): each processor's slice widened by `width`
 // elements of its neighbours' slices on each side, for stencils on spatially partitioned data.
 // Communication: none when D is not split. When D is split over one axis and |offset| (or width)
-// is at most D's local extent: shift sends one slab of |offset| elements along D to the
+// is at most D's smallest part: shift sends one slab of |offset| elements along D to the
 // neighbouring processor on that axis (one counted `shift`), halo_exchange two (one per side).
 // Otherwise (D split over several axes, or a longer reach): one allgather over D's axes.
 #include <Kokkos_Core.hpp>
@@ -59,10 +59,12 @@ typename X::view_type neighbour_slab(const X& x, std::int64_t from, std::int64_t
   return Kokkos::create_mirror_view_and_copy(typename X::memory_space{}, recv);
 }
 
+// The neighbour path needs every part of D to hold at least |reach| elements (parts differ by one
+// when the split is uneven): decided from the placement, so all processors take the same path.
 template <Dim D, Tensor X>
 bool shift_uses_neighbours(const X& x, std::int64_t reach) {
   if constexpr (one_axis_v<X, D>)
-    return std::llabs(reach) <= x.template local_extent<D>();
+    return std::llabs(reach) <= x.placement().min_part_extent(X::template index_of<D>());
   else
     return false;
 }
@@ -104,7 +106,7 @@ X shift_impl(const X& x, std::int64_t offset, boundary b) {
 }  // namespace detail
 
 // ---- plans ------------------------------------------------------------------------------------
-// shift when |offset| <= D's local extent: one `shift` along D's axis when D is split over one
+// shift when |offset| <= the smallest part of D: one `shift` along D's axis when D is split over one
 // axis; one allgather over D's axes when it is split over several; nothing when it is not split.
 template <Tensor X, Dim D>
 constexpr comm_plan shift_plan() {
@@ -112,12 +114,12 @@ constexpr comm_plan shift_plan() {
   if constexpr (s.count == 1) return comm_plan{}.then(collective::shift, s.mask());
   return comm_plan{}.then(collective::allgather, s.mask());
 }
-// shift with |offset| > D's local extent: one allgather over D's axes (nothing when not split).
+// shift with |offset| > the smallest part of D: one allgather over D's axes (nothing when not split).
 template <Tensor X, Dim D>
 constexpr comm_plan shift_general_plan() {
   return comm_plan{}.then(collective::allgather, X::layout_type::template split_of<D>().mask());
 }
-// halo_exchange when width <= D's local extent: two `shift`s (one per side) when D is split over
+// halo_exchange when width <= the smallest part of D: two `shift`s (one per side) when D is split over
 // one axis, else as shift_plan.
 template <Tensor X, Dim D>
 constexpr comm_plan halo_exchange_plan() {

@@ -14,6 +14,19 @@
 
 namespace meshtensor {
 
+namespace diagnostic {
+template <class DimsA, class DimsB>
+struct concat_dims_in_different_orders {
+  static_assert(sizeof(DimsA) == 0,
+                "meshtensor: concat's operands have the same dims in different orders; transpose<Dims...> "
+                "one of them to the other's order first");
+};
+template <class DimsA, class DimsB>
+struct concat_dims_differ {
+  static_assert(sizeof(DimsA) == 0, "meshtensor: concat's operands must have the same dims");
+};
+}  // namespace diagnostic
+
 namespace detail {
 
 // Non-recording kernels, also used by the gradient rules.
@@ -97,20 +110,33 @@ X pad(const X& x, std::int64_t before, std::int64_t after) {
 }
 
 // a followed by b along D; every other dim must agree. Gradient: the two slices of the gradient.
-template <Dim D, Tensor X>
-X concat(const X& a, const X& b) {
-  detail::check_other_extents<D>("concat", a, b);
-  const std::int64_t na = a.template extent<D>(), nb = b.template extent<D>();
-  detail::check_parts<D, X>("concat", a.mesh(), na + nb);
-  X out = detail::concat_impl<D>(a, b);
-  detail::record<X>(
-      out,
-      [a, b, na, nb](const X& g) {
-        if (a.tracks_grad()) detail::push_grad(a, detail::slice_impl<D>(g, 0, na));
-        if (b.tracks_grad()) detail::push_grad(b, detail::slice_impl<D>(g, na, nb));
-      },
-      a, b);
-  return out;
+// Two tensor types, not one, so that operands that differ get a sentence, not a deduction failure.
+template <Dim D, Tensor X, Tensor B>
+X concat(const X& a, const B& b) {
+  using Ad = typename X::dims;
+  using Bd = typename B::dims;
+  if constexpr (!std::is_same_v<X, B>) {
+    if constexpr (std::is_same_v<Ad, Bd>)
+      (void)sizeof(diagnostic::operands_differ_in_layout<X, B>);
+    else if constexpr (Ad::size == Bd::size && difference_t<Ad, Bd>::size == 0)
+      (void)sizeof(diagnostic::concat_dims_in_different_orders<Ad, Bd>);
+    else
+      (void)sizeof(diagnostic::concat_dims_differ<Ad, Bd>);
+    return a;
+  } else {
+    detail::check_other_extents<D>("concat", a, b);
+    const std::int64_t na = a.template extent<D>(), nb = b.template extent<D>();
+    detail::check_parts<D, X>("concat", a.mesh(), na + nb);
+    X out = detail::concat_impl<D>(a, b);
+    detail::record<X>(
+        out,
+        [a, b, na, nb](const X& g) {
+          if (a.tracks_grad()) detail::push_grad(a, detail::slice_impl<D>(g, 0, na));
+          if (b.tracks_grad()) detail::push_grad(b, detail::slice_impl<D>(g, na, nb));
+        },
+        a, b);
+    return out;
+  }
 }
 
 // x cut along D into consecutive pieces of the given sizes (which must add up to D's extent).

@@ -3,6 +3,8 @@
 // normalised over the named dims (usually one), which may be split.
 // Communication: forward, logsumexp's allreduce max then allreduce sum over the axes of the named
 // dims that are split; gradient, one allreduce sum over the same axes (none when none is split).
+// NaN: a row (the elements normalised together) holding a NaN is NaN throughout, under every
+// layout; the max is NaN-propagating (runtime/nan_ops.hpp) and the sum of exponentials takes it.
 #include <Kokkos_Core.hpp>
 
 #include "../layout/plan.hpp"

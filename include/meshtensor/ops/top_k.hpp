@@ -1,7 +1,8 @@
 #pragma once
 // top_k<D, KDim>(x, k): the k largest values of x along D, in descending order (ties: the lower
 // index first), and their indices along D, over x's other dims followed by a new dim KDim of
-// extent k.
+// extent k. NaN ranks above every number, +inf included (as PyTorch's topk), NaNs among themselves
+// by index, so a row's NaNs come first, lowest index first, under every layout.
 // Communication: none when D is not split. When it is, each processor selects its local top
 // min(k, local extent) candidates, one allgather over D's axes exchanges them (values and global
 // indices packed as doubles), and every processor selects the top k from them. KDim may be split:
@@ -31,7 +32,12 @@ using top_k_values_t = with_dims_t<X, union_t<difference_t<typename X::dims, typ
 template <class X, class D, class KDim>
 using top_k_indices_t = typename top_k_values_t<X, D, KDim>::template rebind<std::int64_t>;
 
+// The order of top_k: value descending with NaN above everything, then index ascending. A total
+// order on (value, index), so the local selections and the merge agree whatever the split. (A bare
+// v1 > v2 is false both ways for a NaN, which let a NaN sit anywhere in the buffer.)
 KOKKOS_INLINE_FUNCTION bool ranks_before(double v1, std::int64_t i1, double v2, std::int64_t i2) {
+  const bool nan1 = v1 != v1, nan2 = v2 != v2;
+  if (nan1 || nan2) return nan1 && (!nan2 || i1 < i2);
   return v1 > v2 || (v1 == v2 && i1 < i2);
 }
 
@@ -102,8 +108,11 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
 
   const auto src = detail::local_along<D>(x);
   const std::int64_t rows = src.outer * src.inner, inner = src.inner, n = src.n, begin = src.begin;
-  // Local candidates, best first.
-  const std::int64_t c = k < n ? k : n;
+  // Local candidates, best first: c slots per row on every processor (the exchange below needs one
+  // count everywhere, and uneven parts hold different n), so slots past the local n stay unfilled,
+  // marked by index -1.
+  const std::int64_t longest = x.placement().max_part_extent(X::template index_of<D>());
+  const std::int64_t c = k < longest ? k : longest;
   Kokkos::View<double*, Mem> cv("meshtensor::top_k_values", static_cast<std::size_t>(rows * c));
   Kokkos::View<std::int64_t*, Mem> ci("meshtensor::top_k_indices", static_cast<std::size_t>(rows * c));
   Kokkos::parallel_for(
@@ -112,6 +121,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
         for (std::int64_t l = 0; l < n; ++l)
           detail::insert_candidate(cv, ci, r * c, c, filled, static_cast<double>(src.v(src.at(r / inner, l, r % inner))),
                                    begin + l);
+        for (std::int64_t j = filled; j < c; ++j) ci(r * c + j) = -1;
       });
   Exec{}.fence();
   Kokkos::View<double*, Mem> fv = cv;
@@ -141,6 +151,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
           for (std::int64_t p = 0; p < P; ++p)
             for (std::int64_t j = 0; j < c; ++j) {
               const std::int64_t q = (p * rows + r) * c + j;
+              if (all(2 * q + 1) < 0) break;  // an unfilled slot: this part held fewer than c
               detail::insert_candidate(fv_, fi_, r * k, k, filled, all(2 * q), static_cast<std::int64_t>(all(2 * q + 1)));
             }
         });

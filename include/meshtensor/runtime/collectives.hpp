@@ -64,6 +64,38 @@ void alltoall(detail::communicator& c, unsigned axes, const T* send, std::int64_
                detail::checked_count(n_per_peer), detail::mpi_type<T>(), c.over(axes));
 }
 
+// As allgather with a count per processor (uneven slices): recv holds counts[p] elements from
+// sub-rank p at displs[p]. Falls back to MPI_Allgather when every count is the same.
+template <class T>
+void allgatherv(detail::communicator& c, unsigned axes, const T* send, std::int64_t n, T* recv,
+                const std::vector<int>& counts, const std::vector<int>& displs) {
+  bool same = true;
+  for (std::size_t p = 0; p < counts.size(); ++p) same = same && counts[p] == counts[0] && displs[p] == counts[0] * static_cast<int>(p);
+  if (same) return allgather(c, axes, send, n, recv);
+  c.count(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  MPI_Allgatherv(send, detail::checked_count(n), detail::mpi_type<T>(), recv, counts.data(), displs.data(),
+                 detail::mpi_type<T>(), c.over(axes));
+}
+
+// As alltoall with a count per peer each way (uneven blocks). `uniform` says that every block
+// between every pair of the sub-communicator has one size and lies back to back: then it is an
+// MPI_Alltoall. It must be the same on every rank of the sub-communicator (derive it from data
+// they share, such as placements), never from this rank's counts alone: a rank whose blocks
+// happen to be equal (all empty, say) must not call MPI_Alltoall while its peers call
+// MPI_Alltoallv.
+template <class T>
+void alltoallv(detail::communicator& c, unsigned axes, bool uniform, const T* send, const std::vector<int>& send_counts,
+               const std::vector<int>& send_displs, T* recv, const std::vector<int>& recv_counts,
+               const std::vector<int>& recv_displs) {
+  const int n = static_cast<int>(send_counts.size());
+  if (uniform) return alltoall(c, axes, send, n > 0 ? send_counts[0] : 0, recv);
+  std::int64_t sent = 0;
+  for (int q = 0; q < n; ++q) sent += send_counts[q];
+  c.count(collective::alltoall, axes, sent * static_cast<std::int64_t>(sizeof(T)));
+  MPI_Alltoallv(send, send_counts.data(), send_displs.data(), detail::mpi_type<T>(), recv, recv_counts.data(),
+                recv_displs.data(), detail::mpi_type<T>(), c.over(axes));
+}
+
 // Reduces send (n_per_rank * size elements) and leaves block r of the result on sub-rank r.
 template <class T>
 void reduce_scatter(detail::communicator& c, unsigned axes, const T* send, T* recv, std::int64_t n_per_rank,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../error.hpp"
+#include "../layout/mesh_shape.hpp"
 
 namespace meshtensor {
 
@@ -46,27 +47,20 @@ namespace detail {
 class communicator {
  public:
   communicator(MPI_Comm parent, std::vector<std::string> axis_names, std::vector<int> sizes)
-      : names_(std::move(axis_names)), sizes_(std::move(sizes)) {
+      : shape_(std::move(axis_names), std::move(sizes)) {
     int world = 0;
     MPI_Comm_size(parent, &world);
-    std::int64_t product = 1;
-    std::string shape;
-    for (std::size_t i = 0; i < sizes_.size(); ++i) {
-      if (sizes_[i] < 1)
-        throw mesh_error(cat("mesh axis '", names_[i], "' has size ", sizes_[i], "; sizes must be >= 1"));
-      product *= sizes_[i];
-      shape += cat(i ? " x " : "", names_[i], "=", sizes_[i]);
-    }
-    if (product != world)
-      throw mesh_error(cat("mesh [", shape, "] needs ", product, " processes, but the communicator has ",
-                           world, "; run with mpiexec -n ", product, " or choose sizes whose product is ",
+    if (shape_.nprocs() != world)
+      throw mesh_error(cat("mesh ", shape_.to_string(), " needs ", shape_.nprocs(), " processes, but the communicator has ",
+                           world, "; run with mpiexec -n ", shape_.nprocs(), " or choose sizes whose product is ",
                            world));
-    std::vector<int> periods(sizes_.size(), 1);
-    // reorder = 0: rank order stays row-major over the axes, last axis fastest (Mesh-TensorFlow's order).
-    MPI_Cart_create(parent, static_cast<int>(sizes_.size()), sizes_.data(), periods.data(), 0, &cart_);
+    const auto& axis_sizes = shape_.sizes();
+    std::vector<int> periods(axis_sizes.size(), 1);
+    // reorder = 0: rank order stays row-major over the axes, last axis fastest (Mesh-TensorFlow's
+    // order, and mesh_shape's).
+    MPI_Cart_create(parent, static_cast<int>(axis_sizes.size()), axis_sizes.data(), periods.data(), 0, &cart_);
     MPI_Comm_rank(cart_, &rank_);
-    coords_.resize(sizes_.size());
-    if (!sizes_.empty()) MPI_Cart_coords(cart_, rank_, static_cast<int>(sizes_.size()), coords_.data());
+    coords_ = shape_.coords_of(rank_);
   }
   communicator(const communicator&) = delete;
   communicator& operator=(const communicator&) = delete;
@@ -80,38 +74,25 @@ class communicator {
 
   MPI_Comm cart() const { return cart_; }
   int rank() const { return rank_; }
-  int nprocs() const {
-    int n = 1;
-    for (int s : sizes_) n *= s;
-    return n;
-  }
-  const std::vector<int>& sizes() const { return sizes_; }
+  int nprocs() const { return static_cast<int>(shape_.nprocs()); }
+  const mesh_shape& shape() const { return shape_; }
+  const std::vector<int>& sizes() const { return shape_.sizes(); }
   const std::vector<int>& coords() const { return coords_; }
-  const std::vector<std::string>& axis_names() const { return names_; }
-
-  std::vector<int> coords_of(int rank) const {
-    std::vector<int> c(sizes_.size());
-    if (!sizes_.empty()) MPI_Cart_coords(cart_, rank, static_cast<int>(sizes_.size()), c.data());
-    return c;
-  }
-
+  const std::vector<std::string>& axis_names() const { return shape_.axis_names(); }
+  std::vector<int> coords_of(int rank) const { return shape_.coords_of(rank); }
   // Number of processors along the axes of a mask.
-  int size_over(unsigned mask) const {
-    int n = 1;
-    for (std::size_t i = 0; i < sizes_.size(); ++i)
-      if (mask & (1u << i)) n *= sizes_[i];
-    return n;
-  }
+  int size_over(unsigned mask) const { return shape_.size_over(mask); }
 
   // The communicator of the processors that differ only in the axes of mask. Its ranks run
   // row-major over those axes in mesh order (MPI_Cart_sub keeps the Cartesian order).
   MPI_Comm over(unsigned mask) {
     auto it = subs_.find(mask);
     if (it != subs_.end()) return it->second;
-    std::vector<int> keep(sizes_.size());
-    for (std::size_t i = 0; i < sizes_.size(); ++i) keep[i] = (mask >> i) & 1u;
+    const auto& axis_sizes = shape_.sizes();
+    std::vector<int> keep(axis_sizes.size());
+    for (std::size_t i = 0; i < axis_sizes.size(); ++i) keep[i] = (mask >> i) & 1u;
     MPI_Comm sub = MPI_COMM_NULL;
-    if (sizes_.empty())
+    if (axis_sizes.empty())
       MPI_Comm_dup(cart_, &sub);
     else
       MPI_Cart_sub(cart_, keep.data(), &sub);
@@ -119,12 +100,7 @@ class communicator {
     return sub;
   }
 
-  std::string axes_string(unsigned mask) const {
-    std::string s;
-    for (std::size_t i = 0; i < names_.size(); ++i)
-      if (mask & (1u << i)) s += cat(s.empty() ? "" : ",", names_[i]);
-    return s.empty() ? "(none)" : s;
-  }
+  std::string axes_string(unsigned mask) const { return shape_.axes_string(mask); }
 
   void count(collective kind, unsigned mask, std::int64_t bytes) {
     auto& c = counters_[{kind, mask}];
@@ -135,8 +111,7 @@ class communicator {
   void reset_counters() { counters_.clear(); }
 
  private:
-  std::vector<std::string> names_;
-  std::vector<int> sizes_;
+  mesh_shape shape_;
   std::vector<int> coords_;
   MPI_Comm cart_ = MPI_COMM_NULL;
   int rank_ = 0;

@@ -1,5 +1,7 @@
 #pragma once
-// describe(t): a readable table of which processor holds which slice.
+// describe(t): a readable table of which processor holds which slice. describe<T>(shape, extents)
+// gives the same table for a mesh given only by its shape (a [16 x 32] mesh in a one-process
+// program): it needs no processes and no data.
 #include <iomanip>
 #include <sstream>
 #include <string>
@@ -9,26 +11,31 @@
 namespace meshtensor {
 
 template <Tensor TT>
-std::string describe(const TT& t) {
-  const auto& comm = t.mesh().communicator();
+std::string describe(const mesh_shape& shape, const typename TT::extents_type& extents) {
+  const meshtensor::placement<TT::rank> p(TT::splits, shape, extents);
   const auto names = TT::dim_names();
   std::ostringstream out;
-  out << TT::type_name() << ' ' << t.shape_string() << " on mesh [";
-  for (std::size_t a = 0; a < comm.sizes().size(); ++a)
-    out << (a ? ", " : "") << comm.axis_names()[a] << '=' << comm.sizes()[a];
-  out << "]\n  layout:";
-  for (std::size_t i = 0; i < TT::rank; ++i)
-    out << (i ? "," : "") << ' ' << names[i] << " -> " << (TT::splits[i].count ? t.split_string(i) : "replicated");
+  out << TT::type_name() << " [";
+  for (std::size_t i = 0; i < TT::rank; ++i) out << (i ? ", " : "") << names[i] << '=' << extents[i];
+  out << "] on mesh " << shape.to_string() << "\n  layout:";
+  for (std::size_t i = 0; i < TT::rank; ++i) {
+    out << (i ? "," : "") << ' ' << names[i] << " -> ";
+    if (TT::splits[i].count == 0) {
+      out << "replicated";
+      continue;
+    }
+    out << detail::split_string(TT::splits[i], shape);
+    if (!p.even(i)) out << " (uneven: " << p.max_part_extent(i) << " or " << p.min_part_extent(i) << " per part)";
+  }
   out << "\n  " << std::setw(5) << "rank";
-  for (const auto& a : comm.axis_names()) out << ' ' << std::setw(5) << a;
+  for (const auto& a : shape.axis_names()) out << ' ' << std::setw(5) << a;
   out << "  |";
   for (const auto& n : names) out << ' ' << std::setw(18) << n;
   out << '\n';
-  for (int r = 0; r < comm.nprocs(); ++r) {
-    const auto coords = comm.coords_of(r);
-    const auto b = t.slice_of(r);
+  for (std::int64_t r = 0; r < shape.nprocs(); ++r) {
+    const auto b = p.box_of(r);
     out << "  " << std::setw(5) << r;
-    for (int c : coords) out << ' ' << std::setw(5) << c;
+    for (int c : shape.coords_of(r)) out << ' ' << std::setw(5) << c;
     out << "  |";
     for (std::size_t i = 0; i < TT::rank; ++i) {
       std::ostringstream range;
@@ -38,6 +45,11 @@ std::string describe(const TT& t) {
     out << '\n';
   }
   return out.str();
+}
+
+template <Tensor TT>
+std::string describe(const TT& t) {
+  return describe<TT>(t.mesh().shape(), t.extents());
 }
 
 }  // namespace meshtensor

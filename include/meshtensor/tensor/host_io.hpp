@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "../runtime/agreement.hpp"
 #include "../runtime/collectives.hpp"
 #include "tensor.hpp"
 
@@ -59,7 +60,14 @@ template <Tensor TT>
 TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& extents,
              std::span<const typename TT::value_type> full) {
   TT t(m, extents);
-  detail::check_full_size(t, full.size(), "from_host");
+  // Each rank checks its own array; agreed, so that a wrong size on one rank throws on all of them.
+  std::string wrong_size;
+  try {
+    detail::check_full_size(t, full.size(), "from_host");
+  } catch (const shape_error& e) {
+    wrong_size = e.what();
+  }
+  detail::agree_or_throw(m.communicator().cart(), wrong_size.empty(), wrong_size);
   auto host = Kokkos::create_mirror_view(t.view());
   detail::for_each_in_box(t.slice_of(m.rank()), t.extents(), [&](std::int64_t l, std::int64_t g) { host(l) = full[g]; });
   Kokkos::deep_copy(t.view(), host);

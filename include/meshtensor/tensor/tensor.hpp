@@ -19,56 +19,20 @@ struct tape_node;
 template <class Tensor>
 struct typed_node;
 
-// Number of parts a dim is cut into, and which part a processor with these coords holds
-// (row-major over the rule's axes, in the order the rule names them).
-inline std::int64_t parts_of(const dim_split& s, const std::vector<int>& sizes) {
-  std::int64_t n = 1;
-  for (int i = 0; i < s.count; ++i) n *= sizes[s.axes[i]];
-  return n;
-}
-inline std::int64_t part_index(const dim_split& s, const std::vector<int>& sizes, const std::vector<int>& coords) {
-  std::int64_t p = 0;
-  for (int i = 0; i < s.count; ++i) p = p * sizes[s.axes[i]] + coords[s.axes[i]];
-  return p;
-}
-
-// Checks extents against the splits and gives this processor's local extents and offsets. Not a
-// template: the same code serves every tensor type (compile time), errors name the tensor's dims.
-inline void place_slice(const communicator& comm, std::size_t rank, const dim_split* splits,
-                        const std::int64_t* extents, const std::string_view* names, std::string (*type_name)(),
-                        std::int64_t* local_extents, std::int64_t* offsets) {
-  for (std::size_t i = 0; i < rank; ++i) {
+// Checks the extents and gives this processor's local extents and offsets, from the placement
+// algebra. Not a template on the tensor type: the same code serves every tensor (compile time);
+// errors name the tensor's dims.
+template <std::size_t R>
+void place_slice(const communicator& comm, const std::array<dim_split, R>& splits, const std::array<std::int64_t, R>& extents,
+                 const std::string_view* names, std::string (*type_name)(), std::array<std::int64_t, R>& local_extents,
+                 std::array<std::int64_t, R>& offsets) {
+  for (std::size_t i = 0; i < R; ++i)
     if (extents[i] < 0)
       throw shape_error(cat(type_name(), ": dim '", names[i], "' has negative extent ", extents[i]));
-    const auto parts = parts_of(splits[i], comm.sizes());
-    if (extents[i] % parts != 0) {
-      std::string axes;
-      for (int k = 0; k < splits[i].count; ++k) {
-        const int a = splits[i].axes[k];
-        axes += cat(k ? " x " : "", comm.axis_names()[a], "(", comm.sizes()[a], ")");
-      }
-      throw shape_error(cat(type_name(), ": dim '", names[i], "' of extent ", extents[i], " is split over ", axes,
-                            " = ", parts, " parts; ", extents[i], " is not divisible by ", parts,
-                            " (choose a multiple of ", parts, ")"));
-    }
-  }
-  const auto& coords = comm.coords();
-  for (std::size_t i = 0; i < rank; ++i) {
-    local_extents[i] = extents[i] / parts_of(splits[i], comm.sizes());
-    offsets[i] = part_index(splits[i], comm.sizes(), coords) * local_extents[i];
-  }
+  const auto b = placement<R>(splits, comm.shape(), extents).box_at(comm.coords());
+  local_extents = b.extent;
+  offsets = b.offset;
 }
-
-template <std::size_t R>
-struct box {
-  std::array<std::int64_t, R> offset{};
-  std::array<std::int64_t, R> extent{};
-  std::int64_t size() const {
-    std::int64_t n = 1;
-    for (auto e : extent) n *= e;
-    return n;
-  }
-};
 }  // namespace detail
 
 // Tag of the constructor that leaves the local slice unfilled.
@@ -79,8 +43,8 @@ inline constexpr uninitialized_t uninitialized{};
 
 template <class T, Layout L, class ExecSpace, Dim... Ds>
 class basic_tensor {
-  using placement = detail::placement<L, Ds...>;
-  static_assert(placement::checked);
+  using checked = detail::placement_check<L, Ds...>;
+  static_assert(checked::checked);
 
  public:
   using value_type = T;
@@ -92,7 +56,7 @@ class basic_tensor {
   using view_type = Kokkos::View<T*, memory_space>;
   static constexpr std::size_t rank = sizeof...(Ds);
   using extents_type = std::array<std::int64_t, rank>;
-  static constexpr const std::array<detail::dim_split, rank>& splits = placement::splits;
+  static constexpr const std::array<detail::dim_split, rank>& splits = checked::splits;
 
   // Same dims, layout and space, other element type.
   template <class U>
@@ -100,8 +64,9 @@ class basic_tensor {
 
   basic_tensor() = default;
 
-  // Allocates a zero-filled slice. Throws shape_error (on every rank alike: extents and mesh sizes
-  // are the same everywhere) when an extent does not divide by the processors it is split over.
+  // Allocates a zero-filled slice. An extent need not divide by the processors its dim is split
+  // over: parts follow placement's balanced-block rule (layout/placement.hpp). Throws shape_error
+  // (on every rank alike: extents and mesh sizes are the same everywhere) on a negative extent.
   basic_tensor(const mesh_type& m, const extents_type& extents) : basic_tensor(m, extents, no_alloc{}) {
     data_ = detail::view_pool<T, memory_space>::get().allocate(static_cast<std::size_t>(local_size()));
     Kokkos::deep_copy(execution_space{}, data_, T{});
@@ -153,18 +118,10 @@ class basic_tensor {
     return index_of_v<D, dims>;
   }
 
+  // Which processor holds which box of this tensor (no communication).
+  meshtensor::placement<rank> placement() const { return {splits, mesh_.shape(), extents_}; }
   // The slice held by the processor of this mesh rank.
-  detail::box<rank> slice_of(int mesh_rank) const {
-    const auto& comm = mesh_.communicator();
-    const auto coords = comm.coords_of(mesh_rank);
-    detail::box<rank> b;
-    for (std::size_t i = 0; i < rank; ++i) {
-      const auto parts = detail::parts_of(splits[i], comm.sizes());
-      b.extent[i] = extents_[i] / parts;
-      b.offset[i] = detail::part_index(splits[i], comm.sizes(), coords) * b.extent[i];
-    }
-    return b;
-  }
+  box<rank> slice_of(int mesh_rank) const { return placement().box_of(mesh_rank); }
 
   static std::array<std::string, rank> dim_names() { return {std::string(Ds::name())...}; }
   static std::string type_name() {
@@ -179,15 +136,7 @@ class basic_tensor {
     return s + "]";
   }
   // "rows(2) x cols(2)" for dim i, or "no axis".
-  std::string split_string(std::size_t i) const {
-    const auto& comm = mesh_.communicator();
-    std::string s;
-    for (int k = 0; k < splits[i].count; ++k) {
-      const int a = splits[i].axes[k];
-      s += detail::cat(k ? " x " : "", comm.axis_names()[a], "(", comm.sizes()[a], ")");
-    }
-    return s.empty() ? "no axis" : s;
-  }
+  std::string split_string(std::size_t i) const { return detail::split_string(splits[i], mesh_.shape()); }
 
   // Autodiff: a tensor that requires gradients records the ops applied to it on the tape.
   basic_tensor& requires_grad();
@@ -205,8 +154,8 @@ class basic_tensor {
   struct no_alloc {};
   static constexpr std::array<std::string_view, rank> dim_name_views{Ds::name()...};
   basic_tensor(const mesh_type& m, const extents_type& extents, no_alloc) : mesh_(m), extents_(extents) {
-    detail::place_slice(m.communicator(), rank, splits.data(), extents_.data(), dim_name_views.data(), &type_name,
-                        local_extents_.data(), offsets_.data());
+    detail::place_slice<rank>(m.communicator(), splits, extents_, dim_name_views.data(), &type_name, local_extents_,
+                              offsets_);
   }
 
   mesh_type mesh_{};
@@ -217,8 +166,21 @@ class basic_tensor {
   std::shared_ptr<detail::typed_node<basic_tensor>> node_{};
 };
 
-template <class T, Layout L, Dim... Ds>
+// TensorDim, not Dim: a non-dim is an error that names it and says what to change.
+template <class T, Layout L, TensorDim... Ds>
 using tensor = basic_tensor<T, L, Kokkos::DefaultExecutionSpace, Ds...>;
+
+// For users who want every split even (the rule before uneven splits were allowed): throws
+// shape_error naming the first dim whose extent does not divide by its parts. Same on every rank.
+template <class T, class L, class E, class... Ds>
+void require_even(const basic_tensor<T, L, E, Ds...>& t) {
+  const auto p = t.placement();
+  for (std::size_t i = 0; i < sizeof...(Ds); ++i)
+    if (!p.even(i))
+      throw shape_error(detail::cat(t.type_name(), t.shape_string(), ": dim '", t.dim_names()[i], "' of extent ",
+                                    t.extents()[i], " is split over ", t.split_string(i), " = ", p.parts(i),
+                                    " parts; ", t.extents()[i], " is not divisible by ", p.parts(i)));
+}
 
 template <class T>
 inline constexpr bool is_tensor_v = false;

@@ -49,20 +49,16 @@ along_view<typename X::view_type> local_along(const X& x) {
 // Part index (row-major over the rule's axes, in the rule's order) of each rank of the
 // sub-communicator of those axes (row-major over the same axes, in mesh order).
 inline std::vector<int> parts_by_subrank(const communicator& c, const dim_split& s) {
-  std::vector<int> mesh_order(s.axes.begin(), s.axes.begin() + s.count);
-  std::sort(mesh_order.begin(), mesh_order.end());
-  const int n = static_cast<int>(parts_of(s, c.sizes()));
-  std::vector<int> parts(static_cast<std::size_t>(n));
-  std::vector<int> coords(c.sizes().size(), 0);
-  for (int sub = 0; sub < n; ++sub) {
-    int rest = sub;
-    for (auto it = mesh_order.rbegin(); it != mesh_order.rend(); ++it) {
-      coords[*it] = rest % c.sizes()[*it];
-      rest /= c.sizes()[*it];
-    }
-    parts[sub] = static_cast<int>(part_index(s, c.sizes(), coords));
-  }
+  const placement<1> p({s}, c.shape(), {0});
+  std::vector<int> parts(static_cast<std::size_t>(p.parts(0)));
+  for (int sub = 0; sub < static_cast<int>(parts.size()); ++sub)
+    parts[sub] = static_cast<int>(p.part_at(0, c.shape().peer_coords(c.coords(), s.mask(), sub)));
   return parts;
+}
+
+// The part of a dim split by s that this processor holds.
+inline std::int64_t my_part(const communicator& c, const dim_split& s) {
+  return placement<1>({s}, c.shape(), {0}).part_at(0, c.coords());
 }
 
 // True when the rule of D names its axes in mesh order, so that sub-communicator rank order is
@@ -75,28 +71,40 @@ constexpr bool rule_in_mesh_order() {
   return true;
 }
 
-// Gathers host buffers of n_per_rank elements (each [outer, n, inner]) over D's axes and returns
-// the data of all parts in part order, as [outer, parts * n, inner] in memory space Mem.
+// Gathers host buffers [outer, n, inner] over D's axes (n: this processor's part of D's extent,
+// which differs between parts when the split is uneven) and returns the data of all parts in part
+// order, as [outer, extent, inner] in memory space Mem.
 template <class T, class Mem>
 Kokkos::View<T*, Mem> allgather_along(communicator& comm, const dim_split& s, const T* send, std::int64_t outer,
-                                      std::int64_t n, std::int64_t inner) {
+                                      std::int64_t n, std::int64_t inner, std::int64_t extent) {
   const auto parts = parts_by_subrank(comm, s);
-  const auto P = static_cast<std::int64_t>(parts.size());
-  const std::int64_t each = outer * n * inner;
+  const placement<1> p({s}, comm.shape(), {extent});
+  const auto P = static_cast<int>(parts.size());
+  std::vector<int> counts(P), displs(P);
+  // Per sub-rank: its part's offset and extent along D, and where its block starts in recv.
+  Kokkos::View<std::int64_t* [3], Kokkos::HostSpace> where("meshtensor::parts", static_cast<std::size_t>(P));
+  std::int64_t total = 0;
+  for (int q = 0; q < P; ++q) {
+    where(q, 0) = p.part_offset(0, parts[q]);
+    where(q, 1) = p.part_extent(0, parts[q]);
+    where(q, 2) = total;
+    counts[q] = checked_count(outer * where(q, 1) * inner);
+    displs[q] = checked_count(total);
+    total += counts[q];
+  }
   Kokkos::View<T*, Kokkos::HostSpace> recv(Kokkos::view_alloc(std::string("meshtensor::allgather_along"), Kokkos::WithoutInitializing),
-                                           static_cast<std::size_t>(P * each));
+                                           static_cast<std::size_t>(total));
   Kokkos::View<T*, Kokkos::HostSpace> full(Kokkos::view_alloc(std::string("meshtensor::full_along"), Kokkos::WithoutInitializing),
-                                           static_cast<std::size_t>(P * each));
-  allgather(comm, s.mask(), send, each, recv.data());
-  Kokkos::View<int*, Kokkos::HostSpace> part_of("meshtensor::parts", parts.size());
-  for (std::size_t q = 0; q < parts.size(); ++q) part_of(q) = parts[q];
-  const std::int64_t total = P * each;
+                                           static_cast<std::size_t>(total));
+  allgatherv(comm, s.mask(), send, outer * n * inner, recv.data(), counts, displs);
   Kokkos::parallel_for(
-      "meshtensor::reorder_parts", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, total),
-      [=](std::int64_t idx) {
-        const std::int64_t sub = idx / each, r = idx % each;
-        const std::int64_t o = r / (n * inner), l = (r / inner) % n, i = r % inner;
-        full((o * P * n + part_of(sub) * n + l) * inner + i) = recv(idx);
+      "meshtensor::reorder_parts", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, P * outer),
+      [=](std::int64_t qo) {
+        const std::int64_t q = qo / outer, o = qo % outer;
+        const std::int64_t off = where(q, 0), nq = where(q, 1), at = where(q, 2);
+        for (std::int64_t l = 0; l < nq; ++l)
+          for (std::int64_t i = 0; i < inner; ++i)
+            full((o * extent + off + l) * inner + i) = recv(at + (o * nq + l) * inner + i);
       });
   Kokkos::DefaultHostExecutionSpace{}.fence();
   return Kokkos::create_mirror_view_and_copy(Mem{}, full);
@@ -114,28 +122,19 @@ along_view<typename X::view_type> full_along(const X& x) {
     auto h = host_view(x.view());
     along_view<typename X::view_type> r = loc;
     r.v = allgather_along<typename X::value_type, typename X::memory_space>(x.mesh().communicator(), s, h.data(),
-                                                                           loc.outer, loc.n, loc.inner);
+                                                                           loc.outer, loc.n, loc.inner,
+                                                                           x.template extent<D>());
     r.n = x.template extent<D>();
     r.begin = 0;
     return r;
   }
 }
 
-// An op that gives D a new extent in a result of type X must keep it divisible by D's parts; all
-// ranks check alike (extents and mesh sizes are shared).
+// An op that gives D a new extent: it must not be negative (any extent is placeable; uneven
+// parts follow the placement rule). All ranks check alike (extents are shared).
 template <Dim D, Tensor X>
-void check_parts(const char* op, const typename X::mesh_type& m, std::int64_t extent) {
-  constexpr auto s = X::layout_type::template split_of<D>();
-  const auto& c = m.communicator();
-  const auto parts = parts_of(s, c.sizes());
+void check_parts(const char* op, const typename X::mesh_type&, std::int64_t extent) {
   if (extent < 0) throw shape_error(cat(op, ": dim '", D::name(), "' would get negative extent ", extent));
-  if (extent % parts != 0) {
-    std::string axes;
-    for (int k = 0; k < s.count; ++k)
-      axes += cat(k ? " x " : "", c.axis_names()[s.axes[k]], "(", c.sizes()[s.axes[k]], ")");
-    throw shape_error(cat(op, ": the result's dim '", D::name(), "' would have extent ", extent, ", which is split over ",
-                          axes, " = ", parts, " parts; ", extent, " is not divisible by ", parts));
-  }
 }
 
 // X's extents with D's replaced.

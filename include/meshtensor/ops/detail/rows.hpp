@@ -7,9 +7,14 @@
 // them, so the communication is unchanged. As in map_kernel.hpp the functors are named and
 // templated on the element type only: one Kokkos kernel per (space, element type, functor),
 // whatever the layout.
+// NaN propagates (docs/concepts.md, "NaN"): the row max is NaN when any element of the row is
+// (nan_max here, a NaN-propagating allreduce between phases), its shift is then 0, and the sum of
+// exponentials is NaN, so softmax, log_softmax and the cross-entropy loss are NaN for the whole
+// row, under every layout.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
+#include "../../runtime/nan_ops.hpp"
 #include "kernels.hpp"
 
 namespace meshtensor::detail {
@@ -71,7 +76,7 @@ struct softmax_rows {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
     if (phase == phase_all || phase == phase_max) {
       T mx = n > 0 ? x(b) : -Kokkos::Experimental::infinity<T>::value;
-      for (std::int64_t l = 1; l < n; ++l) mx = x(b + l * st) > mx ? x(b + l * st) : mx;
+      for (std::int64_t l = 1; l < n; ++l) mx = nan_max(mx, x(b + l * st));
       m(r) = mx;
     }
     if (phase == phase_all || phase == phase_sum) {
@@ -213,7 +218,7 @@ struct xent_rows {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
     if (phase == phase_all || phase == phase_max) {
       T mx = n > 0 ? x(b) : -Kokkos::Experimental::infinity<T>::value;
-      for (std::int64_t l = 1; l < n; ++l) mx = x(b + l * st) > mx ? x(b + l * st) : mx;
+      for (std::int64_t l = 1; l < n; ++l) mx = nan_max(mx, x(b + l * st));
       m(r) = mx;
     }
     if (phase == phase_all || phase == phase_sum) {

@@ -1,0 +1,91 @@
+#pragma once
+// mesh_shape: a mesh's axis names and sizes as a plain value, with no processes behind it. Layouts,
+// placements, describe() and plans need only this; a running mesh adds its communicator. Processors
+// are numbered row-major over the axes, last axis fastest (MPI_Cart_create's order with reorder = 0).
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "../error.hpp"
+
+namespace meshtensor {
+
+class mesh_shape {
+ public:
+  mesh_shape() = default;
+  // Throws mesh_error naming the axis when a size is below 1 or the names and sizes disagree.
+  mesh_shape(std::vector<std::string> axis_names, std::vector<int> sizes)
+      : names_(std::move(axis_names)), sizes_(std::move(sizes)) {
+    if (names_.size() != sizes_.size())
+      throw mesh_error(detail::cat("mesh_shape: ", names_.size(), " axis names but ", sizes_.size(), " sizes"));
+    for (std::size_t i = 0; i < sizes_.size(); ++i)
+      if (sizes_[i] < 1)
+        throw mesh_error(detail::cat("mesh axis '", names_[i], "' has size ", sizes_[i], "; sizes must be >= 1"));
+  }
+
+  std::size_t ndims() const { return sizes_.size(); }
+  const std::vector<int>& sizes() const { return sizes_; }
+  const std::vector<std::string>& axis_names() const { return names_; }
+  std::int64_t nprocs() const {
+    std::int64_t n = 1;
+    for (int s : sizes_) n *= s;
+    return n;
+  }
+
+  std::vector<int> coords_of(std::int64_t rank) const {
+    std::vector<int> c(sizes_.size());
+    for (std::size_t i = sizes_.size(); i-- > 0;) {
+      c[i] = static_cast<int>(rank % sizes_[i]);
+      rank /= sizes_[i];
+    }
+    return c;
+  }
+  std::int64_t rank_of(std::span<const int> coords) const {
+    std::int64_t r = 0;
+    for (std::size_t i = 0; i < sizes_.size(); ++i) r = r * sizes_[i] + coords[i];
+    return r;
+  }
+
+  // The coordinates of sub-rank p of the processors that differ from `base` only on the axes of
+  // mask, numbered row-major over those axes in mesh order (MPI_Cart_sub's order).
+  std::vector<int> peer_coords(std::span<const int> base, unsigned mask, int p) const {
+    std::vector<int> c(base.begin(), base.end());
+    for (std::size_t i = sizes_.size(); i-- > 0;)
+      if (mask & (1u << i)) {
+        c[i] = p % sizes_[i];
+        p /= sizes_[i];
+      }
+    return c;
+  }
+
+  // Processors along the axes of a mask (bit i = axis i).
+  int size_over(unsigned mask) const {
+    int n = 1;
+    for (std::size_t i = 0; i < sizes_.size(); ++i)
+      if (mask & (1u << i)) n *= sizes_[i];
+    return n;
+  }
+  // "rows,cols", or "(none)" for an empty mask.
+  std::string axes_string(unsigned mask) const {
+    std::string s;
+    for (std::size_t i = 0; i < names_.size(); ++i)
+      if (mask & (1u << i)) s += detail::cat(s.empty() ? "" : ",", names_[i]);
+    return s.empty() ? "(none)" : s;
+  }
+  // "[rows=2, cols=3]".
+  std::string to_string() const {
+    std::string s = "[";
+    for (std::size_t i = 0; i < sizes_.size(); ++i) s += detail::cat(i ? ", " : "", names_[i], "=", sizes_[i]);
+    return s + "]";
+  }
+
+  friend bool operator==(const mesh_shape&, const mesh_shape&) = default;
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<int> sizes_;
+};
+
+}  // namespace meshtensor
