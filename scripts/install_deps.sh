@@ -9,7 +9,8 @@
 #   does not need them.
 # Prints one line per step on stderr; apt's, dpkg's and the Kokkos build's output go to a log
 # (${XDG_CACHE_HOME:-~/.cache}/meshtensor/install_deps.log), whose tail is shown on failure.
-# Prints the Kokkos prefix on the last line of stdout as KOKKOS_ROOT=<dir>.
+# Prints CHECKPOINT_PYTHON=<python with safetensors> and, on the last line of stdout, the Kokkos
+# prefix as KOKKOS_ROOT=<dir>.
 # Sourcing this file only defines its functions (tests/scripts/debian_uri_test.sh uses debian_uri).
 
 log() { echo "[install_deps] $*" >&2; }
@@ -102,7 +103,7 @@ main() {
 
   local packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libboost1.81-dev libopenblas-dev
             dataset-fashion-mnist zlib1g-dev gnuplot-nox libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
-            python3-torch python3-numpy)   # PyTorch: the transformer_lm cross-check (ctest label crosscheck)
+            python3-torch python3-numpy python3-venv)   # PyTorch: the transformer_lm cross-check (ctest label crosscheck)
   local backports_packages=(catch2)
   # Optional (--bench): Eigen and ScaLAPACK (C++ peers), matplotlib (plots),
   # venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/bench_venv.sh).
@@ -214,7 +215,20 @@ SRC
     run_logged "installing Kokkos into $kokkos_prefix" $install_sudo cmake --install "$work/build"
   fi
 
+  # Python's safetensors (PyPI; Debian has none) for the checkpoint test that reads meshtensor's
+  # files from Python, in a virtual environment over Debian's python3 (its numpy and torch).
+  local venv="$deps_root/python-checkpoint"
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import safetensors' 2>/dev/null; then
+    local venv_sudo=""
+    if [ ! -w "$(existing_ancestor "$deps_root")" ]; then venv_sudo=$SUDO; fi
+    open_log
+    log "creating $venv: Debian's python3 with safetensors from PyPI, for the checkpoint tests (log: $LOG)"
+    run_logged "creating the Python environment $venv" $venv_sudo /usr/bin/python3 -m venv --system-site-packages "$venv"
+    run_logged "installing safetensors into $venv" $venv_sudo "$venv/bin/python" -m pip install --disable-pip-version-check safetensors
+  fi
+
   if [ "$did_something" = 1 ]; then log "done in $((SECONDS - started)) s"; fi
+  echo "CHECKPOINT_PYTHON=$venv/bin/python"
   if [ -n "${Kokkos_ROOT:-}" ]; then echo "KOKKOS_ROOT=$Kokkos_ROOT"; else echo "KOKKOS_ROOT=$kokkos_prefix"; fi
 }
 

@@ -5,11 +5,18 @@
 // gradients allreduce over rows.
 //
 //   mpiexec -n 4 fashion_mnist [--layout 2d|data|model] [--epochs 5] [--data-dir DIR]
+//
+// Checkpoints (docs/checkpoints.md): --checkpoint DIR --save-every N saves the weights, the
+// optimizer's state and step count and the step every N steps; --resume DIR continues from DIR's
+// current one (any layout and rank count). --csv FILE writes every step's loss exactly.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <iomanip>
 #include <map>
+#include <meshtensor/io/checkpoint.hpp>
 #include <meshtensor/meshtensor.hpp>
 #include <numeric>
 #include <random>
@@ -46,6 +53,8 @@ struct options {
   std::uint64_t seed = 1;
   bool expect_loss_drop = false;
   std::int64_t test_examples = 10000;
+  std::string checkpoint, resume, csv;
+  std::int64_t save_every = 0;
 };
 
 struct dataset {
@@ -111,6 +120,35 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te)
   std::mt19937_64 rng(o.seed);  // the same on every rank
   const std::int64_t per_epoch = tr.n / nb;
   const std::int64_t total = o.max_steps > 0 ? std::min(o.max_steps, per_epoch * o.epochs) : per_epoch * o.epochs;
+
+  // Checkpoints: the weights and the optimizer's state; the step, in the metadata. The data
+  // position follows from the step (an epoch's order is the seeded generator's next shuffle).
+  auto params = std::tie(w1, b1, w2, b2);
+  const std::vector<std::string> names{"w1", "b1", "w2", "b2"};
+  auto state = [&] {
+    mt::io::tensor_set set;
+    set.add("w1", w1).add("b1", b1).add("w2", w2).add("b2", b2);
+    if (o.optimizer == "sgd") mt::io::add_optimizer_state(set, sgd, params, names);
+    else mt::io::add_optimizer_state(set, adam, params, names);
+    return set;
+  };
+  const mt::io::metadata config{{"hidden", std::to_string(H)}, {"batch", std::to_string(nb)},
+                                {"seed", std::to_string(o.seed)}, {"optimizer", o.optimizer}};
+  std::int64_t step0 = 0;
+  if (!o.resume.empty()) {
+    auto set = state();
+    const auto meta = mt::io::checkpoints(o.resume).load(set);
+    for (const auto& [k, v] : config)
+      if (!meta.count(k) || meta.at(k) != v)
+        throw mt::io_error(mt::detail::cat("--resume ", o.resume, ": the checkpoint has ", k, " = ",
+                                           meta.count(k) ? meta.at(k) : "(none)", ", this run ", v));
+    step0 = std::stoll(meta.at("step"));
+    if (o.optimizer == "sgd") sgd.set_steps(std::stoll(meta.at("optimizer.steps")));
+    else adam.set_steps(std::stoll(meta.at("optimizer.steps")));
+    // The epochs begun before step0 shuffled once each; the next shuffle is the one step0 would see.
+    for (std::int64_t e = 0; e * per_epoch < step0; ++e) std::shuffle(order.begin(), order.end(), rng);
+    if (root) std::printf("resumed from %s at step %lld\n", o.resume.c_str(), (long long)step0);
+  }
   if (root)
     std::printf("fashion_mnist: %lld training and %lld test images; layout %s on mesh [rows=%d x cols=%d]; "
                 "MLP 784-%lld-10, batch %lld, %s lr %g, %lld steps\n",
@@ -124,7 +162,7 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te)
   const auto t0 = std::chrono::steady_clock::now();
   auto tlog = t0;
   std::int64_t seen_since_log = 0;
-  for (std::int64_t step = 0; step < total; ++step) {
+  for (std::int64_t step = step0; step < total; ++step) {
     const std::int64_t in_epoch = step % per_epoch;
     if (in_epoch == 0) std::shuffle(order.begin(), order.end(), rng);
     make_batch(tr, order, in_epoch * nb, nb, hx, hy);
@@ -136,6 +174,14 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te)
     else adam.step(std::tie(w1, b1, w2, b2), grads);
     losses.push_back(mt::detail::host_view(loss.view())(0));
     seen_since_log += nb;
+    if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
+      auto meta = config;
+      meta["step"] = std::to_string(step + 1);
+      meta["optimizer.steps"] = std::to_string(o.optimizer == "sgd" ? sgd.steps() : adam.steps());
+      meta["layout"] = o.layout;
+      const auto name = mt::io::checkpoints(o.checkpoint).save(state(), step + 1, meta);
+      if (root) std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name.c_str());
+    }
     if (root && ((step + 1) % o.log_every == 0 || step + 1 == total)) {
       const auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - tlog).count();
@@ -151,6 +197,12 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te)
   }
   MPI_Barrier(MPI_COMM_WORLD);
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (root && !o.csv.empty()) {
+    std::ofstream csv(o.csv);
+    csv << "step,loss\n" << std::setprecision(17);  // exact: the float32 loss as a double
+    for (std::size_t i = 0; i < losses.size(); ++i) csv << step0 + static_cast<std::int64_t>(i) + 1 << ',' << losses[i] << '\n';
+    if (!csv) throw mt::io_error(mt::detail::cat("cannot write '", o.csv, "'"));
+  }
 
   // Test accuracy, in batches whose size divides by every mesh size used here.
   const std::int64_t eb = 1000, n_test = std::min(o.test_examples, te.n) / eb * eb;
@@ -172,8 +224,9 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te)
   }
   int status = 0;
   if (root) {
-    std::printf("trained %lld steps in %.1f s (%.1f steps/s, %.0f examples/s)\n", (long long)total, train_s,
-                total / train_s, total * nb / train_s);
+    const auto trained = total - std::min(step0, total);
+    std::printf("trained %lld steps in %.1f s (%.1f steps/s, %.0f examples/s)\n", (long long)trained, train_s,
+                trained / train_s, trained * nb / train_s);
     std::printf("test accuracy: %.2f%% (%lld of %lld)\n", 100.0 * correct / std::max<std::int64_t>(1, n_test),
                 (long long)correct, (long long)n_test);
     if (o.expect_loss_drop) {
@@ -216,6 +269,11 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed)->capture_default_str();
   app.add_option("--test-examples", o.test_examples, "test images to evaluate (multiples of 1000)")->capture_default_str();
   app.add_flag("--expect-loss-drop", o.expect_loss_drop, "exit with 3 unless the loss falls by 20% (for tests)");
+  app.add_option("--checkpoint", o.checkpoint, "directory for checkpoints (with --save-every)");
+  app.add_option("--save-every", o.save_every, "save a checkpoint every N steps (needs --checkpoint)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--resume", o.resume, "continue from this directory's current checkpoint");
+  app.add_option("--csv", o.csv, "write every step's loss (17 digits) to this file");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -224,6 +282,7 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
     grid g(env, o.mesh);
     const auto tr = load(o.data_dir, "train", MPI_COMM_WORLD);
     const auto te = load(o.data_dir, "t10k", MPI_COMM_WORLD);

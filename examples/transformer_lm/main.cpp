@@ -20,6 +20,12 @@
 // examples/transformer_lm/torch_reference.py, which recomputes them with PyTorch). --warmup W
 // prints the median time of the steps after the first W; --memory prints the bytes of the
 // parameters and the Adam state on each rank, and the peak resident set size.
+//
+// Checkpoints (docs/checkpoints.md): --checkpoint DIR --save-every N saves the parameters, the
+// optimizer's state and step count, the step and the data position every N steps (a safetensors
+// file per checkpoint, written by all ranks in parallel, made current atomically). --resume DIR
+// continues from DIR's current checkpoint up to --steps, under any layout and rank count: on the
+// same layout the losses equal those of an uninterrupted run bit for bit.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -28,6 +34,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <iomanip>
+#include <meshtensor/io/checkpoint.hpp>
 #include <meshtensor/meshtensor.hpp>
 #include <random>
 #include <sys/resource.h>
@@ -69,6 +77,8 @@ struct options {
   std::string dump;
   std::int64_t warmup = -1;
   bool memory = false;
+  std::string checkpoint, resume;
+  std::int64_t save_every = 0;
 };
 constexpr int n_layers = 2;
 
@@ -184,15 +194,62 @@ std::vector<unsigned char> read_text(const std::string& path, std::int64_t need)
   return bytes;
 }
 
-// Trains one layout; returns the loss of every step (the same on every rank).
+// The model's hyperparameters, stored with a checkpoint and checked on resume.
+mt::io::metadata run_config(const options& o) {
+  return {{"d_model", std::to_string(o.d_model)}, {"heads", std::to_string(o.heads)},
+          {"d_kv", std::to_string(o.d_kv)},       {"d_ff", std::to_string(o.d_ff)},
+          {"vocab", std::to_string(o.vocab)},     {"batch", std::to_string(o.batch)},
+          {"length", std::to_string(o.length)},   {"layers", std::to_string(n_layers)},
+          {"seed", std::to_string(o.seed)},       {"optimizer", o.optimizer},
+          {"dropout", mt::detail::cat(o.dropout)}, {"lr", mt::detail::cat(o.lr)}};
+}
+
+// The parameters and the chosen optimizer's state, by name, for checkpoints.
 template <class L>
-std::vector<double> train(const grid& g, const options& o, const std::vector<unsigned char>& text, bool verbose) {
+mt::io::tensor_set training_state(model<L>& m, mt::optim::adam& adam, mt::optim::adafactor& adafactor,
+                                  const options& o) {
+  mt::io::tensor_set set;
+  auto params = m.tie();
+  const auto names = param_names();
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (set.add(names[I], std::get<I>(params)), ...);
+  }(std::make_index_sequence<std::tuple_size_v<decltype(params)>>{});
+  if (o.optimizer == "adafactor") mt::io::add_optimizer_state(set, adafactor, params, names);
+  else mt::io::add_optimizer_state(set, adam, params, names);
+  return set;
+}
+
+// Trains one layout; returns the loss of every step (the same on every rank) from first_step on.
+template <class L>
+std::vector<double> train(const grid& g, const options& o, const std::vector<unsigned char>& text, bool verbose,
+                          std::int64_t* first_step = nullptr) {
   using ids_t = mt::tensor<float, L, batch, length>;
   model<L> m(g, o);
   mt::optim::adam adam({.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9});
   mt::optim::adafactor adafactor({.lr = o.lr});
   std::mt19937_64 rng(o.seed);  // the same batches on every rank and in every layout
   std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
+  std::int64_t step0 = 0;
+  if (!o.resume.empty()) {
+    auto state = training_state(m, adam, adafactor, o);
+    const mt::io::checkpoints from(o.resume);
+    const auto meta = from.load(state);
+    for (const auto& [k, v] : run_config(o))
+      if (k != "lr" && k != "dropout" && (!meta.count(k) || meta.at(k) != v))
+        throw mt::io_error(mt::detail::cat("--resume ", o.resume, ": the checkpoint has ", k, " = ",
+                                           meta.count(k) ? meta.at(k) : "(none)", ", this run ", v));
+    step0 = std::stoll(meta.at("step"));
+    const auto opt_steps = std::stoll(meta.at("optimizer.steps"));
+    if (o.optimizer == "adafactor") adafactor.set_steps(opt_steps);
+    else adam.set_steps(opt_steps);
+    // The data position: the batches drawn so far are drawn again, so the next are the same.
+    for (std::int64_t k = 0, n = std::stoll(meta.at("data_position")); k < n; ++k) (void)start(rng);
+    if (verbose && g.rank() == 0)
+      std::printf("resumed from %s at step %lld (saved on %s ranks, layout %s)\n", o.resume.c_str(), (long long)step0,
+                  meta.at("ranks").c_str(), meta.at("layout").c_str());
+  }
+  if (first_step) *first_step = step0;
+  std::int64_t drawn = step0 * o.batch;
   const auto token = [&](std::int64_t p) -> float {
     if (o.vocab <= 256) return static_cast<float>(text[p] % o.vocab);
     return static_cast<float>((std::int64_t{text[p]} * 256 + text[p + 1]) % o.vocab);
@@ -203,8 +260,8 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
   const bool root = g.rank() == 0;
   const auto t0 = std::chrono::steady_clock::now();
   auto tlog = t0, tlast = t0;
-  for (std::int64_t step = 0; step < o.steps; ++step) {
-    for (std::int64_t b = 0; b < o.batch; ++b) {
+  for (std::int64_t step = step0; step < o.steps; ++step) {
+    for (std::int64_t b = 0; b < o.batch; ++b, ++drawn) {
       const std::int64_t s = start(rng);
       for (std::int64_t l = 0; l < o.length; ++l) {
         ids[b * o.length + l] = token(s + l);
@@ -236,12 +293,23 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
     if (o.optimizer == "adafactor") adafactor.step(params, grads);
     else adam.step(params, grads);
     losses.push_back(mt::detail::host_view(loss.view())(0));
+    if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
+      auto state = training_state(m, adam, adafactor, o);
+      auto meta = run_config(o);
+      meta["step"] = std::to_string(step + 1);
+      meta["data_position"] = std::to_string(drawn);
+      meta["optimizer.steps"] = std::to_string(o.optimizer == "adafactor" ? adafactor.steps() : adam.steps());
+      meta["layout"] = o.layout;
+      meta["ranks"] = std::to_string(g.nprocs());
+      const auto name = mt::io::checkpoints(o.checkpoint).save(state, step + 1, meta);
+      if (verbose && root) std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name.c_str());
+    }
     step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - tlast).count());
     tlast = std::chrono::steady_clock::now();
     if (verbose && root && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
       const auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - tlog).count();
-      const int k = static_cast<int>((step % o.log_every) + 1);
+      const int k = static_cast<int>(std::min<std::int64_t>(step % o.log_every, step - step0) + 1);
       std::printf("step %5lld/%lld  loss %.4f  (%.3f bits/byte)  %.1f steps/s  %.0f tokens/s\n", (long long)(step + 1),
                   (long long)o.steps, losses.back(), losses.back() / std::log(2.0), k / dt,
                   k * o.batch * o.length / dt);
@@ -251,9 +319,10 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
   }
   if (verbose && root) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("trained %lld steps in %.1f s (%.2f steps/s)\n", (long long)o.steps, s, o.steps / s);
+    const auto trained = o.steps - std::min(step0, o.steps);
+    std::printf("trained %lld steps in %.1f s (%.2f steps/s)\n", (long long)trained, s, trained / s);
   }
-  if (o.warmup >= 0 && o.warmup < o.steps) {
+  if (o.warmup >= 0 && o.warmup < static_cast<std::int64_t>(step_seconds.size())) {
     // Each step ends when rank 0 has its loss; the slowest rank sets the pace through the collectives.
     std::vector<double> timed(step_seconds.begin() + o.warmup, step_seconds.end());
     std::sort(timed.begin(), timed.end());
@@ -280,17 +349,19 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
 }
 
 std::vector<double> train_layout(const std::string& name, const grid& g, const options& o,
-                                 const std::vector<unsigned char>& text, bool verbose) {
-  if (name == "data") return train<layout_data>(g, o, text, verbose);
-  if (name == "model") return train<layout_model>(g, o, text, verbose);
-  return train<layout_2d>(g, o, text, verbose);
+                                 const std::vector<unsigned char>& text, bool verbose,
+                                 std::int64_t* first_step = nullptr) {
+  if (name == "data") return train<layout_data>(g, o, text, verbose, first_step);
+  if (name == "model") return train<layout_model>(g, o, text, verbose, first_step);
+  return train<layout_2d>(g, o, text, verbose, first_step);
 }
 
-void write_curve(const options& o, const std::vector<double>& losses) {
+// The loss of each step, exactly (17 digits: the float32 loss as a double, round-trippable).
+void write_curve(const options& o, const std::vector<double>& losses, std::int64_t first_step) {
   std::ofstream csv(o.csv);
   if (!csv) throw mt::io_error(mt::detail::cat("cannot write '", o.csv, "'"));
-  csv << "step,loss\n";
-  for (std::size_t i = 0; i < losses.size(); ++i) csv << i + 1 << ',' << losses[i] << '\n';
+  csv << "step,loss\n" << std::setprecision(17);
+  for (std::size_t i = 0; i < losses.size(); ++i) csv << first_step + i + 1 << ',' << losses[i] << '\n';
   csv.close();
   std::printf("loss curve: %s\n", o.csv.c_str());
   if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
@@ -332,6 +403,10 @@ int main(int argc, char** argv) {
   app.add_option("--dump", o.dump, "directory for the initial weights, first batch, loss and gradients (.npy)");
   app.add_option("--warmup", o.warmup, "print the median step time after this many warm-up steps");
   app.add_flag("--memory", o.memory, "print the bytes of parameters + Adam state per rank and the peak RSS");
+  app.add_option("--checkpoint", o.checkpoint, "directory for checkpoints (with --save-every)");
+  app.add_option("--save-every", o.save_every, "save a checkpoint every N steps (needs --checkpoint)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--resume", o.resume, "continue from this directory's current checkpoint, up to --steps");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -339,6 +414,9 @@ int main(int argc, char** argv) {
   }
 
   try {
+    if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
+    if (o.compare && (!o.checkpoint.empty() || !o.resume.empty()))
+      throw mt::error("--compare-layouts trains every layout from scratch; it takes no --checkpoint or --resume");
     grid g(env, o.mesh);
     const auto text = read_text(o.text, o.length + 3);
     const bool root = env.world_rank() == 0;
@@ -350,8 +428,9 @@ int main(int argc, char** argv) {
                   g.size<cols>(), o.optimizer.c_str(), o.lr, o.dropout);
     if (!o.compare) {
       if (root) std::printf("layout %s\n", o.layout.c_str());
-      const auto losses = train_layout(o.layout, g, o, text, true);
-      if (root) write_curve(o, losses);
+      std::int64_t first_step = 0;
+      const auto losses = train_layout(o.layout, g, o, text, true, &first_step);
+      if (root) write_curve(o, losses, first_step);
       return 0;
     }
     const std::vector<std::string> names{"data", "model", "2d"};

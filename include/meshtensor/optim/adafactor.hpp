@@ -124,6 +124,14 @@ class adafactor : public optimizer<adafactor> {
     if (c_.beta1 > 0) s.m.emplace(p.mesh(), p.extents());
     return s;
   }
+  // The state's tensors by name (checkpoints): vr and vc where factored, else v; m with momentum.
+  template <Tensor P, class F>
+  static void visit_state(state<P>& s, F&& f) {
+    if (s.vr) f("vr", *s.vr);
+    if (s.vc) f("vc", *s.vc);
+    if (s.v) f("v", *s.v);
+    if (s.m) f("m", *s.m);
+  }
 
   template <Tensor P>
   void update(P& p, const P& g, state<P>& s, std::int64_t t) const {

@@ -38,6 +38,12 @@ class adam : public optimizer<adam> {
   state<P> init(const P& p) const {
     return {P(p.mesh(), p.extents()), P(p.mesh(), p.extents())};
   }
+  // The state's tensors by name (checkpoints).
+  template <Tensor P, class F>
+  static void visit_state(state<P>& s, F&& f) {
+    f("m", s.m);
+    f("v", s.v);
+  }
 
   template <Tensor P>
   void update(P& p, const P& g, state<P>& s, std::int64_t t) const {

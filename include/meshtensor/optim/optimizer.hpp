@@ -34,13 +34,7 @@ class optimizer {
   // params: a tuple of references (std::tie(w, b)); grads: the tuple gradient() returns.
   template <Tensor... Ps>
   void step(std::tuple<Ps&...> params, const std::tuple<Ps...>& grads) {
-    if (states_.empty()) {
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        (states_.push_back({&typeid(Ps), std::make_shared<decltype(derived().init(std::get<I>(params)))>(
-                                             derived().init(std::get<I>(params)))}),
-         ...);
-      }(std::index_sequence_for<Ps...>{});
-    }
+    if (states_.empty()) make_states(params);
     if (states_.size() != sizeof...(Ps))
       throw error(detail::cat("optimizer::step: called with ", sizeof...(Ps), " params, but its state was made for ",
                               states_.size(), "; use one optimizer per set of params"));
@@ -51,9 +45,45 @@ class optimizer {
   }
   // Steps taken so far.
   std::int64_t steps() const { return t_; }
+  // Sets the step count (a resumed run continues from a checkpoint's count).
+  void set_steps(std::int64_t t) {
+    if (t < 0) throw error(detail::cat("optimizer::set_steps: step count ", t, " is negative"));
+    t_ = t;
+  }
+
+  // Calls f(param_index, state_name, state_tensor) for every state tensor of these params (for
+  // checkpoints: saved after a step, loaded into before the next), making the states first where
+  // no step has run yet. The params must be those step() is given, in the same order.
+  template <Tensor... Ps, class F>
+  void for_each_state(std::tuple<Ps&...> params, F&& f) {
+    if (states_.empty()) make_states(params);
+    if (states_.size() != sizeof...(Ps))
+      throw error(detail::cat("optimizer::for_each_state: called with ", sizeof...(Ps),
+                              " params, but its state was made for ", states_.size()));
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (visit_one<Ps>(std::get<I>(params), I, f), ...);
+    }(std::index_sequence_for<Ps...>{});
+  }
 
  private:
   Derived& derived() { return static_cast<Derived&>(*this); }
+  template <Tensor... Ps>
+  void make_states(std::tuple<Ps&...> params) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (states_.push_back({&typeid(Ps), std::make_shared<decltype(derived().init(std::get<I>(params)))>(
+                                           derived().init(std::get<I>(params)))}),
+       ...);
+    }(std::index_sequence_for<Ps...>{});
+  }
+  template <class P, class F>
+  void visit_one(P& p, std::size_t i, F& f) {
+    if (*states_[i].first != typeid(P))
+      throw error(detail::cat("optimizer::for_each_state: param ", i, " is a ", P::type_name(),
+                              ", but the optimizer's state there was made for another type"));
+    using S = decltype(derived().init(p));
+    Derived::visit_state(*static_cast<S*>(states_[i].second.get()),
+                         [&](const char* name, auto& tensor) { f(i, name, tensor); });
+  }
   template <class P>
   void apply_one(P& p, const P& g, std::size_t i) {
     if (*states_[i].first != typeid(P))

@@ -33,6 +33,11 @@ class sgd : public optimizer<sgd> {
   state<P> init(const P& p) const {
     return {P(p.mesh(), p.extents())};
   }
+  // The state's tensors by name (checkpoints).
+  template <Tensor P, class F>
+  static void visit_state(state<P>& s, F&& f) {
+    f("velocity", s.velocity);
+  }
 
   template <Tensor P>
   void update(P& p, const P& g, state<P>& s, std::int64_t t) const {

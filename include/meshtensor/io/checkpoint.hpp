@@ -1,0 +1,211 @@
+#pragma once
+// checkpoints: a directory of safetensors checkpoints, saved atomically, with training state.
+//
+//   mt::io::checkpoints ckpt("run1");                    // a directory (created on first save)
+//   mt::io::tensor_set set;
+//   set.add("w", w).add("b", b);
+//   mt::io::add_optimizer_state(set, adam, std::tie(w, b), {"w", "b"});
+//   ckpt.save(set, step, {{"step", std::to_string(step)}}); // every rank, collective
+//   ...
+//   if (ckpt.current(comm)) auto meta = ckpt.load(set);  // resume, under any layout / rank count
+//
+// Layout on disk:
+//   run1/step-00000020/model.safetensors     a complete checkpoint (io/safetensors.hpp)
+//   run1/latest                              the name of the current one ("step-00000020\n")
+//   run1/.tmp-step-00000040/                 a save in progress (or one a crash interrupted)
+// A save writes into .tmp-<name>/, syncs the file (MPI_File_sync) and the directory, renames it
+// to <name>/ and syncs run1/, then writes latest.tmp, syncs it and renames it over latest (POSIX
+// rename is atomic) and syncs run1/ again; only then are checkpoints beyond the newest `keep`
+// removed, never the current one. A job killed at any moment leaves `latest` naming a complete
+// checkpoint: the previous one until the final rename, the new one after. Leftover .tmp-* are
+// removed by the next save.
+// File system work is rank 0's; its outcome is broadcast and agreed, so errors (io_error naming
+// the path) are raised on every rank alike.
+// MESHTENSOR_CHECKPOINT_TRACE=1 makes rank 0 print each phase of a save on stderr (begin, written,
+// renamed, current, pruned); with it, MESHTENSOR_CHECKPOINT_PAUSE_AT=<phase> makes rank 0 stop 30 s
+// after printing that phase (the kill test kills saves there).
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "safetensors.hpp"
+
+namespace meshtensor::io {
+
+namespace detail {
+inline void trace_phase(int rank, const char* phase, const std::string& name) {
+  if (rank != 0) return;
+  const char* t = std::getenv("MESHTENSOR_CHECKPOINT_TRACE");
+  if (t == nullptr || *t == '\0' || *t == '0') return;
+  std::fprintf(stderr, "checkpoint: %s %s\n", phase, name.c_str());
+  std::fflush(stderr);
+  // The kill test stops a save here, to kill it at a chosen point of its narrow phases.
+  const char* pause = std::getenv("MESHTENSOR_CHECKPOINT_PAUSE_AT");
+  if (pause != nullptr && std::strcmp(pause, phase) == 0) ::sleep(30);
+}
+
+// fsync of a file or directory; throws io_error naming it.
+inline void sync_path(const std::filesystem::path& p, bool directory) {
+  const int fd = ::open(p.c_str(), directory ? (O_RDONLY | O_DIRECTORY) : O_RDONLY);
+  if (fd < 0) throw io_error(cat("cannot open '", p.string(), "' to sync it: ", std::strerror(errno)));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) throw io_error(cat("cannot sync '", p.string(), "': ", std::strerror(err)));
+}
+
+// Runs f on rank 0 of comm; its io_error or filesystem error becomes an io_error on every rank.
+// Returns what f wrote into `out` on rank 0, broadcast.
+template <class F>
+std::string on_root(MPI_Comm comm, F&& f) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  std::string out, problem;
+  if (rank == 0) {
+    try {
+      out = f();
+    } catch (const std::filesystem::filesystem_error& e) {
+      problem = e.what();
+      if (problem.empty()) problem = "file system error";
+    } catch (const std::exception& e) {
+      problem = e.what();
+      if (problem.empty()) problem = "error";
+    }
+  }
+  meshtensor::detail::agree_or_throw<io_error>(comm, problem.empty(), problem);
+  long long n = static_cast<long long>(out.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+  out.resize(static_cast<std::size_t>(n));
+  if (n > 0) MPI_Bcast(out.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+  return out;
+}
+
+inline bool is_checkpoint_name(const std::string& n) { return n.rfind("step-", 0) == 0; }
+}  // namespace detail
+
+class checkpoints {
+ public:
+  // dir: the checkpoint directory. keep: how many complete checkpoints to keep (>= 1).
+  explicit checkpoints(std::string dir, int keep = 2) : dir_(std::move(dir)), keep_(keep) {
+    if (keep_ < 1) throw io_error(detail::cat("checkpoints: keep = ", keep_, "; at least the current one is kept"));
+  }
+  const std::string& directory() const { return dir_; }
+
+  // Saves the set as checkpoint "step-<step>" (8 digits; "-2", "-3", ... if that name is taken) and
+  // makes it current once it is complete and synced. Returns its name. Collective.
+  std::string save(const tensor_set& set, std::int64_t step, const metadata& meta = {}) const {
+    namespace fs = std::filesystem;
+    const MPI_Comm comm = set.comm();
+    int rank = 0;
+    MPI_Comm_rank(comm, &rank);
+    char base[32];
+    std::snprintf(base, sizeof base, "step-%08lld", static_cast<long long>(step));
+    const std::string name = detail::on_root(comm, [&] {
+      fs::create_directories(dir_);
+      for (const auto& d : fs::directory_iterator(dir_))  // saves a crash interrupted
+        if (d.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(d.path());
+      std::string n = base;
+      for (int k = 2; fs::exists(fs::path(dir_) / n); ++k) n = detail::cat(base, "-", k);
+      fs::create_directory(fs::path(dir_) / (".tmp-" + n));
+      return n;
+    });
+    detail::trace_phase(rank, "begin", name);
+    const fs::path tmp = fs::path(dir_) / (".tmp-" + name), final_dir = fs::path(dir_) / name;
+    io::save((tmp / file_name).string(), set, meta);
+    detail::trace_phase(rank, "written", name);
+    detail::on_root(comm, [&] {
+      detail::sync_path(tmp, true);
+      fs::rename(tmp, final_dir);
+      detail::sync_path(dir_, true);
+      detail::trace_phase(0, "renamed", name);
+      const fs::path pointer_tmp = fs::path(dir_) / "latest.tmp";
+      {
+        std::ofstream out(pointer_tmp, std::ios::trunc);
+        out << name << '\n';
+        out.close();
+        if (!out) throw io_error(detail::cat("cannot write '", pointer_tmp.string(), "'"));
+      }
+      detail::sync_path(pointer_tmp, false);
+      fs::rename(pointer_tmp, fs::path(dir_) / "latest");
+      detail::sync_path(dir_, true);
+      detail::trace_phase(0, "current", name);
+      // Beyond the newest `keep`, complete checkpoints go (names sort by step: 8 digits).
+      std::vector<std::string> all;
+      for (const auto& d : fs::directory_iterator(dir_))
+        if (d.is_directory() && detail::is_checkpoint_name(d.path().filename().string()))
+          all.push_back(d.path().filename().string());
+      std::sort(all.begin(), all.end());
+      for (std::size_t i = 0; i + static_cast<std::size_t>(keep_) < all.size(); ++i)
+        if (all[i] != name) fs::remove_all(fs::path(dir_) / all[i]);
+      detail::trace_phase(0, "pruned", name);
+      return std::string();
+    });
+    return name;
+  }
+
+  // The current checkpoint's name, if there is one. Collective over comm.
+  std::optional<std::string> current(MPI_Comm comm) const {
+    const std::string name = detail::on_root(comm, [&] {
+      namespace fs = std::filesystem;
+      const fs::path pointer = fs::path(dir_) / "latest";
+      if (!fs::exists(pointer)) return std::string();
+      std::ifstream in(pointer);
+      std::string n;
+      std::getline(in, n);
+      if (!in || !detail::is_checkpoint_name(n) || n.find('/') != std::string::npos)
+        throw io_error(detail::cat("'", pointer.string(), "' does not name a checkpoint"));
+      if (!fs::exists(fs::path(dir_) / n / file_name))
+        throw io_error(detail::cat("'", pointer.string(), "' names '", n, "', but '",
+                                   (fs::path(dir_) / n / file_name).string(), "' does not exist"));
+      return n;
+    });
+    if (name.empty()) return std::nullopt;
+    return name;
+  }
+
+  // The path of a checkpoint's safetensors file.
+  std::string file_of(const std::string& name) const { return (std::filesystem::path(dir_) / name / file_name).string(); }
+
+  // Loads the current checkpoint into the set (under the tensors' own layouts); returns its
+  // metadata. io_error on every rank if there is none or it does not match. Collective.
+  metadata load(tensor_set& set) const {
+    const auto name = current(set.comm());
+    if (!name)
+      throw io_error(detail::cat("no checkpoint in '", dir_, "' (no '", (std::filesystem::path(dir_) / "latest").string(),
+                                 "')"));
+    return io::load(file_of(*name), set);
+  }
+
+  static constexpr const char* file_name = "model.safetensors";
+
+ private:
+  std::string dir_;
+  int keep_;
+};
+
+// Adds the optimizer's state tensors of these params to the set, as "<prefix><param name>/<state
+// name>" (e.g. "optimizer/w/m"), making the states first where no step has run yet (so a resumed
+// run can load into them before its first step). The step count goes in the metadata separately
+// (optimizer.steps() / set_steps()).
+template <class Opt, Tensor... Ps>
+void add_optimizer_state(tensor_set& set, Opt& opt, std::tuple<Ps&...> params, const std::vector<std::string>& names,
+                         const std::string& prefix = "optimizer/") {
+  if (names.size() != sizeof...(Ps))
+    throw io_error(detail::cat("add_optimizer_state: ", names.size(), " names for ", sizeof...(Ps), " params"));
+  opt.for_each_state(params, [&](std::size_t i, const char* state, auto& tensor) {
+    set.add(detail::cat(prefix, names[i], "/", state), tensor);
+  });
+}
+
+}  // namespace meshtensor::io

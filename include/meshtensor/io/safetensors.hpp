@@ -1,0 +1,574 @@
+#pragma once
+// save / load of named distributed tensors as one safetensors file, by every rank in parallel.
+//
+//   mt::io::tensor_set set;
+//   set.add("embedding", emb).add("w_in", w_in);     // any tensors of one mesh, any layouts
+//   mt::io::save("model.safetensors", set, {{"step", "20"}});
+//   auto meta = mt::io::load("model.safetensors", set); // into the tensors, under their layouts
+//
+// The format is safetensors (Hugging Face): a little-endian u64 header length n, n bytes of JSON
+// ({"name": {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, ...,
+// "__metadata__": {string: string}}, padded with spaces to a multiple of 8), then each tensor's
+// global array, row-major, at its offsets. Python's safetensors and PyTorch read it with no
+// meshtensor code. meshtensor adds one metadata key, "meshtensor.dims": a JSON string mapping each
+// tensor's name to its dim names, checked on load.
+//
+// Writing: rank 0 writes the header; then every processor writes its box of each tensor, as the
+// contiguous runs the box makes in the file's row-major global array (one run when the box spans
+// every dim after its first; otherwise one per row), with MPI-IO at explicit offsets
+// (MPI_File_write_at). Of the processors holding the same box (replicas over the axes that split
+// none of the tensor's dims) only the one at coordinate 0 of those axes writes, so every byte is
+// written once and no tensor is ever gathered anywhere. MPI_File_sync and a barrier end the save
+// (the data is on disk when save returns, on every rank).
+// Why explicit offsets and not a subarray file view with a collective write: Debian bookworm's
+// Open MPI 4.1.4 corrupts collective writes now and then (OMPIO's default fcoll component,
+// open-mpi/ompi#12718, fixed in 4.1.7; seen here at 4 ranks in about one run in ten) and its read
+// data sieving loses values under some views (open-mpi/ompi#10546). Contiguous runs at offsets
+// need no derived datatype, so no MPI-IO version mishandles them, and a row-split tensor is one
+// run per processor.
+// Reading: rank 0 reads and broadcasts the header, every rank checks it alike, then every processor
+// reads only its own box under the tensor's current layout, run by run (MPI_File_read_at): a file
+// written under any layout and rank count loads under any other. All reads land in host buffers
+// first and are copied into the tensors only when every read on every rank succeeded, so a failed
+// load leaves every tensor as it was.
+// Errors are io_error naming the file and the tensor, raised on every rank alike (checks on the
+// header are made on the same bytes everywhere; MPI-IO results are agreed by one allreduce).
+//
+// Needs nlohmann-json (Debian's nlohmann-json3-dev; CMake target meshtensor::io). This header is
+// not part of meshtensor.hpp, so the core stays free of it.
+#include <mpi.h>
+
+#include <Kokkos_Core.hpp>
+#include <bit>
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../error.hpp"
+#include "../runtime/agreement.hpp"
+#include "../tensor/tensor.hpp"
+
+namespace meshtensor::io {
+
+static_assert(std::endian::native == std::endian::little,
+              "meshtensor: safetensors files are little-endian; this host is not");
+
+// The header's "__metadata__": a map of strings (safetensors allows nothing else there).
+using metadata = std::map<std::string, std::string>;
+
+namespace detail {
+using meshtensor::detail::cat;
+
+// safetensors' dtype names.
+template <class T>
+constexpr const char* dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return "F32";
+  else if constexpr (std::is_same_v<T, double>) return "F64";
+  else if constexpr (std::is_same_v<T, std::int32_t>) return "I32";
+  else if constexpr (std::is_same_v<T, std::int64_t>) return "I64";
+  else if constexpr (std::is_same_v<T, std::uint8_t>) return "U8";
+  else if constexpr (std::is_same_v<T, std::int8_t>) return "I8";
+  else if constexpr (std::is_same_v<T, bool>) return "BOOL";
+  else static_assert(sizeof(T) == 0, "meshtensor: no safetensors dtype for this element type");
+}
+inline std::int64_t dtype_size(const std::string& d) {
+  if (d == "F64" || d == "I64" || d == "U64") return 8;
+  if (d == "F32" || d == "I32" || d == "U32") return 4;
+  if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
+  if (d == "I8" || d == "U8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
+  return 0;
+}
+
+inline std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += cat(s.empty() ? "" : ", ", x);
+  return s;
+}
+inline std::string shape_text(const std::vector<std::int64_t>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += cat(i ? ", " : "", v[i]);
+  return s + "]";
+}
+
+// One tensor of a set, type-erased: what save and load need to know of it.
+struct entry {
+  std::string name;
+  std::string dtype;
+  std::int64_t elem_size = 0;
+  std::vector<std::string> dims;
+  std::vector<std::int64_t> shape, offset, extent;  // global extents; this processor's box
+  bool writes = false;                                // this processor writes its box (the first replica)
+  MPI_Comm comm = MPI_COMM_NULL;                      // the mesh's communicator
+  std::function<void(char*)> copy_out;                // the local slice (row-major) to host bytes
+  std::function<void(const char*)> copy_in;           // host bytes to the local slice; empty if const
+  std::int64_t local_elements() const {
+    std::int64_t n = 1;
+    for (auto e : extent) n *= e;
+    return n;
+  }
+  std::int64_t global_bytes() const {
+    std::int64_t n = elem_size;
+    for (auto e : shape) n *= e;
+    return n;
+  }
+};
+
+inline std::string mpi_error_text(int rc) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  return std::string(text, static_cast<std::size_t>(len));
+}
+
+// Every rank passes its own MPI return code; all throw the same io_error if any failed.
+inline void agree_mpi(MPI_Comm comm, int rc, const std::string& what) {
+  meshtensor::detail::agree_or_throw<io_error>(comm, rc == MPI_SUCCESS,
+                                               rc == MPI_SUCCESS ? std::string() : cat(what, ": ", mpi_error_text(rc)));
+}
+
+// An open MPI file, closed (collectively) when it goes.
+struct mpi_file {
+  MPI_File fh = MPI_FILE_NULL;
+  mpi_file() = default;
+  mpi_file(const mpi_file&) = delete;
+  mpi_file& operator=(const mpi_file&) = delete;
+  ~mpi_file() {
+    if (fh != MPI_FILE_NULL) MPI_File_close(&fh);
+  }
+};
+
+// Calls f(file_element, local_element, count) for each contiguous run of e's box in the row-major
+// global array (file_element) and in the row-major local slice (local_element). Runs merge the
+// trailing dims the box spans whole.
+template <class F>
+void for_each_run(const entry& e, F&& f) {
+  const std::size_t R = e.shape.size();
+  if (e.local_elements() == 0) return;
+  // Dims from `inner` on form one run: the box spans each of them whole, except maybe `inner`.
+  std::size_t inner = R;
+  std::int64_t run = 1;
+  while (inner > 0) {
+    --inner;
+    run *= e.extent[inner];
+    if (e.extent[inner] != e.shape[inner]) break;
+  }
+  if (R == 0) {
+    f(0, 0, 1);
+    return;
+  }
+  std::vector<std::int64_t> stride(R, 1);  // of the global array
+  for (std::size_t d = R - 1; d-- > 0;) stride[d] = stride[d + 1] * e.shape[d + 1];
+  std::vector<std::int64_t> idx(inner, 0);  // over the box's outer dims
+  for (std::int64_t local = 0;; local += run) {
+    std::int64_t file = 0;
+    for (std::size_t d = 0; d < R; ++d) file += (e.offset[d] + (d < inner ? idx[d] : 0)) * stride[d];
+    f(file, local, run);
+    std::size_t d = inner;
+    while (d > 0 && ++idx[d - 1] == e.extent[d - 1]) idx[--d] = 0;
+    if (d == 0) return;
+  }
+}
+
+// count bytes at offset of fh, through op (MPI_File_write_at or MPI_File_read_at), in pieces MPI's
+// int counts take; a short transfer is short_error.
+template <class Byte, class Op>
+int transfer_bytes(Op op, MPI_File fh, MPI_Offset offset, Byte* data, std::int64_t count, int short_error) {
+  constexpr std::int64_t piece = std::int64_t{1} << 30;
+  for (std::int64_t done = 0; done < count; done += piece) {
+    const int n = static_cast<int>(std::min(piece, count - done));
+    MPI_Status st;
+    int rc = op(fh, offset + done, data + done, n, MPI_BYTE, &st);
+    int got = 0;
+    if (rc == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &got);
+    if (rc == MPI_SUCCESS && got != n) rc = short_error;
+    if (rc != MPI_SUCCESS) return rc;
+  }
+  return MPI_SUCCESS;
+}
+inline int write_bytes(MPI_File fh, MPI_Offset offset, const char* data, std::int64_t count) {
+  return transfer_bytes(MPI_File_write_at, fh, offset, data, count, MPI_ERR_IO);
+}
+inline int read_bytes(MPI_File fh, MPI_Offset offset, char* data, std::int64_t count) {
+  return transfer_bytes(MPI_File_read_at, fh, offset, data, count, MPI_ERR_TRUNCATE);
+}
+
+}  // namespace detail
+
+// Named tensors to save or load: references to the caller's tensors (load writes into them).
+// Every tensor must live on the same mesh (the same processes, in the same order).
+class tensor_set {
+ public:
+  // Adds t under name. A const tensor can be saved but not loaded into. Names are unique and
+  // must not be "__metadata__" (shape_error otherwise, on every rank alike).
+  template <class T>
+    requires Tensor<T>
+  tensor_set& add(std::string name, T& t) {
+    using TT = std::remove_const_t<T>;
+    using V = typename TT::value_type;
+    if (name.empty() || name == "__metadata__")
+      throw shape_error(detail::cat("tensor_set::add: '", name, "' cannot name a tensor in a safetensors file"));
+    for (const auto& e : entries_)
+      if (e.name == name) throw shape_error(detail::cat("tensor_set::add: the name '", name, "' is already taken"));
+    detail::entry e;
+    e.name = std::move(name);
+    e.dtype = detail::dtype_of<V>();
+    e.elem_size = static_cast<std::int64_t>(sizeof(V));
+    const auto names = TT::dim_names();
+    e.dims.assign(names.begin(), names.end());
+    e.shape.assign(t.extents().begin(), t.extents().end());
+    e.offset.assign(t.offsets().begin(), t.offsets().end());
+    e.extent.assign(t.local_extents().begin(), t.local_extents().end());
+    auto& comm = t.mesh().communicator();
+    e.comm = comm.cart();
+    // The first replica writes: coordinate 0 on every axis that splits none of t's dims.
+    unsigned used = 0;
+    for (const auto& s : TT::splits) used |= s.mask();
+    e.writes = true;
+    for (std::size_t a = 0; a < comm.coords().size(); ++a)
+      if (!(used & (1u << a)) && comm.coords()[a] != 0) e.writes = false;
+    auto view = t.view();
+    const std::size_t bytes = static_cast<std::size_t>(t.local_size()) * sizeof(V);
+    e.copy_out = [view, bytes](char* dst) {
+      auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, view);
+      if (bytes) std::memcpy(dst, host.data(), bytes);
+    };
+    if constexpr (!std::is_const_v<T>)
+      e.copy_in = [view, bytes](const char* src) {
+        auto host = Kokkos::create_mirror_view(view);
+        if (bytes) std::memcpy(host.data(), src, bytes);
+        Kokkos::deep_copy(view, host);
+      };
+    entries_.push_back(std::move(e));
+    return *this;
+  }
+
+  const std::vector<detail::entry>& entries() const { return entries_; }
+  bool empty() const { return entries_.empty(); }
+  std::size_t size() const { return entries_.size(); }
+  // The communicator the set's tensors live on.
+  MPI_Comm comm() const {
+    if (entries_.empty()) throw io_error("tensor_set: the set is empty; add a tensor first");
+    return entries_.front().comm;
+  }
+  // Bytes of every tensor's global array.
+  std::int64_t global_bytes() const {
+    std::int64_t n = 0;
+    for (const auto& e : entries_) n += e.global_bytes();
+    return n;
+  }
+
+ private:
+  std::vector<detail::entry> entries_;
+};
+
+namespace detail {
+// The header's JSON for the set, in the set's order, with metadata, and every tensor's offset.
+inline std::string header_for(const tensor_set& set, const metadata& meta, std::vector<std::int64_t>& begins) {
+  nlohmann::json h = nlohmann::json::object(), dims = nlohmann::json::object();
+  std::int64_t at = 0;
+  begins.clear();
+  for (const auto& e : set.entries()) {
+    begins.push_back(at);
+    h[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {at, at + e.global_bytes()}}};
+    dims[e.name] = e.dims;
+    at += e.global_bytes();
+  }
+  nlohmann::json m(meta);
+  m["meshtensor.dims"] = dims.dump();
+  h["__metadata__"] = m;
+  std::string text = h.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  return text;
+}
+
+inline void check_same_mesh(const tensor_set& set, const std::string& path) {
+  for (const auto& e : set.entries()) {
+    int result = MPI_UNEQUAL;
+    MPI_Comm_compare(set.comm(), e.comm, &result);
+    if (result != MPI_IDENT && result != MPI_CONGRUENT)
+      throw io_error(cat("'", path, "': tensor '", e.name, "' lives on other processes than tensor '",
+                         set.entries().front().name, "'; a file holds the tensors of one mesh"));
+  }
+}
+}  // namespace detail
+
+// Writes the set to path (created or replaced), every rank its own boxes, in parallel. Collective
+// over the set's mesh. The data is synced to disk when it returns. For a checkpoint that must
+// survive a crash mid-write, use checkpoints::save (io/checkpoint.hpp), which writes beside the
+// last one and switches only when complete.
+inline void save(const std::string& path, const tensor_set& set, const metadata& meta = {}) {
+  using detail::cat;
+  const MPI_Comm comm = set.comm();
+  detail::check_same_mesh(set, path);
+  if (meta.count("meshtensor.dims"))
+    throw io_error(cat("'", path, "': the metadata key 'meshtensor.dims' is meshtensor's own"));
+  std::vector<std::int64_t> begins;
+  const std::string header = detail::header_for(set, meta, begins);
+  const MPI_Offset data_start = 8 + static_cast<MPI_Offset>(header.size());
+
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  // Truncate: a longer file of the same name would otherwise keep its tail.
+  int rc = MPI_SUCCESS;
+  if (rank == 0) {
+    rc = MPI_File_delete(path.c_str(), MPI_INFO_NULL);
+    if (rc != MPI_SUCCESS) {
+      int cls = 0;
+      MPI_Error_class(rc, &cls);
+      if (cls == MPI_ERR_NO_SUCH_FILE) rc = MPI_SUCCESS;
+    }
+  }
+  detail::agree_mpi(comm, rc, cat("cannot replace '", path, "'"));
+  detail::mpi_file f;
+  rc = MPI_File_open(comm, path.c_str(), MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &f.fh);
+  detail::agree_mpi(comm, rc, cat("cannot create '", path, "'"));
+
+  if (rank == 0) {
+    std::uint64_t n = header.size();
+    unsigned char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+    MPI_Status st;
+    rc = MPI_File_write_at(f.fh, 0, len, 8, MPI_BYTE, &st);
+    if (rc == MPI_SUCCESS)
+      rc = MPI_File_write_at(f.fh, 8, header.data(), static_cast<int>(header.size()), MPI_BYTE, &st);
+  }
+  detail::agree_mpi(comm, rc, cat("cannot write the header of '", path, "'"));
+
+  // Each writer its runs, independently; the first failure's message is agreed after all.
+  std::string problem;
+  for (std::size_t i = 0; i < set.entries().size() && problem.empty(); ++i) {
+    const auto& e = set.entries()[i];
+    if (!e.writes || e.local_elements() == 0) continue;
+    std::vector<char> local(static_cast<std::size_t>(e.local_elements() * e.elem_size));
+    e.copy_out(local.data());
+    detail::for_each_run(e, [&](std::int64_t file, std::int64_t at, std::int64_t n) {
+      if (rc != MPI_SUCCESS) return;
+      rc = detail::write_bytes(f.fh, data_start + begins[i] + file * e.elem_size, local.data() + at * e.elem_size,
+                               n * e.elem_size);
+    });
+    if (rc != MPI_SUCCESS) problem = cat("cannot write tensor '", e.name, "' to '", path, "': ", detail::mpi_error_text(rc));
+  }
+  meshtensor::detail::agree_or_throw<io_error>(comm, problem.empty(), problem);
+  rc = MPI_File_sync(f.fh);
+  // The agreement is also the barrier after the sync: when save returns on any rank, every rank's
+  // data is on disk.
+  detail::agree_mpi(comm, rc, cat("cannot sync '", path, "' to disk"));
+  rc = MPI_File_close(&f.fh);
+  detail::agree_mpi(comm, rc, cat("cannot close '", path, "'"));
+}
+
+namespace detail {
+// The header of path, read by rank 0 and broadcast, parsed and checked the same way on every rank:
+// its JSON, and the size of the data that follows it.
+struct parsed_header {
+  nlohmann::json json;
+  std::int64_t data_start = 0, data_size = 0;
+};
+
+inline parsed_header read_header(MPI_File fh, MPI_Comm comm, const std::string& path) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Offset file_size = 0;
+  int rc = MPI_File_get_size(fh, &file_size);
+  agree_mpi(comm, rc, cat("cannot read the size of '", path, "'"));
+  // Rank 0 reads; problem is its message when the file cannot hold a header.
+  std::string header, problem;
+  if (rank == 0) {
+    MPI_Status st;
+    unsigned char len[8] = {};
+    if (file_size < 8) {
+      problem = cat("'", path, "' is truncated: ", file_size, " bytes, fewer than the 8 of the header length");
+    } else if ((rc = MPI_File_read_at(fh, 0, len, 8, MPI_BYTE, &st)) != MPI_SUCCESS) {
+      problem = cat("cannot read '", path, "': ", mpi_error_text(rc));
+    } else {
+      std::uint64_t n = 0;
+      for (int i = 0; i < 8; ++i) n |= static_cast<std::uint64_t>(len[i]) << (8 * i);
+      constexpr std::uint64_t max_header = 100'000'000;  // safetensors' own limit
+      if (n > max_header)
+        problem = cat("'", path, "' is not a safetensors file: its header length ", n, " is above the format's limit of ",
+                      max_header, " bytes");
+      else if (n > static_cast<std::uint64_t>(file_size) - 8)
+        problem = cat("'", path, "' is truncated: its header length is ", n, " bytes, but only ", file_size - 8,
+                      " bytes follow the length");
+      else {
+        header.resize(n);
+        if (n && (rc = MPI_File_read_at(fh, 8, header.data(), static_cast<int>(n), MPI_BYTE, &st)) != MPI_SUCCESS)
+          problem = cat("cannot read the header of '", path, "': ", mpi_error_text(rc));
+      }
+    }
+  }
+  meshtensor::detail::agree_or_throw<io_error>(comm, problem.empty(), problem);
+  long long n = static_cast<long long>(header.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, 0, comm);
+  header.resize(static_cast<std::size_t>(n));
+  if (n > 0) MPI_Bcast(header.data(), static_cast<int>(n), MPI_CHAR, 0, comm);
+
+  parsed_header h;
+  h.data_start = 8 + n;
+  h.data_size = static_cast<std::int64_t>(file_size) - h.data_start;
+  try {
+    h.json = nlohmann::json::parse(header);
+  } catch (const nlohmann::json::exception& e) {
+    throw io_error(cat("'", path, "': the header is not valid JSON (", e.what(), ")"));
+  }
+  if (!h.json.is_object()) throw io_error(cat("'", path, "': the header is not a JSON object"));
+  // Every tensor entry, requested or not: a corrupt entry means a corrupt file.
+  for (const auto& [name, t] : h.json.items()) {
+    if (name == "__metadata__") {
+      if (!t.is_object()) throw io_error(cat("'", path, "': __metadata__ is not an object"));
+      for (const auto& [k, v] : t.items())
+        if (!v.is_string()) throw io_error(cat("'", path, "': __metadata__ value of '", k, "' is not a string"));
+      continue;
+    }
+    const auto bad = [&](const std::string& why) { return io_error(cat("'", path, "': tensor '", name, "': ", why)); };
+    if (!t.is_object() || !t.contains("dtype") || !t.contains("shape") || !t.contains("data_offsets"))
+      throw bad("its entry lacks dtype, shape or data_offsets");
+    if (!t["dtype"].is_string() || dtype_size(t["dtype"].get<std::string>()) == 0)
+      throw bad(cat("unknown dtype ", t["dtype"].dump()));
+    if (!t["shape"].is_array()) throw bad("shape is not an array");
+    std::int64_t bytes = dtype_size(t["dtype"].get<std::string>());
+    for (const auto& x : t["shape"]) {
+      if (!x.is_number_unsigned() || x.get<std::uint64_t>() > (std::uint64_t{1} << 40))
+        throw bad(cat("shape ", t["shape"].dump(), " holds something other than an extent"));
+      const auto ext = x.get<std::int64_t>();
+      if (ext != 0 && bytes > (std::int64_t{1} << 60) / ext) throw bad(cat("shape ", t["shape"].dump(), " is too large"));
+      bytes *= ext;
+    }
+    const auto& off = t["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned())
+      throw bad(cat("data_offsets ", off.dump(), " are not two offsets"));
+    const auto b = off[0].get<std::uint64_t>(), en = off[1].get<std::uint64_t>();
+    if (b > en || en > static_cast<std::uint64_t>(h.data_size))
+      throw bad(cat("data_offsets [", b, ", ", en, "] lie outside the ", h.data_size, " bytes of data in the file",
+                    en > static_cast<std::uint64_t>(h.data_size) ? " (truncated?)" : ""));
+    if (static_cast<std::int64_t>(en - b) != bytes)
+      throw bad(cat("data_offsets [", b, ", ", en, "] hold ", en - b, " bytes, but dtype ", t["dtype"].get<std::string>(),
+                    " and shape ", t["shape"].dump(), " need ", bytes));
+  }
+  return h;
+}
+}  // namespace detail
+
+// What a safetensors file holds: its tensors' dtypes, global shapes and (where meshtensor wrote
+// it) dim names, and its metadata (without meshtensor's own key).
+struct tensor_info {
+  std::string dtype;
+  std::vector<std::int64_t> shape;
+  std::vector<std::string> dims;  // empty where the file does not record them
+};
+struct file_info {
+  std::map<std::string, tensor_info> tensors;
+  metadata meta;
+};
+
+namespace detail {
+inline file_info info_of(const parsed_header& h, const std::string& path) {
+  file_info info;
+  nlohmann::json dims = nlohmann::json::object();
+  if (h.json.contains("__metadata__"))
+    for (const auto& [k, v] : h.json["__metadata__"].items()) {
+      if (k != "meshtensor.dims") {
+        info.meta[k] = v.get<std::string>();
+        continue;
+      }
+      try {
+        dims = nlohmann::json::parse(v.get<std::string>());
+      } catch (const nlohmann::json::exception& e) {
+        throw io_error(cat("'", path, "': metadata 'meshtensor.dims' is not valid JSON (", e.what(), ")"));
+      }
+      if (!dims.is_object()) throw io_error(cat("'", path, "': metadata 'meshtensor.dims' is not a JSON object"));
+    }
+  for (const auto& [name, t] : h.json.items()) {
+    if (name == "__metadata__") continue;
+    tensor_info ti;
+    ti.dtype = t["dtype"].get<std::string>();
+    ti.shape = t["shape"].get<std::vector<std::int64_t>>();
+    if (dims.contains(name)) {
+      const auto& d = dims[name];
+      if (!d.is_array() || d.size() != ti.shape.size())
+        throw io_error(cat("'", path, "': tensor '", name, "': recorded dims ", d.dump(), " do not fit shape ",
+                           shape_text(ti.shape)));
+      for (const auto& x : d) {
+        if (!x.is_string()) throw io_error(cat("'", path, "': tensor '", name, "': recorded dims ", d.dump(), " are not names"));
+        ti.dims.push_back(x.get<std::string>());
+      }
+    }
+    info.tensors.emplace(name, std::move(ti));
+  }
+  return info;
+}
+}  // namespace detail
+
+// Reads path's header (rank 0 reads, all check alike). Collective over comm.
+inline file_info inspect(const std::string& path, MPI_Comm comm) {
+  detail::mpi_file f;
+  const int rc = MPI_File_open(comm, path.c_str(), MPI_MODE_RDONLY, MPI_INFO_NULL, &f.fh);
+  detail::agree_mpi(comm, rc, detail::cat("cannot open '", path, "'"));
+  return detail::info_of(detail::read_header(f.fh, comm, path), path);
+}
+
+// Reads the set's tensors from path into the tensors, each processor only its own box under the
+// tensor's layout (any layout and rank count may have written it). Checks, for every tensor of
+// the set, that the file holds it with the same dtype, global extents and (where recorded) dim
+// names; returns the file's metadata (without meshtensor's own key). Collective over the set's
+// mesh. On any error no tensor is changed.
+inline metadata load(const std::string& path, tensor_set& set) {
+  using detail::cat;
+  const MPI_Comm comm = set.comm();
+  detail::check_same_mesh(set, path);
+  for (const auto& e : set.entries()) {
+    if (!e.copy_in) throw io_error(cat("'", path, "': tensor '", e.name, "' was added as const; it cannot be loaded into"));
+  }
+  detail::mpi_file f;
+  int rc = MPI_File_open(comm, path.c_str(), MPI_MODE_RDONLY, MPI_INFO_NULL, &f.fh);
+  detail::agree_mpi(comm, rc, cat("cannot open '", path, "'"));
+  const auto h = detail::read_header(f.fh, comm, path);
+
+  const auto info = detail::info_of(h, path);
+  std::vector<std::string> in_file;
+  for (const auto& [name, t] : info.tensors) in_file.push_back(name);
+  const auto& entries = set.entries();
+  for (const auto& e : entries) {
+    const auto it = info.tensors.find(e.name);
+    if (it == info.tensors.end())
+      throw io_error(cat("'", path, "' holds no tensor '", e.name, "' (it holds: ", detail::join(in_file), ")"));
+    const auto& t = it->second;
+    if (t.dtype != e.dtype)
+      throw io_error(cat("'", path, "': tensor '", e.name, "' is ", t.dtype, " in the file, but the tensor loaded into is ",
+                         e.dtype));
+    if (t.shape != e.shape)
+      throw io_error(cat("'", path, "': tensor '", e.name, "' has shape ", detail::shape_text(t.shape),
+                         " in the file, but the tensor loaded into has ", detail::shape_text(e.shape), " (dims ",
+                         detail::join(e.dims), ")"));
+    if (!t.dims.empty() && t.dims != e.dims)
+      throw io_error(cat("'", path, "': tensor '", e.name, "' has dims [", detail::join(t.dims),
+                         "] in the file, but the tensor loaded into has [", detail::join(e.dims), "]"));
+  }
+
+  // Read every box into host buffers; copy into the tensors only when all reads succeeded.
+  std::vector<std::vector<char>> buffers(entries.size());
+  std::string problem;
+  for (std::size_t i = 0; i < entries.size() && problem.empty(); ++i) {
+    const auto& e = entries[i];
+    buffers[i].resize(static_cast<std::size_t>(e.local_elements() * e.elem_size));
+    const auto begin = h.json[e.name]["data_offsets"][0].get<std::int64_t>();
+    detail::for_each_run(e, [&](std::int64_t file, std::int64_t at, std::int64_t n) {
+      if (rc != MPI_SUCCESS) return;
+      rc = detail::read_bytes(f.fh, h.data_start + begin + file * e.elem_size, buffers[i].data() + at * e.elem_size,
+                              n * e.elem_size);
+    });
+    if (rc != MPI_SUCCESS) problem = cat("cannot read tensor '", e.name, "' from '", path, "': ", detail::mpi_error_text(rc));
+  }
+  meshtensor::detail::agree_or_throw<io_error>(comm, problem.empty(), problem);
+  for (std::size_t i = 0; i < entries.size(); ++i) entries[i].copy_in(buffers[i].data());
+  return info.meta;
+}
+
+}  // namespace meshtensor::io

@@ -1,0 +1,369 @@
+// Checkpoints (io/safetensors.hpp, io/checkpoint.hpp): a tensor saved under one layout loads
+// under every other, on meshes [P] and [2x2] (or [P x 1]), with even and uneven extents; the bytes
+// on disk are the global row-major array whatever the layout; bad files are io_errors on every
+// rank naming the file and the tensor, and leave the tensors as they were; optimizer state and the
+// step count survive a round trip; the checkpoint directory keeps `keep` checkpoints and a
+// `latest` pointer.
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <meshtensor/io/checkpoint.hpp>
+#include <test_support.hpp>
+
+using namespace tst;
+namespace mt = meshtensor;
+namespace io = meshtensor::io;
+namespace fs = std::filesystem;
+using Catch::Matchers::ContainsSubstring;
+
+namespace {
+// A directory every rank agrees on (rank 0's name, broadcast), removed at the end.
+std::string shared_dir(const std::string& tag) {
+  std::string d;
+  if (world_rank() == 0) {
+    d = (fs::temp_directory_path() / ("meshtensor-ckpt-" + tag + "-" + std::to_string(::getpid()))).string();
+    fs::remove_all(d);
+    fs::create_directories(d);
+  }
+  int n = static_cast<int>(d.size());
+  MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  d.resize(static_cast<std::size_t>(n));
+  MPI_Bcast(d.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return d;
+}
+void remove_dir(const std::string& d) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (world_rank() == 0) fs::remove_all(d);
+}
+
+// The global array i * 0.25 - 3: distinct, exact in float and double.
+template <class T>
+std::vector<T> values(std::int64_t n) {
+  std::vector<T> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) v[static_cast<std::size_t>(i)] = static_cast<T>(0.25 * static_cast<double>(i) - 3);
+  return v;
+}
+
+// Every rank must throw io_error with all these in its message; the allreduce proves none hangs.
+template <class F>
+void require_io_error_everywhere(F&& f, const std::vector<std::string>& needles) {
+  int threw = 0;
+  try {
+    f();
+  } catch (const mt::io_error& e) {
+    threw = 1;
+    for (const auto& n : needles) REQUIRE_THAT(std::string(e.what()), ContainsSubstring(n));
+  }
+  int all = 0;
+  MPI_Allreduce(&threw, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  REQUIRE(all == 1);
+}
+
+// Saves x under layout From, then loads it into a tensor under every layout of Tos: equal, and
+// the file's bytes are the row-major global array (read back with plain C++).
+template <class M, class From, class Tos>
+void round_trips(const M& m, const std::string& dir, const std::array<std::int64_t, 2>& ext) {
+  using X = mt::tensor<float, From, i_, j_>;
+  const auto host = values<float>(ext[0] * ext[1]);
+  const auto x = mt::from_host<X>(m, ext, host);
+  io::tensor_set out;
+  out.add("x", x);
+  const std::string path = dir + "/x.safetensors";
+  io::save(path, out, {{"note", "round trip"}});
+  // Rank 0 reads the file back with plain C++; every rank checks its verdict (a REQUIRE failing
+  // on one rank only would leave the others waiting in the next collective).
+  std::string file_problem;
+  if (world_rank() == 0) {
+    std::ifstream in(path, std::ios::binary);
+    std::uint64_t n = 0;
+    in.read(reinterpret_cast<char*>(&n), 8);
+    std::string header(n, ' ');
+    in.read(header.data(), static_cast<std::streamsize>(n));
+    std::vector<float> data(host.size());
+    in.read(reinterpret_cast<char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(float)));
+    if (n % 8 != 0) file_problem = "header length not a multiple of 8";
+    else if (header.find("\"dtype\":\"F32\"") == std::string::npos || header.find("\"note\":\"round trip\"") == std::string::npos)
+      file_problem = "header lacks the dtype or the metadata: " + header;
+    else if (in.gcount() != static_cast<std::streamsize>(data.size() * sizeof(float)) || data != host)
+      file_problem = "the data is not the row-major global array";
+    else if (fs::file_size(path) != 8 + n + host.size() * sizeof(float))
+      file_problem = "the file has bytes beyond the data";
+  }
+  int len = static_cast<int>(file_problem.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  file_problem.resize(static_cast<std::size_t>(len));
+  MPI_Bcast(file_problem.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
+  INFO("written under " << layout_name<From>());
+  REQUIRE(file_problem == "");
+  for_each_type(Tos{}, [&]<class To>() {
+    INFO("from " << layout_name<From>() << " to " << layout_name<To>());
+    using Y = mt::tensor<float, To, i_, j_>;
+    Y y(m, ext);
+    io::tensor_set in;
+    in.add("x", y);
+    const auto meta = io::load(path, in);
+    REQUIRE(meta.at("note") == "round trip");
+    REQUIRE(meta.count("meshtensor.dims") == 0);
+    REQUIRE(mt::gather_all(y) == host);
+  });
+}
+}  // namespace
+
+TEST_CASE("a tensor saved under any layout loads under every layout, even and uneven extents", "[checkpoint]") {
+  const auto dir = shared_dir("layouts");
+  // Even (8 x 12), and uneven over 2, 3, 4 parts with one dim (3) smaller than 4 parts.
+  const auto ext = GENERATE(std::array<std::int64_t, 2>{8, 12}, std::array<std::int64_t, 2>{13, 3});
+  INFO("extents " << ext[0] << " x " << ext[1]);
+  SECTION("mesh [P]") {
+    using Ls = line_layouts<line, i_, j_>;
+    for_each_type(Ls{}, [&]<class From>() { round_trips<line, From, Ls>(world_line(), dir, ext); });
+  }
+  SECTION("mesh [2x2] (or [P x 1])") {
+    using Ls = grid_layouts<i_, j_>;
+    for_each_type(Ls{}, [&]<class From>() { round_trips<grid, From, Ls>(world_grid(), dir, ext); });
+  }
+  remove_dir(dir);
+}
+
+TEST_CASE("several tensors and dtypes in one file; scalars and empty tensors", "[checkpoint]") {
+  const auto dir = shared_dir("dtypes");
+  const auto g = world_grid();
+  using L = mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>;
+  auto a = mt::from_host<mt::tensor<double, L, i_, j_>>(g, {5, 7}, values<double>(35));
+  auto b = mt::from_host<mt::tensor<std::int32_t, L, j_>>(g, {7}, std::vector<std::int32_t>{1, -2, 3, -4, 5, -6, 7});
+  auto s = mt::from_host<mt::tensor<float, L>>(g, {}, std::vector<float>{42.5f});
+  auto e = mt::tensor<float, L, i_, k_>(g, {0, 3});
+  io::tensor_set out;
+  out.add("a", a).add("b", b).add("scalar", s).add("empty", e);
+  io::save(dir + "/m.safetensors", out);
+
+  using L2 = mt::layout<grid, mt::split<j_, r_, c_>>;
+  mt::tensor<double, L2, i_, j_> a2(g, {5, 7});
+  mt::tensor<std::int32_t, L2, j_> b2(g, {7});
+  mt::tensor<float, L2> s2(g, {});
+  mt::tensor<float, L2, i_, k_> e2(g, {0, 3});
+  io::tensor_set in;
+  in.add("scalar", s2).add("b", b2).add("a", a2).add("empty", e2);  // any order
+  io::load(dir + "/m.safetensors", in);
+  REQUIRE(mt::gather_all(a2) == values<double>(35));
+  REQUIRE(mt::gather_all(b2) == std::vector<std::int32_t>{1, -2, 3, -4, 5, -6, 7});
+  REQUIRE(mt::gather_all(s2) == std::vector<float>{42.5f});
+  // A subset loads too.
+  mt::tensor<std::int32_t, L, j_> b3(g, {7});
+  io::tensor_set only_b;
+  only_b.add("b", b3);
+  io::load(dir + "/m.safetensors", only_b);
+  REQUIRE(mt::gather_all(b3) == mt::gather_all(b));
+  // Names: unique, not __metadata__.
+  REQUIRE_THROWS_AS(only_b.add("b", b3), mt::shape_error);
+  REQUIRE_THROWS_AS(only_b.add("__metadata__", b3), mt::shape_error);
+  remove_dir(dir);
+}
+
+TEST_CASE("bad files and mismatches are io_errors on every rank, naming file and tensor; tensors unchanged",
+          "[checkpoint]") {
+  const auto dir = shared_dir("bad");
+  const auto g = world_grid();
+  using L = mt::layout<grid, mt::split<i_, r_, c_>>;
+  using X = mt::tensor<float, L, i_, j_>;
+  const auto host = values<float>(6 * 4);
+  auto x = mt::from_host<X>(g, {6, 4}, host);
+  auto y = mt::from_host<mt::tensor<float, L, i_>>(g, {6}, values<float>(6));
+  io::tensor_set out;
+  out.add("x", x).add("y", y);
+  const std::string good = dir + "/good.safetensors";
+  io::save(good, out);
+  const auto size = fs::file_size(good);
+
+  // The target: its values must survive every failed load.
+  const auto before = values<float>(24);
+  auto target = mt::from_host<X>(g, {6, 4}, std::vector<float>(24, 7.0f));
+  auto target_y = mt::from_host<mt::tensor<float, L, i_>>(g, {6}, std::vector<float>(6, 7.0f));
+  auto expect_fail = [&](const std::string& path, const std::vector<std::string>& needles) {
+    io::tensor_set in;
+    in.add("y", target_y).add("x", target);
+    require_io_error_everywhere([&] { io::load(path, in); }, needles);
+    REQUIRE(mt::gather_all(target) == std::vector<float>(24, 7.0f));
+    REQUIRE(mt::gather_all(target_y) == std::vector<float>(6, 7.0f));
+  };
+  // Rank 0 writes a damaged copy; the others wait for it.
+  auto damaged = [&](const std::string& name, auto&& damage) {
+    const std::string p = dir + "/" + name;
+    if (world_rank() == 0) {
+      fs::copy_file(good, p, fs::copy_options::overwrite_existing);
+      damage(p);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return p;
+  };
+  auto header_of = [&](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::uint64_t n = 0;
+    in.read(reinterpret_cast<char*>(&n), 8);
+    std::string h(n, ' ');
+    in.read(h.data(), static_cast<std::streamsize>(n));
+    return h;
+  };
+  // Rewrites the file with one text of its header replaced (the length updated, the data kept).
+  auto edit_header = [&](const std::string& from, const std::string& to) {
+    return [=](const std::string& p) {
+      std::string h = header_of(p);
+      const auto data_at = 8 + h.size();
+      const auto at = h.find(from);
+      REQUIRE(at != std::string::npos);
+      h.replace(at, from.size(), to);
+      std::string data;
+      {
+        std::ifstream in(p, std::ios::binary);
+        in.seekg(static_cast<std::streamoff>(data_at));
+        data.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+      }
+      std::ofstream f(p, std::ios::binary | std::ios::trunc);
+      const std::uint64_t n = h.size();
+      f.write(reinterpret_cast<const char*>(&n), 8);
+      f.write(h.data(), static_cast<std::streamsize>(h.size()));
+      f.write(data.data(), static_cast<std::streamsize>(data.size()));
+    };
+  };
+
+  SECTION("missing file") { expect_fail(dir + "/none.safetensors", {"none.safetensors"}); }
+  SECTION("truncated data") {
+    const auto p = damaged("short.safetensors", [&](const std::string& q) { fs::resize_file(q, size - 5); });
+    expect_fail(p, {"short.safetensors", "truncated"});
+  }
+  SECTION("truncated inside the length") {
+    const auto p = damaged("tiny.safetensors", [&](const std::string& q) { fs::resize_file(q, 5); });
+    expect_fail(p, {"tiny.safetensors", "truncated: 5 bytes"});
+  }
+  SECTION("header length past the end") {
+    const auto p = damaged("len.safetensors", [&](const std::string& q) {
+      std::fstream f(q, std::ios::binary | std::ios::in | std::ios::out);
+      const std::uint64_t n = 1u << 20;
+      f.write(reinterpret_cast<const char*>(&n), 8);
+    });
+    expect_fail(p, {"len.safetensors", "header length is 1048576"});
+  }
+  SECTION("header not JSON") {
+    const auto p = damaged("json.safetensors", edit_header("{\"", "[["));
+    expect_fail(p, {"json.safetensors", "not valid JSON"});
+  }
+  SECTION("offsets past the end") {
+    const auto p = damaged("offsets.safetensors", edit_header("\"data_offsets\":[0,96]", "\"data_offsets\":[900,996]"));
+    expect_fail(p, {"offsets.safetensors", "tensor 'x'", "outside"});
+  }
+  SECTION("missing tensor") {
+    io::tensor_set in;
+    in.add("z", target);
+    require_io_error_everywhere([&] { io::load(good, in); }, {"good.safetensors", "no tensor 'z'", "x, y"});
+  }
+  SECTION("another dtype") {
+    auto d = mt::tensor<double, L, i_, j_>(g, {6, 4});
+    io::tensor_set in;
+    in.add("x", d);
+    require_io_error_everywhere([&] { io::load(good, in); }, {"good.safetensors", "tensor 'x' is F32", "F64"});
+  }
+  SECTION("another extent") {
+    auto d = X(g, {6, 5});
+    io::tensor_set in;
+    in.add("x", d);
+    require_io_error_everywhere([&] { io::load(good, in); }, {"tensor 'x' has shape [6, 4]", "[6, 5]", "dims i, j"});
+  }
+  SECTION("another dim name") {
+    auto d = mt::tensor<float, L, i_, k_>(g, {6, 4});
+    io::tensor_set in;
+    in.add("x", d);
+    require_io_error_everywhere([&] { io::load(good, in); }, {"tensor 'x' has dims [i, j] in the file", "[i, k]"});
+  }
+  SECTION("a const tensor cannot be loaded into") {
+    const X c(g, {6, 4});
+    io::tensor_set in;
+    in.add("x", c);
+    require_io_error_everywhere([&] { io::load(good, in); }, {"tensor 'x' was added as const"});
+  }
+  SECTION("the good file still loads") {
+    io::tensor_set in;
+    in.add("y", target_y).add("x", target);
+    io::load(good, in);
+    REQUIRE(mt::gather_all(target) == before);
+  }
+  remove_dir(dir);
+}
+
+TEST_CASE("optimizer state and step count round-trip; a resumed optimizer continues exactly", "[checkpoint]") {
+  const auto dir = shared_dir("optim");
+  const auto g = world_grid();
+  using L = mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>;
+  using L2 = mt::layout<grid, mt::split<j_, r_, c_>>;
+  // Runs `steps` Adafactor (factored, momentum) steps on w from a fixed start with fixed grads.
+  auto run = [&]<class LL>(mt::tensor<double, LL, i_, j_>& w, mt::optim::adafactor& opt, int from, int to) {
+    for (int t = from; t < to; ++t)
+      opt.step(std::tie(w), std::tuple{mt::random_normal<mt::tensor<double, LL, i_, j_>>(g, {5, 7}, 100 + t)});
+  };
+  const mt::optim::adafactor::config cfg{.lr = 0.01, .beta1 = 0.9};
+  auto w_all = mt::random_normal<mt::tensor<double, L, i_, j_>>(g, {5, 7}, 1);
+  mt::optim::adafactor all(cfg);
+  run(w_all, all, 0, 6);
+
+  auto w = mt::random_normal<mt::tensor<double, L, i_, j_>>(g, {5, 7}, 1);
+  mt::optim::adafactor first(cfg);
+  run(w, first, 0, 3);
+  io::checkpoints ckpt(dir + "/run", 2);
+  {
+    io::tensor_set set;
+    set.add("w", w);
+    io::add_optimizer_state(set, first, std::tie(w), {"w"});
+    REQUIRE(set.size() == 4);  // w, vr, vc, m
+    ckpt.save(set, first.steps(), {{"optimizer.steps", std::to_string(first.steps())}});
+  }
+  // Resume under another layout, from a fresh optimizer.
+  mt::tensor<double, L2, i_, j_> w2(g, {5, 7});
+  mt::optim::adafactor second(cfg);
+  io::tensor_set set;
+  set.add("w", w2);
+  io::add_optimizer_state(set, second, std::tie(w2), {"w"});
+  const auto meta = ckpt.load(set);
+  second.set_steps(std::stoll(meta.at("optimizer.steps")));
+  REQUIRE(second.steps() == 3);
+  run(w2, second, 3, 6);
+  REQUIRE(max_rel_error(mt::gather_all(w2), mt::gather_all(w_all)) < 1e-12);
+  REQUIRE(max_rel_error(mt::gather_all(w2), mt::gather_all(w)) > 1e-6);  // the three steps did move it
+  remove_dir(dir);
+}
+
+TEST_CASE("the checkpoint directory: latest names the newest complete one, keep prunes older ones",
+          "[checkpoint]") {
+  const auto dir = shared_dir("dir") + "/run";
+  const auto g = world_line();
+  using L = mt::layout<line, mt::split<i_, x_>>;
+  auto x = mt::from_host<mt::tensor<float, L, i_>>(g, {9}, values<float>(9));
+  io::checkpoints ckpt(dir, 2);
+  REQUIRE(!ckpt.current(MPI_COMM_WORLD));
+  {
+    io::tensor_set in;
+    in.add("x", x);
+    require_io_error_everywhere([&] { ckpt.load(in); }, {"no checkpoint in", "latest"});
+  }
+  io::tensor_set set;
+  set.add("x", x);
+  // A leftover of an interrupted save is cleared by the next save.
+  if (world_rank() == 0) fs::create_directories(dir + "/.tmp-step-00000009");
+  MPI_Barrier(MPI_COMM_WORLD);
+  REQUIRE(ckpt.save(set, 10) == "step-00000010");
+  REQUIRE(ckpt.save(set, 20) == "step-00000020");
+  REQUIRE(ckpt.save(set, 20) == "step-00000020-2");  // a name taken: never overwritten
+  REQUIRE(ckpt.save(set, 30) == "step-00000030");
+  REQUIRE(*ckpt.current(MPI_COMM_WORLD) == "step-00000030");
+  std::vector<std::string> names;  // what every rank sees (one file system)
+  for (const auto& d : fs::directory_iterator(dir)) names.push_back(d.path().filename().string());
+  std::sort(names.begin(), names.end());
+  REQUIRE(names == std::vector<std::string>{"latest", "step-00000020-2", "step-00000030"});
+  // A latest that names something missing is an error, not a silent fresh start.
+  if (world_rank() == 0) {
+    std::ofstream(dir + "/latest") << "step-00000099\n";
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  require_io_error_everywhere([&] { (void)ckpt.current(MPI_COMM_WORLD); }, {"step-00000099", "does not exist"});
+  remove_dir(fs::path(dir).parent_path().string());
+}
