@@ -100,7 +100,10 @@ TEST_CASE("an extent that does not divide is split in balanced parts; require_ev
   auto small = mt::iota<T>(g, {2, 3});
   const std::int64_t R = g.size<r_>(), C = g.size<c_>();
   const std::int64_t over_r = 2 / R + (coords[0] < 2 % R ? 1 : 0);
-  REQUIRE(small.local_extent<i_>() == over_r / C + (coords[1] < over_r % C ? 1 : 0));
+  const int right = small.local_extent<i_>() == over_r / C + (coords[1] < over_r % C ? 1 : 0) ? 1 : 0;
+  int everywhere = 0;  // agreed: a REQUIRE failing on some ranks only would hang the others
+  MPI_Allreduce(&right, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  REQUIRE(everywhere == 1);
   REQUIRE(mt::gather_all(small) == std::vector<float>{0, 1, 2, 3, 4, 5});
   if (p > 1) REQUIRE_THAT(mt::describe(t), ContainsSubstring("uneven: 5 or 4 per part"));
   if (p == 1) {

@@ -257,11 +257,14 @@ TEST_CASE("reshape and rename errors name the dims, extents and axes, on every r
     using X = ten<L, i_, j_, k_>;
     const auto x = mt::random_normal<X>(m, {4, 8, 6}, seed);
     const auto y = mt::rename<k_, l_>(x);
-    const std::int64_t p = m.nprocs();
-    // 6 over p parts, balanced: part q holds 6 / p elements, one more for q < 6 % p.
+    // 6 cut over r, then each part over c (nested balanced blocks): at [2x2] 3 + 3, then 2, 1, 2, 1.
     const auto c = m.communicator().coords();
-    const std::int64_t q = c[0] * m.size<c_>() + c[1];
-    REQUIRE(y.local_extent<l_>() == 6 / p + (q < 6 % p ? 1 : 0));
+    const std::int64_t R = m.size<r_>(), C = m.size<c_>();
+    const std::int64_t over_r = 6 / R + (c[0] < 6 % R ? 1 : 0);
+    const int right = y.local_extent<l_>() == over_r / C + (c[1] < over_r % C ? 1 : 0) ? 1 : 0;
+    int everywhere = 0;  // agreed: a REQUIRE failing on some ranks only would hang the others
+    MPI_Allreduce(&right, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    REQUIRE(everywhere == 1);
     REQUIRE(mt::gather_all(y) == mt::gather_all(x));
   }
 }
