@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checkpoint throughput (docs/performance.md, "Checkpoints"): mt::io::save and load of 256 MB and
 # 1 GB of float parameters on 1, 2 and 4 ranks, beside this disk's raw speed measured in the same
-# run: dd writing the same bytes with fsync (conv=fsync) and reading them back after dropping the
+# run: dd writing as many bytes (from /dev/zero, so that no generator limits it) with fsync (conv=fsync) and reading them back after dropping the
 # page cache. Each figure is the median of --rounds rounds (default 3). Dropping the page cache
 # needs root; without it loads may come from memory (the table says which).
 #   scripts/bench_checkpoint.sh [--rounds 3] [--sizes "256 1024"] [--dir DIR]
@@ -36,7 +36,7 @@ for mb in $sizes; do
   w=() r=()
   for k in $(seq "$rounds"); do
     drop
-    w+=("$( { /usr/bin/time -f %e dd if=/dev/urandom of="$dir/dd.bin" bs=1M count="$mb" conv=fsync status=none; } 2>&1 )")
+    w+=("$( { /usr/bin/time -f %e dd if=/dev/zero of="$dir/dd.bin" bs=1M count="$mb" conv=fsync status=none; } 2>&1 )")
     drop
     r+=("$( { /usr/bin/time -f %e dd if="$dir/dd.bin" of=/dev/null bs=1M status=none; } 2>&1 )")
   done

@@ -11,7 +11,7 @@
 set -euo pipefail
 before=$1 after=$2
 shift 2
-rounds=5 filter='^(relayout|gather_relayout|reduce_sum)/ours/(262144|4194304|67108864)$'
+rounds=5 filter='^(relayout|gather_relayout|reduce_sum)/ours/(262144|4194304|67108864)/'
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds=$2; shift 2 ;;
@@ -31,7 +31,7 @@ for r in $(seq "$rounds"); do
   for side in before after; do
     dir=$before; [ "$side" = after ] && dir=$after
     mpiexec -n 2 "$dir/benchmarks/bench_comm" --benchmark_filter="$filter" --benchmark_format=csv 2>/dev/null |
-      awk -F, -v s="$side" '/^"/ { gsub(/"/, "", $1); print s, $1, $3 }' >>"$tmp/comm"
+      awk -F, -v s="$side" '/^"/ { gsub(/"/, "", $1); sub(/\/iterations.*/, "", $1); print s, $1, $3 }' >>"$tmp/comm"
     for n in 1 2; do
       t=$(mpiexec -n "$n" "$dir/examples/transformer_lm" --layout data --mesh "$n" 1 "${model[@]}" |
           sed -n 's/^step_time_median_ms \([0-9.]*\).*/\1/p')

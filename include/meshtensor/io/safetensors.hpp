@@ -46,6 +46,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <type_traits>
@@ -106,7 +107,9 @@ struct entry {
   std::vector<std::int64_t> shape, offset, extent;  // global extents; this processor's box
   bool writes = false;                                // this processor writes its box (the first replica)
   MPI_Comm comm = MPI_COMM_NULL;                      // the mesh's communicator
-  std::function<void(char*)> copy_out;                // the local slice (row-major) to host bytes
+  // Calls its argument with the local slice's bytes (row-major) in host memory: the slice itself
+  // where the host can read it, else a host copy.
+  std::function<void(const std::function<void(const char*)>&)> with_host_bytes;
   std::function<void(const char*)> copy_in;           // host bytes to the local slice; empty if const
   std::int64_t local_elements() const {
     std::int64_t n = 1;
@@ -234,10 +237,10 @@ class tensor_set {
     for (std::size_t a = 0; a < comm.coords().size(); ++a)
       if (!(used & (1u << a)) && comm.coords()[a] != 0) e.writes = false;
     auto view = t.view();
-    const std::size_t bytes = static_cast<std::size_t>(t.local_size()) * sizeof(V);
-    e.copy_out = [view, bytes](char* dst) {
-      auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, view);
-      if (bytes) std::memcpy(dst, host.data(), bytes);
+    [[maybe_unused]] const std::size_t bytes = static_cast<std::size_t>(t.local_size()) * sizeof(V);
+    e.with_host_bytes = [view](const std::function<void(const char*)>& use) {
+      auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, view);  // view itself on the host
+      use(reinterpret_cast<const char*>(host.data()));
     };
     if constexpr (!std::is_const_v<T>)
       e.copy_in = [view, bytes](const char* src) {
@@ -346,12 +349,12 @@ inline void save(const std::string& path, const tensor_set& set, const metadata&
   for (std::size_t i = 0; i < set.entries().size() && problem.empty(); ++i) {
     const auto& e = set.entries()[i];
     if (!e.writes || e.local_elements() == 0) continue;
-    std::vector<char> local(static_cast<std::size_t>(e.local_elements() * e.elem_size));
-    e.copy_out(local.data());
-    detail::for_each_run(e, [&](std::int64_t file, std::int64_t at, std::int64_t n) {
-      if (rc != MPI_SUCCESS) return;
-      rc = detail::write_bytes(f.fh, data_start + begins[i] + file * e.elem_size, local.data() + at * e.elem_size,
-                               n * e.elem_size);
+    e.with_host_bytes([&](const char* local) {
+      detail::for_each_run(e, [&](std::int64_t file, std::int64_t at, std::int64_t n) {
+        if (rc != MPI_SUCCESS) return;
+        rc = detail::write_bytes(f.fh, data_start + begins[i] + file * e.elem_size, local + at * e.elem_size,
+                                 n * e.elem_size);
+      });
     });
     if (rc != MPI_SUCCESS) problem = cat("cannot write tensor '", e.name, "' to '", path, "': ", detail::mpi_error_text(rc));
   }
@@ -553,21 +556,22 @@ inline metadata load(const std::string& path, tensor_set& set) {
   }
 
   // Read every box into host buffers; copy into the tensors only when all reads succeeded.
-  std::vector<std::vector<char>> buffers(entries.size());
+  // Not zero-filled: every byte is read into (a pass over the memory saved).
+  std::vector<std::unique_ptr<char[]>> buffers(entries.size());
   std::string problem;
   for (std::size_t i = 0; i < entries.size() && problem.empty(); ++i) {
     const auto& e = entries[i];
-    buffers[i].resize(static_cast<std::size_t>(e.local_elements() * e.elem_size));
+    buffers[i].reset(new char[static_cast<std::size_t>(e.local_elements() * e.elem_size)]);
     const auto begin = h.json[e.name]["data_offsets"][0].get<std::int64_t>();
     detail::for_each_run(e, [&](std::int64_t file, std::int64_t at, std::int64_t n) {
       if (rc != MPI_SUCCESS) return;
-      rc = detail::read_bytes(f.fh, h.data_start + begin + file * e.elem_size, buffers[i].data() + at * e.elem_size,
+      rc = detail::read_bytes(f.fh, h.data_start + begin + file * e.elem_size, buffers[i].get() + at * e.elem_size,
                               n * e.elem_size);
     });
     if (rc != MPI_SUCCESS) problem = cat("cannot read tensor '", e.name, "' from '", path, "': ", detail::mpi_error_text(rc));
   }
   meshtensor::detail::agree_or_throw<io_error>(comm, problem.empty(), problem);
-  for (std::size_t i = 0; i < entries.size(); ++i) entries[i].copy_in(buffers[i].data());
+  for (std::size_t i = 0; i < entries.size(); ++i) entries[i].copy_in(buffers[i].get());
   return info.meta;
 }
 
