@@ -4,7 +4,8 @@
 // extent k. NaN ranks above every number, +inf included (as PyTorch's topk), NaNs among themselves
 // by index, so a row's NaNs come first, lowest index first, under every layout.
 // Communication: none when D is not split. When it is, each processor selects its local top
-// min(k, local extent) candidates, one allgather over D's axes exchanges them (values and global
+// candidates in min(k, longest part of D) slots (the same count on every processor; a shorter part
+// leaves slots marked empty), one allgather over D's axes exchanges them (values and global
 // indices packed as doubles), and every processor selects the top k from them. KDim may be split:
 // each processor keeps its part. Gradient: to the selected positions (an allgather of the
 // gradient over KDim's axes when KDim is split; none otherwise).
