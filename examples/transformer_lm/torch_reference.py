@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The transformer_lm model (examples/transformer_lm/main.cpp) written again in PyTorch.
+"""The transformer_lm model (examples/transformer_lm/model.hpp) written again in PyTorch.
 
 Run it with Debian's python3-torch and python3-numpy (/usr/bin/python3).
 

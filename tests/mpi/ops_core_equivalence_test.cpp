@@ -1,115 +1,30 @@
 // Layout transparency of elementwise ops, reduce_sum, transpose and einsum: under every layout of
 // meshes [P] and [2x2], the gathered result equals the replicated (single-processor) result, and
-// einsum equals a hand-written loop. float64 throughout: tolerance 1e-12 relative.
-#include <test_support.hpp>
+// einsum equals a hand-written loop. float64 throughout: tolerance 1e-12 relative. This TU sweeps
+// the unary ops; binary ops, reduce_sum and transpose, and einsum are swept in the program's other
+// TUs (ops_core_equivalence_test.<part>.cpp), which compile in parallel.
+#include "ops_core_equivalence.hpp"
 
 using namespace tst;
+using namespace tst::ops_core;
 namespace mt = meshtensor;
 
 namespace {
-constexpr double tol = 1e-12;
-// Set per run (GENERATE): even extents, and uneven ones over 2, 3, 4 and 6 parts, with one (2)
-// smaller than 3, 4 or 6 parts so that some processors hold nothing.
-std::array<std::int64_t, 3> ext{4, 8, 12};
-void choose_extents(bool uneven) {
-  ext = uneven ? std::array<std::int64_t, 3>{7, 13, 2} : std::array<std::int64_t, 3>{4, 8, 12};
-}
-
-template <class Exec, class M, class Layouts, class Op>
-void check_all_layouts(const M& g, Layouts layouts, Op op) {
-  const auto want = op.template operator()<mt::layout<M>, Exec>(g);
-  for_each_type(layouts, [&]<class L>() {
-    INFO(layout_name<L>());
-    const auto got = op.template operator()<L, Exec>(g);
-    REQUIRE(max_rel_error(got, want) <= tol);
-  });
-}
-
 template <class Exec, class M, class Layouts>
-void run_all(const M& g, Layouts layouts) {
-  SECTION("unary ops") {
-    check_all_layouts<Exec>(g, layouts, []<class L, class E>(const M& g) {
-      using T = mt::basic_tensor<double, L, E, i_, j_, k_>;
-      auto x = mt::random_normal<T>(g, ext, 1);
-      auto p = mt::random_uniform<T>(g, ext, 2, 0.5, 2.0);
-      auto y = mt::exp(mt::tanh(x)) + mt::sigmoid(x) * mt::gelu(x) - mt::relu(x) + mt::abs(x) + mt::square(x) +
-               mt::log(p) + mt::sqrt(p) + mt::rsqrt(p) + mt::negative(x) + mt::reciprocal(p) + mt::sin(x) +
-               mt::cos(x);
-      return mt::gather_all(y);
-    });
-  }
-  SECTION("binary ops broadcast by name") {
-    check_all_layouts<Exec>(g, layouts, []<class L, class E>(const M& g) {
-      using IJ = mt::basic_tensor<double, L, E, i_, j_>;
-      using KJ = mt::basic_tensor<double, L, E, k_, j_>;
-      auto a = mt::random_normal<IJ>(g, {ext[0], ext[1]}, 3);
-      auto b = mt::random_uniform<KJ>(g, {ext[2], ext[1]}, 4, 0.5, 1.5);
-      auto y = (a + b) * (a - b) / b + mt::maximum(a, b) + mt::minimum(a, b) + mt::pow(b, a) +
-               mt::where(mt::greater(a, b), a, b) + mt::less_equal(a, 0.0) + a * 2.0 + 1.0 / b;
-      static_assert(std::is_same_v<typename decltype(y)::dims, list<i_, j_, k_>>);
-      return mt::gather_all(y);
-    });
-  }
-  SECTION("reduce_sum and transpose") {
-    check_all_layouts<Exec>(g, layouts, []<class L, class E>(const M& g) {
-      using T = mt::basic_tensor<double, L, E, i_, j_, k_>;
-      auto x = mt::random_normal<T>(g, ext, 5);
-      auto a = mt::gather_all(mt::reduce_sum<j_>(x));
-      auto b = mt::gather_all(mt::reduce_sum<i_, k_>(x));
-      auto c = mt::gather_all(mt::reduce_sum<i_, j_, k_>(x));
-      auto d = mt::gather_all(mt::transpose<k_, i_, j_>(x));
-      a.insert(a.end(), b.begin(), b.end());
-      a.insert(a.end(), c.begin(), c.end());
-      a.insert(a.end(), d.begin(), d.end());
-      return a;
-    });
-  }
-  SECTION("einsum in every shape") {
-    check_all_layouts<Exec>(g, layouts, []<class L, class E>(const M& g) {
-      using IJ = mt::basic_tensor<double, L, E, i_, j_>;
-      using JK = mt::basic_tensor<double, L, E, j_, k_>;
-      using KJ = mt::basic_tensor<double, L, E, k_, j_>;
-      using IJK = mt::basic_tensor<double, L, E, i_, j_, k_>;
-      using K = mt::basic_tensor<double, L, E, k_>;
-      auto a = mt::random_normal<IJ>(g, {ext[0], ext[1]}, 6);
-      auto b = mt::random_normal<JK>(g, {ext[1], ext[2]}, 7);
-      auto bt = mt::random_normal<KJ>(g, {ext[2], ext[1]}, 8);
-      auto x = mt::random_normal<IJK>(g, ext, 9);
-      auto v = mt::random_normal<K>(g, {ext[2]}, 10);
-      std::vector<double> all;
-      auto add = [&](const auto& t) {
-        auto h = mt::gather_all(t);
-        all.insert(all.end(), h.begin(), h.end());
-      };
-      add(mt::einsum<i_, k_>(a, b));      // matrix product
-      add(mt::einsum<k_, i_>(a, b));      // transposed output
-      add(mt::einsum<i_, k_>(a, bt));     // transposed operand
-      add(mt::einsum<i_, k_>(x, b));      // k a batch dim of both, j contracted
-      add(mt::einsum<i_, j_>(x, v));      // matrix-vector
-      add(mt::einsum<i_, j_, k_>(a, v));  // outer product
-      add(mt::einsum<k_>(a, b));          // i summed alone in a, j contracted
-      add(mt::einsum<>(a, a));            // full contraction to a scalar
-      add(mt::einsum<i_, k_>(a, b, v));   // three operands
-      return all;
-    });
-  }
+void run_unary(const M& g, Layouts layouts) {
+  check_all_layouts<Exec>(g, layouts, []<class L, class E>(const M& g) {
+    using T = mt::basic_tensor<double, L, E, i_, j_, k_>;
+    auto x = mt::random_normal<T>(g, ext, 1);
+    auto p = mt::random_uniform<T>(g, ext, 2, 0.5, 2.0);
+    auto y = mt::exp(mt::tanh(x)) + mt::sigmoid(x) * mt::gelu(x) - mt::relu(x) + mt::abs(x) + mt::square(x) +
+             mt::log(p) + mt::sqrt(p) + mt::rsqrt(p) + mt::negative(x) + mt::reciprocal(p) + mt::sin(x) +
+             mt::cos(x);
+    return mt::gather_all(y);
+  });
 }
 }  // namespace
 
-TEMPLATE_TEST_CASE("elementwise, reductions and einsum are layout-transparent", "[equivalence]",
-                   Kokkos::DefaultExecutionSpace) {
-  choose_extents(GENERATE(false, true));
-  INFO("extents " << ext[0] << " x " << ext[1] << " x " << ext[2]);
-  SECTION("mesh [P]") { run_all<TestType>(world_line(), line_layouts<line, i_, j_, k_>{}); }
-  SECTION("mesh [2x2]") { run_all<TestType>(world_grid(), grid_layouts<i_, j_, k_>{}); }
-}
-
-// The other backends: one split layout per mesh, so every space runs the same kernels.
-TEMPLATE_TEST_CASE("einsum and broadcasting agree on every backend", "[equivalence]", MESHTENSOR_TEST_SPACES) {
-  choose_extents(GENERATE(false, true));
-  using L = mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>;
-  run_all<TestType>(world_grid(), list<L>{});
-}
+MESHTENSOR_OPS_CORE_SWEEP("unary ops", run_unary)
 
 TEST_CASE("einsum equals a hand-written loop", "[equivalence]") {
   auto g = world_grid();

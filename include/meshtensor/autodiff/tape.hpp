@@ -5,7 +5,6 @@
 #include <Kokkos_Core.hpp>
 #include <atomic>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -52,7 +51,6 @@ void accumulate_kernel(const V& acc, const V& add) {
 template <class TT>
 struct typed_node : tape_node {
   std::optional<TT> grad;
-  std::function<void(const TT&)> rule;  // empty for leaves
 
   void accumulate(const TT& g) {
     if (!grad) {
@@ -72,23 +70,34 @@ struct typed_node : tape_node {
   void add_in_place(const TT& g) {
     accumulate_kernel<typename TT::execution_space>(grad->view(), g.view());
   }
-  void backward() override {
-    if (grad && rule) rule(*grad);
-  }
+  void backward() override {}  // a leaf: nothing to push further
   void clear_grad() override { grad.reset(); }
 };
 
+// An op's result: its gradient rule, stored as its own type. Not a std::function, whose copying
+// and type-erasure machinery was compiled for every rule of every tensor type and never used: a
+// rule is moved into its node once (compile time, docs/performance.md).
+template <class TT, class Rule>
+struct rule_node final : typed_node<TT> {
+  Rule rule;
+  explicit rule_node(Rule r) : rule(std::move(r)) {}
+  void backward() override {
+    if (this->grad) rule(*this->grad);
+  }
+};
+
 // Gives `out` a node when an input is on the tape. The rule receives out's gradient.
-template <Tensor Out, Tensor... In>
-void record(Out& out, std::function<void(const Out&)> rule, const In&... inputs) {
+template <Tensor Out, class Rule, Tensor... In>
+void record(Out& out, Rule rule, const In&... inputs) {
   if (recording_paused() || !(inputs.tracks_grad() || ...)) return;
-  auto n = std::make_shared<typed_node<Out>>();
+  // Held as its base: one shared_ptr control block per tensor type, not one per rule (make_shared
+  // of the rule_node compiled eight functions for each rule).
+  std::shared_ptr<typed_node<Out>> n(static_cast<typed_node<Out>*>(new rule_node<Out, Rule>(std::move(rule))));
   (
       [&] {
         if (inputs.tracks_grad()) n->parents.push_back(inputs.node());
       }(),
       ...);
-  n->rule = std::move(rule);
   out.set_node(std::move(n));
 }
 

@@ -1,0 +1,334 @@
+#pragma once
+// The Transformer LM of transformer_lm (main.cpp says what it does and how to run it): its dims and
+// layouts, the model, and train<L>, which trains it under one layout. train<L> is compiled once per
+// layout in a file of its own (train_data.cpp, train_model.cpp, train_2d.cpp), so the layouts
+// compile in parallel and no compiler process holds all three (docs/performance.md, "Build time").
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <iomanip>
+#include <meshtensor/io/checkpoint.hpp>
+#include <meshtensor/meshtensor.hpp>
+#include <random>
+#include <sys/resource.h>
+
+namespace mt = meshtensor;
+namespace nn = meshtensor::nn;
+
+struct batch : mt::dim<"batch"> {};
+struct length : mt::dim<"length"> {};
+struct memory_length : mt::dim<"memory_length"> {};
+struct d_model : mt::dim<"d_model"> {};
+struct heads : mt::dim<"heads"> {};
+struct d_kv : mt::dim<"d_kv"> {};
+struct d_ff : mt::dim<"d_ff"> {};
+struct vocab : mt::dim<"vocab"> {};
+struct rows : mt::axis<"rows"> {};
+struct cols : mt::axis<"cols"> {};
+using grid = mt::mesh<rows, cols>;
+
+using layout_data = mt::layout<grid, mt::split<batch, rows, cols>>;
+using layout_model = mt::layout<grid, mt::split<vocab, rows, cols>, mt::split<heads, rows, cols>,
+                                mt::split<d_ff, rows, cols>>;
+using layout_2d = mt::layout<grid, mt::split<batch, rows>, mt::split<vocab, cols>, mt::split<heads, cols>,
+                             mt::split<d_ff, cols>>;
+
+struct options {
+  std::string text = "/usr/share/common-licenses/GPL-3";
+  std::string layout = "2d";
+  std::array<int, 2> mesh{2, 2};
+  std::int64_t steps = 300, batch = 8, length = 64, d_model = 64, heads = 4, d_kv = 16, d_ff = 256;
+  double lr = 2e-3, dropout = 0.0;
+  std::string optimizer = "adam";
+  std::uint64_t seed = 1;
+  int log_every = 25;
+  std::string csv = "transformer_lm_loss.csv";
+  bool compare = false;
+  double tolerance = 1e-4;
+  std::int64_t vocab = 256;
+  std::string dump;
+  std::int64_t warmup = -1;
+  bool memory = false;
+  std::string checkpoint, resume;
+  std::int64_t save_every = 0;
+};
+constexpr int n_layers = 2;
+
+// The parameter names, in the order of model::tie().
+inline std::vector<std::string> param_names() {
+  std::vector<std::string> names{"embedding", "positions"};
+  for (int b = 0; b < n_layers; ++b)
+    for (const char* n : {"ln1_scale", "ln1_bias", "wq", "wk", "wv", "wo", "ln2_scale", "ln2_bias", "w_in", "w_out"})
+      names.push_back("blocks." + std::to_string(b) + "." + n);
+  for (const char* n : {"lnf_scale", "lnf_bias", "softmax_weights"}) names.push_back(n);
+  return names;
+}
+
+// A float32 array in NumPy's .npy format (version 1.0, little-endian, C order).
+inline void write_npy(const std::string& path, const std::vector<float>& data, const std::vector<std::int64_t>& shape) {
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (";
+  for (auto e : shape) header += std::to_string(e) + ", ";
+  header += "), }";
+  const std::size_t unpadded = 10 + header.size() + 1;
+  header.append((64 - unpadded % 64) % 64, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw mt::io_error(mt::detail::cat("cannot write '", path, "'"));
+  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
+  out.write("\x93NUMPY\x01\x00", 8);
+  const unsigned char le[2] = {static_cast<unsigned char>(len & 0xff), static_cast<unsigned char>(len >> 8)};
+  out.write(reinterpret_cast<const char*>(le), 2);
+  out << header;
+  out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(float)));
+  if (!out) throw mt::io_error(mt::detail::cat("cannot write '", path, "'"));
+}
+
+// Gathers t to rank 0, which writes it to path. Collective.
+template <class T>
+void dump_tensor(const T& t, const std::string& path) {
+  const auto full = mt::gather(t);
+  if (t.mesh().rank() != 0) return;
+  const auto ext = t.extents();
+  write_npy(path, full, std::vector<std::int64_t>(ext.begin(), ext.end()));
+}
+
+template <class L>
+struct model {
+  template <class... D>
+  using t = mt::tensor<float, L, D...>;
+  struct block {
+    t<d_model> ln1_scale, ln1_bias;
+    t<d_model, heads, d_kv> wq, wk, wv;
+    t<heads, d_kv, d_model> wo;
+    t<d_model> ln2_scale, ln2_bias;
+    t<d_model, d_ff> w_in;
+    t<d_ff, d_model> w_out;
+    auto tie() { return std::tie(ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out); }
+  };
+  t<vocab, d_model> embedding;
+  t<length, d_model> positions;
+  std::array<block, n_layers> blocks;
+  t<d_model> lnf_scale, lnf_bias;
+  t<d_model, vocab> softmax_weights;
+
+  auto tie() {
+    return std::tuple_cat(std::tie(embedding, positions), blocks[0].tie(), blocks[1].tie(),
+                          std::tie(lnf_scale, lnf_bias, softmax_weights));
+  }
+
+  model(const grid& g, const options& o) {
+    std::uint64_t s = o.seed * 1000;
+    const std::int64_t dm = o.d_model, h = o.heads, kv = o.d_kv, ff = o.d_ff;
+    embedding = mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, s++, 0, 0.3);
+    positions = mt::random_normal<decltype(positions)>(g, {o.length, dm}, s++, 0, 0.1);
+    for (auto& b : blocks) {
+      b.ln1_scale = mt::full<t<d_model>>(g, {dm}, 1.0f);
+      b.ln1_bias = mt::zeros<t<d_model>>(g, {dm});
+      b.wq = nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++);
+      b.wk = nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++);
+      b.wv = nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++);
+      b.wo = nn::normal_fan_in<t<heads, d_kv, d_model>, heads, d_kv>(g, {h, kv, dm}, s++);
+      b.ln2_scale = mt::full<t<d_model>>(g, {dm}, 1.0f);
+      b.ln2_bias = mt::zeros<t<d_model>>(g, {dm});
+      b.w_in = nn::normal_fan_in<t<d_model, d_ff>, d_model>(g, {dm, ff}, s++);
+      b.w_out = nn::normal_fan_in<t<d_ff, d_model>, d_ff>(g, {ff, dm}, s++);
+    }
+    lnf_scale = mt::full<t<d_model>>(g, {dm}, 1.0f);
+    lnf_bias = mt::zeros<t<d_model>>(g, {dm});
+    softmax_weights = nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, s++);
+    std::apply([](auto&... p) { (p.requires_grad(), ...); }, tie());
+  }
+
+  // Mean next-byte cross-entropy of a batch.
+  auto loss(const t<batch, length>& ids, const t<batch, length>& labels, const options& o, std::uint64_t step) const {
+    const std::uint64_t dseed = o.seed * 7919;
+    auto x = nn::embedding<vocab>(embedding, ids) + positions;  // [batch, length, d_model]
+    int site = 0;
+    for (const auto& b : blocks) {
+      const auto h = nn::layer_norm<d_model>(x, b.ln1_scale, b.ln1_bias);
+      x = x + nn::dropout(nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, b.wq, b.wk, b.wv, b.wo),
+                          o.dropout, dseed + site++, step);
+      const auto f = nn::layer_norm<d_model>(x, b.ln2_scale, b.ln2_bias);
+      x = x + nn::dropout(nn::feed_forward<d_model, d_ff>(f, b.w_in, b.w_out), o.dropout, dseed + site++, step);
+    }
+    const auto logits = nn::dense<d_model, vocab>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias), softmax_weights);
+    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits, labels));
+  }
+};
+
+inline std::vector<unsigned char> read_text(const std::string& path, std::int64_t need) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw mt::io_error(mt::detail::cat("cannot open '", path, "'"));
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (static_cast<std::int64_t>(bytes.size()) < need)
+    throw mt::io_error(mt::detail::cat("'", path, "' has ", bytes.size(), " bytes; at least ", need,
+                                       " are needed for sequences of this length"));
+  return bytes;
+}
+
+// The model's hyperparameters, stored with a checkpoint and checked on resume.
+inline mt::io::metadata run_config(const options& o) {
+  return {{"d_model", std::to_string(o.d_model)}, {"heads", std::to_string(o.heads)},
+          {"d_kv", std::to_string(o.d_kv)},       {"d_ff", std::to_string(o.d_ff)},
+          {"vocab", std::to_string(o.vocab)},     {"batch", std::to_string(o.batch)},
+          {"length", std::to_string(o.length)},   {"layers", std::to_string(n_layers)},
+          {"seed", std::to_string(o.seed)},       {"optimizer", o.optimizer},
+          {"dropout", mt::detail::cat(o.dropout)}, {"lr", mt::detail::cat(o.lr)}};
+}
+
+// The parameters and the chosen optimizer's state, by name, for checkpoints.
+template <class L>
+mt::io::tensor_set training_state(model<L>& m, mt::optim::adam& adam, mt::optim::adafactor& adafactor,
+                                  const options& o) {
+  mt::io::tensor_set set;
+  auto params = m.tie();
+  const auto names = param_names();
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (set.add(names[I], std::get<I>(params)), ...);
+  }(std::make_index_sequence<std::tuple_size_v<decltype(params)>>{});
+  if (o.optimizer == "adafactor") mt::io::add_optimizer_state(set, adafactor, params, names);
+  else mt::io::add_optimizer_state(set, adam, params, names);
+  return set;
+}
+
+// Trains one layout; returns the loss of every step (the same on every rank) from first_step on.
+template <class L>
+std::vector<double> train(const grid& g, const options& o, const std::vector<unsigned char>& text, bool verbose,
+                          std::int64_t* first_step = nullptr) {
+  using ids_t = mt::tensor<float, L, batch, length>;
+  model<L> m(g, o);
+  mt::optim::adam adam({.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9});
+  mt::optim::adafactor adafactor({.lr = o.lr});
+  std::mt19937_64 rng(o.seed);  // the same batches on every rank and in every layout
+  std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
+  std::int64_t step0 = 0;
+  if (!o.resume.empty()) {
+    auto state = training_state(m, adam, adafactor, o);
+    const mt::io::checkpoints from(o.resume);
+    const auto meta = from.load(state);
+    for (const auto& [k, v] : run_config(o))
+      if (k != "lr" && k != "dropout" && (!meta.count(k) || meta.at(k) != v))
+        throw mt::io_error(mt::detail::cat("--resume ", o.resume, ": the checkpoint has ", k, " = ",
+                                           meta.count(k) ? meta.at(k) : "(none)", ", this run ", v));
+    step0 = std::stoll(meta.at("step"));
+    const auto opt_steps = std::stoll(meta.at("optimizer.steps"));
+    if (o.optimizer == "adafactor") adafactor.set_steps(opt_steps);
+    else adam.set_steps(opt_steps);
+    // The data position: the batches drawn so far are drawn again, so the next are the same.
+    for (std::int64_t k = 0, n = std::stoll(meta.at("data_position")); k < n; ++k) (void)start(rng);
+    if (verbose && g.rank() == 0)
+      std::printf("resumed from %s at step %lld (saved on %s ranks, layout %s)\n", o.resume.c_str(), (long long)step0,
+                  meta.at("ranks").c_str(), meta.at("layout").c_str());
+  }
+  if (first_step) *first_step = step0;
+  std::int64_t drawn = step0 * o.batch;
+  const auto token = [&](std::int64_t p) -> float {
+    if (o.vocab <= 256) return static_cast<float>(text[p] % o.vocab);
+    return static_cast<float>((std::int64_t{text[p]} * 256 + text[p + 1]) % o.vocab);
+  };
+  std::vector<double> step_seconds;
+  std::vector<float> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
+  std::vector<double> losses;
+  const bool root = g.rank() == 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto tlog = t0, tlast = t0;
+  for (std::int64_t step = step0; step < o.steps; ++step) {
+    for (std::int64_t b = 0; b < o.batch; ++b, ++drawn) {
+      const std::int64_t s = start(rng);
+      for (std::int64_t l = 0; l < o.length; ++l) {
+        ids[b * o.length + l] = token(s + l);
+        labels[b * o.length + l] = token(s + l + 1);
+      }
+    }
+    const auto x = mt::from_host<ids_t>(g, {o.batch, o.length}, ids);
+    const auto y = mt::from_host<ids_t>(g, {o.batch, o.length}, labels);
+    const auto loss = m.loss(x, y, o, static_cast<std::uint64_t>(step));
+    auto params = m.tie();
+    auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+    if (step == 0 && !o.dump.empty()) {
+      const auto names = param_names();
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (dump_tensor(std::get<I>(params), o.dump + "/param." + names[I] + ".npy"), ...);
+        (dump_tensor(std::get<I>(grads), o.dump + "/grad." + names[I] + ".npy"), ...);
+      }(std::make_index_sequence<std::tuple_size_v<decltype(grads)>>{});
+      dump_tensor(x, o.dump + "/ids.npy");
+      dump_tensor(y, o.dump + "/labels.npy");
+      if (root) {
+        write_npy(o.dump + "/loss.npy", {mt::detail::host_view(loss.view())(0)}, {});
+        std::ofstream cfg(o.dump + "/config.txt");
+        cfg << "layout " << o.layout << "\nranks " << g.nprocs() << "\nbatch " << o.batch << "\nlength " << o.length
+            << "\nd_model " << o.d_model << "\nheads " << o.heads << "\nd_kv " << o.d_kv << "\nd_ff " << o.d_ff
+            << "\nvocab " << o.vocab << "\nlayers " << n_layers << "\n";
+        std::printf("dumped the initial weights, the first batch, its loss and gradients to %s\n", o.dump.c_str());
+      }
+    }
+    if (o.optimizer == "adafactor") adafactor.step(params, grads);
+    else adam.step(params, grads);
+    losses.push_back(mt::detail::host_view(loss.view())(0));
+    if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
+      auto state = training_state(m, adam, adafactor, o);
+      auto meta = run_config(o);
+      meta["step"] = std::to_string(step + 1);
+      meta["data_position"] = std::to_string(drawn);
+      meta["optimizer.steps"] = std::to_string(o.optimizer == "adafactor" ? adafactor.steps() : adam.steps());
+      meta["layout"] = o.layout;
+      meta["ranks"] = std::to_string(g.nprocs());
+      const auto name = mt::io::checkpoints(o.checkpoint).save(state, step + 1, meta);
+      if (verbose && root) std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name.c_str());
+    }
+    step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - tlast).count());
+    tlast = std::chrono::steady_clock::now();
+    if (verbose && root && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
+      const auto now = std::chrono::steady_clock::now();
+      const double dt = std::chrono::duration<double>(now - tlog).count();
+      const int k = static_cast<int>(std::min<std::int64_t>(step % o.log_every, step - step0) + 1);
+      std::printf("step %5lld/%lld  loss %.4f  (%.3f bits/byte)  %.1f steps/s  %.0f tokens/s\n", (long long)(step + 1),
+                  (long long)o.steps, losses.back(), losses.back() / std::log(2.0), k / dt,
+                  k * o.batch * o.length / dt);
+      std::fflush(stdout);
+      tlog = now;
+    }
+  }
+  if (verbose && root) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto trained = o.steps - std::min(step0, o.steps);
+    std::printf("trained %lld steps in %.1f s (%.2f steps/s)\n", (long long)trained, s, trained / s);
+  }
+  if (o.warmup >= 0 && o.warmup < static_cast<std::int64_t>(step_seconds.size())) {
+    // Each step ends when rank 0 has its loss; the slowest rank sets the pace through the collectives.
+    std::vector<double> timed(step_seconds.begin() + o.warmup, step_seconds.end());
+    std::sort(timed.begin(), timed.end());
+    const std::size_t n = timed.size();
+    const double median = n % 2 ? timed[n / 2] : 0.5 * (timed[n / 2 - 1] + timed[n / 2]);
+    if (root)
+      std::printf("step_time_median_ms %.3f over %zu steps after %lld warm-up steps\n", 1e3 * median, n,
+                  (long long)o.warmup);
+  }
+  if (o.memory) {
+    // Bytes of the local slices of the parameters and of Adam's two moments (laid out like them).
+    long long local = 0;
+    std::apply([&](auto&... p) { ((local += p.local_size() * static_cast<long long>(sizeof(float))), ...); }, m.tie());
+    const long long with_state = 3 * local;
+    struct rusage ru {};
+    getrusage(RUSAGE_SELF, &ru);
+    long long rss = ru.ru_maxrss * 1024LL, stats[4] = {with_state, -with_state, rss, -rss};
+    MPI_Allreduce(MPI_IN_PLACE, stats, 4, MPI_LONG_LONG, MPI_MAX, g.communicator().cart());
+    if (root)
+      std::printf("memory_params_adam_bytes_per_rank max %lld min %lld; peak_rss_bytes max %lld min %lld\n", stats[0],
+                  -stats[1], stats[2], -stats[3]);
+  }
+  return losses;
+}
+
+
+// Compiled in train_<layout>.cpp.
+extern template std::vector<double> train<layout_data>(const grid&, const options&, const std::vector<unsigned char>&,
+                                                       bool, std::int64_t*);
+extern template std::vector<double> train<layout_model>(const grid&, const options&, const std::vector<unsigned char>&,
+                                                        bool, std::int64_t*);
+extern template std::vector<double> train<layout_2d>(const grid&, const options&, const std::vector<unsigned char>&,
+                                                     bool, std::int64_t*);

@@ -1,0 +1,5 @@
+// train<layout_data>, in a file of its own: see model.hpp.
+#include "model.hpp"
+
+template std::vector<double> train<layout_data>(const grid&, const options&, const std::vector<unsigned char>&, bool,
+                                                std::int64_t*);

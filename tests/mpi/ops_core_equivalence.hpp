@@ -1,0 +1,41 @@
+#pragma once
+// Shared by the TUs of mpi_ops_core_equivalence_test (ops_core_equivalence_test.cpp: unary ops;
+// .binary.cpp, .reductions.cpp, .einsum.cpp), split so that they compile in parallel, each in
+// under 2 GB: extents, the sweep, and its two test cases.
+#include <test_support.hpp>
+
+namespace tst::ops_core {
+namespace mt = meshtensor;
+constexpr double tol = 1e-12;
+// Set per run (GENERATE): even extents, and uneven ones over 2, 3, 4 and 6 parts, with one (2)
+// smaller than 3, 4 or 6 parts so that some processors hold nothing.
+inline std::array<std::int64_t, 3> ext{4, 8, 12};
+inline void choose_extents(bool uneven) {
+  ext = uneven ? std::array<std::int64_t, 3>{7, 13, 2} : std::array<std::int64_t, 3>{4, 8, 12};
+}
+
+template <class Exec, class M, class Layouts, class Op>
+void check_all_layouts(const M& g, Layouts layouts, Op op) {
+  const auto want = op.template operator()<mt::layout<M>, Exec>(g);
+  for_each_type(layouts, [&]<class L>() {
+    INFO(layout_name<L>());
+    const auto got = op.template operator()<L, Exec>(g);
+    REQUIRE(max_rel_error(got, want) <= tol);
+  });
+}
+
+}  // namespace tst::ops_core
+
+// The test cases of one family of ops, RUN<Exec>(mesh, layouts): every layout of meshes [P] and
+// [2x2] on the default space, and one split layout on every space (the same kernels per space).
+#define MESHTENSOR_OPS_CORE_SWEEP(FAMILY, RUN)                                                                   \
+  TEMPLATE_TEST_CASE(FAMILY " are layout-transparent", "[equivalence]", Kokkos::DefaultExecutionSpace) {        \
+    choose_extents(GENERATE(false, true));                                                                      \
+    INFO("extents " << ext[0] << " x " << ext[1] << " x " << ext[2]);                                           \
+    SECTION("mesh [P]") { RUN<TestType>(world_line(), line_layouts<line, i_, j_, k_>{}); }                      \
+    SECTION("mesh [2x2]") { RUN<TestType>(world_grid(), grid_layouts<i_, j_, k_>{}); }                          \
+  }                                                                                                             \
+  TEMPLATE_TEST_CASE(FAMILY " agree on every backend", "[equivalence]", MESHTENSOR_TEST_SPACES) {               \
+    choose_extents(GENERATE(false, true));                                                                      \
+    RUN<TestType>(world_grid(), list<mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>>{});                \
+  }
