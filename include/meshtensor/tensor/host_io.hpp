@@ -30,12 +30,12 @@ void for_each_in_box(const box<R>& b, const std::array<std::int64_t, R>& gext, F
 }
 
 // Elements per mesh rank and where each rank's slice starts in a rank-ordered buffer.
-template <Tensor TT>
-std::pair<std::vector<int>, std::vector<int>> slice_counts(const TT& t) {
-  const int nprocs = t.mesh().nprocs();
+template <std::size_t R>
+std::pair<std::vector<int>, std::vector<int>> slice_counts(const placement<R>& p) {
+  const auto nprocs = static_cast<int>(p.nprocs());
   std::vector<int> counts(nprocs), displs(nprocs);
   for (int r = 0, at = 0; r < nprocs; ++r) {
-    counts[r] = checked_count(t.slice_of(r).size());
+    counts[r] = checked_count(p.box_of(r).size());
     displs[r] = at;
     at += counts[r];
   }
@@ -53,6 +53,56 @@ void check_full_size(const TT& t, std::size_t n, const char* what) {
     throw shape_error(cat(what, ": the host array has ", n, " elements, but ", TT::type_name(), t.shape_string(),
                           " has ", t.size()));
 }
+
+// The host side of from_host, scatter, gather and gather_all, on (element type, rank) only: one
+// instance serves every layout and dim list of that rank (compile time, docs/performance.md).
+template <class T, std::size_t R>
+void copy_box_from_full(const placement<R>& p, std::int64_t mesh_rank, std::span<const T> full, T* local) {
+  for_each_in_box(p.box_of(mesh_rank), p.extents(), [&](std::int64_t l, std::int64_t g) { local[l] = full[g]; });
+}
+
+template <class T, std::size_t R>
+void scatter_from_root(communicator& comm, const placement<R>& p, std::span<const T> full_on_root, int root,
+                       T* local, std::int64_t local_size) {
+  const int nprocs = comm.nprocs();
+  std::vector<T> packed;
+  const auto [counts, displs] = slice_counts(p);
+  if (comm.rank() == root) {
+    packed.resize(static_cast<std::size_t>(displs.back() + counts.back()));
+    for (int r = 0; r < nprocs; ++r)
+      for_each_in_box(p.box_of(r), p.extents(),
+                      [&](std::int64_t l, std::int64_t g) { packed[displs[r] + l] = full_on_root[g]; });
+  }
+  comm.count(collective::gather, all_axes(comm), local_size * sizeof(T));
+  MPI_Scatterv(packed.data(), counts.data(), displs.data(), mpi_type<T>(), local, checked_count(local_size),
+               mpi_type<T>(), root, comm.cart());
+}
+
+// The full row-major array on `root`, or on every processor when root < 0; empty elsewhere.
+template <class T, std::size_t R>
+std::vector<T> gather_slices(communicator& comm, const placement<R>& p, const T* local, std::int64_t local_size,
+                             int root) {
+  const int nprocs = comm.nprocs();
+  const auto [counts, displs] = slice_counts(p);
+  const bool here = root < 0 || comm.rank() == root;
+  std::vector<T> all(here ? static_cast<std::size_t>(displs.back() + counts.back()) : 0);
+  comm.count(collective::gather, all_axes(comm), local_size * sizeof(T));
+  if (root < 0)
+    MPI_Allgatherv(local, checked_count(local_size), mpi_type<T>(), all.data(), counts.data(), displs.data(),
+                   mpi_type<T>(), comm.cart());
+  else
+    MPI_Gatherv(local, checked_count(local_size), mpi_type<T>(), all.data(), counts.data(), displs.data(),
+                mpi_type<T>(), root, comm.cart());
+  std::vector<T> full;
+  if (here) {
+    std::int64_t size = 1;
+    for (auto e : p.extents()) size *= e;
+    full.resize(static_cast<std::size_t>(size));
+    for (int r = 0; r < nprocs; ++r)
+      for_each_in_box(p.box_of(r), p.extents(), [&](std::int64_t l, std::int64_t g) { full[g] = all[displs[r] + l]; });
+  }
+  return full;
+}
 }  // namespace detail
 
 // Every processor passes the same full array; each keeps its slice.
@@ -69,7 +119,7 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
   }
   detail::agree_or_throw(m.communicator().cart(), wrong_size.empty(), wrong_size);
   auto host = Kokkos::create_mirror_view(t.view());
-  detail::for_each_in_box(t.slice_of(m.rank()), t.extents(), [&](std::int64_t l, std::int64_t g) { host(l) = full[g]; });
+  detail::copy_box_from_full(t.placement(), m.rank(), full, host.data());
   Kokkos::deep_copy(t.view(), host);
   return t;
 }
@@ -79,25 +129,13 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
 template <Tensor TT>
 TT scatter(const typename TT::mesh_type& m, const typename TT::extents_type& extents,
            std::span<const typename TT::value_type> full_on_root, int root = 0) {
-  using T = typename TT::value_type;
   TT t(m, extents);
   auto& comm = m.communicator();
   std::int64_t root_size = static_cast<std::int64_t>(full_on_root.size());
   MPI_Bcast(&root_size, 1, MPI_INT64_T, root, comm.cart());
   detail::check_full_size(t, static_cast<std::size_t>(root_size), "scatter");
-  const int nprocs = comm.nprocs();
-  std::vector<T> packed;
-  const auto [counts, displs] = detail::slice_counts(t);
-  if (comm.rank() == root) {
-    packed.resize(static_cast<std::size_t>(displs.back() + counts.back()));
-    for (int r = 0; r < nprocs; ++r)
-      detail::for_each_in_box(t.slice_of(r), t.extents(),
-                              [&](std::int64_t l, std::int64_t g) { packed[displs[r] + l] = full_on_root[g]; });
-  }
   auto host = Kokkos::create_mirror_view(t.view());
-  comm.count(collective::gather, detail::all_axes(comm), t.local_size() * sizeof(T));
-  MPI_Scatterv(packed.data(), counts.data(), displs.data(), detail::mpi_type<T>(), host.data(),
-               detail::checked_count(t.local_size()), detail::mpi_type<T>(), root, comm.cart());
+  detail::scatter_from_root(comm, t.placement(), full_on_root, root, host.data(), t.local_size());
   Kokkos::deep_copy(t.view(), host);
   return t;
 }
@@ -105,42 +143,15 @@ TT scatter(const typename TT::mesh_type& m, const typename TT::extents_type& ext
 // The full tensor on every processor (row-major over the tensor's dims).
 template <Tensor TT>
 std::vector<typename TT::value_type> gather_all(const TT& t) {
-  using T = typename TT::value_type;
-  auto& comm = t.mesh().communicator();
-  const int nprocs = comm.nprocs();
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, t.view());
-  const auto [counts, displs] = detail::slice_counts(t);
-  std::vector<T> all(static_cast<std::size_t>(displs.back() + counts.back()));
-  comm.count(collective::gather, detail::all_axes(comm), t.local_size() * sizeof(T));
-  MPI_Allgatherv(host.data(), detail::checked_count(t.local_size()), detail::mpi_type<T>(), all.data(), counts.data(),
-                 displs.data(), detail::mpi_type<T>(), comm.cart());
-  std::vector<T> full(static_cast<std::size_t>(t.size()));
-  for (int r = 0; r < nprocs; ++r)
-    detail::for_each_in_box(t.slice_of(r), t.extents(), [&](std::int64_t l, std::int64_t g) { full[g] = all[displs[r] + l]; });
-  return full;
+  const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, t.view());
+  return detail::gather_slices(t.mesh().communicator(), t.placement(), host.data(), t.local_size(), -1);
 }
 
 // The full tensor on the root; other processors get an empty vector.
 template <Tensor TT>
 std::vector<typename TT::value_type> gather(const TT& t, int root = 0) {
-  using T = typename TT::value_type;
-  auto& comm = t.mesh().communicator();
-  const int nprocs = comm.nprocs();
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, t.view());
-  const auto [counts, displs] = detail::slice_counts(t);
-  const bool is_root = comm.rank() == root;
-  std::vector<T> all(is_root ? static_cast<std::size_t>(displs.back() + counts.back()) : 0);
-  comm.count(collective::gather, detail::all_axes(comm), t.local_size() * sizeof(T));
-  MPI_Gatherv(host.data(), detail::checked_count(t.local_size()), detail::mpi_type<T>(), all.data(), counts.data(),
-              displs.data(), detail::mpi_type<T>(), root, comm.cart());
-  std::vector<T> full;
-  if (is_root) {
-    full.resize(static_cast<std::size_t>(t.size()));
-    for (int r = 0; r < nprocs; ++r)
-      detail::for_each_in_box(t.slice_of(r), t.extents(),
-                              [&](std::int64_t l, std::int64_t g) { full[g] = all[displs[r] + l]; });
-  }
-  return full;
+  const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, t.view());
+  return detail::gather_slices(t.mesh().communicator(), t.placement(), host.data(), t.local_size(), root);
 }
 
 }  // namespace meshtensor

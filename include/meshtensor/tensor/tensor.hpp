@@ -5,7 +5,9 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../error.hpp"
@@ -32,6 +34,19 @@ void place_slice(const communicator& comm, const std::array<dim_split, R>& split
   const auto b = placement<R>(splits, comm.shape(), extents).box_at(comm.coords());
   local_extents = b.extent;
   offsets = b.offset;
+}
+
+// "tensor<i, j>" and "[i=4, j=8]", for error messages: not templates, so that they are compiled
+// once, not once per tensor type.
+inline std::string tensor_type_name(std::span<const std::string_view> names) {
+  std::string s = "tensor<";
+  for (std::size_t i = 0; i < names.size(); ++i) s += detail::cat(i ? ", " : "", names[i]);
+  return s + ">";
+}
+inline std::string tensor_shape_string(std::span<const std::string_view> names, std::span<const std::int64_t> extents) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < names.size(); ++i) s += detail::cat(i ? ", " : "", names[i], "=", extents[i]);
+  return s + "]";
 }
 }  // namespace detail
 
@@ -124,17 +139,8 @@ class basic_tensor {
   box<rank> slice_of(int mesh_rank) const { return placement().box_of(mesh_rank); }
 
   static std::array<std::string, rank> dim_names() { return {std::string(Ds::name())...}; }
-  static std::string type_name() {
-    std::string s = "tensor<";
-    std::size_t i = 0;
-    ((s += detail::cat(i++ ? ", " : "", Ds::name())), ...);
-    return s + ">";
-  }
-  std::string shape_string() const {
-    std::string s = "[";
-    for (std::size_t i = 0; i < rank; ++i) s += detail::cat(i ? ", " : "", dim_names()[i], "=", extents_[i]);
-    return s + "]";
-  }
+  static std::string type_name() { return detail::tensor_type_name(dim_name_views); }
+  std::string shape_string() const { return detail::tensor_shape_string(dim_name_views, extents_); }
   // "rows(2) x cols(2)" for dim i, or "no axis".
   std::string split_string(std::size_t i) const { return detail::split_string(splits[i], mesh_.shape()); }
 
