@@ -5,6 +5,11 @@
 #   trilinos source package into a prefix of its own, unless Kokkos_ROOT is set. The prefix is
 #   MESHTENSOR_DEPS_PREFIX, else /opt/meshtensor-deps for root, ~/.local/meshtensor-deps for others;
 #   a prefix the user can write to is built and installed as the user, never with sudo.
+#   --backends LIST (or MESHTENSOR_KOKKOS_BACKENDS): Kokkos's backends, a comma list of serial,
+#   openmp and cuda (default serial,openmp). cuda needs nvcc (the CUDA toolkit, in PATH or
+#   /usr/local/cuda/bin); Kokkos 3.4.01 is then patched for CUDA 13 and C++20
+#   (scripts/kokkos-3.4.01-cuda13.patch) and built for MESHTENSOR_CUDA_ARCH (Kokkos's name of
+#   the GPU architecture, default HOPPER90; e.g. AMPERE80), into a prefix of its own.
 #   --bench also installs the benchmarks' peers and plotting (scripts/bench.sh); the test suite
 #   does not need them.
 # Prints one line per step on stderr; apt's, dpkg's and the Kokkos build's output go to a log
@@ -85,7 +90,7 @@ existing_ancestor() {
 
 main() {
   set -euo pipefail
-  local backends="${MESHTENSOR_KOKKOS_BACKENDS:-serial,openmp}"   # comma list: serial,openmp
+  local backends="${MESHTENSOR_KOKKOS_BACKENDS:-serial,openmp}"   # comma list: serial,openmp,cuda
   local bench=0
   while [ $# -gt 0 ]; do
     case "$1" in
@@ -95,6 +100,21 @@ main() {
       *) echo "install_deps.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
   done
+
+  local b cuda=0 cuda_arch="${MESHTENSOR_CUDA_ARCH:-HOPPER90}" nvcc_path=""
+  for b in ${backends//,/ }; do
+    case "$b" in
+      serial|openmp) ;;
+      cuda) cuda=1 ;;
+      *) die "unknown Kokkos backend '$b' in --backends $backends (serial, openmp, cuda)" ;;
+    esac
+  done
+  if [ "$cuda" = 1 ]; then
+    nvcc_path=$(command -v nvcc || true)
+    if [ -z "$nvcc_path" ] && [ -x /usr/local/cuda/bin/nvcc ]; then nvcc_path=/usr/local/cuda/bin/nvcc; fi
+    [ -n "$nvcc_path" ] || die "--backends $backends: the cuda backend needs nvcc (the CUDA toolkit), found neither in PATH nor in /usr/local/cuda/bin"
+    case "$cuda_arch" in *[!A-Z0-9]*|"") die "MESHTENSOR_CUDA_ARCH='$cuda_arch': Kokkos's architecture name is expected, e.g. HOPPER90 or AMPERE80" ;; esac
+  fi
 
   SUDO=""
   if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
@@ -109,6 +129,7 @@ main() {
   # venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/bench_venv.sh).
   local bench_packages=(libeigen3-dev libscalapack-openmpi-dev python3-matplotlib python3-venv python3-pip)
   if [ "$bench" = 1 ]; then packages+=("${bench_packages[@]}"); fi
+  if [ "$cuda" = 1 ]; then packages+=(patch); fi   # applies the CUDA 13 patch to Kokkos
 
   local missing=() p
   for p in "${packages[@]}"; do
@@ -129,6 +150,7 @@ main() {
   case "$deps_root" in /*) ;; *) deps_root="$PWD/$deps_root" ;; esac   # CMake needs it absolute
   local kokkos_prefix d
   kokkos_prefix="$deps_root/kokkos-3.4.01-$(echo "$backends" | tr ',' '-')"
+  if [ "$cuda" = 1 ]; then kokkos_prefix="$kokkos_prefix-$(echo "$cuda_arch" | tr 'A-Z' 'a-z')"; fi
   for d in lib lib64; do
     if [ -f "$kokkos_prefix/$d/cmake/Kokkos/KokkosConfig.cmake" ]; then kokkos_needed=0; fi
   done
@@ -209,7 +231,17 @@ SRC
     local cmake_flags=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_STANDARD=20 -DCMAKE_INSTALL_PREFIX="$kokkos_prefix"
                        -DKokkos_ENABLE_SERIAL=ON -DCMAKE_POSITION_INDEPENDENT_CODE=ON)
     case ",$backends," in *,openmp,*) cmake_flags+=(-DKokkos_ENABLE_OPENMP=ON) ;; esac
-    log "building Kokkos 3.4.01 ($backends) and installing it into $kokkos_prefix${install_sudo:+ with sudo} (log: $LOG)"
+    if [ "$cuda" = 1 ]; then
+      run_logged "patching Kokkos for CUDA 13 (scripts/kokkos-3.4.01-cuda13.patch)" \
+        patch -p1 -d "$src" -i "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/kokkos-3.4.01-cuda13.patch"
+      # nvcc_wrapper calls the nvcc it finds in PATH.
+      export PATH="$(dirname "$nvcc_path"):$PATH"
+      cmake_flags+=(-DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON "-DKokkos_ARCH_$cuda_arch=ON"
+                    -DCMAKE_CXX_COMPILER="$src/bin/nvcc_wrapper")
+    fi
+    local built="$backends"
+    if [ "$cuda" = 1 ]; then built="$backends for $cuda_arch"; fi
+    log "building Kokkos 3.4.01 ($built) and installing it into $kokkos_prefix${install_sudo:+ with sudo} (log: $LOG)"
     run_logged "configuring Kokkos from $src" cmake -S "$src" -B "$work/build" "${cmake_flags[@]}"
     run_logged "building Kokkos" cmake --build "$work/build" -j "$(nproc)"
     run_logged "installing Kokkos into $kokkos_prefix" $install_sudo cmake --install "$work/build"

@@ -1,6 +1,19 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds, runs every test (ctest arguments pass
 # through, e.g. `scripts/test.sh -L mpi`).
+# Where nvcc is (in PATH or /usr/local/cuda/bin), a CUDA Kokkos is installed too (once, about 3
+# minutes, into a prefix of its own, whatever Kokkos_ROOT says) and the cuda_build test compiles a
+# representative set for the GPU with it. MESHTENSOR_CUDA_KOKKOS_ROOT names a CUDA Kokkos of your
+# own instead; MESHTENSOR_CUDA_BUILD=0 skips the CUDA build.
 source "$(dirname "$0")/common.sh"
-configure_and_build
+cuda_kokkos="${MESHTENSOR_CUDA_KOKKOS_ROOT:-}"
+if [ "${MESHTENSOR_CUDA_BUILD:-auto}" = 0 ]; then
+  cuda_kokkos=""
+elif [ -z "$cuda_kokkos" ] && { command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; }; then
+  cuda_kokkos=$(env -u Kokkos_ROOT bash "$MESHTENSOR_ROOT/scripts/install_deps.sh" --backends serial,openmp,cuda |
+                sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
+fi
+# A CUDA Kokkos's nvcc_wrapper calls the nvcc in PATH.
+if [ -n "$cuda_kokkos" ] && ! command -v nvcc >/dev/null; then export PATH="/usr/local/cuda/bin:$PATH"; fi
+configure_and_build -DMESHTENSOR_CUDA_KOKKOS_ROOT="$cuda_kokkos"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" "$@"

@@ -42,7 +42,8 @@ using layout_model = mt::layout<grid, mt::split<hidden, rows, cols>>;
 struct options {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   std::string layout = "2d";
-  std::array<int, 2> mesh{2, 2};
+  // a vector, not std::array: nvcc cannot compile CLI11 2.1's std::array overloads
+  std::vector<int> mesh{2, 2};
   int epochs = 5;
   std::int64_t max_steps = 0;
   std::int64_t batch_size = 128;
@@ -258,7 +259,7 @@ int main(int argc, char** argv) {
                                        "model: hidden over both axes")
       ->check(CLI::IsMember({"2d", "data", "model"}))
       ->capture_default_str();
-  app.add_option("--mesh", o.mesh, "mesh sizes rows cols (their product must be the number of ranks)");
+  app.add_option("--mesh", o.mesh, "mesh sizes rows cols (their product must be the number of ranks)")->expected(2);
   app.add_option("--epochs", o.epochs)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--steps", o.max_steps, "stop after this many steps (0: run every epoch)");
   app.add_option("--batch", o.batch_size)->check(CLI::PositiveNumber)->capture_default_str();
@@ -283,7 +284,7 @@ int main(int argc, char** argv) {
 
   try {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
-    grid g(env, o.mesh);
+    grid g(env, {o.mesh[0], o.mesh[1]});
     const auto tr = load(o.data_dir, "train", MPI_COMM_WORLD);
     const auto te = load(o.data_dir, "t10k", MPI_COMM_WORLD);
     if (o.layout == "data") return train<layout_data>(g, o, tr, te);

@@ -26,9 +26,10 @@ int main(int argc, char** argv) {
   mt::environment env(argc, argv);
   CLI::App app{"meshtensor: distributed matrix product on a 2-D mesh"};
   std::int64_t size = 1024;
-  std::array<int, 2> shape{2, 2};
+  // a vector, not std::array: nvcc cannot compile CLI11 2.1's std::array overloads
+  std::vector<int> shape{2, 2};
   app.add_option("--size", size, "extent of m, k and n")->check(CLI::PositiveNumber);
-  app.add_option("--mesh", shape, "mesh sizes rows cols (their product must be the number of ranks)");
+  app.add_option("--mesh", shape, "mesh sizes rows cols (their product must be the number of ranks)")->expected(2);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {  // every rank parses the same argv: rank 0 prints help or the error
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
 
   try {
     // [compute]
-    grid g(env, shape);  // throws mt::mesh_error, naming the sizes, if world size != rows * cols
+    grid g(env, {shape[0], shape[1]});  // throws mt::mesh_error, naming the sizes, if world size != rows * cols
     auto a = mt::random_normal<matrix<m, k>>(g, {size, size}, /*seed=*/1);
     auto b = mt::random_normal<matrix<k, n>>(g, {size, size}, /*seed=*/2);
     auto c = mt::einsum<m, n>(a, b);  // k is contracted and split over cols: allreduce over cols

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   CLI::App app{"meshtensor: a byte-level Transformer language model on a 2-D mesh"};
   app.add_option("--text", o.text, "training text")->capture_default_str();
   app.add_option("--layout", o.layout, "data | model | 2d")->check(CLI::IsMember({"data", "model", "2d"}))->capture_default_str();
-  app.add_option("--mesh", o.mesh, "mesh sizes rows cols (their product must be the number of ranks)");
+  app.add_option("--mesh", o.mesh, "mesh sizes rows cols (their product must be the number of ranks)")->expected(2);
   app.add_option("--steps", o.steps)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--batch", o.batch)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--length", o.length)->check(CLI::PositiveNumber)->capture_default_str();
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
     if (o.compare && (!o.checkpoint.empty() || !o.resume.empty()))
       throw mt::error("--compare-layouts trains every layout from scratch; it takes no --checkpoint or --resume");
-    grid g(env, o.mesh);
+    grid g(env, {o.mesh[0], o.mesh[1]});
     const auto text = read_text(o.text, o.length + 3);
     const bool root = env.world_rank() == 0;
     if (root)

@@ -40,7 +40,8 @@ using layout_2d = mt::layout<grid, mt::split<batch, rows>, mt::split<vocab, cols
 struct options {
   std::string text = "/usr/share/common-licenses/GPL-3";
   std::string layout = "2d";
-  std::array<int, 2> mesh{2, 2};
+  // a vector, not std::array: nvcc cannot compile CLI11 2.1's std::array overloads
+  std::vector<int> mesh{2, 2};
   std::int64_t steps = 300, batch = 8, length = 64, d_model = 64, heads = 4, d_kv = 16, d_ff = 256;
   double lr = 2e-3, dropout = 0.0;
   std::string optimizer = "adam";

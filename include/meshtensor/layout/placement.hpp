@@ -108,7 +108,7 @@ class placement {
   placement(const std::array<detail::dim_split, R>& splits, std::span<const int> mesh_sizes, const extents_type& extents)
       : splits_(splits), extents_(extents), naxes_(static_cast<int>(mesh_sizes.size())) {
     std::copy(mesh_sizes.begin(), mesh_sizes.end(), sizes_.begin());
-    for (std::size_t d = 0; d < R; ++d) {
+    for (std::size_t d = 0; d != R; ++d) {
       parts_[d] = 1;
       for (int k = 0; k < splits_[d].count; ++k) parts_[d] *= sizes_[splits_[d].axes[k]];
     }
@@ -163,7 +163,7 @@ class placement {
   // The box held by the processor at these mesh coordinates.
   box<R> box_at(std::span<const int> coords) const {
     box<R> b;
-    for (std::size_t d = 0; d < R; ++d) {
+    for (std::size_t d = 0; d != R; ++d) {
       const auto part = nested_part(d, part_at(d, coords));
       b.offset[d] = part.offset[0];
       b.extent[d] = part.extent[0];

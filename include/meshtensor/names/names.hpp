@@ -86,7 +86,7 @@ namespace detail {
 template <class T, class... Ts>
 consteval std::size_t index_of_impl() {
   constexpr bool hits[] = {std::is_same_v<T, Ts>..., false};
-  for (std::size_t i = 0; i < sizeof...(Ts); ++i)
+  for (std::size_t i = 0; i != sizeof...(Ts); ++i)
     if (hits[i]) return i;
   return sizeof...(Ts);
 }
@@ -119,6 +119,10 @@ inline constexpr std::size_t index_of_v = 0;
 template <class T, class... Ts>
 inline constexpr std::size_t index_of_v<T, type_list<Ts...>> = detail::index_of_impl<T, Ts...>();
 
+// Whether an index_of_v result is a position in a list of `size` elements. A function rather than an
+// inline `position < size`: with a rank-0 list that comparison is constant and nvcc warns (#186).
+constexpr bool found_at(std::size_t position, std::size_t size) { return position < size; }
+
 // Elements of A, then the elements of B that A lacks, in their order.
 template <class A, class B>
 using union_t = detail::from_hana<decltype(boost::hana::concat(
@@ -139,7 +143,7 @@ inline constexpr bool distinct_v = false;
 template <class... Ts>
 inline constexpr bool distinct_v<type_list<Ts...>> = [] {
   constexpr std::size_t firsts[] = {index_of_v<Ts, type_list<Ts...>>..., 0};
-  for (std::size_t i = 0; i < sizeof...(Ts); ++i)
+  for (std::size_t i = 0; i != sizeof...(Ts); ++i)
     if (firsts[i] != i) return false;
   return true;
 }();

@@ -23,8 +23,10 @@ namespace meshtensor::nn {
 
 // mask[Length, MemLength]: 0 where the memory position is at or before the query position, else
 // `masked` (a large negative number).
+// The return type is spelled out: nvcc allows no device lambda in a function with a deduced one.
 template <class Like, Dim Length, Dim MemLength>
-auto causal_mask(const typename Like::mesh_type& m, std::int64_t n, typename Like::value_type masked = -1e9) {
+meshtensor::detail::with_dims_t<Like, type_list<Length, MemLength>> causal_mask(const typename Like::mesh_type& m, std::int64_t n,
+                                                                           typename Like::value_type masked = -1e9) {
   using M = meshtensor::detail::with_dims_t<Like, type_list<Length, MemLength>>;
   using T = typename Like::value_type;
   return meshtensor::detail::fill_by_global_index<M>(

@@ -54,7 +54,7 @@ X layer_norm_fused(const X& x, const S& scale, const S& bias, typename X::value_
         if (scale.tracks_grad() || bias.tracks_grad()) {
           S ds(x.mesh(), scale.extents(), uninitialized), db(x.mesh(), bias.extents(), uninitialized);
           using C = md::layer_norm_grad_columns<T, Mem>;
-          md::for_each_row<Exec>(C::blocks(gs), C{x.view(), g.view(), mean.view(), rstd.view(), ds.view(), db.view(), gs});
+          md::for_each_item<Exec>(C::blocks(gs), C{x.view(), g.view(), mean.view(), rstd.view(), ds.view(), db.view(), gs});
           // The sums over x's other dims: an allreduce over their axes, as reduce_to's.
           constexpr unsigned axes = md::axes_mask_of<X, difference_t<typename X::dims, type_list<D>>>();
           if (bias.tracks_grad()) {

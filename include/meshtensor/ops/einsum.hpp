@@ -3,11 +3,12 @@
 // Communication: one allreduce over exactly the axes of the contracted dims that are split (none
 // when none is); dims that only one operand has and the output lacks are summed first, with the
 // allreduce of reduce_sum. Local kernel: a batched matrix product after permutation, by cblas
-// sgemm/dgemm on host spaces and a Kokkos kernel elsewhere.
+// sgemm/dgemm on host spaces, cuBLAS's strided batched gemm on CUDA, a Kokkos kernel elsewhere.
 #include <cblas.h>
 
 #include <Kokkos_Core.hpp>
 
+#include "detail/cublas.hpp"
 #include "elementwise.hpp"
 #include "reduce.hpp"
 
@@ -70,7 +71,14 @@ void batched_gemm(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t 
         cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, pa,
                     lda, pb, ldb, 0.0, pc, static_cast<int>(n));
     }
-  } else {
+  }
+#if defined(KOKKOS_ENABLE_CUDA)
+  else if constexpr (std::is_same_v<Exec, Kokkos::Cuda> && cublas_type_v<T>) {
+    if (nb == 0 || m == 0 || n == 0) return;  // cuBLAS scales C by beta = 0 when k is 0
+    cublas_batched_gemm<T>(Exec{}.cuda_stream(), nb, m, n, k, trans_a, trans_b, a.data(), b.data(), c.data());
+  }
+#endif
+  else {
     Kokkos::parallel_for(
         "meshtensor::einsum_kernel", Kokkos::RangePolicy<Exec>(0, nb * m * n), KOKKOS_LAMBDA(std::int64_t idx) {
           const std::int64_t j = idx % n, i = (idx / n) % m, bi = idx / (m * n);

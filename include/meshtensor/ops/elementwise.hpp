@@ -10,11 +10,11 @@
 #include "detail/kernels.hpp"
 #include "detail/map_kernel.hpp"
 #include "reduce.hpp"
+#include "../runtime/kokkos_math.hpp"
 
 namespace meshtensor {
 
 namespace detail {
-namespace kx = Kokkos::Experimental;
 
 // out(o) = f(ops(o)...) over Out's dims; each operand broadcasts along the dims it lacks. Prefer a
 // named functor: with one, every layout shares one Kokkos kernel (see map_kernel.hpp).
@@ -83,13 +83,13 @@ auto scalar_like(const Like& like, typename Like::value_type v) {
 // ---- unary ----------------------------------------------------------------------------------
 // Each functor gives f(x) and df(x, y) with y = f(x), the derivative used by the gradient rule.
 namespace fn {
-using detail::kx::cos;
-using detail::kx::exp;
-using detail::kx::fabs;
-using detail::kx::log;
-using detail::kx::sin;
-using detail::kx::sqrt;
-using detail::kx::tanh;
+using kmath::cos;
+using kmath::exp;
+using kmath::fabs;
+using kmath::log;
+using kmath::sin;
+using kmath::sqrt;
+using kmath::tanh;
 #define MESHTENSOR_UNARY(NAME, F, DF)                                          \
   struct NAME##_fn {                                                           \
     static constexpr const char* name = #NAME;                                 \
@@ -176,8 +176,8 @@ MESHTENSOR_UNARY_API(gelu)
 // ---- binary ---------------------------------------------------------------------------------
 // Each functor gives f(a, b) and the partials da(a, b), db(a, b).
 namespace fn {
-using detail::kx::log;
-using detail::kx::pow;
+using kmath::log;
+using kmath::pow;
 #define MESHTENSOR_BINARY(NAME, F, DA, DB)                                                  \
   struct NAME##_fn {                                                                        \
     static constexpr const char* name = #NAME;                                              \

@@ -150,8 +150,8 @@ Out reduce_to(const X& x, reduce_op op) {
   int nred = 0;
   std::int64_t red_count = 1;
   constexpr auto in_out = positions_in<X, Out>();
-  for (std::size_t i = 0; i < X::rank; ++i)
-    if (in_out[i] >= Out::rank) {
+  for (std::size_t i = 0; i != X::rank; ++i)
+    if (!found_at(in_out[i], Out::rank)) {
       red_ext[nred] = x.local_extents()[i];
       red_stride[nred] = xs[i];
       red_count *= x.local_extents()[i];

@@ -15,6 +15,7 @@
 #include "detail/map_kernel.hpp"
 #include "elementwise.hpp"
 #include "reduce.hpp"
+#include "../runtime/kokkos_math.hpp"
 
 namespace meshtensor {
 
@@ -25,8 +26,8 @@ template <Tensor Out, Tensor X>
 std::int64_t reduced_count(const X& x) {
   constexpr auto in_out = positions_in<X, Out>();
   std::int64_t n = 1;
-  for (std::size_t i = 0; i < X::rank; ++i)
-    if (in_out[i] >= Out::rank) n *= x.extents()[i];
+  for (std::size_t i = 0; i != X::rank; ++i)
+    if (!found_at(in_out[i], Out::rank)) n *= x.extents()[i];
   return n;
 }
 
@@ -46,13 +47,13 @@ KOKKOS_INLINE_FUNCTION T finite_or_zero(T v) {
 struct exp_shifted {  // exp(x - shift(m))
   template <class T>
   KOKKOS_INLINE_FUNCTION T operator()(T x, T m) const {
-    return Kokkos::Experimental::exp(x - finite_or_zero(m));
+    return kmath::exp(x - finite_or_zero(m));
   }
 };
 struct shift_plus_log {  // shift(m) + log(s)
   template <class T>
   KOKKOS_INLINE_FUNCTION T operator()(T m, T s) const {
-    return finite_or_zero(m) + Kokkos::Experimental::log(s);
+    return finite_or_zero(m) + kmath::log(s);
   }
 };
 struct where_equal {  // g where x == y (or both are NaN: a NaN max came from the NaN elements), else 0
@@ -64,7 +65,7 @@ struct where_equal {  // g where x == y (or both are NaN: a NaN max came from th
 struct times_exp_diff {  // g * exp(x - y)
   template <class T>
   KOKKOS_INLINE_FUNCTION T operator()(T g, T x, T y) const {
-    return g * Kokkos::Experimental::exp(x - y);
+    return g * kmath::exp(x - y);
   }
 };
 }  // namespace opsa_fn

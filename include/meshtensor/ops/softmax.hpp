@@ -14,6 +14,7 @@
 #include "elementwise.hpp"
 #include "reduce.hpp"
 #include "reductions.hpp"
+#include "../runtime/kokkos_math.hpp"
 
 namespace meshtensor {
 
@@ -21,7 +22,7 @@ namespace detail::opsa_fn {
 struct exp_diff {  // exp(x - l)
   template <class T>
   KOKKOS_INLINE_FUNCTION T operator()(T x, T l) const {
-    return Kokkos::Experimental::exp(x - l);
+    return kmath::exp(x - l);
   }
 };
 struct diff {  // x - l
@@ -45,7 +46,7 @@ struct softmax_grad {  // y * (g - s)
 struct log_softmax_grad {  // g - exp(y) * s
   template <class T>
   KOKKOS_INLINE_FUNCTION T operator()(T y, T g, T s) const {
-    return g - Kokkos::Experimental::exp(y) * s;
+    return g - kmath::exp(y) * s;
   }
 };
 }  // namespace detail::opsa_fn

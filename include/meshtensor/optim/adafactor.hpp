@@ -25,6 +25,7 @@
 #include "../ops/elementwise.hpp"
 #include "../ops/reduce.hpp"
 #include "optimizer.hpp"
+#include "../runtime/kokkos_math.hpp"
 
 namespace meshtensor::optim {
 
@@ -154,16 +155,16 @@ class adafactor : public optimizer<adafactor> {
         const Outer lt = detail_adafactor::mean_onto<Outer>(*s.vr);
         u = detail::map_broadcast<P>(
             g.extents(),
-            KOKKOS_LAMBDA(T gv, T r, T c) { return gv / Kokkos::Experimental::sqrt(r * c); }, g, *s.vr, *s.vc);
+            KOKKOS_LAMBDA(T gv, T r, T c) { return gv / kmath::sqrt(r * c); }, g, *s.vr, *s.vc);
         // Divide by sqrt(1 / mean_R(vr)), i.e. multiply by sqrt(mean_R(vr)).
         u = detail::map_broadcast<P>(
-            g.extents(), KOKKOS_LAMBDA(T x, T l) { return x * Kokkos::Experimental::sqrt(l); }, u, lt);
+            g.extents(), KOKKOS_LAMBDA(T x, T l) { return x * kmath::sqrt(l); }, u, lt);
       }
     }
     if (s.v) {
       ema(*s.v, g2, b2);
       u = detail::map_broadcast<P>(
-          g.extents(), KOKKOS_LAMBDA(T gv, T v) { return gv / Kokkos::Experimental::sqrt(v); }, g, *s.v);
+          g.extents(), KOKKOS_LAMBDA(T gv, T v) { return gv / kmath::sqrt(v); }, g, *s.v);
     }
     const double clip = std::max(1.0, detail_adafactor::rms(u) / c_.clip_threshold);
     const double rho = c_.lr > 0 ? c_.lr : std::min(1e-2, 1.0 / std::sqrt(static_cast<double>(t)));
@@ -186,7 +187,7 @@ class adafactor : public optimizer<adafactor> {
     detail::fence<P>();
   }
 
- private:
+  // acc = b acc + (1 - b) x. Public: nvcc allows no device lambda in a private member function.
   template <Tensor S>
   static void ema(S& acc, const S& x, typename S::value_type b) {
     using T = typename S::value_type;
@@ -197,6 +198,8 @@ class adafactor : public optimizer<adafactor> {
         KOKKOS_LAMBDA(std::int64_t i) { av(i) = b * av(i) + (T(1) - b) * xv(i); });
     detail::fence<S>();
   }
+
+ private:
   config c_{};
 };
 

@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "optimizer.hpp"
+#include "../runtime/kokkos_math.hpp"
 
 namespace meshtensor::optim {
 
@@ -66,7 +67,7 @@ class adam : public optimizer<adam> {
           const T v = b2 * vv(i) + (T(1) - b2) * gi * gi;
           mv(i) = m;
           vv(i) = v;
-          T step = (m / c1) / (Kokkos::Experimental::sqrt(v / c2) + eps);
+          T step = (m / c1) / (kmath::sqrt(v / c2) + eps);
           if (decoupled) step += wd * pi;
           pv(i) = pi - lr * step;
         });

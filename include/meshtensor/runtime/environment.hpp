@@ -241,6 +241,26 @@ class environment {
       args.push_back(argv[i]);
     }
     if (!user_chose_warnings) args.push_back(quiet);
+#if defined(KOKKOS_ENABLE_CUDA)
+    // Kokkos alone puts every rank on GPU 0; the ranks of a node take its GPUs in turn instead,
+    // unless the user chose (--kokkos-device-id, --kokkos-num-devices, or their variables).
+    static std::string device_arg;
+    bool user_chose_device = std::getenv("KOKKOS_DEVICE_ID") != nullptr || std::getenv("KOKKOS_NUM_DEVICES") != nullptr;
+    for (int i = 1; i < argc; ++i)
+      if (std::strncmp(argv[i], "--kokkos-device", 15) == 0 || std::strncmp(argv[i], "--kokkos-num-devices", 20) == 0)
+        user_chose_device = true;
+    if (!user_chose_device) {
+      MPI_Comm node;
+      int node_rank = 0, devices = 0;
+      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+      MPI_Comm_rank(node, &node_rank);
+      MPI_Comm_free(&node);
+      if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
+        device_arg = "--kokkos-device-id=" + std::to_string(node_rank % devices);
+        args.push_back(device_arg.data());
+      }
+    }
+#endif
     int n = static_cast<int>(args.size());
     args.push_back(nullptr);
     Kokkos::initialize(n, args.data());

@@ -7,6 +7,7 @@
 
 #include "indexing.hpp"
 #include "tensor.hpp"
+#include "../runtime/kokkos_math.hpp"
 
 namespace meshtensor {
 
@@ -63,8 +64,8 @@ struct normal_fn {
   KOKKOS_INLINE_FUNCTION T operator()(std::int64_t g) const {
     const double u1 = 1.0 - uniform01(seed, static_cast<std::uint64_t>(g), 1);
     const double u2 = uniform01(seed, static_cast<std::uint64_t>(g), 2);
-    return static_cast<T>(mean + stddev * Kokkos::Experimental::sqrt(-2.0 * Kokkos::Experimental::log(u1)) *
-                                     Kokkos::Experimental::cos(6.283185307179586 * u2));
+    return static_cast<T>(mean + stddev * kmath::sqrt(-2.0 * kmath::log(u1)) *
+                                     kmath::cos(6.283185307179586 * u2));
   }
 };
 }  // namespace detail

@@ -28,7 +28,7 @@ template <std::size_t R>
 void place_slice(const communicator& comm, const std::array<dim_split, R>& splits, const std::array<std::int64_t, R>& extents,
                  const std::string_view* names, std::string (*type_name)(), std::array<std::int64_t, R>& local_extents,
                  std::array<std::int64_t, R>& offsets) {
-  for (std::size_t i = 0; i < R; ++i)
+  for (std::size_t i = 0; i != R; ++i)
     if (extents[i] < 0)
       throw shape_error(cat(type_name(), ": dim '", names[i], "' has negative extent ", extents[i]));
   const auto b = placement<R>(splits, comm.shape(), extents).box_at(comm.coords());
@@ -71,7 +71,8 @@ class basic_tensor {
   using view_type = Kokkos::View<T*, memory_space>;
   static constexpr std::size_t rank = sizeof...(Ds);
   using extents_type = std::array<std::int64_t, rank>;
-  static constexpr const std::array<detail::dim_split, rank>& splits = checked::splits;
+  // A copy, not a reference to checked::splits: nvcc rejects an in-class constexpr reference member.
+  static constexpr std::array<detail::dim_split, rank> splits = checked::splits;
 
   // Same dims, layout and space, other element type.
   template <class U>

@@ -163,8 +163,9 @@ void place_along(Out& out, const along_view<View>& src, std::int64_t start) {
 }
 
 // Host copy of a [outer, count, inner] block of along-data starting at local position from.
+// The return type is spelled out: nvcc allows no device lambda in a function with a deduced one.
 template <class Exec, class View>
-auto pack_along(const along_view<View>& src, std::int64_t from, std::int64_t count) {
+Kokkos::View<typename View::value_type*, Kokkos::HostSpace> pack_along(const along_view<View>& src, std::int64_t from, std::int64_t count) {
   using T = typename View::value_type;
   Kokkos::View<T*, typename View::memory_space> slab(
       Kokkos::view_alloc(std::string("meshtensor::slab"), Kokkos::WithoutInitializing),

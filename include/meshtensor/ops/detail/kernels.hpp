@@ -56,14 +56,14 @@ kidx broadcast_strides(const In& in) {
   constexpr auto pos = positions_in<Out, In>();
   const auto strides = row_major_strides<In::rank>(in.local_extents());
   kidx s{};
-  for (std::size_t i = 0; i < Out::rank; ++i) s[i] = pos[i] < In::rank ? strides[pos[i]] : 0;
+  for (std::size_t i = 0; i != Out::rank; ++i) s[i] = found_at(pos[i], In::rank) ? strides[pos[i]] : 0;
   return s;
 }
 
 template <std::size_t R>
 kidx to_kidx(const std::array<std::int64_t, R>& a) {
   kidx r{};
-  for (std::size_t i = 0; i < R; ++i) r[i] = a[i];
+  for (std::size_t i = 0; i != R; ++i) r[i] = a[i];
   return r;
 }
 
@@ -83,8 +83,8 @@ template <Tensor A, Tensor B>
 void check_shared_extents(const char* op, const A& a, const B& b) {
   constexpr auto pos = positions_in<A, B>();
   const auto names = A::dim_names();
-  for (std::size_t i = 0; i < A::rank; ++i)
-    if (pos[i] < B::rank && a.extents()[i] != b.extents()[pos[i]])
+  for (std::size_t i = 0; i != A::rank; ++i)
+    if (found_at(pos[i], B::rank) && a.extents()[i] != b.extents()[pos[i]])
       throw shape_error(cat(op, ": dim '", names[i], "' has extent ", a.extents()[i], " in ", A::type_name(),
                             " but ", b.extents()[pos[i]], " in ", B::type_name()));
 }
@@ -94,8 +94,8 @@ template <Tensor Out, Tensor A, Tensor... More>
 typename Out::extents_type result_extents(const A& a, const More&... more) {
   typename Out::extents_type e{};
   constexpr auto pa = positions_in<Out, A>();
-  for (std::size_t i = 0; i < Out::rank; ++i) {
-    if (pa[i] < A::rank) {
+  for (std::size_t i = 0; i != Out::rank; ++i) {
+    if (found_at(pa[i], A::rank)) {
       e[i] = a.extents()[pa[i]];
       continue;
     }
@@ -103,7 +103,7 @@ typename Out::extents_type result_extents(const A& a, const More&... more) {
     (
         [&] {
           constexpr auto pm = positions_in<Out, More>();
-          if (!found && pm[i] < More::rank) {
+          if (!found && found_at(pm[i], More::rank)) {
             e[i] = more.extents()[pm[i]];
             found = true;
           }

@@ -4,6 +4,7 @@
 // glue, so an op instantiated for many layouts emits one Kokkos kernel, not one per layout.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <utility>
 
 #include "kernels.hpp"
 
@@ -46,20 +47,46 @@ KOKKOS_INLINE_FUNCTION void map_run(TO* out, std::int64_t len, const F& f, const
     for (std::int64_t j = 0; j < len; ++j) out[j] = f(c.p[c.off + j * c.step]...);
 }
 
+// The operands of one map, held by index: a device lambda may not capture a parameter pack's
+// elements (nvcc), and std::tuple is not usable in device code everywhere.
+template <std::size_t I, class Operand>
+struct map_operand_slot {
+  Operand operand;
+};
+template <class Seq, class... Operands>
+struct map_operand_pack;
+template <std::size_t... I, class... Operands>
+struct map_operand_pack<std::index_sequence<I...>, Operands...> : map_operand_slot<I, Operands>... {};
+
 // One work item per run of the output's last dim: the operands' offsets (a 64-bit division per
 // dim) are computed once per run, not once per element, which made broadcasts and the
 // permutations before and after einsum's products several times slower than a copy.
+template <class F, class TO, class Mem, class... TI>
+struct map_runs {
+  TO* out;
+  std::int64_t len;
+  kidx ext;
+  int r;
+  F f;
+  map_operand_pack<std::index_sequence_for<TI...>, map_operand<TI, Mem>...> ops;
+
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t run) const { apply(run, std::index_sequence_for<TI...>{}); }
+  template <std::size_t... I>
+  KOKKOS_INLINE_FUNCTION void apply(std::int64_t run, std::index_sequence<I...>) const {
+    const std::int64_t o = run * len;
+    map_run(out + o, len, f,
+            cursor_at(static_cast<const map_operand_slot<I, map_operand<TI, Mem>>&>(ops).operand, o, ext, r)...);
+  }
+};
+
 template <class Exec, class F, class TO, class... TI>
 void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const kidx& ext, int r, std::int64_t n, F f,
                 const map_operand<TI, typename Exec::memory_space>&... ops) {
   if (n == 0) return;
+  using mem = typename Exec::memory_space;
   const std::int64_t len = r > 0 ? ext[r - 1] : 1;
-  TO* po = out.data();
-  Kokkos::parallel_for(
-      "meshtensor::map", Kokkos::RangePolicy<Exec>(0, n / len), KOKKOS_LAMBDA(std::int64_t run) {
-        const std::int64_t o = run * len;
-        map_run(po + o, len, f, cursor_at(ops, o, ext, r)...);
-      });
+  const map_runs<F, TO, mem, TI...> runs{out.data(), len, ext, r, f, {{ops}...}};
+  Kokkos::parallel_for("meshtensor::map", Kokkos::RangePolicy<Exec>(0, n / len), runs);
   Exec{}.fence();
 }
 

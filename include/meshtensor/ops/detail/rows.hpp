@@ -13,9 +13,12 @@
 // row, under every layout.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "../../runtime/nan_ops.hpp"
 #include "kernels.hpp"
+#include "../../runtime/kokkos_math.hpp"
 
 namespace meshtensor::detail {
 
@@ -40,9 +43,154 @@ row_shape rows_along(const X& x) {
   return s;
 }
 
+// How a row kernel walks the n elements of its row. serial_row: one thread, in order (host
+// spaces; on a GPU, rows strided in memory, where neighbouring threads then read neighbouring
+// rows). team_row: the threads of a team together (a contiguous row on a GPU, whose threads then
+// read neighbouring elements, where one thread per row would read a cache line per element and
+// leave most of the GPU idle when rows are few). A team's loops end with a barrier, so that what
+// one thread wrote is there for every thread after.
+struct serial_row {
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void for_each(std::int64_t n, const F& f) const {
+    for (std::int64_t l = 0; l < n; ++l) f(l);
+  }
+  template <class T, class F>
+  KOKKOS_INLINE_FUNCTION T sum(std::int64_t n, const F& f) const {
+    T acc = 0;
+    for (std::int64_t l = 0; l < n; ++l) acc += f(l);
+    return acc;
+  }
+  // Two sums in one pass over the row.
+  template <class T, class FA, class FB>
+  KOKKOS_INLINE_FUNCTION Kokkos::pair<T, T> sum2(std::int64_t n, const FA& fa, const FB& fb) const {
+    T a = 0, b = 0;
+    for (std::int64_t l = 0; l < n; ++l) {
+      a += fa(l);
+      b += fb(l);
+    }
+    return {a, b};
+  }
+  // NaN if any element is (nan_max), -inf for an empty row.
+  template <class T, class F>
+  KOKKOS_INLINE_FUNCTION T max(std::int64_t n, const F& f) const {
+    T mx = -kmath::infinity<T>();
+    for (std::int64_t l = 0; l < n; ++l) mx = nan_max(mx, f(l));
+    return mx;
+  }
+  // Per-row results (one thread writes them).
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void single(const F& f) const {
+    f();
+  }
+};
+
+// Kokkos's reducer concept for nan_max, for a team's max (Kokkos::Max drops a NaN by the order
+// of the operands).
+template <class T>
+struct nan_max_reducer {
+  using reducer = nan_max_reducer;
+  using value_type = T;
+  using result_view_type = Kokkos::View<T, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;  // as Kokkos::Max's
+  T& value;
+  KOKKOS_INLINE_FUNCTION explicit nan_max_reducer(T& v) : value(v) {}
+  KOKKOS_INLINE_FUNCTION void join(T& dest, const T& src) const { dest = nan_max(dest, src); }
+  KOKKOS_INLINE_FUNCTION void join(volatile T& dest, const volatile T& src) const {
+    dest = nan_max(static_cast<T>(dest), static_cast<T>(src));
+  }
+  KOKKOS_INLINE_FUNCTION void init(T& v) const { v = -kmath::infinity<T>(); }
+  KOKKOS_INLINE_FUNCTION T& reference() const { return value; }
+  KOKKOS_INLINE_FUNCTION result_view_type view() const { return result_view_type(&value); }
+  KOKKOS_INLINE_FUNCTION bool references_scalar() const { return true; }
+};
+
+template <class Member>
+struct team_row {
+  const Member& team;
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void for_each(std::int64_t n, const F& f) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n), f);
+    team.team_barrier();
+  }
+  template <class T, class F>
+  KOKKOS_INLINE_FUNCTION T sum(std::int64_t n, const F& f) const {
+    T acc = 0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, n), [&](std::int64_t l, T& a) { a += f(l); }, acc);
+    team.team_barrier();
+    return acc;
+  }
+  template <class T, class FA, class FB>
+  KOKKOS_INLINE_FUNCTION Kokkos::pair<T, T> sum2(std::int64_t n, const FA& fa, const FB& fb) const {
+    return {sum<T>(n, fa), sum<T>(n, fb)};
+  }
+  template <class T, class F>
+  KOKKOS_INLINE_FUNCTION T max(std::int64_t n, const F& f) const {
+    T mx = -kmath::infinity<T>();
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, n), [&](std::int64_t l, T& m) { m = nan_max(m, f(l)); },
+        nan_max_reducer<T>(mx));
+    team.team_barrier();
+    return mx;
+  }
+  template <class F>
+  KOKKOS_INLINE_FUNCTION void single(const F& f) const {
+    Kokkos::single(Kokkos::PerTeam(team), f);
+    team.team_barrier();
+  }
+};
+
+template <class F>
+struct serial_rows_kernel {
+  F f;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t r) const { f.row(serial_row{}, r); }
+};
+template <class F, class Member>
+struct team_rows_kernel {
+  F f;
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    f.row(team_row<Member>{team}, static_cast<std::int64_t>(team.league_rank()));
+  }
+};
+
+enum class row_walk { automatic, serial, team };
+
+// MESHTENSOR_ROW_WALK=serial or team forces the walk of every row kernel: the tests run the team
+// walk on CPUs this way, so that it is checked where no GPU is, and on a GPU it compares the two.
+inline row_walk row_walk_from_environment() {
+  static const row_walk walk = [] {
+    const char* v = std::getenv("MESHTENSOR_ROW_WALK");
+    const std::string_view value = v ? v : "";
+    if (value.empty() || value == "automatic") return row_walk::automatic;
+    if (value == "serial") return row_walk::serial;
+    if (value == "team") return row_walk::team;
+    throw error(cat("meshtensor: MESHTENSOR_ROW_WALK is '", value, "'; expected serial, team or automatic"));
+  }();
+  return walk;
+}
+
+// Runs f.row(walk, r) for every row r. automatic: a team per row on a GPU where rows are
+// contiguous and long enough to share (inner == 1, n >= 32), one thread per row elsewhere.
 template <class Exec, class F>
 void for_each_row(std::int64_t count, const F& f) {
-  Kokkos::parallel_for("meshtensor::rows", Kokkos::RangePolicy<Exec>(0, count), f);
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  row_walk walk = row_walk_from_environment();
+  if (walk == row_walk::automatic) walk = !host && f.sh.inner == 1 && f.sh.n >= 32 ? row_walk::team : row_walk::serial;
+  if (walk == row_walk::team) {
+    using policy = Kokkos::TeamPolicy<Exec>;
+    if (count > INT32_MAX)
+      throw error(cat("meshtensor: a row kernel over ", count, " rows exceeds a Kokkos team policy's int league"));
+    Kokkos::parallel_for("meshtensor::rows_team", policy(static_cast<int>(count), Kokkos::AUTO),
+                         team_rows_kernel<F, typename policy::member_type>{f});
+  } else {
+    Kokkos::parallel_for("meshtensor::rows", Kokkos::RangePolicy<Exec>(0, count), serial_rows_kernel<F>{f});
+  }
+  Exec{}.fence();
+}
+
+// One work item per index, for kernels that are not one row each (layer_norm_grad_columns).
+template <class Exec, class F>
+void for_each_item(std::int64_t count, const F& f) {
+  Kokkos::parallel_for("meshtensor::items", Kokkos::RangePolicy<Exec>(0, count), f);
   Exec{}.fence();
 }
 
@@ -61,7 +209,7 @@ KOKKOS_INLINE_FUNCTION T finite_shift(T v) {
 template <class T>
 KOKKOS_INLINE_FUNCTION T exp_or_zero(T d) {
   constexpr T lowest = sizeof(T) == 4 ? T(-104) : T(-746);
-  return d < lowest ? T(0) : Kokkos::Experimental::exp(d);
+  return d < lowest ? T(0) : kmath::exp(d);
 }
 
 // softmax / log_softmax along D: m = row max, s = sum exp(x - shift(m)), then y = exp(x - shift(m))
@@ -72,30 +220,29 @@ struct softmax_rows {
   row_shape sh;
   int phase;
   bool log;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t r) const {
+  template <class Row>
+  KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
     if (phase == phase_all || phase == phase_max) {
-      T mx = n > 0 ? x(b) : -Kokkos::Experimental::infinity<T>::value;
-      for (std::int64_t l = 1; l < n; ++l) mx = nan_max(mx, x(b + l * st));
-      m(r) = mx;
+      const T mx = w.template max<T>(n, [&](std::int64_t l) { return x(b + l * st); });
+      w.single([&] { m(r) = mx; });
     }
     if (phase == phase_all || phase == phase_sum) {
       const T shift = finite_shift(m(r));
-      T acc = 0;
-      for (std::int64_t l = 0; l < n; ++l) {
+      const T acc = w.template sum<T>(n, [&](std::int64_t l) {
         const T e = exp_or_zero(x(b + l * st) - shift);
         if (!log) y(b + l * st) = e;  // kept for the write phase: one exp per element, not two
-        acc += e;
-      }
-      s(r) = acc;
+        return e;
+      });
+      w.single([&] { s(r) = acc; });
     }
     if (phase == phase_all || phase == phase_write) {
       if (log) {
-        const T lse = finite_shift(m(r)) + Kokkos::Experimental::log(s(r));
-        for (std::int64_t l = 0; l < n; ++l) y(b + l * st) = x(b + l * st) - lse;
+        const T lse = finite_shift(m(r)) + kmath::log(s(r));
+        w.for_each(n, [&](std::int64_t l) { y(b + l * st) = x(b + l * st) - lse; });
       } else {
         const T inv = T(1) / s(r);
-        for (std::int64_t l = 0; l < n; ++l) y(b + l * st) *= inv;
+        w.for_each(n, [&](std::int64_t l) { y(b + l * st) *= inv; });
       }
     }
   }
@@ -109,19 +256,20 @@ struct softmax_grad_rows {
   row_shape sh;
   int phase;
   bool log;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t r) const {
+  template <class Row>
+  KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
     if (phase == phase_all || phase == phase_sum) {
-      T acc = 0;
-      for (std::int64_t l = 0; l < n; ++l) acc += log ? g(b + l * st) : g(b + l * st) * y(b + l * st);
-      s(r) = acc;
+      const T acc =
+          w.template sum<T>(n, [&](std::int64_t l) { return log ? g(b + l * st) : g(b + l * st) * y(b + l * st); });
+      w.single([&] { s(r) = acc; });
     }
     if (phase == phase_all || phase == phase_write) {
       const T sr = s(r);
-      for (std::int64_t l = 0; l < n; ++l) {
+      w.for_each(n, [&](std::int64_t l) {
         const std::int64_t k = b + l * st;
-        dx(k) = log ? g(k) - Kokkos::Experimental::exp(y(k)) * sr : y(k) * (g(k) - sr);
-      }
+        dx(k) = log ? g(k) - kmath::exp(y(k)) * sr : y(k) * (g(k) - sr);
+      });
     }
   }
 };
@@ -133,17 +281,17 @@ struct layer_norm_rows {
   Kokkos::View<T*, Mem> x, scale, bias, y, mean, rstd;
   row_shape sh;
   T eps;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t r) const {
+  template <class Row>
+  KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
-    T acc = 0;
-    for (std::int64_t l = 0; l < n; ++l) acc += x(b + l * st);
-    const T mu = acc / T(n);
-    T sq = 0;
-    for (std::int64_t l = 0; l < n; ++l) sq += (x(b + l * st) - mu) * (x(b + l * st) - mu);
-    const T rs = T(1) / Kokkos::Experimental::sqrt(sq / T(n) + eps);
-    for (std::int64_t l = 0; l < n; ++l) y(b + l * st) = (x(b + l * st) - mu) * rs * scale(l) + bias(l);
-    mean(r) = mu;
-    rstd(r) = rs;
+    const T mu = w.template sum<T>(n, [&](std::int64_t l) { return x(b + l * st); }) / T(n);
+    const T sq = w.template sum<T>(n, [&](std::int64_t l) { return (x(b + l * st) - mu) * (x(b + l * st) - mu); });
+    const T rs = T(1) / kmath::sqrt(sq / T(n) + eps);
+    w.for_each(n, [&](std::int64_t l) { y(b + l * st) = (x(b + l * st) - mu) * rs * scale(l) + bias(l); });
+    w.single([&] {
+      mean(r) = mu;
+      rstd(r) = rs;
+    });
   }
 };
 
@@ -153,21 +301,18 @@ template <class T, class Mem>
 struct layer_norm_grad_rows {
   Kokkos::View<T*, Mem> x, g, scale, mean, rstd, dx;
   row_shape sh;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t r) const {
+  template <class Row>
+  KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
     const T mu = mean(r), rs = rstd(r);
-    T sd = 0, sdx = 0;
-    for (std::int64_t l = 0; l < n; ++l) {
-      const T d = g(b + l * st) * scale(l);
-      sd += d;
-      sdx += d * (x(b + l * st) - mu) * rs;
-    }
-    sd /= T(n);
-    sdx /= T(n);
-    for (std::int64_t l = 0; l < n; ++l) {
+    const auto sums = w.template sum2<T>(
+        n, [&](std::int64_t l) { return g(b + l * st) * scale(l); },
+        [&](std::int64_t l) { return g(b + l * st) * scale(l) * (x(b + l * st) - mu) * rs; });
+    const T sd = sums.first / T(n), sdx = sums.second / T(n);
+    w.for_each(n, [&](std::int64_t l) {
       const std::int64_t k = b + l * st;
       dx(k) = rs * (g(k) * scale(l) - sd - (x(k) - mu) * rs * sdx);
-    }
+    });
   }
 };
 
@@ -214,26 +359,28 @@ struct xent_rows {
   KOKKOS_INLINE_FUNCTION T target(std::int64_t r, std::int64_t l) const {
     return ids(r) == static_cast<I>(sh.begin + l) ? on : off;
   }
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t r) const {
+  template <class Row>
+  KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
     if (phase == phase_all || phase == phase_max) {
-      T mx = n > 0 ? x(b) : -Kokkos::Experimental::infinity<T>::value;
-      for (std::int64_t l = 1; l < n; ++l) mx = nan_max(mx, x(b + l * st));
-      m(r) = mx;
+      const T mx = w.template max<T>(n, [&](std::int64_t l) { return x(b + l * st); });
+      w.single([&] { m(r) = mx; });
     }
     if (phase == phase_all || phase == phase_sum) {
       const T shift = finite_shift(m(r));
-      T acc = 0, picked = 0;
-      for (std::int64_t l = 0; l < n; ++l) {
-        acc += Kokkos::Experimental::exp(x(b + l * st) - shift);
-        picked += x(b + l * st) * target(r, l);
-      }
-      s(r) = acc;
-      p(r) = picked;
+      const auto sums = w.template sum2<T>(
+          n, [&](std::int64_t l) { return kmath::exp(x(b + l * st) - shift); },
+          [&](std::int64_t l) { return x(b + l * st) * target(r, l); });
+      w.single([&] {
+        s(r) = sums.first;
+        p(r) = sums.second;
+      });
     }
     if (phase == phase_all || phase == phase_write) {
-      lse(r) = finite_shift(m(r)) + Kokkos::Experimental::log(s(r));
-      loss(r) = lse(r) - p(r);
+      w.single([&] {
+        lse(r) = finite_shift(m(r)) + kmath::log(s(r));
+        loss(r) = lse(r) - p(r);
+      });
     }
   }
 };
@@ -245,14 +392,15 @@ struct xent_grad_rows {
   Kokkos::View<I*, Mem> ids;
   row_shape sh;
   T on, off;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t r) const {
+  template <class Row>
+  KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
     const T gr = g(r), lr = lse(r);
     const I id = ids(r);
-    for (std::int64_t l = 0; l < n; ++l) {
+    w.for_each(n, [&](std::int64_t l) {
       const std::int64_t k = b + l * st;
-      dx(k) = gr * (Kokkos::Experimental::exp(x(k) - lr) - (id == static_cast<I>(sh.begin + l) ? on : off));
-    }
+      dx(k) = gr * (kmath::exp(x(k) - lr) - (id == static_cast<I>(sh.begin + l) ? on : off));
+    });
   }
 };
 

@@ -1,0 +1,48 @@
+# cuda_build: configures meshtensor with a CUDA Kokkos (through its nvcc_wrapper) and compiles a
+# representative set of targets, then checks that each executable carries GPU code (a .nv_fatbin
+# section) for the architecture Kokkos was built for. Compiles only: CI has no GPU.
+# cmake -DSOURCE_DIR= -DBINARY_DIR= -DKOKKOS_ROOT= -DTARGETS="a;b" -DJOBS=n -P build.cmake
+foreach(var SOURCE_DIR BINARY_DIR KOKKOS_ROOT TARGETS JOBS)
+  if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
+    message(FATAL_ERROR "cuda_build: ${var} is not set")
+  endif()
+endforeach()
+set(wrapper "${KOKKOS_ROOT}/bin/nvcc_wrapper")
+if(NOT EXISTS "${wrapper}")
+  message(FATAL_ERROR "cuda_build: no ${wrapper}: is ${KOKKOS_ROOT} a CUDA Kokkos? (scripts/install_deps.sh --backends serial,openmp,cuda)")
+endif()
+
+execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${BINARY_DIR} -DCMAKE_BUILD_TYPE=Release
+                        -DKokkos_ROOT=${KOKKOS_ROOT} -DCMAKE_CXX_COMPILER=${wrapper}
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cuda_build: configuring with ${KOKKOS_ROOT} failed:\n${out}")
+endif()
+if(NOT EXISTS "${KOKKOS_ROOT}/include/KokkosCore_config.h")
+  message(FATAL_ERROR "cuda_build: no KokkosCore_config.h under ${KOKKOS_ROOT}/include")
+endif()
+file(STRINGS "${KOKKOS_ROOT}/include/KokkosCore_config.h" cuda_define REGEX "^#define KOKKOS_ENABLE_CUDA$")
+if(NOT cuda_define)
+  message(FATAL_ERROR "cuda_build: ${KOKKOS_ROOT} is a Kokkos without CUDA (no KOKKOS_ENABLE_CUDA in KokkosCore_config.h)")
+endif()
+
+foreach(target IN LISTS TARGETS)
+  string(TIMESTAMP start "%s")
+  execute_process(COMMAND ${CMAKE_COMMAND} --build ${BINARY_DIR} --target ${target} -j ${JOBS}
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  string(TIMESTAMP end "%s")
+  math(EXPR seconds "${end} - ${start}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "cuda_build: target ${target} failed to compile with nvcc:\n${out}")
+  endif()
+  file(GLOB_RECURSE exe LIST_DIRECTORIES false "${BINARY_DIR}/*/${target}")
+  if(NOT exe)
+    message(FATAL_ERROR "cuda_build: target ${target} built, but no executable named ${target} is under ${BINARY_DIR}")
+  endif()
+  list(GET exe 0 exe)
+  execute_process(COMMAND objdump -h ${exe} RESULT_VARIABLE rc OUTPUT_VARIABLE sections ERROR_VARIABLE sections)
+  if(NOT sections MATCHES "\\.nv_fatbin")
+    message(FATAL_ERROR "cuda_build: ${exe} has no .nv_fatbin section: no GPU code was compiled into it")
+  endif()
+  message(STATUS "cuda_build: ${target} compiled with nvcc in ${seconds} s, GPU code present")
+endforeach()
