@@ -76,6 +76,7 @@ void ours(benchmark::State& state, what w) {
       bench::run(state, [&] {
         out = mt::reduce_sum<r>(t);
         benchmark::DoNotOptimize(out.view().data());
+        Kokkos::fence();  // kernels are asynchronous on a GPU
       });
       break;
     }
@@ -85,6 +86,7 @@ void ours(benchmark::State& state, what w) {
       bench::run(state, [&] {
         out = mt::relayout<mt::tensor<float, L<>, e>>(t);
         benchmark::DoNotOptimize(out.view().data());
+        Kokkos::fence();  // kernels are asynchronous on a GPU
       });
       break;
     }
@@ -96,6 +98,7 @@ void ours(benchmark::State& state, what w) {
       bench::run(state, [&] {
         out = mt::relayout<To>(t);
         benchmark::DoNotOptimize(out.view().data());
+        Kokkos::fence();  // kernels are asynchronous on a GPU
       });
       break;
     }

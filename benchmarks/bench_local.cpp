@@ -52,6 +52,7 @@ void matmul_ours(benchmark::State& state) {
   bench::run(state, [&] {
     c = mt::einsum<m, n>(a, bb);
     benchmark::DoNotOptimize(c.view().data());
+    Kokkos::fence();  // kernels are asynchronous on a GPU
   });
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * s * s * s, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
@@ -97,6 +98,7 @@ void attn_ours(benchmark::State& state) {
     bench::run(state, [&] {
       out = mt::einsum<b, h, q, kv>(qt, kt);
       benchmark::DoNotOptimize(out.view().data());
+      Kokkos::fence();  // kernels are asynchronous on a GPU
     });
   } else {
     auto pt = mt::random_normal<ftensor<b, h, q, kv>>(g, {B, H, s, s}, 1);
@@ -105,6 +107,7 @@ void attn_ours(benchmark::State& state) {
     bench::run(state, [&] {
       out = mt::einsum<b, h, q, d>(pt, vt);
       benchmark::DoNotOptimize(out.view().data());
+      Kokkos::fence();  // kernels are asynchronous on a GPU
     });
   }
   set_attn_counters(state, s, "meshtensor einsum");

@@ -173,7 +173,7 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te)
     auto grads = mt::gradient(loss, w1, b1, w2, b2);
     if (o.optimizer == "sgd") sgd.step(std::tie(w1, b1, w2, b2), grads);
     else adam.step(std::tie(w1, b1, w2, b2), grads);
-    losses.push_back(mt::detail::host_view(loss.view())(0));
+    losses.push_back(mt::item(loss));
     seen_since_log += nb;
     if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
       auto meta = config;

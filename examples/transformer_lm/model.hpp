@@ -259,7 +259,7 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
       dump_tensor(x, o.dump + "/ids.npy");
       dump_tensor(y, o.dump + "/labels.npy");
       if (root) {
-        write_npy(o.dump + "/loss.npy", {mt::detail::host_view(loss.view())(0)}, {});
+        write_npy(o.dump + "/loss.npy", {mt::item(loss)}, {});
         std::ofstream cfg(o.dump + "/config.txt");
         cfg << "layout " << o.layout << "\nranks " << g.nprocs() << "\nbatch " << o.batch << "\nlength " << o.length
             << "\nd_model " << o.d_model << "\nheads " << o.heads << "\nd_kv " << o.d_kv << "\nd_ff " << o.d_ff
@@ -269,7 +269,7 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
     }
     if (o.optimizer == "adafactor") adafactor.step(params, grads);
     else adam.step(params, grads);
-    losses.push_back(mt::detail::host_view(loss.view())(0));
+    losses.push_back(mt::item(loss));
     if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
       auto state = training_state(m, adam, adafactor, o);
       auto meta = run_config(o);

@@ -33,6 +33,10 @@ void check_roundtrip_and_random(const M& g, Layouts layouts) {
     REQUIRE(mt::gather_all(mt::random_uniform<T>(g, ext, 7, -1.0, 1.0)) == ref_uniform);
     const auto io = mt::gather_all(mt::iota<T>(g, ext, 0.5, 1.0));
     REQUIRE(io == host);
+    // item(): a rank-0 result (allreduced over every split axis) on every processor; the elements
+    // are halves, so any order of summation is exact.
+    REQUIRE(mt::item(mt::reduce_sum<i_, j_, k_>(mt::from_host<T>(g, ext, host))) ==
+            std::accumulate(host.begin(), host.end(), 0.0));
   });
 }
 }  // namespace

@@ -54,6 +54,7 @@
 
 #include "../error.hpp"
 #include "../runtime/agreement.hpp"
+#include "../tensor/mpi_buffer.hpp"
 #include "../tensor/tensor.hpp"
 
 namespace meshtensor::io {
@@ -239,11 +240,12 @@ class tensor_set {
     auto view = t.view();
     [[maybe_unused]] const std::size_t bytes = static_cast<std::size_t>(t.local_size()) * sizeof(V);
     e.with_host_bytes = [view](const std::function<void(const char*)>& use) {
-      auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, view);  // view itself on the host
+      auto host = meshtensor::detail::host_copy<typename TT::execution_space>(view);  // view itself on the host
       use(reinterpret_cast<const char*>(host.data()));
     };
     if constexpr (!std::is_const_v<T>)
       e.copy_in = [view, bytes](const char* src) {
+        typename TT::execution_space{}.fence();  // kernels that use view, before the host writes it
         auto host = Kokkos::create_mirror_view(view);
         if (bytes) std::memcpy(host.data(), src, bytes);
         Kokkos::deep_copy(view, host);

@@ -39,7 +39,6 @@ X cumsum_impl(const X& x, bool reverse) {
           ov(src.at(o, l, i)) = acc;
         }
       });
-  Exec{}.fence();
   if constexpr (s.count > 0) {
     // Slice totals per row: the last element of the running sum.
     Kokkos::View<T*, typename X::memory_space> totals("meshtensor::cumsum_totals", static_cast<std::size_t>(rows));
@@ -47,8 +46,8 @@ X cumsum_impl(const X& x, bool reverse) {
         "meshtensor::cumsum_totals", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
           totals(r) = n == 0 ? T(0) : ov(src.at(r / inner, reverse ? 0 : n - 1, r % inner));
         });
-    Exec{}.fence();
-    auto ht = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, totals);
+    // The totals are few (one per row) and the host adds them up: a host copy.
+    auto ht = host_copy<Exec>(totals);
     Kokkos::View<T*, Kokkos::HostSpace> before("meshtensor::cumsum_before", static_cast<std::size_t>(rows));
     auto& comm = x.mesh().communicator();
     if (!reverse && rule_in_mesh_order<L, D>()) {
@@ -67,7 +66,6 @@ X cumsum_impl(const X& x, bool reverse) {
         "meshtensor::cumsum_offset", Kokkos::RangePolicy<Exec>(0, out.local_size()), KOKKOS_LAMBDA(std::int64_t idx) {
           ov(idx) += add((idx / (n * inner)) * inner + idx % inner);
         });
-    Exec{}.fence();
   }
   return out;
 }

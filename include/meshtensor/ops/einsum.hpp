@@ -90,7 +90,6 @@ void batched_gemm(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t 
           }
           c(idx) = acc;
         });
-    Exec{}.fence();
   }
 }
 

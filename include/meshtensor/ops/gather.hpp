@@ -121,7 +121,6 @@ auto gather_local(const Table& table, const Idx& ids) {
   const gather_rows_fn<typename Table::value_type, typename Idx::value_type, typename Table::memory_space> f{
       tab, ids.view(), out.view(), false, false};
   Kokkos::parallel_for("meshtensor::gather", Kokkos::RangePolicy<Exec>(0, ids.local_size() * tab.outer), f);
-  fence<Out>();
   return out;
 }
 
@@ -135,7 +134,6 @@ Table gather_grad(const Table& table, const Idx& ids, const G& g) {
   const gather_rows_fn<typename Table::value_type, typename Idx::value_type, typename Table::memory_space> f{
       tab, ids.view(), g.view(), true, Exec{}.concurrency() > 1};
   Kokkos::parallel_for("meshtensor::gather_grad", Kokkos::RangePolicy<Exec>(0, ids.local_size() * tab.outer), f);
-  fence<Table>();
   allreduce_local(gt, axes_mask_of<Idx, typename Idx::dims>(), reduce_op::sum);
   return gt;
 }

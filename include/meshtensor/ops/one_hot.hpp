@@ -54,7 +54,6 @@ detail::one_hot_result_t<NewDim, V, I> one_hot(const I& indices, std::int64_t de
         const IT id = iv(idx / n);
         ov(idx) = (id == static_cast<IT>(begin + idx % n)) ? on : off;
       });
-  detail::fence<Out>();
   return out;
 }
 

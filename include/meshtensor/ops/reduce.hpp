@@ -11,6 +11,7 @@
 #include "../layout/plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "../runtime/nan_ops.hpp"
+#include "../tensor/mpi_buffer.hpp"
 #include "detail/kernels.hpp"
 #include "detail/map_kernel.hpp"
 
@@ -30,20 +31,16 @@ struct broadcast_target_lacks_dims {
 
 namespace detail {
 
-// Host-accessible copy of a view's data, for MPI. A no-op alias for host memory.
-template <class View>
-auto host_view(const View& v) {
-  return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
-}
-
-// Allreduce of a tensor's local slice over the given axes, staged through host memory. Max and min
-// propagate NaN (not MPI_MAX / MPI_MIN, whose NaN handling is implementation-defined).
+// Allreduce of a tensor's local slice over the given axes, in place. Max and min propagate NaN
+// (not MPI_MAX / MPI_MIN, whose NaN handling is implementation-defined) with a reduction function
+// that runs on the host, so their buffer is host memory even with a device-aware MPI.
 template <Tensor TT>
 void allreduce_local(TT& t, unsigned axes, reduce_op op) {
   if (axes == 0) return;
-  auto h = host_view(t.view());
-  nan_propagating_allreduce(t.mesh().communicator(), axes, h.data(), t.local_size(), op);
-  Kokkos::deep_copy(t.view(), h);
+  using buffer = mpi_buffer<typename TT::execution_space, typename TT::value_type>;
+  const auto b = buffer::reading(t.view(), op == reduce_op::sum ? mpi_use::transfer : mpi_use::host_access);
+  nan_propagating_allreduce(t.mesh().communicator(), axes, b.data(), t.local_size(), op);
+  b.copy_into(t.view());
 }
 
 // The local reduction: one work item per tile (up to tile_len outputs) of a run of the output's
@@ -134,7 +131,6 @@ void reduce_kernel(const Kokkos::View<T*, typename Exec::memory_space>& xv,
   }
   f.tiles = (f.run + f.tile_len - 1) / f.tile_len;
   Kokkos::parallel_for("meshtensor::reduce", Kokkos::RangePolicy<Exec>(0, (n / f.run) * f.tiles), f);
-  Exec{}.fence();
 }
 
 // Local reduction of x onto Out (Out's dims are a subset of X's), then allreduce over the axes of
@@ -166,7 +162,6 @@ Out reduce_to(const X& x, reduce_op op) {
                        : op == reduce_op::max ? (lim::has_infinity ? -lim::infinity() : lim::lowest())
                                               : (lim::has_infinity ? lim::infinity() : lim::max());
     Kokkos::deep_copy(typename X::execution_space{}, out.view(), identity);
-    typename X::execution_space{}.fence();
   } else {
     reduce_kernel<typename X::execution_space>(x.view(), out.view(), out.local_size(), out_ext,
                                                static_cast<int>(Out::rank), base_stride, red_ext, red_stride, nred,

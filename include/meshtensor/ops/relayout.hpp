@@ -90,7 +90,8 @@ constexpr comm_plan plan_of(const relayout_step& s) {
 // The result and the send or receive buffer that remains come from the tensor memory cache
 // (tensor/pool.hpp): the buffers live only during the call, and fresh ones cost page faults and
 // the kernel's zeroing of every page each call.
-// MPI sees host memory only: for a space the host cannot access, buffers go through host mirrors.
+// MPI reads and writes through mpi_buffer (tensor/mpi_buffer.hpp): the data's own memory, or
+// pinned host buffers for a device that the MPI cannot reach.
 template <class Exec, class T, std::size_t R>
 Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
                                                           const Kokkos::View<T*, typename Exec::memory_space>& src,
@@ -99,7 +100,7 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
                                                           const std::array<dim_split, R>& to_splits, relayout_step step) {
   using mem = typename Exec::memory_space;
   using view = Kokkos::View<T*, mem>;
-  constexpr bool host_mem = Kokkos::SpaceAccessibility<Kokkos::HostSpace, mem>::accessible;
+  using exchange = mpi_buffer<Exec, T>;
   if (step.kind == relayout_kind::share) return src;
   const auto& shape = comm.shape();
   const placement<R> from(from_splits, shape, ext), to(to_splits, shape, ext);
@@ -109,15 +110,11 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
     return view_pool<T, decltype(space)>::get().allocate(static_cast<std::size_t>(n));
   };
   view dst = buffer(mem{}, new_box.size());
-  // Where MPI writes the result when it can receive into it: the result itself, or its host mirror.
+  // MPI writes the result itself where it can, else a staging buffer copied into it.
   auto receive_into_result = [&](auto&& collective) {
-    if constexpr (host_mem) {
-      collective(dst.data());
-    } else {
-      auto dst_h = Kokkos::create_mirror_view(dst);
-      collective(dst_h.data());
-      Kokkos::deep_copy(dst, dst_h);
-    }
+    const auto received = exchange::receiving_into(dst);
+    collective(received.data());
+    received.copy_into(dst);
   };
   // Counts and displacements (back to back) of blocks, for the v-collectives.
   auto counts_of = [](const std::vector<box<R>>& boxes, std::vector<int>& counts, std::vector<int>& displs) {
@@ -146,14 +143,13 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
       const auto part = intersect(peer_boxes[p], new_box);
       direct = part.size() == counts[p] && contiguous_in(new_box, part) && offset_in(new_box, 0, part) == displs[p];
     }
-    Exec{}.fence();
-    auto send = host_view(src);
+    const auto send = exchange::reading(src);
     if (direct) {
       receive_into_result([&](T* recv) { allgatherv(comm, step.axes, send.data(), old_box.size(), recv, counts, displs); });
     } else {
-      auto recv_h = buffer(Kokkos::HostSpace{}, total);
-      allgatherv(comm, step.axes, send.data(), old_box.size(), recv_h.data(), counts, displs);
-      auto recv = Kokkos::create_mirror_view_and_copy(mem{}, recv_h);
+      const auto received = exchange::writing(static_cast<std::size_t>(total));
+      allgatherv(comm, step.axes, send.data(), old_box.size(), received.data(), counts, displs);
+      const auto recv = received.view();
       for (int p = 0; p < n; ++p)
         copy_region<Exec>(recv.data(), displs[p], peer_boxes[p], dst.data(), 0, new_box, intersect(peer_boxes[p], new_box));
     }
@@ -195,20 +191,19 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
       for (int q = 0; q < n; ++q)
         copy_region<Exec>(src.data(), 0, old_box, send.data(), sdispls[q], send_boxes[q], send_boxes[q]);
     }
-    Exec{}.fence();
-    auto send_h = host_view(send_direct ? src : send);
+    const auto send_h = exchange::reading(send_direct ? src : send);
     if (recv_direct) {
       receive_into_result(
           [&](T* recv) { alltoallv(comm, step.axes, uniform, send_h.data(), scounts, sdispls, recv, rcounts, rdispls); });
     } else {
-      auto recv_h = buffer(Kokkos::HostSpace{}, rdispls.empty() ? 0 : rdispls.back() + rcounts.back());
-      alltoallv(comm, step.axes, uniform, send_h.data(), scounts, sdispls, recv_h.data(), rcounts, rdispls);
-      auto recv = Kokkos::create_mirror_view_and_copy(mem{}, recv_h);
+      const auto received =
+          exchange::writing(static_cast<std::size_t>(rdispls.empty() ? 0 : rdispls.back() + rcounts.back()));
+      alltoallv(comm, step.axes, uniform, send_h.data(), scounts, sdispls, received.data(), rcounts, rdispls);
+      const auto recv = received.view();
       for (int q = 0; q < n; ++q)
         copy_region<Exec>(recv.data(), rdispls[q], recv_boxes[q], dst.data(), 0, new_box, recv_boxes[q]);
     }
   }
-  Exec{}.fence();
   return dst;
 }
 

@@ -41,7 +41,6 @@ void shift_from_full(const OutView& ov, const along_view<View>& dst, const along
         if (wrap && n > 0) s = ((s % n) + n) % n;
         ov(idx) = (s >= 0 && s < n) ? src.v(src.at(o, s, i)) : T(0);
       });
-  Exec{}.fence();
 }
 
 // Sends a slab of `count` elements along D (local positions [from, from + count)) to the
@@ -51,12 +50,12 @@ typename X::view_type neighbour_slab(const X& x, std::int64_t from, std::int64_t
   using T = typename X::value_type;
   constexpr auto s = X::layout_type::template split_of<D>();
   const auto loc = local_along<D>(x);
-  auto send = pack_along<typename X::execution_space>(loc, from, count);
-  Kokkos::View<T*, Kokkos::HostSpace> recv(Kokkos::view_alloc(std::string("meshtensor::halo"), Kokkos::WithoutInitializing),
-                                           send.extent(0));
-  meshtensor::shift(x.mesh().communicator(), s.axes[0], send.data(), recv.data(),
-                    static_cast<std::int64_t>(send.extent(0)), step, wrap);
-  return Kokkos::create_mirror_view_and_copy(typename X::memory_space{}, recv);
+  using buffer = mpi_buffer<typename X::execution_space, T>;
+  const auto send = buffer::reading(pack_along<typename X::execution_space>(loc, from, count));
+  const auto recv = buffer::writing(send.size(), wrap ? mpi_use::transfer : mpi_use::host_access);
+  meshtensor::shift(x.mesh().communicator(), s.axes[0], send.data(), recv.data(), static_cast<std::int64_t>(send.size()),
+                    step, wrap);
+  return recv.view();
 }
 
 // The neighbour path needs every part of D to hold at least |reach| elements (parts differ by one
@@ -99,7 +98,6 @@ X shift_impl(const X& x, std::int64_t offset, boundary b) {
           v = slab((o * reach + (offset > 0 ? l : l - (L - reach))) * dst.inner + i);
         ov(idx) = v;
       });
-  fence<X>();
   return out;
 }
 
@@ -211,7 +209,6 @@ halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boun
           v = right((o * w + l - w - L) * inner + i);
         hv(idx) = v;
       });
-  detail::fence<X>();
   return h;
 }
 

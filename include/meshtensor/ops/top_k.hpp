@@ -78,7 +78,6 @@ X top_k_grad(const X& x, const Kokkos::View<std::int64_t*, typename X::memory_sp
         const std::int64_t l = sel(idx) - dst.begin;
         if (l >= 0 && l < dst.n) dst.v(dst.at(r / dst.inner, l, r % dst.inner)) += gf.v(gf.at(r, j, 0));
       });
-  fence<X>();
   return gx;
 }
 
@@ -124,7 +123,6 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
                                    begin + l);
         for (std::int64_t j = filled; j < c; ++j) ci(r * c + j) = -1;
       });
-  Exec{}.fence();
   Kokkos::View<double*, Mem> fv = cv;
   Kokkos::View<std::int64_t*, Mem> fi = ci;
   if constexpr (s.count > 0) {
@@ -137,11 +135,11 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
           packed(2 * q) = cv(q);
           packed(2 * q + 1) = static_cast<double>(ci(q));
         });
-    Exec{}.fence();
-    auto hp = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, packed);
-    Kokkos::View<double*, Kokkos::HostSpace> hall("meshtensor::top_k_all", static_cast<std::size_t>(P * rows * c * 2));
-    allgather(comm, s.mask(), hp.data(), rows * c * 2, hall.data());
-    auto all = Kokkos::create_mirror_view_and_copy(Mem{}, hall);
+    using buffer = detail::mpi_buffer<Exec, double>;
+    const auto send = buffer::reading(packed);
+    const auto received = buffer::writing(static_cast<std::size_t>(P * rows * c * 2));
+    allgather(comm, s.mask(), send.data(), rows * c * 2, received.data());
+    const auto all = received.view();
     fv = Kokkos::View<double*, Mem>("meshtensor::top_k_values", static_cast<std::size_t>(rows * k));
     fi = Kokkos::View<std::int64_t*, Mem>("meshtensor::top_k_indices", static_cast<std::size_t>(rows * k));
     auto fv_ = fv;
@@ -156,7 +154,6 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
               detail::insert_candidate(fv_, fi_, r * k, k, filled, all(2 * q), static_cast<std::int64_t>(all(2 * q + 1)));
             }
         });
-    Exec{}.fence();
   }
 
   // Keep this processor's part of KDim.
@@ -174,7 +171,6 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
         ov(idx) = static_cast<T>(fv(q));
         oi(idx) = fi(q);
       });
-  Exec{}.fence();
   detail::record<V>(
       out.values, [x, fi, k](const V& g) { detail::push_grad(x, detail::top_k_grad<D, KDim>(x, fi, k, g)); }, x);
   return out;

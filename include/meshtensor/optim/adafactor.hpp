@@ -63,7 +63,6 @@ Out mean_onto(const X& x) {
   Kokkos::parallel_for(
       "meshtensor::optim::mean", Kokkos::RangePolicy<typename X::execution_space>(0, s.local_size()),
       KOKKOS_LAMBDA(std::int64_t i) { sv(i) /= n; });
-  detail::fence<X>();
   return s;
 }
 
@@ -74,7 +73,7 @@ double rms(const X& x) {
   using S = detail::with_dims_t<X, type_list<>>;
   const X sq = detail::map_broadcast<X>(x.extents(), KOKKOS_LAMBDA(T v) { return v * v; }, x);
   const S s = detail::reduce_to<S>(sq, reduce_op::sum);
-  const double total = static_cast<double>(detail::host_view(s.view())(0));
+  const double total = static_cast<double>(detail::host_copy<typename X::execution_space>(s.view())(0));
   return x.size() > 0 ? std::sqrt(total / static_cast<double>(x.size())) : 0.0;
 }
 }  // namespace detail_adafactor
@@ -184,7 +183,6 @@ class adafactor : public optimizer<adafactor> {
           }
           pv(i) -= a * (ui + wd * pv(i));
         });
-    detail::fence<P>();
   }
 
   // acc = b acc + (1 - b) x. Public: nvcc allows no device lambda in a private member function.
@@ -196,7 +194,6 @@ class adafactor : public optimizer<adafactor> {
     Kokkos::parallel_for(
         "meshtensor::optim::ema", Kokkos::RangePolicy<typename S::execution_space>(0, acc.local_size()),
         KOKKOS_LAMBDA(std::int64_t i) { av(i) = b * av(i) + (T(1) - b) * xv(i); });
-    detail::fence<S>();
   }
 
  private:

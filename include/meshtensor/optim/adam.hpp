@@ -71,7 +71,6 @@ class adam : public optimizer<adam> {
           if (decoupled) step += wd * pi;
           pv(i) = pi - lr * step;
         });
-    detail::fence<P>();
   }
 
  private:

@@ -55,7 +55,6 @@ class sgd : public optimizer<sgd> {
           vv(i) = v;
           pv(i) -= lr * (nesterov ? gi + mu * v : v);
         });
-    detail::fence<P>();
   }
 
  private:

@@ -9,6 +9,7 @@
 
 #include "../runtime/agreement.hpp"
 #include "../runtime/collectives.hpp"
+#include "mpi_buffer.hpp"
 #include "tensor.hpp"
 
 namespace meshtensor {
@@ -118,6 +119,7 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
     wrong_size = e.what();
   }
   detail::agree_or_throw(m.communicator().cart(), wrong_size.empty(), wrong_size);
+  typename TT::execution_space{}.fence();  // the zero fill, before the host writes host memory
   auto host = Kokkos::create_mirror_view(t.view());
   detail::copy_box_from_full(t.placement(), m.rank(), full, host.data());
   Kokkos::deep_copy(t.view(), host);
@@ -134,23 +136,31 @@ TT scatter(const typename TT::mesh_type& m, const typename TT::extents_type& ext
   std::int64_t root_size = static_cast<std::int64_t>(full_on_root.size());
   MPI_Bcast(&root_size, 1, MPI_INT64_T, root, comm.cart());
   detail::check_full_size(t, static_cast<std::size_t>(root_size), "scatter");
+  typename TT::execution_space{}.fence();
   auto host = Kokkos::create_mirror_view(t.view());
   detail::scatter_from_root(comm, t.placement(), full_on_root, root, host.data(), t.local_size());
   Kokkos::deep_copy(t.view(), host);
   return t;
 }
 
+// The value of a rank-0 tensor (a loss, a norm), which every processor holds, on the host.
+template <Tensor TT>
+typename TT::value_type item(const TT& t) {
+  static_assert(TT::rank == 0, "meshtensor: item() reads a rank-0 tensor; gather_all or gather read the others");
+  return detail::host_copy<typename TT::execution_space>(t.view())(0);
+}
+
 // The full tensor on every processor (row-major over the tensor's dims).
 template <Tensor TT>
 std::vector<typename TT::value_type> gather_all(const TT& t) {
-  const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, t.view());
+  const auto host = detail::host_copy<typename TT::execution_space>(t.view());
   return detail::gather_slices(t.mesh().communicator(), t.placement(), host.data(), t.local_size(), -1);
 }
 
 // The full tensor on the root; other processors get an empty vector.
 template <Tensor TT>
 std::vector<typename TT::value_type> gather(const TT& t, int root = 0) {
-  const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, t.view());
+  const auto host = detail::host_copy<typename TT::execution_space>(t.view());
   return detail::gather_slices(t.mesh().communicator(), t.placement(), host.data(), t.local_size(), root);
 }
 

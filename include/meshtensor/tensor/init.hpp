@@ -32,7 +32,6 @@ void fill_kernel(const Kokkos::View<T*, typename Exec::memory_space>& v, std::in
                  F f) {
   Kokkos::parallel_for(
       "meshtensor::init", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t l) { v(l) = f(map(l)); });
-  Exec{}.fence();
 }
 
 template <Tensor TT, class F>
@@ -79,7 +78,6 @@ template <Tensor TT>
 TT full(const typename TT::mesh_type& m, const typename TT::extents_type& extents, typename TT::value_type value) {
   TT t(m, extents, uninitialized);
   Kokkos::deep_copy(typename TT::execution_space{}, t.view(), value);
-  typename TT::execution_space{}.fence();
   return t;
 }
 

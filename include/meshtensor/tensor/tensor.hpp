@@ -86,7 +86,6 @@ class basic_tensor {
   basic_tensor(const mesh_type& m, const extents_type& extents) : basic_tensor(m, extents, no_alloc{}) {
     data_ = detail::view_pool<T, memory_space>::get().allocate(static_cast<std::size_t>(local_size()));
     Kokkos::deep_copy(execution_space{}, data_, T{});
-    execution_space{}.fence();
   }
 
   // Allocates the slice without the zero fill, for kernels that write every element of their

@@ -71,12 +71,15 @@ constexpr bool rule_in_mesh_order() {
   return true;
 }
 
-// Gathers host buffers [outer, n, inner] over D's axes (n: this processor's part of D's extent,
+// Gathers local data [outer, n, inner] over D's axes (n: this processor's part of D's extent,
 // which differs between parts when the split is uneven) and returns the data of all parts in part
-// order, as [outer, extent, inner] in memory space Mem.
-template <class T, class Mem>
-Kokkos::View<T*, Mem> allgather_along(communicator& comm, const dim_split& s, const T* send, std::int64_t outer,
-                                      std::int64_t n, std::int64_t inner, std::int64_t extent) {
+// order, as [outer, extent, inner] in Exec's memory space.
+template <class Exec, class T>
+Kokkos::View<T*, typename Exec::memory_space> allgather_along(communicator& comm, const dim_split& s,
+                                                              const Kokkos::View<T*, typename Exec::memory_space>& local,
+                                                              std::int64_t outer, std::int64_t n, std::int64_t inner,
+                                                              std::int64_t extent) {
+  using Mem = typename Exec::memory_space;
   const auto parts = parts_by_subrank(comm, s);
   const placement<1> p({s}, comm.shape(), {extent});
   const auto P = static_cast<int>(parts.size());
@@ -92,22 +95,22 @@ Kokkos::View<T*, Mem> allgather_along(communicator& comm, const dim_split& s, co
     displs[q] = checked_count(total);
     total += counts[q];
   }
-  Kokkos::View<T*, Kokkos::HostSpace> recv(Kokkos::view_alloc(std::string("meshtensor::allgather_along"), Kokkos::WithoutInitializing),
-                                           static_cast<std::size_t>(total));
-  Kokkos::View<T*, Kokkos::HostSpace> full(Kokkos::view_alloc(std::string("meshtensor::full_along"), Kokkos::WithoutInitializing),
-                                           static_cast<std::size_t>(total));
-  allgatherv(comm, s.mask(), send, outer * n * inner, recv.data(), counts, displs);
+  using buffer = mpi_buffer<Exec, T>;
+  const auto send = buffer::reading(local);
+  const auto received = buffer::writing(static_cast<std::size_t>(total));
+  allgatherv(comm, s.mask(), send.data(), outer * n * inner, received.data(), counts, displs);
+  const auto recv = received.view();
+  const auto parts_at = Kokkos::create_mirror_view_and_copy(Mem{}, where);
+  Kokkos::View<T*, Mem> full = view_pool<T, Mem>::get().allocate(static_cast<std::size_t>(total));
   Kokkos::parallel_for(
-      "meshtensor::reorder_parts", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, P * outer),
-      [=](std::int64_t qo) {
+      "meshtensor::reorder_parts", Kokkos::RangePolicy<Exec>(0, P * outer), KOKKOS_LAMBDA(std::int64_t qo) {
         const std::int64_t q = qo / outer, o = qo % outer;
-        const std::int64_t off = where(q, 0), nq = where(q, 1), at = where(q, 2);
+        const std::int64_t off = parts_at(q, 0), nq = parts_at(q, 1), at = parts_at(q, 2);
         for (std::int64_t l = 0; l < nq; ++l)
           for (std::int64_t i = 0; i < inner; ++i)
             full((o * extent + off + l) * inner + i) = recv(at + (o * nq + l) * inner + i);
       });
-  Kokkos::DefaultHostExecutionSpace{}.fence();
-  return Kokkos::create_mirror_view_and_copy(Mem{}, full);
+  return full;
 }
 
 // x's local data widened to the whole extent of D: an allgather over D's axes when D is split,
@@ -119,10 +122,8 @@ along_view<typename X::view_type> full_along(const X& x) {
   if constexpr (s.count == 0) {
     return loc;
   } else {
-    auto h = host_view(x.view());
     along_view<typename X::view_type> r = loc;
-    r.v = allgather_along<typename X::value_type, typename X::memory_space>(x.mesh().communicator(), s, h.data(),
-                                                                           loc.outer, loc.n, loc.inner,
+    r.v = allgather_along<typename X::execution_space>(x.mesh().communicator(), s, x.view(), loc.outer, loc.n, loc.inner,
                                                                            x.template extent<D>());
     r.n = x.template extent<D>();
     r.begin = 0;
@@ -159,25 +160,23 @@ void place_along(Out& out, const along_view<View>& src, std::int64_t start) {
         const std::int64_t s = dst.begin + l - start;
         if (s >= lo && s < hi) ov(idx) = src.v(src.at(o, s - lo, i));
       });
-  fence<Out>();
 }
 
-// Host copy of a [outer, count, inner] block of along-data starting at local position from.
+// A [outer, count, inner] block of along-data starting at local position from, packed.
 // The return type is spelled out: nvcc allows no device lambda in a function with a deduced one.
 template <class Exec, class View>
-Kokkos::View<typename View::value_type*, Kokkos::HostSpace> pack_along(const along_view<View>& src, std::int64_t from, std::int64_t count) {
+Kokkos::View<typename View::value_type*, typename View::memory_space> pack_along(const along_view<View>& src,
+                                                                               std::int64_t from, std::int64_t count) {
   using T = typename View::value_type;
-  Kokkos::View<T*, typename View::memory_space> slab(
-      Kokkos::view_alloc(std::string("meshtensor::slab"), Kokkos::WithoutInitializing),
-      static_cast<std::size_t>(src.outer * count * src.inner));
+  Kokkos::View<T*, typename View::memory_space> slab =
+      view_pool<T, typename View::memory_space>::get().allocate(static_cast<std::size_t>(src.outer * count * src.inner));
   Kokkos::parallel_for(
       "meshtensor::pack_along", Kokkos::RangePolicy<Exec>(0, src.outer * count * src.inner),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (count * src.inner), l = (idx / src.inner) % count, i = idx % src.inner;
         slab(idx) = src.v(src.at(o, from + l, i));
       });
-  Exec{}.fence();
-  return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, slab);
+  return slab;
 }
 
 }  // namespace meshtensor::detail

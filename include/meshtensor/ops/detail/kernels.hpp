@@ -121,10 +121,5 @@ constexpr unsigned axes_mask_of() {
   }(List{});
 }
 
-template <Tensor TT>
-void fence() {
-  typename TT::execution_space{}.fence();
-}
-
 }  // namespace detail
 }  // namespace meshtensor

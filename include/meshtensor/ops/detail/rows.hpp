@@ -34,10 +34,9 @@ template <Dim D, Tensor X>
 row_shape rows_along(const X& x) {
   constexpr std::size_t a = X::template index_of<D>();
   row_shape s;
-  for (std::size_t i = 0; i < X::rank; ++i) {
-    if (i < a) s.outer *= x.local_extents()[i];
-    if (i > a) s.inner *= x.local_extents()[i];
-  }
+  // Two loops, not one with i < a: nvcc warns of an unsigned comparison with zero when a is 0.
+  for (std::size_t i = 0; i != a; ++i) s.outer *= x.local_extents()[i];
+  for (std::size_t i = a + 1; i < X::rank; ++i) s.inner *= x.local_extents()[i];
   s.n = x.local_extents()[a];
   s.begin = x.offsets()[a];
   return s;
@@ -184,14 +183,12 @@ void for_each_row(std::int64_t count, const F& f) {
   } else {
     Kokkos::parallel_for("meshtensor::rows", Kokkos::RangePolicy<Exec>(0, count), serial_rows_kernel<F>{f});
   }
-  Exec{}.fence();
 }
 
 // One work item per index, for kernels that are not one row each (layer_norm_grad_columns).
 template <class Exec, class F>
 void for_each_item(std::int64_t count, const F& f) {
   Kokkos::parallel_for("meshtensor::items", Kokkos::RangePolicy<Exec>(0, count), f);
-  Exec{}.fence();
 }
 
 // Phases of a row kernel: all at once (D not split), or one at a time with an allreduce between.
