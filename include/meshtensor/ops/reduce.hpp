@@ -14,6 +14,7 @@
 #include "../tensor/mpi_buffer.hpp"
 #include "detail/kernels.hpp"
 #include "detail/map_kernel.hpp"
+#include "detail/rows.hpp"
 
 namespace meshtensor {
 
@@ -43,8 +44,9 @@ void allreduce_local(TT& t, unsigned axes, reduce_op op) {
   b.copy_into(t.view());
 }
 
-// The local reduction: one work item per tile (up to tile_len outputs) of a run of the output's
-// last dim. The base offset (a 64-bit division per outer dim) is computed once per tile and the
+// The local reduction, on a host: one work item per tile (up to tile_len outputs) of a run of the
+// output's last dim (on a GPU a tile is one output, so that neighbouring threads take neighbouring
+// outputs). The base offset (a 64-bit division per outer dim) is computed once per tile and the
 // reduce op is chosen outside the loops. Where the outputs are contiguous in x, the inner loop runs
 // over the tile (vectorised), accumulating in the output one reduced position at a time;
 // otherwise each output accumulates its own positions. Either way each output combines the reduced
@@ -52,7 +54,7 @@ void allreduce_local(TT& t, unsigned axes, reduce_op op) {
 // reductions under every layout share one kernel per (space, element type).
 template <class T>
 struct reduce_runs_functor {
-  static constexpr std::int64_t tile_len = 1024;
+  static constexpr std::int64_t host_tile_len = 1024;
   const T* x;
   T* out;
   std::int64_t run;    // extent of the output's last dim (1 for a rank-0 output)
@@ -63,6 +65,7 @@ struct reduce_runs_functor {
   int nred;
   std::int64_t red_count;
   reduce_op op;
+  std::int64_t tile_len = host_tile_len;
 
   template <reduce_op Op>
   KOKKOS_INLINE_FUNCTION static T combine(T acc, T v) {
@@ -116,6 +119,28 @@ struct reduce_runs_functor {
   }
 };
 
+// A team per output: a GPU's shape when each output reduces many positions (a loss, a norm, a sum
+// over a long dim), where one thread per output would leave the device idle and read strided.
+template <class T, class Member>
+struct reduce_team_functor {
+  reduce_runs_functor<T> f;
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t q = static_cast<std::int64_t>(team.league_rank());
+    const std::int64_t o = q / f.run, j = q - o * f.run;
+    const T* xq = f.x + operand_offset(o, f.out_ext, f.base_stride, f.outer) + j * f.last_stride;
+    const auto at = [&](std::int64_t r) { return xq[f.reduced_offset(r)]; };
+    T acc = 0;
+    const auto range = Kokkos::TeamThreadRange(team, f.red_count);
+    if (f.op == reduce_op::sum)
+      Kokkos::parallel_reduce(range, [&](std::int64_t r, T& a) { a += at(r); }, acc);
+    else if (f.op == reduce_op::max)
+      Kokkos::parallel_reduce(range, [&](std::int64_t r, T& m) { m = nan_max(m, at(r)); }, nan_extremum_reducer<T, true>(acc));
+    else
+      Kokkos::parallel_reduce(range, [&](std::int64_t r, T& m) { m = nan_min(m, at(r)); }, nan_extremum_reducer<T, false>(acc));
+    Kokkos::single(Kokkos::PerTeam(team), [&] { f.out[q] = acc; });
+  }
+};
+
 template <class Exec, class T>
 void reduce_kernel(const Kokkos::View<T*, typename Exec::memory_space>& xv,
                    const Kokkos::View<T*, typename Exec::memory_space>& ov, std::int64_t n, const kidx& out_ext,
@@ -129,6 +154,20 @@ void reduce_kernel(const Kokkos::View<T*, typename Exec::memory_space>& xv,
     f.last_stride = base_stride[rout - 1];
     f.outer = rout - 1;
   }
+  // As the row kernels (MESHTENSOR_ROW_WALK forces the walk): on a GPU a team per output that
+  // reduces 32 or more positions, else a thread per output; on a host, tiles.
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  row_walk walk = row_walk_from_environment();
+  if (walk == row_walk::automatic) walk = !host && red_count >= 32 ? row_walk::team : row_walk::serial;
+  if (walk == row_walk::team) {
+    using policy = Kokkos::TeamPolicy<Exec>;
+    if (n > INT32_MAX)
+      throw error(cat("meshtensor: a reduction to ", n, " outputs exceeds a Kokkos team policy's int league"));
+    Kokkos::parallel_for("meshtensor::reduce_team", policy(static_cast<int>(n), Kokkos::AUTO),
+                         reduce_team_functor<T, typename policy::member_type>{f});
+    return;
+  }
+  if (!host) f.tile_len = 1;
   f.tiles = (f.run + f.tile_len - 1) / f.tile_len;
   Kokkos::parallel_for("meshtensor::reduce", Kokkos::RangePolicy<Exec>(0, (n / f.run) * f.tiles), f);
 }

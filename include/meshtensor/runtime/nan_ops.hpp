@@ -13,6 +13,7 @@
 
 #include "collectives.hpp"
 #include "communicator.hpp"
+#include "kokkos_math.hpp"
 
 namespace meshtensor {
 
@@ -28,6 +29,32 @@ template <class T>
 KOKKOS_FORCEINLINE_FUNCTION T nan_min(T a, T b) {
   return (a <= b || a != a) ? a : b;
 }
+
+// Kokkos's reducer concept for nan_max (Max) or nan_min, for a team's reduction (Kokkos::Max and
+// Min drop a NaN by the order of the operands). Its identity is -inf (+inf) for floating types, so
+// that a max over -inf elements is -inf; the lowest (highest) value for integers.
+template <class T, bool Max>
+struct nan_extremum_reducer {
+  using reducer = nan_extremum_reducer;
+  using value_type = T;
+  using result_view_type = Kokkos::View<T, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;  // as Kokkos::Max's
+  T& value;
+  KOKKOS_INLINE_FUNCTION explicit nan_extremum_reducer(T& v) : value(v) {}
+  KOKKOS_INLINE_FUNCTION static T combine(T a, T b) { return Max ? nan_max(a, b) : nan_min(a, b); }
+  KOKKOS_INLINE_FUNCTION void join(T& dest, const T& src) const { dest = combine(dest, src); }
+  KOKKOS_INLINE_FUNCTION void join(volatile T& dest, const volatile T& src) const {
+    dest = combine(static_cast<T>(dest), static_cast<T>(src));
+  }
+  KOKKOS_INLINE_FUNCTION void init(T& v) const {
+    if constexpr (std::is_floating_point_v<T>)
+      v = Max ? -kmath::infinity<T>() : kmath::infinity<T>();
+    else
+      v = Max ? Kokkos::reduction_identity<T>::max() : Kokkos::reduction_identity<T>::min();
+  }
+  KOKKOS_INLINE_FUNCTION T& reference() const { return value; }
+  KOKKOS_INLINE_FUNCTION result_view_type view() const { return result_view_type(&value); }
+  KOKKOS_INLINE_FUNCTION bool references_scalar() const { return true; }
+};
 
 // MPI user function: inout[i] = nan_max(inout[i], in[i]) (or nan_min), elementwise.
 template <class T, bool Max>

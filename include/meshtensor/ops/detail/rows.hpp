@@ -83,25 +83,6 @@ struct serial_row {
   }
 };
 
-// Kokkos's reducer concept for nan_max, for a team's max (Kokkos::Max drops a NaN by the order
-// of the operands).
-template <class T>
-struct nan_max_reducer {
-  using reducer = nan_max_reducer;
-  using value_type = T;
-  using result_view_type = Kokkos::View<T, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;  // as Kokkos::Max's
-  T& value;
-  KOKKOS_INLINE_FUNCTION explicit nan_max_reducer(T& v) : value(v) {}
-  KOKKOS_INLINE_FUNCTION void join(T& dest, const T& src) const { dest = nan_max(dest, src); }
-  KOKKOS_INLINE_FUNCTION void join(volatile T& dest, const volatile T& src) const {
-    dest = nan_max(static_cast<T>(dest), static_cast<T>(src));
-  }
-  KOKKOS_INLINE_FUNCTION void init(T& v) const { v = -kmath::infinity<T>(); }
-  KOKKOS_INLINE_FUNCTION T& reference() const { return value; }
-  KOKKOS_INLINE_FUNCTION result_view_type view() const { return result_view_type(&value); }
-  KOKKOS_INLINE_FUNCTION bool references_scalar() const { return true; }
-};
-
 template <class Member>
 struct team_row {
   const Member& team;
@@ -127,7 +108,7 @@ struct team_row {
     T mx = -kmath::infinity<T>();
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, n), [&](std::int64_t l, T& m) { m = nan_max(m, f(l)); },
-        nan_max_reducer<T>(mx));
+        nan_extremum_reducer<T, true>(mx));
     team.team_barrier();
     return mx;
   }
