@@ -12,6 +12,9 @@ if(NOT EXISTS "${wrapper}")
   message(FATAL_ERROR "cuda_build: no ${wrapper}: is ${KOKKOS_ROOT} a CUDA Kokkos? (scripts/install_deps.sh --backends serial,openmp,cuda)")
 endif()
 
+# From an empty tree every time: nvcc_wrapper writes no dependency files, so make would keep objects
+# compiled from headers that have changed since, and pass on stale code.
+file(REMOVE_RECURSE ${BINARY_DIR})
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${BINARY_DIR} -DCMAKE_BUILD_TYPE=Release
                         -DKokkos_ROOT=${KOKKOS_ROOT} -DCMAKE_CXX_COMPILER=${wrapper}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
