@@ -5,14 +5,21 @@
 //   attn_av/<side>/<s>      O[b,h,q,d] = P[b,h,q,k] V[b,h,k,d]: the same three
 // Names are <comparison>/<side>/<size>; side is "ours" or the peer; the label names the peer.
 // PyTorch's einsum on the same shapes is benchmarks/peers/torch_einsum.py.
+// Built for a GPU (the default execution space's memory not host-accessible), the peer is cuBLAS
+// called directly on the same device buffers (cublasSgemm, cublasSgemmStridedBatched over b*h),
+// at the sizes that fill a GPU (matmul 1024 to 8192, attention sequences 512 and 2048).
 #include <cblas.h>
 
 #include <meshtensor/meshtensor.hpp>
+#include <stdexcept>
 #include <vector>
 
 #include "common.hpp"
 #if MESHTENSOR_BENCH_EIGEN
 #include "peers/eigen_contract.hpp"
+#endif
+#ifdef KOKKOS_ENABLE_CUDA
+#include <cublas_v2.h>
 #endif
 
 namespace mt = meshtensor;
@@ -73,6 +80,41 @@ void matmul_sgemm(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * s * s * s, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
   state.SetLabel("cblas_sgemm");
+}
+
+constexpr bool on_device =
+    !Kokkos::SpaceAccessibility<Kokkos::HostSpace, Kokkos::DefaultExecutionSpace::memory_space>::accessible;
+
+#ifdef KOKKOS_ENABLE_CUDA
+// A handle of the benchmark's own: the peer shares nothing with meshtensor's cuBLAS path.
+struct cublas_handle {
+  cublasHandle_t h = nullptr;
+  cublas_handle() {
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("bench_local: cublasCreate failed");
+  }
+  ~cublas_handle() { cublasDestroy(h); }
+};
+#endif
+
+// Row-major C[s,s] = A B: column-major C^T = B^T A^T, which is how cuBLAS reads these buffers.
+void matmul_cublas(benchmark::State& state) {
+#ifdef KOKKOS_ENABLE_CUDA
+  const int s = static_cast<int>(state.range(0));
+  one g(*env_ptr, {1});
+  auto a = mt::random_normal<ftensor<m, k>>(g, {s, s}, 1);
+  auto bb = mt::random_normal<ftensor<k, n>>(g, {s, s}, 2);
+  ftensor<m, n> c(g, {s, s});
+  cublas_handle cb;
+  const float alpha = 1.0f, beta = 0.0f;
+  bench::run(state, [&] {
+    cublasSgemm(cb.h, CUBLAS_OP_N, CUBLAS_OP_N, s, s, s, &alpha, bb.view().data(), s, a.view().data(), s, &beta,
+                c.view().data(), s);
+    Kokkos::fence();
+  });
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * s * s * s, benchmark::Counter::kIsIterationInvariantRate,
+                                                 benchmark::Counter::kIs1000);
+#endif
+  state.SetLabel("cublasSgemm");
 }
 
 // Attention shapes: batch 4, heads 8, sequence s (queries and keys), head size 64.
@@ -144,20 +186,72 @@ void attn_peer(benchmark::State& state, bool eigen) {
   set_attn_counters(state, s, eigen ? "Eigen Tensor contraction (per b,h)" : "cblas_sgemm loop (per b,h)");
 }
 
+// The same products through cuBLAS's strided batched gemm over the b*h slices, on device buffers.
+// qk: S = Q K^T, column-major S^T = K Q^T; av: O = P V, column-major O^T = V^T P^T.
+template <int Kind>
+void attn_cublas(benchmark::State& state) {
+#ifdef KOKKOS_ENABLE_CUDA
+  const int s = static_cast<int>(state.range(0));
+  const int bh = static_cast<int>(B * H), d_ = static_cast<int>(D);
+  one g(*env_ptr, {1});
+  cublas_handle cb;
+  const float alpha = 1.0f, beta = 0.0f;
+  const long long sd = static_cast<long long>(s) * d_, ss = static_cast<long long>(s) * s;
+  if constexpr (Kind == 0) {
+    auto qt = mt::random_normal<ftensor<b, h, q, d>>(g, {B, H, s, D}, 1);
+    auto kt = mt::random_normal<ftensor<b, h, kv, d>>(g, {B, H, s, D}, 2);
+    ftensor<b, h, q, kv> out(g, {B, H, s, s});
+    bench::run(state, [&] {
+      cublasSgemmStridedBatched(cb.h, CUBLAS_OP_T, CUBLAS_OP_N, s, s, d_, &alpha, kt.view().data(), d_, sd,
+                                qt.view().data(), d_, sd, &beta, out.view().data(), s, ss, bh);
+      Kokkos::fence();
+    });
+  } else {
+    auto pt = mt::random_normal<ftensor<b, h, q, kv>>(g, {B, H, s, s}, 1);
+    auto vt = mt::random_normal<ftensor<b, h, kv, d>>(g, {B, H, s, D}, 2);
+    ftensor<b, h, q, d> out(g, {B, H, s, D});
+    bench::run(state, [&] {
+      cublasSgemmStridedBatched(cb.h, CUBLAS_OP_N, CUBLAS_OP_N, d_, s, s, &alpha, vt.view().data(), d_, sd,
+                                pt.view().data(), s, ss, &beta, out.view().data(), d_, sd, bh);
+      Kokkos::fence();
+    });
+  }
+  set_attn_counters(state, s, "cublasSgemmStridedBatched (over b*h)");
+#else
+  state.SetLabel("cublasSgemmStridedBatched");
+#endif
+}
+
 void register_all() {
   const bool smoke = bench::smoke();
-  const std::vector<std::int64_t> mm = smoke ? std::vector<std::int64_t>{64} : std::vector<std::int64_t>{512, 1024, 2048};
+  using sizes = std::vector<std::int64_t>;
+  const sizes mm = smoke ? sizes{64} : on_device ? sizes{1024, 2048, 4096, 8192} : sizes{512, 1024, 2048};
   for (auto s : mm) {
     const auto name = std::to_string(s);
     benchmark::RegisterBenchmark(("matmul/ours/" + name).c_str(), matmul_ours)
         ->Arg(s)->Iterations(matmul_iters(s))->UseManualTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("matmul/cblas_sgemm/" + name).c_str(), matmul_sgemm)
-        ->Arg(s)->Iterations(matmul_iters(s))->UseManualTime()->Unit(benchmark::kMillisecond);
+    if (on_device)
+      benchmark::RegisterBenchmark(("matmul/cublas/" + name).c_str(), matmul_cublas)
+          ->Arg(s)->Iterations(matmul_iters(s))->UseManualTime()->Unit(benchmark::kMillisecond);
+    else
+      benchmark::RegisterBenchmark(("matmul/cblas_sgemm/" + name).c_str(), matmul_sgemm)
+          ->Arg(s)->Iterations(matmul_iters(s))->UseManualTime()->Unit(benchmark::kMillisecond);
   }
-  const std::vector<std::int64_t> as = smoke ? std::vector<std::int64_t>{16} : std::vector<std::int64_t>{128, 512};
+  const sizes as = smoke ? sizes{16} : on_device ? sizes{512, 2048} : sizes{128, 512};
   for (auto s : as) {
     const auto name = std::to_string(s);
     const int it = attn_iters(s);
+    if (on_device) {
+      benchmark::RegisterBenchmark(("attn_qk/ours/" + name).c_str(), attn_ours<0>)
+          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("attn_qk/cublas/" + name).c_str(), attn_cublas<0>)
+          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("attn_av/ours/" + name).c_str(), attn_ours<1>)
+          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+      benchmark::RegisterBenchmark(("attn_av/cublas/" + name).c_str(), attn_cublas<1>)
+          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+      continue;
+    }
     benchmark::RegisterBenchmark(("attn_qk/ours/" + name).c_str(), attn_ours<0>)
         ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
     if (MESHTENSOR_BENCH_EIGEN)
