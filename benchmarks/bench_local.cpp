@@ -12,6 +12,7 @@
 
 #include <meshtensor/meshtensor.hpp>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "common.hpp"
@@ -225,47 +226,35 @@ void attn_cublas(benchmark::State& state) {
 void register_all() {
   const bool smoke = bench::smoke();
   using sizes = std::vector<std::int64_t>;
+  const auto add = [](const std::string& name, auto fn, std::int64_t s, int iterations) {
+    benchmark::RegisterBenchmark(name.c_str(), fn)
+        ->Arg(s)->Iterations(iterations)->UseManualTime()->Unit(benchmark::kMillisecond);
+  };
+  // On a GPU the peer is cuBLAS; on a host, cblas (and Eigen where it was found).
   const sizes mm = smoke ? sizes{64} : on_device ? sizes{1024, 2048, 4096, 8192} : sizes{512, 1024, 2048};
   for (auto s : mm) {
     const auto name = std::to_string(s);
-    benchmark::RegisterBenchmark(("matmul/ours/" + name).c_str(), matmul_ours)
-        ->Arg(s)->Iterations(matmul_iters(s))->UseManualTime()->Unit(benchmark::kMillisecond);
-    if (on_device)
-      benchmark::RegisterBenchmark(("matmul/cublas/" + name).c_str(), matmul_cublas)
-          ->Arg(s)->Iterations(matmul_iters(s))->UseManualTime()->Unit(benchmark::kMillisecond);
-    else
-      benchmark::RegisterBenchmark(("matmul/cblas_sgemm/" + name).c_str(), matmul_sgemm)
-          ->Arg(s)->Iterations(matmul_iters(s))->UseManualTime()->Unit(benchmark::kMillisecond);
+    add("matmul/ours/" + name, matmul_ours, s, matmul_iters(s));
+    if (on_device) add("matmul/cublas/" + name, matmul_cublas, s, matmul_iters(s));
+    else add("matmul/cblas_sgemm/" + name, matmul_sgemm, s, matmul_iters(s));
   }
   const sizes as = smoke ? sizes{16} : on_device ? sizes{512, 2048} : sizes{128, 512};
   for (auto s : as) {
     const auto name = std::to_string(s);
     const int it = attn_iters(s);
+    add("attn_qk/ours/" + name, attn_ours<0>, s, it);
+    add("attn_av/ours/" + name, attn_ours<1>, s, it);
     if (on_device) {
-      benchmark::RegisterBenchmark(("attn_qk/ours/" + name).c_str(), attn_ours<0>)
-          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("attn_qk/cublas/" + name).c_str(), attn_cublas<0>)
-          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("attn_av/ours/" + name).c_str(), attn_ours<1>)
-          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("attn_av/cublas/" + name).c_str(), attn_cublas<1>)
-          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+      add("attn_qk/cublas/" + name, attn_cublas<0>, s, it);
+      add("attn_av/cublas/" + name, attn_cublas<1>, s, it);
       continue;
     }
-    benchmark::RegisterBenchmark(("attn_qk/ours/" + name).c_str(), attn_ours<0>)
-        ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
-    if (MESHTENSOR_BENCH_EIGEN)
-      benchmark::RegisterBenchmark(("attn_qk/eigen/" + name).c_str(), [](benchmark::State& st) { attn_peer<0>(st, true); })
-          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("attn_qk/sgemm_loop/" + name).c_str(), [](benchmark::State& st) { attn_peer<0>(st, false); })
-        ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("attn_av/ours/" + name).c_str(), attn_ours<1>)
-        ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
-    if (MESHTENSOR_BENCH_EIGEN)
-      benchmark::RegisterBenchmark(("attn_av/eigen/" + name).c_str(), [](benchmark::State& st) { attn_peer<1>(st, true); })
-          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(("attn_av/sgemm_loop/" + name).c_str(), [](benchmark::State& st) { attn_peer<1>(st, false); })
-        ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+    if (MESHTENSOR_BENCH_EIGEN) {
+      add("attn_qk/eigen/" + name, [](benchmark::State& st) { attn_peer<0>(st, true); }, s, it);
+      add("attn_av/eigen/" + name, [](benchmark::State& st) { attn_peer<1>(st, true); }, s, it);
+    }
+    add("attn_qk/sgemm_loop/" + name, [](benchmark::State& st) { attn_peer<0>(st, false); }, s, it);
+    add("attn_av/sgemm_loop/" + name, [](benchmark::State& st) { attn_peer<1>(st, false); }, s, it);
   }
 }
 
