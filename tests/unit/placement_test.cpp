@@ -1,6 +1,7 @@
 // The placement algebra's laws, in one process and without MPI: this file includes only the
 // placement header, which needs no communicator.
 #include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <meshtensor/layout/placement.hpp>
 
 #include <array>
@@ -77,6 +78,32 @@ TEST_CASE("block_rule: balanced parts, documented sizes, part_of inverts offset"
       }
       REQUIRE(at == n);
     }
+}
+
+TEST_CASE("mesh_shapes: Mesh-TensorFlow's listing of the shapes of a processor count", "[placement]") {
+  using shapes = std::vector<std::vector<int>>;
+  REQUIRE(mt::mesh_shapes(8, 3) == shapes{{8}, {4, 2}, {2, 2, 2}});  // Mesh-TensorFlow's example
+  REQUIRE(mt::mesh_shapes(8, 2) == shapes{{8}, {4, 2}});
+  REQUIRE(mt::mesh_shapes(12, 3) == shapes{{12}, {6, 2}, {4, 3}, {3, 2, 2}});
+  REQUIRE(mt::mesh_shapes(7, 4) == shapes{{7}});
+  REQUIRE(mt::mesh_shapes(1, 2) == shapes{{1}});
+  REQUIRE(mt::mesh_shapes(512, 2) == shapes{{512}, {256, 2}, {128, 4}, {64, 8}, {32, 16}});
+  // 512 = 2^9: one shape per partition of 9, and there are 30 of those.
+  const auto all = mt::mesh_shapes(512, 9);
+  REQUIRE(all.size() == 30);
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    std::int64_t product = 1;
+    for (std::size_t a = 0; a < all[i].size(); ++a) {
+      product *= all[i][a];
+      REQUIRE(all[i][a] >= 2);
+      if (a > 0) REQUIRE(all[i][a] <= all[i][a - 1]);
+    }
+    REQUIRE(product == 512);
+    if (i > 0) REQUIRE(all[i].size() >= all[i - 1].size());
+    for (std::size_t j = 0; j < i; ++j) REQUIRE(all[i] != all[j]);
+  }
+  REQUIRE_THROWS_WITH(mt::mesh_shapes(0, 2), Catch::Matchers::ContainsSubstring("0 processors"));
+  REQUIRE_THROWS_WITH(mt::mesh_shapes(8, 0), Catch::Matchers::ContainsSubstring("at most 0 axes"));
 }
 
 TEST_CASE("mesh_shape: ranks are row-major over the axes, last fastest", "[placement]") {

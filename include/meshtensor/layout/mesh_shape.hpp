@@ -2,6 +2,8 @@
 // mesh_shape: a mesh's axis names and sizes as a plain value, with no processes behind it. Layouts,
 // placements, describe() and plans need only this; a running mesh adds its communicator. Processors
 // are numbered row-major over the axes, last axis fastest (MPI_Cart_create's order with reorder = 0).
+#include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -87,5 +89,39 @@ class mesh_shape {
   std::vector<std::string> names_;
   std::vector<int> sizes_;
 };
+
+namespace detail {
+inline void append_mesh_shapes(std::int64_t rest, int largest, int axes_left, std::vector<int>& prefix,
+                               std::vector<std::vector<int>>& out) {
+  if (rest == 1) {
+    out.push_back(prefix);
+    return;
+  }
+  if (axes_left == 0) return;
+  for (std::int64_t f = std::min<std::int64_t>(rest, largest); f >= 2; --f)
+    if (rest % f == 0) {
+      prefix.push_back(static_cast<int>(f));
+      append_mesh_shapes(rest / f, static_cast<int>(f), axes_left - 1, prefix, out);
+      prefix.pop_back();
+    }
+}
+}  // namespace detail
+
+// The mesh shapes of `processors` processors with at most max_axes axes, as Mesh-TensorFlow lists
+// them: axis sizes of 2 or more in non-increasing order (8 processors: [8], [4, 2], [2, 2, 2]);
+// an axis order or an axis of size 1 is a choice of layout, not of shape. Fewest axes first, then
+// larger first axes. One processor: the single shape [1]. Throws mesh_error on a count or a
+// maximum below 1.
+inline std::vector<std::vector<int>> mesh_shapes(std::int64_t processors, int max_axes) {
+  if (processors < 1 || processors > INT32_MAX)
+    throw mesh_error(detail::cat("mesh_shapes: ", processors, " processors; expected 1 to ", INT32_MAX));
+  if (max_axes < 1) throw mesh_error(detail::cat("mesh_shapes: at most ", max_axes, " axes; expected 1 or more"));
+  if (processors == 1) return {{1}};
+  std::vector<std::vector<int>> out;
+  std::vector<int> prefix;
+  detail::append_mesh_shapes(processors, static_cast<int>(processors), max_axes, prefix, out);
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.size() < b.size(); });
+  return out;
+}
 
 }  // namespace meshtensor
