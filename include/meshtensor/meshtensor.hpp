@@ -10,6 +10,7 @@
 #include "layout/mesh.hpp"
 #include "layout/layout.hpp"
 #include "layout/plan.hpp"
+#include "layout/plan_report.hpp"
 #include "tensor/tensor.hpp"
 #include "tensor/indexing.hpp"
 #include "tensor/init.hpp"

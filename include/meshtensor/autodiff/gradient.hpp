@@ -40,9 +40,11 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
     pause() { detail::recording_paused() = true; }
     ~pause() { detail::recording_paused() = was; }
   } paused;
+  const detail::plan_backward_scope backward;  // a plan's report names these ops "(backward)"
   loss.node()->accumulate(full<Loss>(loss.mesh(), {}, typename Loss::value_type(1)));
   for (auto* n : order) n->backward();
 
+  const plan_kind_scope as_gradients(memory_kind::gradients);
   auto result = std::tuple<Params...>{[&] {
     if (params.tracks_grad() && params.node()->grad) return detail::clone(*params.node()->grad);
     return Params(params.mesh(), params.extents());

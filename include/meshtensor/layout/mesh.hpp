@@ -42,6 +42,21 @@ class mesh {
     check_distinct();
   }
 
+  // A planned mesh of these sizes (docs/scale.md): no processes behind it; this process stands for
+  // the processor at `coords` (the first by default, which holds the largest part of every uneven
+  // split). While it (or a tensor on it) exists, every op runs as a plan: tensors carry shapes and
+  // placement and no data, kernels are skipped, and collectives are counted as a real run on that
+  // processor counts them (counters()), without being sent. plan_report() reads the rest.
+  static mesh planned(std::array<int, ndims> sizes, std::array<int, ndims> coords = {}) {
+    mesh m;
+    m.comm_ = std::make_shared<detail::communicator>(std::vector<std::string>{std::string(As::name())...},
+                                                     std::vector<int>(sizes.begin(), sizes.end()),
+                                                     std::vector<int>(coords.begin(), coords.end()));
+    check_distinct();
+    return m;
+  }
+  bool is_planned() const { return comm_ && comm_->planned(); }
+
   template <Axis A>
   int size() const {
     return comm_->sizes()[index<A>()];

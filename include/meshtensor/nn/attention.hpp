@@ -35,6 +35,7 @@ meshtensor::detail::with_dims_t<Like, type_list<Length, MemLength>> causal_mask(
 
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
 X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo) {
+  meshtensor::detail::plan_op_scope plan_scope("causal_attention");
   using T = typename X::value_type;
   using B = difference_t<typename X::dims, type_list<Length, DModel>>;
   using namespace meshtensor::detail;

@@ -12,6 +12,7 @@ namespace meshtensor::nn {
 
 template <Dim DModel, Dim DFf, Tensor X, Tensor W1, Tensor W2>
 X feed_forward(const X& x, const W1& w_in, const W2& w_out) {
+  meshtensor::detail::plan_op_scope plan_scope("feed_forward");
   const auto h = relu(dense<DModel, DFf>(x, w_in));
   return dense<DFf, DModel>(h, w_out);
 }

@@ -76,6 +76,7 @@ namespace meshtensor::nn {
 
 template <Dim... Ds, Tensor X, Tensor S, Tensor B>
 X layer_norm(const X& x, const S& scale, const B& bias, typename X::value_type eps = 1e-6) {
+  meshtensor::detail::plan_op_scope plan_scope("layer_norm");
   if constexpr (sizeof...(Ds) == 1 && std::is_same_v<S, B> &&
                 std::is_same_v<S, meshtensor::detail::with_dims_t<X, type_list<Ds...>>> &&
                 meshtensor::detail::axes_mask_of<X, type_list<Ds...>>() == 0)

@@ -52,6 +52,10 @@ void batched_gemm(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t 
                   const Kokkos::View<T*, typename Exec::memory_space>& b,
                   const Kokkos::View<T*, typename Exec::memory_space>& c) {
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+  if (planning()) {  // a multiply and an add per (batch, row, column, contracted index)
+    plan_ledger::get().add_flops(2 * nb * m * n * k);
+    return;
+  }
   if constexpr (host && blas_type_v<T>) {
     if (m == 0 || n == 0) return;
     if (k == 0) {
@@ -201,6 +205,7 @@ constexpr comm_plan einsum_plan() {
 // the first-step sums of dims only one operand has.
 template <Dim... Out, Tensor A, Tensor B>
 detail::with_dims_t<A, type_list<Out...>> einsum(const A& a, const B& b) {
+  meshtensor::detail::plan_op_scope plan_scope("einsum");
   using OutList = type_list<Out...>;
   using Ad = typename A::dims;
   using Bd = typename B::dims;

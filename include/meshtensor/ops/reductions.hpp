@@ -118,6 +118,7 @@ constexpr comm_plan logsumexp_plan() {
 // Mean over the named dims. Gradient: g / count, broadcast back.
 template <Dim... Ds, Tensor X>
 auto reduce_mean(const X& x) {
+  meshtensor::detail::plan_op_scope plan_scope("reduce_mean");
   detail::check_reduced_dims<X, Ds...>();
   using Out = detail::reduced_t<X, Ds...>;
   using T = typename X::value_type;
@@ -150,12 +151,14 @@ Out extremum(const X& x) {
 
 template <Dim... Ds, Tensor X>
 auto reduce_max(const X& x) {
+  meshtensor::detail::plan_op_scope plan_scope("reduce_max");
   detail::check_reduced_dims<X, Ds...>();
   return detail::extremum<reduce_op::max, detail::reduced_t<X, Ds...>>(x);
 }
 
 template <Dim... Ds, Tensor X>
 auto reduce_min(const X& x) {
+  meshtensor::detail::plan_op_scope plan_scope("reduce_min");
   detail::check_reduced_dims<X, Ds...>();
   return detail::extremum<reduce_op::min, detail::reduced_t<X, Ds...>>(x);
 }
@@ -163,6 +166,7 @@ auto reduce_min(const X& x) {
 // log(sum(exp(x))) over the named dims. Gradient: g * exp(x - result), broadcast back.
 template <Dim... Ds, Tensor X>
 auto logsumexp(const X& x) {
+  meshtensor::detail::plan_op_scope plan_scope("logsumexp");
   detail::check_reduced_dims<X, Ds...>();
   using Out = detail::reduced_t<X, Ds...>;
   Out out = detail::logsumexp_to<Out>(x);

@@ -237,6 +237,7 @@ constexpr comm_plan relayout_plan() {
 // Gradient: the result's gradient relayouted back to x's layout.
 template <Tensor Out, Tensor X>
 Out relayout(const X& x) {
+  meshtensor::detail::plan_op_scope plan_scope("relayout");
   if constexpr (!detail::relayout_compatible_v<Out, X>) {
     (void)sizeof(diagnostic::relayout_changes_more_than_layout<Out, X>);
     return Out{};

@@ -33,7 +33,7 @@ void shift_from_full(const OutView& ov, const along_view<View>& dst, const along
                      std::int64_t offset, bool wrap) {
   using T = typename View::value_type;
   const std::int64_t n = src.n;
-  Kokkos::parallel_for(
+  if (!detail::planning()) Kokkos::parallel_for(
       "meshtensor::shift_local", Kokkos::RangePolicy<Exec>(0, dst.outer * dst.n * dst.inner),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (dst.n * dst.inner), l = (idx / dst.inner) % dst.n, i = idx % dst.inner;
@@ -87,7 +87,7 @@ X shift_impl(const X& x, std::int64_t offset, boundary b) {
   const auto slab = neighbour_slab<D>(x, offset > 0 ? L - reach : 0, reach, offset >= 0 ? 1 : -1, wrap);
   const auto src = local_along<D>(x);
   auto ov = out.view();
-  Kokkos::parallel_for(
+  if (!detail::planning()) Kokkos::parallel_for(
       "meshtensor::shift_neighbour", Kokkos::RangePolicy<Exec>(0, out.local_size()), KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (L * dst.inner), l = (idx / dst.inner) % L, i = idx % dst.inner;
         const std::int64_t s = l - offset;
@@ -135,6 +135,7 @@ constexpr comm_plan halo_exchange_general_plan() {
 // with the same boundary (zero-fill's adjoint is the zero-fill shift back).
 template <Dim D, Tensor X>
 X shift(const X& x, std::int64_t offset, boundary b = boundary::zero_fill) {
+  meshtensor::detail::plan_op_scope plan_scope("shift");
   X out = detail::shift_impl<D>(x, offset, b);
   detail::record<X>(out, [x, offset, b](const X& g) { detail::push_grad(x, detail::shift_impl<D>(g, -offset, b)); }, x);
   return out;
@@ -172,6 +173,7 @@ struct halo_slice {
 // x's local slice with `width` neighbour elements on each side along D.
 template <Dim D, Tensor X>
 halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boundary::zero_fill) {
+  meshtensor::detail::plan_op_scope plan_scope("halo_exchange");
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   if (width < 0) throw shape_error(detail::cat("halo_exchange: negative width ", width, " along dim '", D::name(), "'"));
@@ -182,8 +184,8 @@ halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boun
   const std::int64_t L = x.template local_extent<D>();
   h.local_extents[h.dim_index] = L + 2 * width;
   h.begin = x.offsets()[h.dim_index] - width;
-  h.data = typename X::view_type(Kokkos::view_alloc(std::string("meshtensor::halo_slice"), Kokkos::WithoutInitializing),
-                                 static_cast<std::size_t>(h.size()));
+  h.data = detail::view_pool<typename X::value_type, typename X::memory_space>::get().allocate(
+      static_cast<std::size_t>(h.size()));
   auto dst = detail::local_along<D>(x);
   dst.v = h.data;
   dst.n = L + 2 * width;
@@ -197,7 +199,7 @@ halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boun
   const auto src = detail::local_along<D>(x);
   auto hv = h.data;
   const std::int64_t n = dst.n, inner = dst.inner, w = width;
-  Kokkos::parallel_for(
+  if (!detail::planning()) Kokkos::parallel_for(
       "meshtensor::halo", Kokkos::RangePolicy<Exec>(0, h.size()), KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (n * inner), l = (idx / inner) % n, i = idx % inner;
         T v;

@@ -119,6 +119,7 @@ constexpr comm_plan softmax_gradient_plan() {
 // Gradient: dx = y * (g - sum_Ds(g * y)).
 template <Dim... Ds, Tensor X>
 X softmax(const X& x) {
+  meshtensor::detail::plan_op_scope plan_scope("softmax");
   static_assert(sizeof...(Ds) > 0, "meshtensor: softmax<Dims...> needs the dims to normalise over");
   detail::check_reduced_dims<X, Ds...>();
   if constexpr (sizeof...(Ds) == 1) {
@@ -141,6 +142,7 @@ X softmax(const X& x) {
 // Gradient: dx = g - exp(y) * sum_Ds(g).
 template <Dim... Ds, Tensor X>
 X log_softmax(const X& x) {
+  meshtensor::detail::plan_op_scope plan_scope("log_softmax");
   static_assert(sizeof...(Ds) > 0, "meshtensor: log_softmax<Dims...> needs the dims to normalise over");
   detail::check_reduced_dims<X, Ds...>();
   if constexpr (sizeof...(Ds) == 1) {

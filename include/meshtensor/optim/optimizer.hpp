@@ -34,6 +34,7 @@ class optimizer {
   // params: a tuple of references (std::tie(w, b)); grads: the tuple gradient() returns.
   template <Tensor... Ps>
   void step(std::tuple<Ps&...> params, const std::tuple<Ps...>& grads) {
+    const meshtensor::detail::plan_op_scope scope("optimizer step");
     if (states_.empty()) make_states(params);
     if (states_.size() != sizeof...(Ps))
       throw error(detail::cat("optimizer::step: called with ", sizeof...(Ps), " params, but its state was made for ",
@@ -69,6 +70,7 @@ class optimizer {
   Derived& derived() { return static_cast<Derived&>(*this); }
   template <Tensor... Ps>
   void make_states(std::tuple<Ps&...> params) {
+    const plan_kind_scope as_state(memory_kind::optimizer_state);
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (states_.push_back({&typeid(Ps), std::make_shared<decltype(derived().init(std::get<I>(params)))>(
                                            derived().init(std::get<I>(params)))}),

@@ -35,6 +35,10 @@ inline int world_rank_of(MPI_Comm comm, int r) {
 // the failing rank, so callers may pass an empty string where the check passed).
 template <class E = shape_error>
 void agree_or_throw(MPI_Comm comm, bool ok_here, const std::string& message_if_not) {
+  if (comm == MPI_COMM_NULL) {  // a planned mesh: one processor, nobody to agree with
+    if (!ok_here) throw E(message_if_not);
+    return;
+  }
   int me = 0;
   MPI_Comm_rank(comm, &me);
   int mine = ok_here ? INT_MAX : me, first = INT_MAX;

@@ -43,6 +43,7 @@ inline int checked_count(std::int64_t n) {
 template <class T>
 void allreduce(detail::communicator& c, unsigned axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
   c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  if (c.planned()) return;
   if (c.size_over(axes) == 1) return;
   MPI_Allreduce(MPI_IN_PLACE, data, detail::checked_count(n), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes));
 }
@@ -52,6 +53,7 @@ void allreduce(detail::communicator& c, unsigned axes, T* data, std::int64_t n, 
 template <class T>
 void allgather(detail::communicator& c, unsigned axes, const T* send, std::int64_t n, T* recv) {
   c.count(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  if (c.planned()) return;
   MPI_Allgather(send, detail::checked_count(n), detail::mpi_type<T>(), recv, detail::checked_count(n),
                 detail::mpi_type<T>(), c.over(axes));
 }
@@ -60,6 +62,7 @@ void allgather(detail::communicator& c, unsigned axes, const T* send, std::int64
 template <class T>
 void alltoall(detail::communicator& c, unsigned axes, const T* send, std::int64_t n_per_peer, T* recv) {
   c.count(collective::alltoall, axes, n_per_peer * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)));
+  if (c.planned()) return;
   MPI_Alltoall(send, detail::checked_count(n_per_peer), detail::mpi_type<T>(), recv,
                detail::checked_count(n_per_peer), detail::mpi_type<T>(), c.over(axes));
 }
@@ -73,6 +76,7 @@ void allgatherv(detail::communicator& c, unsigned axes, const T* send, std::int6
   for (std::size_t p = 0; p < counts.size(); ++p) same = same && counts[p] == counts[0] && displs[p] == counts[0] * static_cast<int>(p);
   if (same) return allgather(c, axes, send, n, recv);
   c.count(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  if (c.planned()) return;
   MPI_Allgatherv(send, detail::checked_count(n), detail::mpi_type<T>(), recv, counts.data(), displs.data(),
                  detail::mpi_type<T>(), c.over(axes));
 }
@@ -92,6 +96,7 @@ void alltoallv(detail::communicator& c, unsigned axes, bool uniform, const T* se
   std::int64_t sent = 0;
   for (int q = 0; q < n; ++q) sent += send_counts[q];
   c.count(collective::alltoall, axes, sent * static_cast<std::int64_t>(sizeof(T)));
+  if (c.planned()) return;
   MPI_Alltoallv(send, send_counts.data(), send_displs.data(), detail::mpi_type<T>(), recv, recv_counts.data(),
                 recv_displs.data(), detail::mpi_type<T>(), c.over(axes));
 }
@@ -101,6 +106,7 @@ template <class T>
 void reduce_scatter(detail::communicator& c, unsigned axes, const T* send, T* recv, std::int64_t n_per_rank,
                     reduce_op op = reduce_op::sum) {
   c.count(collective::reduce_scatter, axes, n_per_rank * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)));
+  if (c.planned()) return;
   MPI_Reduce_scatter_block(send, recv, detail::checked_count(n_per_rank), detail::mpi_type<T>(), detail::mpi_op(op),
                            c.over(axes));
 }
@@ -111,6 +117,7 @@ template <class T>
 void shift(detail::communicator& c, int axis, const T* send, T* recv, std::int64_t n, int offset, bool wrap) {
   const unsigned axes = 1u << axis;
   c.count(collective::shift, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  if (c.planned()) return;
   MPI_Comm sub = c.over(axes);
   const int size = c.sizes()[axis];
   const int me = c.coords()[axis];
@@ -133,6 +140,7 @@ template <class T>
 void exscan(detail::communicator& c, unsigned axes, const T* send, T* recv, std::int64_t n,
             reduce_op op = reduce_op::sum) {
   c.count(collective::exscan, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  if (c.planned()) return;
   MPI_Comm sub = c.over(axes);
   int me = 0;
   MPI_Comm_rank(sub, &me);
@@ -146,6 +154,7 @@ void exscan(detail::communicator& c, unsigned axes, const T* send, T* recv, std:
 template <class T>
 void broadcast(detail::communicator& c, unsigned axes, T* data, std::int64_t n, int root = 0) {
   c.count(collective::broadcast, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  if (c.planned()) return;
   MPI_Bcast(data, detail::checked_count(n), detail::mpi_type<T>(), root, c.over(axes));
 }
 

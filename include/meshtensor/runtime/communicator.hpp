@@ -13,6 +13,7 @@
 
 #include "../error.hpp"
 #include "../layout/mesh_shape.hpp"
+#include "plan_ledger.hpp"
 
 namespace meshtensor {
 
@@ -62,9 +63,29 @@ class communicator {
     MPI_Comm_rank(cart_, &rank_);
     coords_ = shape_.coords_of(rank_);
   }
+  // A planned communicator: the processor at coords of a mesh of these sizes, with no processes
+  // behind it (plan_ledger.hpp). Collectives are counted as a real run counts them, and not sent.
+  communicator(std::vector<std::string> axis_names, std::vector<int> sizes, const std::vector<int>& coords)
+      : shape_(std::move(axis_names), std::move(sizes)), planned_(true) {
+    const auto& axis_sizes = shape_.sizes();
+    if (coords.size() != axis_sizes.size())
+      throw mesh_error(cat("planned mesh ", shape_.to_string(), ": ", coords.size(), " coordinates given for ",
+                           axis_sizes.size(), " axes"));
+    for (std::size_t i = 0; i < coords.size(); ++i)
+      if (coords[i] < 0 || coords[i] >= axis_sizes[i])
+        throw mesh_error(cat("planned mesh ", shape_.to_string(), ": coordinate ", coords[i], " is outside axis '",
+                             shape_.axis_names()[i], "' of size ", axis_sizes[i]));
+    coords_ = coords;
+    rank_ = static_cast<int>(shape_.rank_of(coords_));
+    if (plan_ledger::get().planned_meshes++ == 0) plan_ledger::get().reset();
+  }
   communicator(const communicator&) = delete;
   communicator& operator=(const communicator&) = delete;
   ~communicator() {
+    if (planned_) {
+      --plan_ledger::get().planned_meshes;
+      return;
+    }
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (finalized) return;
@@ -86,6 +107,9 @@ class communicator {
   // The communicator of the processors that differ only in the axes of mask. Its ranks run
   // row-major over those axes in mesh order (MPI_Cart_sub keeps the Cartesian order).
   MPI_Comm over(unsigned mask) {
+    if (planned_)
+      throw error(cat("meshtensor: an MPI call over axes ", shape_.axes_string(mask), " of the planned mesh ",
+                      shape_.to_string(), " (a planned run sends nothing; this call site should be skipped)"));
     auto it = subs_.find(mask);
     if (it != subs_.end()) return it->second;
     const auto& axis_sizes = shape_.sizes();
@@ -106,7 +130,10 @@ class communicator {
     auto& c = counters_[{kind, mask}];
     c.calls += 1;
     c.bytes += bytes;
+    if (planned_) plan_ledger::get().count(to_string(kind), mask, bytes);
   }
+  // True for a planned communicator (no processes, no MPI).
+  bool planned() const { return planned_; }
   const comm_counters& counters() const { return counters_; }
   void reset_counters() { counters_.clear(); }
 
@@ -117,6 +144,7 @@ class communicator {
   int rank_ = 0;
   std::map<unsigned, MPI_Comm> subs_;
   comm_counters counters_;
+  bool planned_ = false;
 };
 
 }  // namespace detail

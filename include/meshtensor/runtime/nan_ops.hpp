@@ -97,7 +97,7 @@ void nan_propagating_allreduce(detail::communicator& c, unsigned axes, T* data, 
   if constexpr (std::is_floating_point_v<T>) {
     if (op == reduce_op::max || op == reduce_op::min) {
       c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
-      if (c.size_over(axes) == 1) return;
+      if (c.planned() || c.size_over(axes) == 1) return;
       const MPI_Op mop = op == reduce_op::max ? detail::nan_extremum_op<T, true>() : detail::nan_extremum_op<T, false>();
       MPI_Allreduce(MPI_IN_PLACE, data, detail::checked_count(n), detail::mpi_type<T>(), mop, c.over(axes));
       return;

@@ -65,6 +65,10 @@ void copy_box_from_full(const placement<R>& p, std::int64_t mesh_rank, std::span
 template <class T, std::size_t R>
 void scatter_from_root(communicator& comm, const placement<R>& p, std::span<const T> full_on_root, int root,
                        T* local, std::int64_t local_size) {
+  if (comm.planned()) {
+    comm.count(collective::gather, all_axes(comm), local_size * sizeof(T));
+    return;
+  }
   const int nprocs = comm.nprocs();
   std::vector<T> packed;
   const auto [counts, displs] = slice_counts(p);
@@ -84,8 +88,14 @@ template <class T, std::size_t R>
 std::vector<T> gather_slices(communicator& comm, const placement<R>& p, const T* local, std::int64_t local_size,
                              int root) {
   const int nprocs = comm.nprocs();
-  const auto [counts, displs] = slice_counts(p);
   const bool here = root < 0 || comm.rank() == root;
+  if (comm.planned()) {  // no data: zeros of the full size where a real run returns the tensor
+    comm.count(collective::gather, all_axes(comm), local_size * sizeof(T));
+    std::int64_t size = 1;
+    for (auto e : p.extents()) size *= e;
+    return std::vector<T>(here ? static_cast<std::size_t>(size) : 0);
+  }
+  const auto [counts, displs] = slice_counts(p);
   std::vector<T> all(here ? static_cast<std::size_t>(displs.back() + counts.back()) : 0);
   comm.count(collective::gather, all_axes(comm), local_size * sizeof(T));
   if (root < 0)
@@ -119,10 +129,11 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
     wrong_size = e.what();
   }
   detail::agree_or_throw(m.communicator().cart(), wrong_size.empty(), wrong_size);
+  if (m.is_planned()) return t;
   typename TT::execution_space{}.fence();  // the zero fill, before the host writes host memory
   auto host = Kokkos::create_mirror_view(t.view());
   detail::copy_box_from_full(t.placement(), m.rank(), full, host.data());
-  Kokkos::deep_copy(t.view(), host);
+  if (!detail::planning()) Kokkos::deep_copy(t.view(), host);
   return t;
 }
 
@@ -134,12 +145,18 @@ TT scatter(const typename TT::mesh_type& m, const typename TT::extents_type& ext
   TT t(m, extents);
   auto& comm = m.communicator();
   std::int64_t root_size = static_cast<std::int64_t>(full_on_root.size());
+  if (comm.planned()) {
+    detail::check_full_size(t, static_cast<std::size_t>(root_size), "scatter");
+    detail::scatter_from_root(comm, t.placement(), full_on_root, root, static_cast<typename TT::value_type*>(nullptr),
+                              t.local_size());
+    return t;
+  }
   MPI_Bcast(&root_size, 1, MPI_INT64_T, root, comm.cart());
   detail::check_full_size(t, static_cast<std::size_t>(root_size), "scatter");
   typename TT::execution_space{}.fence();
   auto host = Kokkos::create_mirror_view(t.view());
   detail::scatter_from_root(comm, t.placement(), full_on_root, root, host.data(), t.local_size());
-  Kokkos::deep_copy(t.view(), host);
+  if (!detail::planning()) Kokkos::deep_copy(t.view(), host);
   return t;
 }
 

@@ -84,7 +84,7 @@ class mpi_buffer {
       b.own_ = v;
     } else {
       b.staged_ = view_pool<T, staging_space<memory_space>>::get().allocate(v.extent(0));
-      Kokkos::deep_copy(b.staged_, v);
+      if (!detail::planning()) Kokkos::deep_copy(b.staged_, v);
     }
     return b;
   }
@@ -116,16 +116,16 @@ class mpi_buffer {
   view_type view() const {
     if (direct_) return own_;
     view_type v = view_pool<T, memory_space>::get().allocate(staged_.extent(0));
-    Kokkos::deep_copy(v, staged_);
+    if (!detail::planning()) Kokkos::deep_copy(v, staged_);
     return v;
   }
 
   // Copies what MPI wrote into dst (nothing to do where MPI wrote dst itself).
   void copy_into(const view_type& dst) const {
     if (direct_) {
-      if (own_.data() != dst.data()) Kokkos::deep_copy(dst, own_);
+      if (own_.data() != dst.data() && !planning()) Kokkos::deep_copy(dst, own_);
     } else {
-      Kokkos::deep_copy(dst, staged_);
+      if (!detail::planning()) Kokkos::deep_copy(dst, staged_);
     }
   }
 
@@ -134,7 +134,7 @@ class mpi_buffer {
     const mpi_buffers choice = mpi_buffers_from_environment();
     const bool reachable = host_accessible<memory_space> ||
                            (use == mpi_use::transfer && (choice == mpi_buffers::direct || mpi_is_device_aware()));
-    direct_ = choice != mpi_buffers::staged && reachable;
+    direct_ = planning() || (choice != mpi_buffers::staged && reachable);
   }
   bool direct_ = true;
   view_type own_;
@@ -145,6 +145,10 @@ class mpi_buffer {
 // host memory, once its kernels are done.
 template <class Exec, class View>
 auto host_copy(const View& v) {
+  if (planning()) {  // a planned slice has no data: zeros of its size
+    using host_view = decltype(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v));
+    return host_view(Kokkos::view_alloc(std::string("meshtensor::planned_host_copy")), v.extent(0));
+  }
   Exec{}.fence();
   return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
 }

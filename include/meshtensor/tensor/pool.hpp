@@ -17,6 +17,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "../runtime/plan_ledger.hpp"
+
 namespace meshtensor {
 namespace detail {
 
@@ -57,8 +59,10 @@ class view_pool : public view_pool_base {
   }
 
   // A View of n elements, uninitialised (its previous contents, or none).
+  // Planning: no memory, a fake address (plan_ledger.hpp) that no kernel touches.
   view_type allocate(std::size_t n) {
     const std::size_t bytes = n * sizeof(T);
+    if (planning()) return view_type(reinterpret_cast<T*>(plan_ledger::get().fake_address(bytes)), n);
     if (bytes < min_bytes || !enabled_) return fresh(n);
     std::lock_guard<std::mutex> lock(mu_);
     auto& bucket = free_[n];

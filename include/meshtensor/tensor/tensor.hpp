@@ -85,6 +85,7 @@ class basic_tensor {
   // (on every rank alike: extents and mesh sizes are the same everywhere) on a negative extent.
   basic_tensor(const mesh_type& m, const extents_type& extents) : basic_tensor(m, extents, no_alloc{}) {
     data_ = detail::view_pool<T, memory_space>::get().allocate(static_cast<std::size_t>(local_size()));
+    if (claim_planned()) return;
     Kokkos::deep_copy(execution_space{}, data_, T{});
   }
 
@@ -92,6 +93,7 @@ class basic_tensor {
   // result (the fill would be a full pass over memory for nothing).
   basic_tensor(const mesh_type& m, const extents_type& extents, uninitialized_t) : basic_tensor(m, extents, no_alloc{}) {
     data_ = detail::view_pool<T, memory_space>::get().allocate(static_cast<std::size_t>(local_size()));
+    claim_planned();
   }
 
   // Wraps an existing local slice (its size must match this processor's slice).
@@ -101,6 +103,7 @@ class basic_tensor {
       throw shape_error(detail::cat(type_name(), shape_string(), ": a local view of ", local.extent(0),
                                     " elements was given for a slice of ", local_size()));
     data_ = std::move(local);
+    claim_planned();
   }
 
   const mesh_type& mesh() const { return mesh_; }
@@ -158,6 +161,13 @@ class basic_tensor {
 
  private:
   struct no_alloc {};
+  // Planning (runtime/plan_ledger.hpp): the slice has a fake address and no memory; the claim counts
+  // its bytes while a tensor of that address is alive. Returns whether this is a planned run.
+  bool claim_planned() {
+    if (!detail::planning()) return false;
+    planned_bytes_ = detail::plan_ledger::get().claim(data_.data(), local_size() * static_cast<std::int64_t>(sizeof(T)));
+    return true;
+  }
   static constexpr std::array<std::string_view, rank> dim_name_views{Ds::name()...};
   basic_tensor(const mesh_type& m, const extents_type& extents, no_alloc) : mesh_(m), extents_(extents) {
     detail::place_slice<rank>(m.communicator(), splits, extents_, dim_name_views.data(), &type_name, local_extents_,
@@ -170,6 +180,7 @@ class basic_tensor {
   extents_type offsets_{};
   view_type data_{};
   std::shared_ptr<detail::typed_node<basic_tensor>> node_{};
+  std::shared_ptr<void> planned_bytes_{};
 };
 
 // TensorDim, not Dim: a non-dim is an error that names it and says what to change.

@@ -1,0 +1,146 @@
+#pragma once
+// What a planned run (mesh::planned, docs/scale.md) would cost the processor it stands for: the
+// collectives by op, with calls and exact bytes; the FLOPs of the local products; the bytes of the
+// tensors alive, now and at the peak, by kind. As a table (table()) or JSON (json()).
+#include <array>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "../runtime/communicator.hpp"
+#include "../runtime/plan_ledger.hpp"
+#include "mesh_shape.hpp"
+
+namespace meshtensor {
+
+struct plan_report {
+  struct collective_row {
+    std::string op;          // "einsum", "layer_norm (backward)", ...
+    std::string collective;  // "allreduce", ...
+    std::string axes;        // "rows, cols"
+    std::int64_t calls = 0;
+    std::int64_t bytes = 0;  // sent by this processor
+  };
+  struct flops_row {
+    std::string op;
+    std::int64_t flops = 0;
+  };
+  using kind_bytes = std::array<std::int64_t, memory_kind_count>;
+
+  mesh_shape shape;
+  std::vector<int> coords;
+  std::vector<collective_row> collectives;  // by op
+  comm_counters totals;                     // by (collective, axes): what the mesh's counters hold
+  std::vector<flops_row> flops;
+  std::int64_t total_flops = 0;
+  kind_bytes live{};     // tensors alive when the report was taken
+  kind_bytes at_peak{};  // at the peak of the bytes alive
+  std::int64_t peak_bytes = 0;
+
+  std::int64_t bytes_of(memory_kind k) const { return live[static_cast<int>(k)]; }
+  std::int64_t peak_bytes_of(memory_kind k) const { return at_peak[static_cast<int>(k)]; }
+
+  std::string table() const {
+    std::string s = detail::cat("planned processor ", coords_string(), " of mesh ", shape.to_string(), "\n");
+    s += line("op", "collective", "axes", "calls", "bytes");
+    std::int64_t calls = 0, bytes = 0;
+    for (const auto& r : collectives) {
+      s += line(r.op, r.collective, r.axes, std::to_string(r.calls), std::to_string(r.bytes));
+      calls += r.calls;
+      bytes += r.bytes;
+    }
+    s += line("total", "", "", std::to_string(calls), std::to_string(bytes));
+    s += detail::cat("local FLOPs (products): ", total_flops, "\n");
+    for (const auto& f : flops) s += detail::cat("  ", f.op, ": ", f.flops, "\n");
+    s += "memory (bytes)             now    at the peak\n";
+    for (int k = 0; k < memory_kind_count; ++k)
+      s += padded(detail::cat("  ", to_string(static_cast<memory_kind>(k))), 20) + padded(std::to_string(live[k]), 14, true) +
+           padded(std::to_string(at_peak[k]), 15, true) + "\n";
+    std::int64_t now = 0;
+    for (auto b : live) now += b;
+    s += padded("  total", 20) + padded(std::to_string(now), 14, true) + padded(std::to_string(peak_bytes), 15, true) + "\n";
+    return s;
+  }
+
+  std::string json() const {
+    std::string s = "{\"mesh\": {";
+    for (std::size_t i = 0; i < shape.axis_names().size(); ++i)
+      s += detail::cat(i ? ", " : "", quoted(shape.axis_names()[i]), ": ", shape.sizes()[i]);
+    s += "}, \"coords\": [";
+    for (std::size_t i = 0; i < coords.size(); ++i) s += detail::cat(i ? ", " : "", coords[i]);
+    s += "], \"collectives\": [";
+    for (std::size_t i = 0; i < collectives.size(); ++i) {
+      const auto& r = collectives[i];
+      s += detail::cat(i ? ", " : "", "{\"op\": ", quoted(r.op), ", \"collective\": ", quoted(r.collective),
+                       ", \"axes\": ", quoted(r.axes), ", \"calls\": ", r.calls, ", \"bytes\": ", r.bytes, "}");
+    }
+    s += detail::cat("], \"flops\": {\"total\": ", total_flops);
+    for (const auto& f : flops) s += detail::cat(", ", quoted(f.op), ": ", f.flops);
+    s += "}, \"memory\": {\"now\": {";
+    for (int k = 0; k < memory_kind_count; ++k)
+      s += detail::cat(k ? ", " : "", quoted(to_string(static_cast<memory_kind>(k))), ": ", live[k]);
+    s += "}, \"at_peak\": {";
+    for (int k = 0; k < memory_kind_count; ++k)
+      s += detail::cat(k ? ", " : "", quoted(to_string(static_cast<memory_kind>(k))), ": ", at_peak[k]);
+    s += detail::cat("}, \"peak\": ", peak_bytes, "}}");
+    return s;
+  }
+
+ private:
+  std::string coords_string() const {
+    std::string s = "(";
+    for (std::size_t i = 0; i < coords.size(); ++i) s += detail::cat(i ? ", " : "", shape.axis_names()[i], "=", coords[i]);
+    return s + ")";
+  }
+  static std::string padded(std::string s, std::size_t w, bool right = false) {
+    if (s.size() >= w) return s + " ";
+    return right ? std::string(w - s.size(), ' ') + s : s + std::string(w - s.size(), ' ');
+  }
+  static std::string line(const std::string& op, const std::string& c, const std::string& axes, const std::string& calls,
+                          const std::string& bytes) {
+    return padded(op, 34) + padded(c, 15) + padded(axes, 14) + padded(calls, 8, true) + padded(bytes, 16, true) + "\n";
+  }
+  static std::string quoted(const std::string& v) {
+    std::string s = "\"";
+    for (char ch : v) {
+      if (ch == '"' || ch == '\\') s += '\\';
+      s += ch;
+    }
+    return s + "\"";
+  }
+};
+
+// The report of a planned mesh's run so far (since it was made or since reset_plan).
+template <class M>
+plan_report plan_report_of(const M& m) {
+  if (!m.is_planned())
+    throw error("plan_report_of: the mesh is not planned; make it with mesh::planned(sizes)");
+  const auto& ledger = detail::plan_ledger::get();
+  plan_report r;
+  r.shape = m.shape();
+  r.coords = m.communicator().coords();
+  for (const auto& [key, rec] : ledger.collectives()) {
+    const auto& [op, kind, axes] = key;
+    r.collectives.push_back({op, kind, m.axes_string(axes), rec.calls, rec.bytes});
+  }
+  r.totals = m.counters();
+  for (const auto& [op, f] : ledger.flops()) {
+    r.flops.push_back({op, f});
+    r.total_flops += f;
+  }
+  r.live = ledger.live();
+  r.at_peak = ledger.at_peak();
+  r.peak_bytes = ledger.peak_total();
+  return r;
+}
+
+// Starts a new report on a planned mesh: counters, collectives and FLOPs from zero, the peak from
+// the bytes alive now (parameters and optimizer state stay counted while they live).
+template <class M>
+void reset_plan(const M& m) {
+  m.reset_counters();
+  detail::plan_ledger::get().reset();
+}
+
+}  // namespace meshtensor

@@ -1,0 +1,176 @@
+#pragma once
+// What a planned run records (layout/mesh.hpp's mesh::planned, docs/scale.md): while a planned mesh
+// exists, tensors carry shapes and placement but no data, kernels are skipped, collectives are
+// counted and not sent, and this ledger keeps the rest of what a real processor would see:
+// the bytes of the tensors alive (now and at the peak, by kind), the FLOPs of the local products,
+// and every collective by op. One process plans one mesh at a time; the ledger is that process's.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace meshtensor {
+
+// What a tensor's memory holds, for the memory report. A tensor is counted under the kind in force
+// when its memory was allocated (scopes: plan_kind_scope; gradient() and the optimizers set theirs).
+enum class memory_kind { activations, parameters, gradients, optimizer_state };
+inline constexpr int memory_kind_count = 4;
+
+inline const char* to_string(memory_kind k) {
+  switch (k) {
+    case memory_kind::activations: return "activations";
+    case memory_kind::parameters: return "parameters";
+    case memory_kind::gradients: return "gradients";
+    case memory_kind::optimizer_state: return "optimizer_state";
+  }
+  return "?";
+}
+
+namespace detail {
+
+struct plan_op_record {
+  std::int64_t calls = 0;
+  std::int64_t bytes = 0;
+};
+
+class plan_ledger {
+ public:
+  using kind_bytes = std::array<std::int64_t, memory_kind_count>;
+
+  // Planned communicators alive (layout/mesh.hpp); planning() is true while there is one.
+  int planned_meshes = 0;
+
+  // A distinct fake address per planned allocation (never dereferenced: no kernel runs), so that
+  // tensors sharing a slice share its bytes in the count.
+  std::uintptr_t fake_address(std::size_t bytes) {
+    const std::uintptr_t a = next_;
+    next_ += (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
+    return a;
+  }
+
+  // A tensor's claim on planned memory at address a: shared with every tensor of that address.
+  std::shared_ptr<void> claim(const void* a, std::int64_t bytes) {
+    auto& slot = claims_[a];
+    if (auto live = slot.lock()) return live;
+    const auto kind = kind_;
+    live_[static_cast<int>(kind)] += bytes;
+    total_live_ += bytes;
+    if (total_live_ > peak_total_) {
+      peak_total_ = total_live_;
+      at_peak_ = live_;
+    }
+    std::shared_ptr<void> token(nullptr, [this, a, bytes, kind](void*) {
+      live_[static_cast<int>(kind)] -= bytes;
+      total_live_ -= bytes;
+      claims_.erase(a);
+    });
+    slot = token;
+    return token;
+  }
+
+  memory_kind kind() const { return kind_; }
+  void set_kind(memory_kind k) { kind_ = k; }
+  const std::string& op() const { return op_; }
+  void set_op(std::string op) { op_ = std::move(op); }
+  bool backward() const { return backward_; }
+  void set_backward(bool b) { backward_ = b; }
+
+  // Collectives and FLOPs by op ("einsum", "einsum (backward)", ...).
+  void count(const char* kind, unsigned axes, std::int64_t bytes) {
+    auto& r = collectives_[{op_label(), kind, axes}];
+    r.calls += 1;
+    r.bytes += bytes;
+  }
+  void add_flops(std::int64_t f) { flops_[op_label()] += f; }
+
+  void reset() {
+    collectives_.clear();
+    flops_.clear();
+    peak_total_ = total_live_;
+    at_peak_ = live_;
+  }
+
+  const kind_bytes& live() const { return live_; }
+  std::int64_t live_total() const { return total_live_; }
+  std::int64_t peak_total() const { return peak_total_; }
+  const kind_bytes& at_peak() const { return at_peak_; }
+  const std::map<std::tuple<std::string, std::string, unsigned>, plan_op_record>& collectives() const {
+    return collectives_;
+  }
+  const std::map<std::string, std::int64_t>& flops() const { return flops_; }
+
+  static plan_ledger& get() {
+    static plan_ledger l;
+    return l;
+  }
+
+ private:
+  std::string op_label() const {
+    const std::string base = op_.empty() ? std::string("other") : op_;
+    return backward_ ? base + " (backward)" : base;
+  }
+  std::uintptr_t next_ = std::uintptr_t{1} << 44;
+  std::map<const void*, std::weak_ptr<void>> claims_;
+  kind_bytes live_{}, at_peak_{};
+  std::int64_t total_live_ = 0, peak_total_ = 0;
+  memory_kind kind_ = memory_kind::activations;
+  std::string op_;
+  bool backward_ = false;
+  std::map<std::tuple<std::string, std::string, unsigned>, plan_op_record> collectives_;
+  std::map<std::string, std::int64_t> flops_;
+};
+
+// True while a planned mesh exists: kernels, copies and MPI are skipped.
+inline bool planning() { return plan_ledger::get().planned_meshes > 0; }
+
+// Names the op that the collectives and FLOPs inside it belong to (the outermost op wins: a layer's
+// reductions are counted under the layer). Costs a branch when not planning.
+class plan_op_scope {
+ public:
+  explicit plan_op_scope(const char* name) {
+    if (!planning() || !plan_ledger::get().op().empty()) return;
+    plan_ledger::get().set_op(name);
+    owner_ = true;
+  }
+  plan_op_scope(const plan_op_scope&) = delete;
+  plan_op_scope& operator=(const plan_op_scope&) = delete;
+  ~plan_op_scope() {
+    if (owner_) plan_ledger::get().set_op({});
+  }
+
+ private:
+  bool owner_ = false;
+};
+
+class plan_backward_scope {
+ public:
+  plan_backward_scope() : was_(plan_ledger::get().backward()) { plan_ledger::get().set_backward(true); }
+  plan_backward_scope(const plan_backward_scope&) = delete;
+  plan_backward_scope& operator=(const plan_backward_scope&) = delete;
+  ~plan_backward_scope() { plan_ledger::get().set_backward(was_); }
+
+ private:
+  bool was_;
+};
+
+}  // namespace detail
+
+// Tensors allocated inside count as kind k in a plan's memory report (no effect on real runs).
+class plan_kind_scope {
+ public:
+  explicit plan_kind_scope(memory_kind k) : was_(detail::plan_ledger::get().kind()) {
+    detail::plan_ledger::get().set_kind(k);
+  }
+  plan_kind_scope(const plan_kind_scope&) = delete;
+  plan_kind_scope& operator=(const plan_kind_scope&) = delete;
+  ~plan_kind_scope() { detail::plan_ledger::get().set_kind(was_); }
+
+ private:
+  memory_kind was_;
+};
+
+}  // namespace meshtensor
