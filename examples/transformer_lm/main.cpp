@@ -26,16 +26,104 @@
 // file per checkpoint, written by all ranks in parallel, made current atomically). --resume DIR
 // continues from DIR's current checkpoint up to --steps, under any layout and rank count: on the
 // same layout the losses equal those of an uninterrupted run bit for bit.
+//
+// Planning (docs/scale.md): --plan runs one training step (forward, backward, optimizer) of this
+// code on a planned mesh of --mesh sizes, in one process, with no data, and prints what one
+// processor would hold and send: the parameter count, the memory per processor (parameters,
+// optimizer state, gradients and activations at the peak) against --memory-budget GiB, and the
+// collectives by op with their bytes; --plan-json FILE writes the same as JSON. --layers sets the
+// number of blocks. The Mesh-TensorFlow paper's largest language model on a [16 x 32] mesh:
+//
+//   transformer_lm --plan --mesh 16 32 --layers 6 --d-model 1024 --d-kv 256 --heads 256 --d-ff 262144
+//                  --vocab 32768 --length 256 --batch 512 --optimizer adafactor --layout 2d
+//
+// --check-plan runs one step for real, then plans it for this rank's coordinates, and checks on
+// every rank that the planned collectives (calls and bytes per collective and axis set) and the
+// bytes of the parameters and optimizer state equal the real step's.
 #include <CLI/CLI.hpp>
 
 #include "model.hpp"
 
-std::vector<double> train_layout(const std::string& name, const grid& g, const options& o,
-                                 const std::vector<unsigned char>& text, bool verbose,
-                                 std::int64_t* first_step = nullptr) {
-  if (name == "data") return train<layout_data>(g, o, text, verbose, first_step);
-  if (name == "model") return train<layout_model>(g, o, text, verbose, first_step);
-  return train<layout_2d>(g, o, text, verbose, first_step);
+train_result train_layout(const std::string& name, const grid& g, const options& o, const std::vector<unsigned char>& text,
+                          bool verbose) {
+  if (name == "data") return train<layout_data>(g, o, text, verbose);
+  if (name == "model") return train<layout_model>(g, o, text, verbose);
+  return train<layout_2d>(g, o, text, verbose);
+}
+
+std::string gib(std::int64_t bytes) { return mt::detail::cat(std::round(bytes / 1073741824.0 * 1000) / 1000, " GiB"); }
+
+// --plan: a step of the model planned on a mesh of o.mesh's sizes, printed on rank 0.
+int plan(const mt::environment& env, options o, const std::vector<unsigned char>& text) {
+  o.steps = 2;  // the report is the second step's: a steady step, with the optimizer's state alive
+  const auto t0 = std::chrono::steady_clock::now();
+  const grid pm = grid::planned({o.mesh[0], o.mesh[1]});
+  const auto r = train_layout(o.layout, pm, o, text, false);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (env.world_rank() != 0) return 0;
+  const auto& p = *r.plan;
+  const std::int64_t budget = static_cast<std::int64_t>(o.memory_budget_gib * 1073741824.0);
+  const bool fits = p.peak_bytes <= budget;
+  std::printf("planned two training steps, reporting the second (layout %s, %s), on mesh %s in %.3f s\n", o.layout.c_str(), o.optimizer.c_str(),
+              p.shape.to_string().c_str(), seconds);
+  std::printf("parameters: %lld (%.2f billion)\n", (long long)r.parameters, r.parameters / 1e9);
+  std::printf("per processor (the first, which holds the largest parts):\n");
+  std::printf("  parameters %s, optimizer state %s (after the step)\n",
+              gib(p.bytes_of(mt::memory_kind::parameters)).c_str(), gib(p.bytes_of(mt::memory_kind::optimizer_state)).c_str());
+  std::printf("  at the peak: %s = parameters %s + optimizer state %s + gradients %s + activations %s\n",
+              gib(p.peak_bytes).c_str(), gib(p.peak_bytes_of(mt::memory_kind::parameters)).c_str(),
+              gib(p.peak_bytes_of(mt::memory_kind::optimizer_state)).c_str(),
+              gib(p.peak_bytes_of(mt::memory_kind::gradients)).c_str(),
+              gib(p.peak_bytes_of(mt::memory_kind::activations)).c_str());
+  std::printf("  budget %s: %s\n", gib(budget).c_str(), fits ? "fits" : "DOES NOT FIT");
+  std::printf("%s", p.table().c_str());
+  if (!o.plan_json.empty()) {
+    std::ofstream out(o.plan_json);
+    out << "{\"layout\": \"" << o.layout << "\", \"optimizer\": \"" << o.optimizer << "\", \"layers\": " << o.layers
+        << ", \"d_model\": " << o.d_model << ", \"heads\": " << o.heads << ", \"d_kv\": " << o.d_kv << ", \"d_ff\": " << o.d_ff
+        << ", \"vocab\": " << o.vocab << ", \"batch\": " << o.batch << ", \"length\": " << o.length
+        << ", \"parameters\": " << r.parameters << ", \"budget_bytes\": " << budget << ", \"fits\": " << (fits ? "true" : "false")
+        << ", \"plan\": " << p.json() << "}\n";
+    if (!out) throw mt::io_error(mt::detail::cat("cannot write '", o.plan_json, "'"));
+    std::printf("plan written to %s\n", o.plan_json.c_str());
+  }
+  return 0;
+}
+
+// --check-plan: a real step against its plan, on every rank.
+int check_plan(const grid& g, options o, const std::vector<unsigned char>& text) {
+  o.steps = 1;
+  g.reset_counters();
+  const auto real = train_layout(o.layout, g, o, text, false);
+  const mt::comm_counters counted = g.counters();
+  const grid pm = grid::planned({g.size<rows>(), g.size<cols>()}, {g.coord<rows>(), g.coord<cols>()});
+  const auto planned = train_layout(o.layout, pm, o, text, false);
+  const auto& p = *planned.plan;
+  std::string wrong;
+  if (p.totals != counted) {
+    wrong += "collectives differ:\n";
+    for (const auto& [what, c] : {std::pair{"real", counted}, std::pair{"planned", p.totals}})
+      for (const auto& [key, n] : c)
+        wrong += mt::detail::cat("  ", what, " ", mt::to_string(key.first), " over {", g.axes_string(key.second), "}: ",
+                                 n.calls, " calls, ", n.bytes, " bytes\n");
+  }
+  if (p.bytes_of(mt::memory_kind::parameters) != real.param_bytes)
+    wrong += mt::detail::cat("parameter bytes: planned ", p.bytes_of(mt::memory_kind::parameters), ", real ", real.param_bytes, "\n");
+  if (p.bytes_of(mt::memory_kind::optimizer_state) != real.state_bytes)
+    wrong += mt::detail::cat("optimizer state bytes: planned ", p.bytes_of(mt::memory_kind::optimizer_state), ", real ",
+                             real.state_bytes, "\n");
+  if (!wrong.empty()) std::printf("rank %d: %s", g.rank(), wrong.c_str());
+  int ok = wrong.empty(), all = 0;
+  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, g.communicator().cart());
+  std::int64_t calls = 0, bytes = 0;
+  for (const auto& [key, n] : counted) calls += n.calls, bytes += n.bytes;
+  if (g.rank() == 0)
+    std::printf("check-plan (layout %s, %s, mesh %s): %s; rank 0 sent %lld bytes in %lld collectives, holds %lld bytes "
+                "of parameters and %lld of optimizer state\n",
+                o.layout.c_str(), o.optimizer.c_str(), g.shape().to_string().c_str(),
+                all ? "the plan equals the real step on every rank" : "THE PLAN DIFFERS", (long long)bytes,
+                (long long)calls, (long long)real.param_bytes, (long long)real.state_bytes);
+  return all ? 0 : 3;
 }
 
 // The loss of each step, exactly (17 digits: the float32 loss as a double, round-trippable).
@@ -89,6 +177,12 @@ int main(int argc, char** argv) {
   app.add_option("--save-every", o.save_every, "save a checkpoint every N steps (needs --checkpoint)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--resume", o.resume, "continue from this directory's current checkpoint, up to --steps");
+  app.add_option("--layers", o.layers, "number of Transformer blocks")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--plan", o.plan, "plan one training step on a mesh of --mesh sizes (no processes, no data) and report it");
+  app.add_option("--plan-json", o.plan_json, "with --plan: write the plan as JSON to this file");
+  app.add_option("--memory-budget", o.memory_budget_gib, "with --plan: memory per processor in GiB (a TPUv2 core: 8)")
+      ->capture_default_str();
+  app.add_flag("--check-plan", o.check_plan, "run one step, plan it, and check the plan equals it on every rank");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -99,25 +193,26 @@ int main(int argc, char** argv) {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
     if (o.compare && (!o.checkpoint.empty() || !o.resume.empty()))
       throw mt::error("--compare-layouts trains every layout from scratch; it takes no --checkpoint or --resume");
-    grid g(env, {o.mesh[0], o.mesh[1]});
     const auto text = read_text(o.text, o.length + 3);
+    if (o.plan) return plan(env, o, text);
+    grid g(env, {o.mesh[0], o.mesh[1]});
+    if (o.check_plan) return check_plan(g, o, text);
     const bool root = env.world_rank() == 0;
     if (root)
       std::printf("transformer_lm: %zu bytes of %s; %d layers, d_model %lld, heads %lld, d_kv %lld, d_ff %lld, "
                   "vocab %lld; batch %lld x length %lld; mesh [rows=%d x cols=%d]; %s lr %g, dropout %g\n",
-                  text.size(), o.text.c_str(), n_layers, (long long)o.d_model, (long long)o.heads, (long long)o.d_kv,
+                  text.size(), o.text.c_str(), (int)o.layers, (long long)o.d_model, (long long)o.heads, (long long)o.d_kv,
                   (long long)o.d_ff, (long long)o.vocab, (long long)o.batch, (long long)o.length, g.size<rows>(),
                   g.size<cols>(), o.optimizer.c_str(), o.lr, o.dropout);
     if (!o.compare) {
       if (root) std::printf("layout %s\n", o.layout.c_str());
-      std::int64_t first_step = 0;
-      const auto losses = train_layout(o.layout, g, o, text, true, &first_step);
-      if (root) write_curve(o, losses, first_step);
+      const auto r = train_layout(o.layout, g, o, text, true);
+      if (root) write_curve(o, r.losses, r.first_step);
       return 0;
     }
     const std::vector<std::string> names{"data", "model", "2d"};
     std::vector<std::vector<double>> runs;
-    for (const auto& n : names) runs.push_back(train_layout(n, g, o, text, false));
+    for (const auto& n : names) runs.push_back(train_layout(n, g, o, text, false).losses);
     double worst = 0;
     if (root) std::printf("%5s %12s %12s %12s %10s\n", "step", "data", "model", "2d", "max rel");
     for (std::size_t s = 0; s < runs[0].size(); ++s) {

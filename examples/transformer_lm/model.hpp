@@ -13,6 +13,7 @@
 #include <iomanip>
 #include <meshtensor/io/checkpoint.hpp>
 #include <meshtensor/meshtensor.hpp>
+#include <optional>
 #include <random>
 #include <sys/resource.h>
 
@@ -56,17 +57,28 @@ struct options {
   bool memory = false;
   std::string checkpoint, resume;
   std::int64_t save_every = 0;
+  std::int64_t layers = 2;
+  // Planning (docs/scale.md): --plan plans one training step for --mesh on no processes.
+  bool plan = false, check_plan = false;
+  std::string plan_json;
+  double memory_budget_gib = 8.0;
 };
-constexpr int n_layers = 2;
 
-// The parameter names, in the order of model::tie().
-inline std::vector<std::string> param_names() {
+// The parameter names, in the order of the tensors of model::tie() (a vector param's tensors one
+// after another: each block's weight of one kind, then the next kind).
+inline std::vector<std::string> param_names(std::int64_t layers) {
   std::vector<std::string> names{"embedding", "positions"};
-  for (int b = 0; b < n_layers; ++b)
-    for (const char* n : {"ln1_scale", "ln1_bias", "wq", "wk", "wv", "wo", "ln2_scale", "ln2_bias", "w_in", "w_out"})
-      names.push_back("blocks." + std::to_string(b) + "." + n);
+  for (const char* n : {"ln1_scale", "ln1_bias", "wq", "wk", "wv", "wo", "ln2_scale", "ln2_bias", "w_in", "w_out"})
+    for (std::int64_t b = 0; b < layers; ++b) names.push_back("blocks." + std::to_string(b) + "." + n);
   for (const char* n : {"lnf_scale", "lnf_bias", "softmax_weights"}) names.push_back(n);
   return names;
+}
+
+// Calls f(index, tensor) for every tensor of a tuple of params (vectors flattened, as the names).
+template <class Params, class F>
+void for_each_param_tensor(Params&& params, F&& f) {
+  std::size_t i = 0;
+  std::apply([&](auto&... p) { (mt::detail::for_each_tensor(p, [&](auto& t) { f(i++, t); }), ...); }, params);
 }
 
 // A float32 array in NumPy's .npy format (version 1.0, little-endian, C order).
@@ -101,47 +113,56 @@ template <class L>
 struct model {
   template <class... D>
   using t = mt::tensor<float, L, D...>;
-  struct block {
-    t<d_model> ln1_scale, ln1_bias;
-    t<d_model, heads, d_kv> wq, wk, wv;
-    t<heads, d_kv, d_model> wo;
-    t<d_model> ln2_scale, ln2_bias;
-    t<d_model, d_ff> w_in;
-    t<d_ff, d_model> w_out;
-    auto tie() { return std::tie(ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out); }
-  };
+  // The blocks' weights, one vector per kind with an entry per block (--layers): gradient() and the
+  // optimizers take a vector as one param.
+  template <class... D>
+  using per_block = std::vector<t<D...>>;
   t<vocab, d_model> embedding;
   t<length, d_model> positions;
-  std::array<block, n_layers> blocks;
+  per_block<d_model> ln1_scale, ln1_bias;
+  per_block<d_model, heads, d_kv> wq, wk, wv;
+  per_block<heads, d_kv, d_model> wo;
+  per_block<d_model> ln2_scale, ln2_bias;
+  per_block<d_model, d_ff> w_in;
+  per_block<d_ff, d_model> w_out;
   t<d_model> lnf_scale, lnf_bias;
   t<d_model, vocab> softmax_weights;
 
   auto tie() {
-    return std::tuple_cat(std::tie(embedding, positions), blocks[0].tie(), blocks[1].tie(),
-                          std::tie(lnf_scale, lnf_bias, softmax_weights));
+    return std::tie(embedding, positions, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out,
+                    lnf_scale, lnf_bias, softmax_weights);
   }
 
+  // In a planned run, the tensors made here count as parameters (no effect on a real run).
   model(const grid& g, const options& o) {
+    const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);
     std::uint64_t s = o.seed * 1000;
     const std::int64_t dm = o.d_model, h = o.heads, kv = o.d_kv, ff = o.d_ff;
     embedding = mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, s++, 0, 0.3);
     positions = mt::random_normal<decltype(positions)>(g, {o.length, dm}, s++, 0, 0.1);
-    for (auto& b : blocks) {
-      b.ln1_scale = mt::full<t<d_model>>(g, {dm}, 1.0f);
-      b.ln1_bias = mt::zeros<t<d_model>>(g, {dm});
-      b.wq = nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++);
-      b.wk = nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++);
-      b.wv = nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++);
-      b.wo = nn::normal_fan_in<t<heads, d_kv, d_model>, heads, d_kv>(g, {h, kv, dm}, s++);
-      b.ln2_scale = mt::full<t<d_model>>(g, {dm}, 1.0f);
-      b.ln2_bias = mt::zeros<t<d_model>>(g, {dm});
-      b.w_in = nn::normal_fan_in<t<d_model, d_ff>, d_model>(g, {dm, ff}, s++);
-      b.w_out = nn::normal_fan_in<t<d_ff, d_model>, d_ff>(g, {ff, dm}, s++);
+    for (std::int64_t b = 0; b < o.layers; ++b) {
+      ln1_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
+      ln1_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
+      wq.push_back(nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++));
+      wk.push_back(nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++));
+      wv.push_back(nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++));
+      wo.push_back(nn::normal_fan_in<t<heads, d_kv, d_model>, heads, d_kv>(g, {h, kv, dm}, s++));
+      ln2_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
+      ln2_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
+      w_in.push_back(nn::normal_fan_in<t<d_model, d_ff>, d_model>(g, {dm, ff}, s++));
+      w_out.push_back(nn::normal_fan_in<t<d_ff, d_model>, d_ff>(g, {ff, dm}, s++));
     }
     lnf_scale = mt::full<t<d_model>>(g, {dm}, 1.0f);
     lnf_bias = mt::zeros<t<d_model>>(g, {dm});
     softmax_weights = nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, s++);
-    std::apply([](auto&... p) { (p.requires_grad(), ...); }, tie());
+    for_each_param_tensor(tie(), [](std::size_t, auto& p) { p.requires_grad(); });
+  }
+
+  // Parameters of the whole model (global extents), counted from its tensors.
+  std::int64_t parameter_count() {
+    std::int64_t n = 0;
+    for_each_param_tensor(tie(), [&](std::size_t, const auto& p) { n += p.size(); });
+    return n;
   }
 
   // Mean next-byte cross-entropy of a batch.
@@ -149,12 +170,12 @@ struct model {
     const std::uint64_t dseed = o.seed * 7919;
     auto x = nn::embedding<vocab>(embedding, ids) + positions;  // [batch, length, d_model]
     int site = 0;
-    for (const auto& b : blocks) {
-      const auto h = nn::layer_norm<d_model>(x, b.ln1_scale, b.ln1_bias);
-      x = x + nn::dropout(nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, b.wq, b.wk, b.wv, b.wo),
+    for (std::size_t b = 0; b < wq.size(); ++b) {
+      const auto h = nn::layer_norm<d_model>(x, ln1_scale[b], ln1_bias[b]);
+      x = x + nn::dropout(nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq[b], wk[b], wv[b], wo[b]),
                           o.dropout, dseed + site++, step);
-      const auto f = nn::layer_norm<d_model>(x, b.ln2_scale, b.ln2_bias);
-      x = x + nn::dropout(nn::feed_forward<d_model, d_ff>(f, b.w_in, b.w_out), o.dropout, dseed + site++, step);
+      const auto f = nn::layer_norm<d_model>(x, ln2_scale[b], ln2_bias[b]);
+      x = x + nn::dropout(nn::feed_forward<d_model, d_ff>(f, w_in[b], w_out[b]), o.dropout, dseed + site++, step);
     }
     const auto logits = nn::dense<d_model, vocab>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias), softmax_weights);
     return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits, labels));
@@ -176,7 +197,7 @@ inline mt::io::metadata run_config(const options& o) {
   return {{"d_model", std::to_string(o.d_model)}, {"heads", std::to_string(o.heads)},
           {"d_kv", std::to_string(o.d_kv)},       {"d_ff", std::to_string(o.d_ff)},
           {"vocab", std::to_string(o.vocab)},     {"batch", std::to_string(o.batch)},
-          {"length", std::to_string(o.length)},   {"layers", std::to_string(n_layers)},
+          {"length", std::to_string(o.length)},   {"layers", std::to_string(o.layers)},
           {"seed", std::to_string(o.seed)},       {"optimizer", o.optimizer},
           {"dropout", mt::detail::cat(o.dropout)}, {"lr", mt::detail::cat(o.lr)}};
 }
@@ -187,19 +208,26 @@ mt::io::tensor_set training_state(model<L>& m, mt::optim::adam& adam, mt::optim:
                                   const options& o) {
   mt::io::tensor_set set;
   auto params = m.tie();
-  const auto names = param_names();
-  [&]<std::size_t... I>(std::index_sequence<I...>) {
-    (set.add(names[I], std::get<I>(params)), ...);
-  }(std::make_index_sequence<std::tuple_size_v<decltype(params)>>{});
+  const auto names = param_names(o.layers);
+  for_each_param_tensor(params, [&](std::size_t i, auto& p) { set.add(names[i], p); });
   if (o.optimizer == "adafactor") mt::io::add_optimizer_state(set, adafactor, params, names);
   else mt::io::add_optimizer_state(set, adam, params, names);
   return set;
 }
 
-// Trains one layout; returns the loss of every step (the same on every rank) from first_step on.
+struct train_result {
+  std::vector<double> losses;  // of every step (the same on every rank) from first_step on
+  std::int64_t first_step = 0;
+  std::int64_t parameters = 0;                // of the model, global
+  std::int64_t param_bytes = 0, state_bytes = 0;  // this processor's slices, and its optimizer's state
+  std::optional<mt::plan_report> plan;        // on a planned mesh: what the steps would cost
+};
+
+// Trains one layout. On a planned mesh (--plan) the same code runs without data or processes and
+// the result carries the plan's report.
 template <class L>
-std::vector<double> train(const grid& g, const options& o, const std::vector<unsigned char>& text, bool verbose,
-                          std::int64_t* first_step = nullptr) {
+train_result train(const grid& g, const options& o, const std::vector<unsigned char>& text, bool verbose) {
+  train_result result;
   using ids_t = mt::tensor<float, L, batch, length>;
   model<L> m(g, o);
   mt::optim::adam adam({.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9});
@@ -225,7 +253,7 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
       std::printf("resumed from %s at step %lld (saved on %s ranks, layout %s)\n", o.resume.c_str(), (long long)step0,
                   meta.at("ranks").c_str(), meta.at("layout").c_str());
   }
-  if (first_step) *first_step = step0;
+  result.first_step = step0;
   std::int64_t drawn = step0 * o.batch;
   const auto token = [&](std::int64_t p) -> float {
     if (o.vocab <= 256) return static_cast<float>(text[p] % o.vocab);
@@ -238,6 +266,8 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
   const auto t0 = std::chrono::steady_clock::now();
   auto tlog = t0, tlast = t0;
   for (std::int64_t step = step0; step < o.steps; ++step) {
+    // A plan reports its last step (the second has the optimizer's state from its start).
+    if (g.is_planned()) mt::reset_plan(g);
     for (std::int64_t b = 0; b < o.batch; ++b, ++drawn) {
       const std::int64_t s = start(rng);
       for (std::int64_t l = 0; l < o.length; ++l) {
@@ -251,11 +281,9 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
     auto params = m.tie();
     auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
     if (step == 0 && !o.dump.empty()) {
-      const auto names = param_names();
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        (dump_tensor(std::get<I>(params), o.dump + "/param." + names[I] + ".npy"), ...);
-        (dump_tensor(std::get<I>(grads), o.dump + "/grad." + names[I] + ".npy"), ...);
-      }(std::make_index_sequence<std::tuple_size_v<decltype(grads)>>{});
+      const auto names = param_names(o.layers);
+      for_each_param_tensor(params, [&](std::size_t i, auto& p) { dump_tensor(p, o.dump + "/param." + names[i] + ".npy"); });
+      for_each_param_tensor(grads, [&](std::size_t i, auto& p) { dump_tensor(p, o.dump + "/grad." + names[i] + ".npy"); });
       dump_tensor(x, o.dump + "/ids.npy");
       dump_tensor(y, o.dump + "/labels.npy");
       if (root) {
@@ -263,7 +291,7 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
         std::ofstream cfg(o.dump + "/config.txt");
         cfg << "layout " << o.layout << "\nranks " << g.nprocs() << "\nbatch " << o.batch << "\nlength " << o.length
             << "\nd_model " << o.d_model << "\nheads " << o.heads << "\nd_kv " << o.d_kv << "\nd_ff " << o.d_ff
-            << "\nvocab " << o.vocab << "\nlayers " << n_layers << "\n";
+            << "\nvocab " << o.vocab << "\nlayers " << o.layers << "\n";
         std::printf("dumped the initial weights, the first batch, its loss and gradients to %s\n", o.dump.c_str());
       }
     }
@@ -309,10 +337,20 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
       std::printf("step_time_median_ms %.3f over %zu steps after %lld warm-up steps\n", 1e3 * median, n,
                   (long long)o.warmup);
   }
+  result.parameters = m.parameter_count();
+  for_each_param_tensor(m.tie(), [&](std::size_t, const auto& p) { result.param_bytes += p.local_size() * 4; });
+  const auto add_state = [&](std::size_t, const char*, const auto& t) { result.state_bytes += t.local_size() * 4; };
+  if (o.optimizer == "adafactor") adafactor.for_each_state(m.tie(), add_state);
+  else adam.for_each_state(m.tie(), add_state);
+  if (g.is_planned()) {
+    result.plan = mt::plan_report_of(g);
+    result.losses = std::move(losses);
+    return result;
+  }
   if (o.memory) {
     // Bytes of the local slices of the parameters and of Adam's two moments (laid out like them).
     long long local = 0;
-    std::apply([&](auto&... p) { ((local += p.local_size() * static_cast<long long>(sizeof(float))), ...); }, m.tie());
+    for_each_param_tensor(m.tie(), [&](std::size_t, const auto& p) { local += p.local_size() * static_cast<long long>(sizeof(float)); });
     const long long with_state = 3 * local;
     struct rusage ru {};
     getrusage(RUSAGE_SELF, &ru);
@@ -322,14 +360,12 @@ std::vector<double> train(const grid& g, const options& o, const std::vector<uns
       std::printf("memory_params_adam_bytes_per_rank max %lld min %lld; peak_rss_bytes max %lld min %lld\n", stats[0],
                   -stats[1], stats[2], -stats[3]);
   }
-  return losses;
+  result.losses = std::move(losses);
+  return result;
 }
 
 
 // Compiled in train_<layout>.cpp.
-extern template std::vector<double> train<layout_data>(const grid&, const options&, const std::vector<unsigned char>&,
-                                                       bool, std::int64_t*);
-extern template std::vector<double> train<layout_model>(const grid&, const options&, const std::vector<unsigned char>&,
-                                                        bool, std::int64_t*);
-extern template std::vector<double> train<layout_2d>(const grid&, const options&, const std::vector<unsigned char>&,
-                                                     bool, std::int64_t*);
+extern template train_result train<layout_data>(const grid&, const options&, const std::vector<unsigned char>&, bool);
+extern template train_result train<layout_model>(const grid&, const options&, const std::vector<unsigned char>&, bool);
+extern template train_result train<layout_2d>(const grid&, const options&, const std::vector<unsigned char>&, bool);

@@ -1,5 +1,4 @@
 // train<layout_2d>, in a file of its own: see model.hpp.
 #include "model.hpp"
 
-template std::vector<double> train<layout_2d>(const grid&, const options&, const std::vector<unsigned char>&, bool,
-                                                std::int64_t*);
+template train_result train<layout_2d>(const grid&, const options&, const std::vector<unsigned char>&, bool);

@@ -11,7 +11,9 @@
 
 namespace meshtensor {
 
-template <Tensor Loss, Tensor... Params>
+// Each param is a tensor or a std::vector of tensors (layers stacked at run time); the result holds
+// the same kinds in the same order.
+template <Tensor Loss, Parameter... Params>
 std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
   static_assert(Loss::rank == 0, "meshtensor: gradient() needs a scalar loss; reduce it with reduce_sum first");
   if (!loss.tracks_grad())
@@ -29,11 +31,10 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
   }
   std::sort(order.begin(), order.end(), [](auto* x, auto* y) { return x->id > y->id; });
   for (auto* n : order) n->clear_grad();
-  (
-      [&] {
-        if (params.tracks_grad()) params.node()->clear_grad();
-      }(),
-      ...);
+  const auto clear = [](const auto& t) {
+    if (t.tracks_grad()) t.node()->clear_grad();
+  };
+  (detail::for_each_tensor(params, clear), ...);
 
   struct pause {
     bool was = detail::recording_paused();
@@ -42,13 +43,29 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
   } paused;
   const detail::plan_backward_scope backward;  // a plan's report names these ops "(backward)"
   loss.node()->accumulate(full<Loss>(loss.mesh(), {}, typename Loss::value_type(1)));
-  for (auto* n : order) n->backward();
+  for (auto* n : order) {
+    const detail::plan_node_scope op(n->plan_op);
+    n->backward();
+  }
 
   const plan_kind_scope as_gradients(memory_kind::gradients);
-  auto result = std::tuple<Params...>{[&] {
-    if (params.tracks_grad() && params.node()->grad) return detail::clone(*params.node()->grad);
-    return Params(params.mesh(), params.extents());
-  }()...};
+  const auto gradient_of = [](const auto& t) {
+    using TT = std::remove_cvref_t<decltype(t)>;
+    if (t.tracks_grad() && t.node()->grad) return detail::clone(*t.node()->grad);
+    return TT(t.mesh(), t.extents());
+  };
+  const auto gradients_of = [&](const auto& p) {
+    using P = std::remove_cvref_t<decltype(p)>;
+    if constexpr (Tensor<P>) {
+      return gradient_of(p);
+    } else {
+      P gs;
+      gs.reserve(p.size());
+      for (const auto& t : p) gs.push_back(gradient_of(t));
+      return gs;
+    }
+  };
+  auto result = std::tuple<Params...>{gradients_of(params)...};
   for (auto* n : order) n->clear_grad();
   return result;
 }

@@ -28,6 +28,7 @@ inline bool& recording_paused() {
 struct tape_node {
   std::uint64_t id = next_node_id();
   std::vector<std::shared_ptr<tape_node>> parents;
+  const char* plan_op = plan_ledger::get().op();  // the op that made it, for a plan's report
   virtual ~tape_node() = default;
   virtual void backward() = 0;
   virtual void clear_grad() = 0;

@@ -198,11 +198,13 @@ class checkpoints {
 // name>" (e.g. "optimizer/w/m"), making the states first where no step has run yet (so a resumed
 // run can load into them before its first step). The step count goes in the metadata separately
 // (optimizer.steps() / set_steps()).
-template <class Opt, Tensor... Ps>
+template <class Opt, Parameter... Ps>
 void add_optimizer_state(tensor_set& set, Opt& opt, std::tuple<Ps&...> params, const std::vector<std::string>& names,
                          const std::string& prefix = "optimizer/") {
-  if (names.size() != sizeof...(Ps))
-    throw io_error(detail::cat("add_optimizer_state: ", names.size(), " names for ", sizeof...(Ps), " params"));
+  std::size_t n = 0;  // a vector param has a name per tensor
+  std::apply([&](const auto&... p) { ((n += meshtensor::detail::tensor_count(p)), ...); }, params);
+  if (names.size() != n)
+    throw io_error(detail::cat("add_optimizer_state: ", names.size(), " names for ", n, " param tensors"));
   opt.for_each_state(params, [&](std::size_t i, const char* state, auto& tensor) {
     set.add(detail::cat(prefix, names[i], "/", state), tensor);
   });

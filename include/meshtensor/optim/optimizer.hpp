@@ -31,17 +31,18 @@ namespace meshtensor::optim {
 template <class Derived>
 class optimizer {
  public:
-  // params: a tuple of references (std::tie(w, b)); grads: the tuple gradient() returns.
-  template <Tensor... Ps>
+  // params: a tuple of references (std::tie(w, b)); grads: the tuple gradient() returns. A param
+  // may be a std::vector of tensors (gradient() returns a vector for it); its tensors each get a
+  // state, numbered after those before them (the numbering for_each_state uses).
+  template <Parameter... Ps>
   void step(std::tuple<Ps&...> params, const std::tuple<Ps...>& grads) {
     const meshtensor::detail::plan_op_scope scope("optimizer step");
     if (states_.empty()) make_states(params);
-    if (states_.size() != sizeof...(Ps))
-      throw error(detail::cat("optimizer::step: called with ", sizeof...(Ps), " params, but its state was made for ",
-                              states_.size(), "; use one optimizer per set of params"));
+    check_count(params, "step");
     ++t_;
+    std::size_t i = 0;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (apply_one<Ps>(std::get<I>(params), std::get<I>(grads), I), ...);
+      (apply_all(std::get<I>(params), std::get<I>(grads), i), ...);
     }(std::index_sequence_for<Ps...>{});
   }
   // Steps taken so far.
@@ -52,30 +53,37 @@ class optimizer {
     t_ = t;
   }
 
-  // Calls f(param_index, state_name, state_tensor) for every state tensor of these params (for
+  // Calls f(tensor_index, state_name, state_tensor) for every state tensor of these params (for
   // checkpoints: saved after a step, loaded into before the next), making the states first where
-  // no step has run yet. The params must be those step() is given, in the same order.
-  template <Tensor... Ps, class F>
+  // no step has run yet. The params must be those step() is given, in the same order; the tensors
+  // of a vector param are numbered one after another.
+  template <Parameter... Ps, class F>
   void for_each_state(std::tuple<Ps&...> params, F&& f) {
     if (states_.empty()) make_states(params);
-    if (states_.size() != sizeof...(Ps))
-      throw error(detail::cat("optimizer::for_each_state: called with ", sizeof...(Ps),
-                              " params, but its state was made for ", states_.size()));
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (visit_one<Ps>(std::get<I>(params), I, f), ...);
-    }(std::index_sequence_for<Ps...>{});
+    check_count(params, "for_each_state");
+    std::size_t i = 0;
+    std::apply([&](auto&... p) { (detail::for_each_tensor(p, [&](auto& t) { visit_one(t, i++, f); }), ...); }, params);
   }
 
  private:
   Derived& derived() { return static_cast<Derived&>(*this); }
-  template <Tensor... Ps>
+  template <Parameter... Ps>
+  void check_count(const std::tuple<Ps&...>& params, const char* what) const {
+    std::size_t n = 0;
+    std::apply([&](const auto&... p) { ((n += detail::tensor_count(p)), ...); }, params);
+    if (states_.size() != n)
+      throw error(detail::cat("optimizer::", what, ": called with ", n, " param tensors, but its state was made for ",
+                              states_.size(), "; use one optimizer per set of params"));
+  }
+  template <Parameter... Ps>
   void make_states(std::tuple<Ps&...> params) {
     const plan_kind_scope as_state(memory_kind::optimizer_state);
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (states_.push_back({&typeid(Ps), std::make_shared<decltype(derived().init(std::get<I>(params)))>(
-                                           derived().init(std::get<I>(params)))}),
-       ...);
-    }(std::index_sequence_for<Ps...>{});
+    std::apply([&](auto&... p) { (detail::for_each_tensor(p, [&](auto& t) { make_state(t); }), ...); }, params);
+  }
+  template <class P>
+  void make_state(P& p) {
+    using S = decltype(derived().init(p));
+    states_.push_back({&typeid(P), std::make_shared<S>(derived().init(p))});
   }
   template <class P, class F>
   void visit_one(P& p, std::size_t i, F& f) {
@@ -85,6 +93,16 @@ class optimizer {
     using S = decltype(derived().init(p));
     Derived::visit_state(*static_cast<S*>(states_[i].second.get()),
                          [&](const char* name, auto& tensor) { f(i, name, tensor); });
+  }
+  template <class P>
+  void apply_all(P& p, const P& g, std::size_t& i) {
+    if constexpr (Tensor<P>) {
+      apply_one(p, g, i++);
+    } else {
+      if (g.size() != p.size())
+        throw error(detail::cat("optimizer::step: a vector of ", p.size(), " params was given ", g.size(), " gradients"));
+      for (std::size_t k = 0; k < p.size(); ++k) apply_one(p[k], g[k], i++);
+    }
   }
   template <class P>
   void apply_one(P& p, const P& g, std::size_t i) {

@@ -74,8 +74,9 @@ class plan_ledger {
 
   memory_kind kind() const { return kind_; }
   void set_kind(memory_kind k) { kind_ = k; }
-  const std::string& op() const { return op_; }
-  void set_op(std::string op) { op_ = std::move(op); }
+  // The op being run (a string literal, or null), to which collectives and FLOPs are credited.
+  const char* op() const { return op_; }
+  void set_op(const char* op) { op_ = op; }
   bool backward() const { return backward_; }
   void set_backward(bool b) { backward_ = b; }
 
@@ -110,7 +111,7 @@ class plan_ledger {
 
  private:
   std::string op_label() const {
-    const std::string base = op_.empty() ? std::string("other") : op_;
+    const std::string base = op_ ? op_ : "other";
     return backward_ ? base + " (backward)" : base;
   }
   std::uintptr_t next_ = std::uintptr_t{1} << 44;
@@ -118,7 +119,7 @@ class plan_ledger {
   kind_bytes live_{}, at_peak_{};
   std::int64_t total_live_ = 0, peak_total_ = 0;
   memory_kind kind_ = memory_kind::activations;
-  std::string op_;
+  const char* op_ = nullptr;
   bool backward_ = false;
   std::map<std::tuple<std::string, std::string, unsigned>, plan_op_record> collectives_;
   std::map<std::string, std::int64_t> flops_;
@@ -132,18 +133,32 @@ inline bool planning() { return plan_ledger::get().planned_meshes > 0; }
 class plan_op_scope {
  public:
   explicit plan_op_scope(const char* name) {
-    if (!planning() || !plan_ledger::get().op().empty()) return;
+    if (!planning() || plan_ledger::get().op()) return;
     plan_ledger::get().set_op(name);
     owner_ = true;
   }
   plan_op_scope(const plan_op_scope&) = delete;
   plan_op_scope& operator=(const plan_op_scope&) = delete;
   ~plan_op_scope() {
-    if (owner_) plan_ledger::get().set_op({});
+    if (owner_) plan_ledger::get().set_op(nullptr);
   }
 
  private:
   bool owner_ = false;
+};
+
+// In the backward pass: a node's gradient rule runs under the name of the op that made the node.
+class plan_node_scope {
+ public:
+  explicit plan_node_scope(const char* op) : was_(plan_ledger::get().op()) {
+    if (planning()) plan_ledger::get().set_op(op);
+  }
+  plan_node_scope(const plan_node_scope&) = delete;
+  plan_node_scope& operator=(const plan_node_scope&) = delete;
+  ~plan_node_scope() { plan_ledger::get().set_op(was_); }
+
+ private:
+  const char* was_;
 };
 
 class plan_backward_scope {

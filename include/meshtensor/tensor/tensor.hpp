@@ -206,4 +206,28 @@ inline constexpr bool is_tensor_v<basic_tensor<T, L, E, Ds...>> = true;
 template <class T>
 concept Tensor = is_tensor_v<std::remove_cvref_t<T>>;
 
+// What gradient() and the optimizers take as one parameter: a tensor, or a std::vector of tensors
+// of one type (a stack of layers whose number is known only at run time).
+template <class T>
+inline constexpr bool is_tensor_vector_v = false;
+template <Tensor T, class A>
+inline constexpr bool is_tensor_vector_v<std::vector<T, A>> = true;
+template <class T>
+concept Parameter = Tensor<T> || is_tensor_vector_v<std::remove_cvref_t<T>>;
+
+namespace detail {
+// f(t) for the tensor p, or for each tensor of the vector p.
+template <class P, class F>
+void for_each_tensor(P& p, F&& f) {
+  if constexpr (Tensor<P>) f(p);
+  else
+    for (auto& t : p) f(t);
+}
+template <class P>
+std::size_t tensor_count(const P& p) {
+  if constexpr (Tensor<P>) return 1;
+  else return p.size();
+}
+}  // namespace detail
+
 }  // namespace meshtensor
