@@ -9,7 +9,13 @@
 // Checkpoints (docs/checkpoints.md): --checkpoint DIR --save-every N saves the weights, the
 // optimizer's state and step count and the step every N steps; --resume DIR continues from DIR's
 // current one (any layout and rank count). --csv FILE writes every step's loss exactly.
+//
+// Planning (docs/scale.md): --plan plans two training steps of this code on a mesh of --mesh sizes
+// with no processes and no data, and prints the second's memory, collectives and (with
+// --calibration FILE from bench_calibrate) predicted time; --rank-layouts ranks the three layouts
+// by predicted step time; --check-plan runs one step and checks its plan equals it on every rank.
 #include <CLI/CLI.hpp>
+#include <meshtensor/layout/cost_model.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +25,7 @@
 #include <meshtensor/io/checkpoint.hpp>
 #include <meshtensor/meshtensor.hpp>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "idx.hpp"
@@ -56,6 +63,15 @@ struct options {
   std::int64_t test_examples = 10000;
   std::string checkpoint, resume, csv;
   std::int64_t save_every = 0;
+  bool plan = false, rank_layouts = false, check_plan = false;
+  std::string calibration;
+};
+
+// What a run leaves besides its status: this processor's bytes of parameters and optimizer state,
+// and on a planned mesh the plan's report (of the last step).
+struct run_info {
+  std::int64_t param_bytes = 0, state_bytes = 0;
+  std::optional<mt::plan_report> plan;
 };
 
 struct dataset {
@@ -90,7 +106,7 @@ void make_batch(const dataset& d, const std::vector<std::int64_t>& order, std::i
 }
 
 template <class L>
-int train(const grid& g, const options& o, const dataset& tr, const dataset& te) {
+int train(const grid& g, const options& o, const dataset& tr, const dataset& te, run_info* info = nullptr) {
   using X = mt::tensor<float, L, batch, pixels>;
   using Y = mt::tensor<int, L, batch>;
   using W1 = mt::tensor<float, L, pixels, hidden>;
@@ -100,10 +116,12 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te)
   const bool root = g.rank() == 0;
   const std::int64_t H = o.hidden_units, nb = o.batch_size;
 
+  std::optional<mt::plan_kind_scope> as_parameters(std::in_place, mt::memory_kind::parameters);  // for a plan
   auto w1 = nn::normal_fan_in<W1, pixels>(g, {784, H}, o.seed);
   auto b1 = mt::zeros<B1>(g, {H});
   auto w2 = nn::normal_fan_in<W2, hidden>(g, {H, 10}, o.seed + 1);
   auto b2 = mt::zeros<B2>(g, {10});
+  as_parameters.reset();
   for (auto* p : {&w1}) p->requires_grad();
   b1.requires_grad();
   w2.requires_grad();
@@ -150,7 +168,7 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te)
     for (std::int64_t e = 0; e * per_epoch < step0; ++e) std::shuffle(order.begin(), order.end(), rng);
     if (root) std::printf("resumed from %s at step %lld\n", o.resume.c_str(), (long long)step0);
   }
-  if (root)
+  if (root && !g.is_planned())
     std::printf("fashion_mnist: %lld training and %lld test images; layout %s on mesh [rows=%d x cols=%d]; "
                 "MLP 784-%lld-10, batch %lld, %s lr %g, %lld steps\n",
                 (long long)tr.n, (long long)te.n, o.layout.c_str(), g.size<rows>(), g.size<cols>(), (long long)H,
@@ -164,6 +182,7 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te)
   auto tlog = t0;
   std::int64_t seen_since_log = 0;
   for (std::int64_t step = step0; step < total; ++step) {
+    if (g.is_planned()) mt::reset_plan(g);  // a plan reports its last step
     const std::int64_t in_epoch = step % per_epoch;
     if (in_epoch == 0) std::shuffle(order.begin(), order.end(), rng);
     make_batch(tr, order, in_epoch * nb, nb, hx, hy);
@@ -183,7 +202,7 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te)
       const auto name = mt::io::checkpoints(o.checkpoint).save(state(), step + 1, meta);
       if (root) std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name.c_str());
     }
-    if (root && ((step + 1) % o.log_every == 0 || step + 1 == total)) {
+    if (root && !g.is_planned() && ((step + 1) % o.log_every == 0 || step + 1 == total)) {
       const auto now = std::chrono::steady_clock::now();
       const double dt = std::chrono::duration<double>(now - tlog).count();
       double recent = 0;
@@ -196,6 +215,14 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te)
       seen_since_log = 0;
     }
   }
+  if (info) {
+    std::apply([&](const auto&... p) { ((info->param_bytes += p.local_size() * 4), ...); }, params);
+    const auto add_state = [&](std::size_t, const char*, const auto& t) { info->state_bytes += t.local_size() * 4; };
+    if (o.optimizer == "sgd") sgd.for_each_state(params, add_state);
+    else adam.for_each_state(params, add_state);
+    if (g.is_planned()) info->plan = mt::plan_report_of(g);
+  }
+  if (g.is_planned()) return 0;
   MPI_Barrier(MPI_COMM_WORLD);
   const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (root && !o.csv.empty()) {
@@ -247,6 +274,92 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te)
   return status;
 }
 
+int train_layout(const std::string& name, const grid& g, const options& o, const dataset& tr, const dataset& te,
+                 run_info* info = nullptr) {
+  if (name == "data") return train<layout_data>(g, o, tr, te, info);
+  if (name == "model") return train<layout_model>(g, o, tr, te, info);
+  return train<layout_2d>(g, o, tr, te, info);
+}
+
+std::string layout_type(const std::string& name) {
+  if (name == "data") return mt::layout_string<layout_data>();
+  if (name == "model") return mt::layout_string<layout_model>();
+  return mt::layout_string<layout_2d>();
+}
+
+// --plan and --rank-layouts: two steps planned per layout (no data: a batch of blank images).
+int plan(const mt::environment& env, options o) {
+  o.max_steps = 2;
+  o.epochs = 1;
+  o.test_examples = 0;
+  dataset blank{o.batch_size, std::vector<std::uint8_t>(static_cast<std::size_t>(o.batch_size * 784)),
+                std::vector<std::uint8_t>(static_cast<std::size_t>(o.batch_size))};
+  std::optional<mt::machine_calibration> c;
+  if (!o.calibration.empty()) c = mt::machine_calibration::load(o.calibration);
+  if (o.rank_layouts && !c) throw mt::error("--rank-layouts needs --calibration FILE (bench_calibrate writes one)");
+  std::vector<mt::layout_candidate> candidates;
+  for (const std::string name : {"2d", "data", "model"}) {
+    if (!o.rank_layouts && name != o.layout) continue;
+    run_info info;
+    const grid pm = grid::planned({o.mesh[0], o.mesh[1]});
+    train_layout(name, pm, o, blank, blank, &info);
+    candidates.push_back({name, *info.plan, c ? mt::predict(*info.plan, *c) : mt::step_time{}, true});
+  }
+  if (env.world_rank() != 0) return 0;
+  if (!o.rank_layouts) {
+    const auto& k = candidates[0];
+    std::printf("fashion_mnist planned (layout %s, MLP 784-%lld-10, batch %lld, %s): peak %.1f MiB per processor\n%s",
+                k.name.c_str(), (long long)o.hidden_units, (long long)o.batch_size, o.optimizer.c_str(),
+                k.report.peak_bytes / 1048576.0, k.report.table().c_str());
+    if (c)
+      std::printf("predicted step time %.3f ms (calibration %s, %d ranks): kernels %.3f, memory %.3f, products %.3f, "
+                  "communication %.3f\n",
+                  1e3 * k.time.total(), o.calibration.c_str(), c->ranks, 1e3 * k.time.kernels, 1e3 * k.time.memory,
+                  1e3 * k.time.products, 1e3 * k.time.communication);
+    return 0;
+  }
+  const auto ranked = mt::rank_layouts(candidates, std::int64_t{1} << 62);
+  std::printf("layouts on mesh [rows=%d x cols=%d], calibration %s (%d ranks):\n", o.mesh[0], o.mesh[1],
+              o.calibration.c_str(), c->ranks);
+  std::printf("%5s %-6s %12s %10s %10s %10s %10s %12s\n", "rank", "layout", "predicted_ms", "kernels_ms", "memory_ms",
+              "products_ms", "comm_ms", "peak_MiB");
+  for (std::size_t i = 0; i < ranked.size(); ++i) {
+    const auto& k = ranked[i];
+    std::printf("%5zu %-6s %12.3f %10.3f %10.3f %10.3f %10.3f %12.1f\n", i + 1, k.name.c_str(), 1e3 * k.time.total(),
+                1e3 * k.time.kernels, 1e3 * k.time.memory, 1e3 * k.time.products, 1e3 * k.time.communication,
+                k.report.peak_bytes / 1048576.0);
+  }
+  std::printf("best: --layout %s, that is\n  %s\n", ranked[0].name.c_str(), layout_type(ranked[0].name).c_str());
+  return 0;
+}
+
+// --check-plan: one real step against its plan, on every rank.
+int check_plan(const grid& g, options o, const dataset& tr, const dataset& te) {
+  o.max_steps = 1;
+  o.test_examples = 0;
+  g.reset_counters();
+  run_info real, planned;
+  train_layout(o.layout, g, o, tr, te, &real);
+  const mt::comm_counters counted = g.counters();
+  const grid pm = grid::planned({g.size<rows>(), g.size<cols>()}, {g.coord<rows>(), g.coord<cols>()});
+  train_layout(o.layout, pm, o, tr, te, &planned);
+  const auto& p = *planned.plan;
+  const bool ok = p.totals == counted && p.bytes_of(mt::memory_kind::parameters) == real.param_bytes &&
+                  p.bytes_of(mt::memory_kind::optimizer_state) == real.state_bytes;
+  if (!ok)
+    std::printf("rank %d: the plan differs: %zu counted (collective, axes) entries, %zu planned; parameter bytes %lld "
+                "planned, %lld real; optimizer bytes %lld planned, %lld real\n",
+                g.rank(), counted.size(), p.totals.size(), (long long)p.bytes_of(mt::memory_kind::parameters),
+                (long long)real.param_bytes, (long long)p.bytes_of(mt::memory_kind::optimizer_state),
+                (long long)real.state_bytes);
+  int mine = ok, all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (g.rank() == 0)
+    std::printf("check-plan (layout %s, %s, mesh %s): %s\n", o.layout.c_str(), o.optimizer.c_str(),
+                g.shape().to_string().c_str(), all ? "the plan equals the real step on every rank" : "THE PLAN DIFFERS");
+  return all ? 0 : 3;
+}
+
 int main(int argc, char** argv) {
   mt::environment env(argc, argv);
   options o;
@@ -275,6 +388,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--resume", o.resume, "continue from this directory's current checkpoint");
   app.add_option("--csv", o.csv, "write every step's loss (17 digits) to this file");
+  app.add_flag("--plan", o.plan, "plan two training steps on a mesh of --mesh sizes (no processes, no data)");
+  app.add_option("--calibration", o.calibration, "with --plan: predict the step time from this bench_calibrate file");
+  app.add_flag("--rank-layouts", o.rank_layouts, "rank the three layouts on --mesh by predicted step time");
+  app.add_flag("--check-plan", o.check_plan, "run one step, plan it, and check the plan equals it on every rank");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -284,12 +401,12 @@ int main(int argc, char** argv) {
 
   try {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
+    if (o.plan || o.rank_layouts) return plan(env, o);
     grid g(env, {o.mesh[0], o.mesh[1]});
     const auto tr = load(o.data_dir, "train", MPI_COMM_WORLD);
     const auto te = load(o.data_dir, "t10k", MPI_COMM_WORLD);
-    if (o.layout == "data") return train<layout_data>(g, o, tr, te);
-    if (o.layout == "model") return train<layout_model>(g, o, tr, te);
-    return train<layout_2d>(g, o, tr, te);
+    if (o.check_plan) return check_plan(g, o, tr, te);
+    return train_layout(o.layout, g, o, tr, te);
   } catch (const std::exception& e) {
     // Every rank failed alike: rank 0 prints it once and all return 1. This rank alone: the job ends
     // with its message instead of leaving the others waiting in a collective.

@@ -41,6 +41,7 @@
 // every rank that the planned collectives (calls and bytes per collective and axis set) and the
 // bytes of the parameters and optimizer state equal the real step's.
 #include <CLI/CLI.hpp>
+#include <meshtensor/layout/cost_model.hpp>
 
 #include "model.hpp"
 
@@ -51,14 +52,55 @@ train_result train_layout(const std::string& name, const grid& g, const options&
   return train<layout_2d>(g, o, text, verbose);
 }
 
+std::string layout_type(const std::string& name) {
+  if (name == "data") return mt::layout_string<layout_data>();
+  if (name == "model") return mt::layout_string<layout_model>();
+  return mt::layout_string<layout_2d>();
+}
+
+// Two training steps planned on a mesh of o.mesh's sizes; the report is the second's (a steady
+// step, with the optimizer's state alive from its start).
+train_result plan_layout(options o, const std::string& layout) {
+  o.steps = 2;
+  o.layout = layout;
+  const grid pm = grid::planned({o.mesh[0], o.mesh[1]});
+  const std::vector<unsigned char> text(static_cast<std::size_t>(o.length + 3), ' ');  // values do not matter to a plan
+  return train_layout(layout, pm, o, text, false);
+}
+
+// --rank-layouts: every compiled-in layout planned on --mesh, ranked by predicted step time among
+// those whose peak fits --memory-budget (docs/scale.md).
+int rank_layouts(const mt::environment& env, const options& o) {
+  if (o.calibration.empty()) throw mt::error("--rank-layouts needs --calibration FILE (bench_calibrate writes one)");
+  const auto c = mt::machine_calibration::load(o.calibration);
+  std::vector<mt::layout_candidate> candidates;
+  for (const std::string name : {"data", "model", "2d"}) {
+    auto r = plan_layout(o, name);
+    candidates.push_back({name, *r.plan, mt::predict(*r.plan, c), true});
+  }
+  const std::int64_t budget = static_cast<std::int64_t>(o.memory_budget_gib * 1073741824.0);
+  const auto ranked = mt::rank_layouts(candidates, budget);
+  if (env.world_rank() != 0) return 0;
+  std::printf("layouts on mesh [rows=%d x cols=%d], calibration %s (%d ranks), budget %s per processor:\n", o.mesh[0],
+              o.mesh[1], o.calibration.c_str(), c.ranks, mt::detail::cat(o.memory_budget_gib, " GiB").c_str());
+  std::printf("%5s %-6s %12s %10s %10s %10s %10s %12s %5s\n", "rank", "layout", "predicted_ms", "kernels_ms", "memory_ms",
+              "products_ms", "comm_ms", "peak_MiB", "fits");
+  for (std::size_t i = 0; i < ranked.size(); ++i) {
+    const auto& k = ranked[i];
+    std::printf("%5zu %-6s %12.3f %10.3f %10.3f %10.3f %10.3f %12.1f %5s\n", i + 1, k.name.c_str(), 1e3 * k.time.total(),
+                1e3 * k.time.kernels, 1e3 * k.time.memory, 1e3 * k.time.products, 1e3 * k.time.communication,
+                k.report.peak_bytes / 1048576.0, k.fits ? "yes" : "no");
+  }
+  std::printf("best: --layout %s, that is\n  %s\n", ranked[0].name.c_str(), layout_type(ranked[0].name).c_str());
+  return 0;
+}
+
 std::string gib(std::int64_t bytes) { return mt::detail::cat(std::round(bytes / 1073741824.0 * 1000) / 1000, " GiB"); }
 
 // --plan: a step of the model planned on a mesh of o.mesh's sizes, printed on rank 0.
-int plan(const mt::environment& env, options o, const std::vector<unsigned char>& text) {
-  o.steps = 2;  // the report is the second step's: a steady step, with the optimizer's state alive
+int plan(const mt::environment& env, const options& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  const grid pm = grid::planned({o.mesh[0], o.mesh[1]});
-  const auto r = train_layout(o.layout, pm, o, text, false);
+  const auto r = plan_layout(o, o.layout);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (env.world_rank() != 0) return 0;
   const auto& p = *r.plan;
@@ -77,6 +119,14 @@ int plan(const mt::environment& env, options o, const std::vector<unsigned char>
               gib(p.peak_bytes_of(mt::memory_kind::activations)).c_str());
   std::printf("  budget %s: %s\n", gib(budget).c_str(), fits ? "fits" : "DOES NOT FIT");
   std::printf("%s", p.table().c_str());
+  if (!o.calibration.empty()) {
+    const auto c = mt::machine_calibration::load(o.calibration);
+    const auto t = mt::predict(p, c);
+    std::printf("predicted step time %.3f ms (calibration %s, %d ranks): kernels %.3f, memory %.3f, products %.3f, "
+                "communication %.3f\n",
+                1e3 * t.total(), o.calibration.c_str(), c.ranks, 1e3 * t.kernels, 1e3 * t.memory, 1e3 * t.products,
+                1e3 * t.communication);
+  }
   if (!o.plan_json.empty()) {
     std::ofstream out(o.plan_json);
     out << "{\"layout\": \"" << o.layout << "\", \"optimizer\": \"" << o.optimizer << "\", \"layers\": " << o.layers
@@ -182,6 +232,9 @@ int main(int argc, char** argv) {
   app.add_option("--plan-json", o.plan_json, "with --plan: write the plan as JSON to this file");
   app.add_option("--memory-budget", o.memory_budget_gib, "with --plan: memory per processor in GiB (a TPUv2 core: 8)")
       ->capture_default_str();
+  app.add_option("--calibration", o.calibration, "with --plan: predict the step time from this bench_calibrate file");
+  app.add_flag("--rank-layouts", o.rank_layouts,
+               "rank the compiled-in layouts on --mesh by predicted step time (needs --calibration)");
   app.add_flag("--check-plan", o.check_plan, "run one step, plan it, and check the plan equals it on every rank");
   try {
     app.parse(argc, argv);
@@ -193,8 +246,9 @@ int main(int argc, char** argv) {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
     if (o.compare && (!o.checkpoint.empty() || !o.resume.empty()))
       throw mt::error("--compare-layouts trains every layout from scratch; it takes no --checkpoint or --resume");
+    if (o.rank_layouts) return rank_layouts(env, o);
+    if (o.plan) return plan(env, o);
     const auto text = read_text(o.text, o.length + 3);
-    if (o.plan) return plan(env, o, text);
     grid g(env, {o.mesh[0], o.mesh[1]});
     if (o.check_plan) return check_plan(g, o, text);
     const bool root = env.world_rank() == 0;

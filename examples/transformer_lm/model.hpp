@@ -60,7 +60,8 @@ struct options {
   std::int64_t layers = 2;
   // Planning (docs/scale.md): --plan plans one training step for --mesh on no processes.
   bool plan = false, check_plan = false;
-  std::string plan_json;
+  std::string plan_json, calibration;
+  bool rank_layouts = false;
   double memory_budget_gib = 8.0;
 };
 

@@ -37,7 +37,7 @@ struct tape_node {
 template <Tensor TT>
 TT clone(const TT& t) {
   TT c(t.mesh(), t.extents(), uninitialized);
-  if (!detail::planning()) Kokkos::deep_copy(c.view(), t.view());
+  if (!detail::skip_kernel()) Kokkos::deep_copy(c.view(), t.view());
   return c;
 }
 
@@ -45,7 +45,7 @@ TT clone(const TT& t) {
 // would be compiled again for every layout and dim list (compile time).
 template <class Exec, class V>
 void accumulate_kernel(const V& acc, const V& add) {
-  if (!detail::planning()) Kokkos::parallel_for("meshtensor::grad_accumulate", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(acc.extent(0))),
+  if (!detail::skip_kernel()) Kokkos::parallel_for("meshtensor::grad_accumulate", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(acc.extent(0))),
                        KOKKOS_LAMBDA(std::int64_t i) { acc(i) += add(i); });
 }
 

@@ -34,6 +34,8 @@ struct plan_report {
   comm_counters totals;                     // by (collective, axes): what the mesh's counters hold
   std::vector<flops_row> flops;
   std::int64_t total_flops = 0;
+  std::int64_t kernels = 0;          // kernel launches (a product counts one)
+  std::int64_t allocated_bytes = 0;  // bytes of every slice allocated (results and scratch)
   kind_bytes live{};     // tensors alive when the report was taken
   kind_bytes at_peak{};  // at the peak of the bytes alive
   std::int64_t peak_bytes = 0;
@@ -51,7 +53,8 @@ struct plan_report {
       bytes += r.bytes;
     }
     s += line("total", "", "", std::to_string(calls), std::to_string(bytes));
-    s += detail::cat("local FLOPs (products): ", total_flops, "\n");
+    s += detail::cat("local FLOPs (products): ", total_flops, "; kernels: ", kernels, "; bytes allocated: ",
+                     allocated_bytes, "\n");
     for (const auto& f : flops) s += detail::cat("  ", f.op, ": ", f.flops, "\n");
     s += "memory (bytes)             now    at the peak\n";
     for (int k = 0; k < memory_kind_count; ++k)
@@ -75,7 +78,8 @@ struct plan_report {
       s += detail::cat(i ? ", " : "", "{\"op\": ", quoted(r.op), ", \"collective\": ", quoted(r.collective),
                        ", \"axes\": ", quoted(r.axes), ", \"calls\": ", r.calls, ", \"bytes\": ", r.bytes, "}");
     }
-    s += detail::cat("], \"flops\": {\"total\": ", total_flops);
+    s += detail::cat("], \"kernels\": ", kernels, ", \"allocated_bytes\": ", allocated_bytes,
+                     ", \"flops\": {\"total\": ", total_flops);
     for (const auto& f : flops) s += detail::cat(", ", quoted(f.op), ": ", f.flops);
     s += "}, \"memory\": {\"now\": {";
     for (int k = 0; k < memory_kind_count; ++k)
@@ -129,6 +133,8 @@ plan_report plan_report_of(const M& m) {
     r.flops.push_back({op, f});
     r.total_flops += f;
   }
+  r.kernels = ledger.kernels();
+  r.allocated_bytes = ledger.allocated_bytes();
   r.live = ledger.live();
   r.at_peak = ledger.at_peak();
   r.peak_bytes = ledger.peak_total();

@@ -54,6 +54,7 @@ void batched_gemm(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t 
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   if (planning()) {  // a multiply and an add per (batch, row, column, contracted index)
     plan_ledger::get().add_flops(2 * nb * m * n * k);
+    plan_ledger::get().add_kernel();
     return;
   }
   if constexpr (host && blas_type_v<T>) {

@@ -163,13 +163,13 @@ void reduce_kernel(const Kokkos::View<T*, typename Exec::memory_space>& xv,
     using policy = Kokkos::TeamPolicy<Exec>;
     if (n > INT32_MAX)
       throw error(cat("meshtensor: a reduction to ", n, " outputs exceeds a Kokkos team policy's int league"));
-    if (!detail::planning()) Kokkos::parallel_for("meshtensor::reduce_team", policy(static_cast<int>(n), Kokkos::AUTO),
+    if (!detail::skip_kernel()) Kokkos::parallel_for("meshtensor::reduce_team", policy(static_cast<int>(n), Kokkos::AUTO),
                          reduce_team_functor<T, typename policy::member_type>{f});
     return;
   }
   if (!host) f.tile_len = 1;
   f.tiles = (f.run + f.tile_len - 1) / f.tile_len;
-  if (!detail::planning()) Kokkos::parallel_for("meshtensor::reduce", Kokkos::RangePolicy<Exec>(0, (n / f.run) * f.tiles), f);
+  if (!detail::skip_kernel()) Kokkos::parallel_for("meshtensor::reduce", Kokkos::RangePolicy<Exec>(0, (n / f.run) * f.tiles), f);
 }
 
 // Local reduction of x onto Out (Out's dims are a subset of X's), then allreduce over the axes of
@@ -200,7 +200,7 @@ Out reduce_to(const X& x, reduce_op op) {
     const T identity = op == reduce_op::sum ? T(0)
                        : op == reduce_op::max ? (lim::has_infinity ? -lim::infinity() : lim::lowest())
                                               : (lim::has_infinity ? lim::infinity() : lim::max());
-    if (!detail::planning()) Kokkos::deep_copy(typename X::execution_space{}, out.view(), identity);
+    if (!detail::skip_kernel()) Kokkos::deep_copy(typename X::execution_space{}, out.view(), identity);
   } else {
     reduce_kernel<typename X::execution_space>(x.view(), out.view(), out.local_size(), out_ext,
                                                static_cast<int>(Out::rank), base_stride, red_ext, red_stride, nred,

@@ -58,7 +58,7 @@ class adam : public optimizer<adam> {
     auto gv = g.view();
     auto mv = s.m.view();
     auto vv = s.v.view();
-    if (!detail::planning()) Kokkos::parallel_for(
+    if (!detail::skip_kernel()) Kokkos::parallel_for(
         "meshtensor::optim::adam", Kokkos::RangePolicy<typename P::execution_space>(0, p.local_size()),
         KOKKOS_LAMBDA(std::int64_t i) {
           const T pi = pv(i);

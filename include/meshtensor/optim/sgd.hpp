@@ -47,7 +47,7 @@ class sgd : public optimizer<sgd> {
     auto pv = p.view();
     auto gv = g.view();
     auto vv = s.velocity.view();
-    if (!detail::planning()) Kokkos::parallel_for(
+    if (!detail::skip_kernel()) Kokkos::parallel_for(
         "meshtensor::optim::sgd", Kokkos::RangePolicy<typename P::execution_space>(0, p.local_size()),
         KOKKOS_LAMBDA(std::int64_t i) {
           const T gi = gv(i) + wd * pv(i);

@@ -47,6 +47,7 @@ class plan_ledger {
   // A distinct fake address per planned allocation (never dereferenced: no kernel runs), so that
   // tensors sharing a slice share its bytes in the count.
   std::uintptr_t fake_address(std::size_t bytes) {
+    allocated_bytes_ += static_cast<std::int64_t>(bytes);
     const std::uintptr_t a = next_;
     next_ += (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
     return a;
@@ -87,10 +88,17 @@ class plan_ledger {
     r.bytes += bytes;
   }
   void add_flops(std::int64_t f) { flops_[op_label()] += f; }
+  // Kernels launched (a product counts one) and bytes allocated (results and scratch, each written
+  // once): what the cost model (layout/cost_model.hpp) charges besides FLOPs and collectives.
+  void add_kernel() { ++kernels_; }
+  std::int64_t kernels() const { return kernels_; }
+  std::int64_t allocated_bytes() const { return allocated_bytes_; }
 
   void reset() {
     collectives_.clear();
     flops_.clear();
+    kernels_ = 0;
+    allocated_bytes_ = 0;
     peak_total_ = total_live_;
     at_peak_ = live_;
   }
@@ -118,6 +126,7 @@ class plan_ledger {
   std::map<const void*, std::weak_ptr<void>> claims_;
   kind_bytes live_{}, at_peak_{};
   std::int64_t total_live_ = 0, peak_total_ = 0;
+  std::int64_t kernels_ = 0, allocated_bytes_ = 0;
   memory_kind kind_ = memory_kind::activations;
   const char* op_ = nullptr;
   bool backward_ = false;
@@ -127,6 +136,13 @@ class plan_ledger {
 
 // True while a planned mesh exists: kernels, copies and MPI are skipped.
 inline bool planning() { return plan_ledger::get().planned_meshes > 0; }
+
+// At a kernel launch: true (skip it) while planning, after counting it.
+inline bool skip_kernel() {
+  if (!planning()) return false;
+  plan_ledger::get().add_kernel();
+  return true;
+}
 
 // Names the op that the collectives and FLOPs inside it belong to (the outermost op wins: a layer's
 // reductions are counted under the layer). Costs a branch when not planning.

@@ -133,7 +133,7 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
   typename TT::execution_space{}.fence();  // the zero fill, before the host writes host memory
   auto host = Kokkos::create_mirror_view(t.view());
   detail::copy_box_from_full(t.placement(), m.rank(), full, host.data());
-  if (!detail::planning()) Kokkos::deep_copy(t.view(), host);
+  if (!detail::skip_kernel()) Kokkos::deep_copy(t.view(), host);
   return t;
 }
 
@@ -156,7 +156,7 @@ TT scatter(const typename TT::mesh_type& m, const typename TT::extents_type& ext
   typename TT::execution_space{}.fence();
   auto host = Kokkos::create_mirror_view(t.view());
   detail::scatter_from_root(comm, t.placement(), full_on_root, root, host.data(), t.local_size());
-  if (!detail::planning()) Kokkos::deep_copy(t.view(), host);
+  if (!detail::skip_kernel()) Kokkos::deep_copy(t.view(), host);
   return t;
 }
 

@@ -85,7 +85,10 @@ class basic_tensor {
   // (on every rank alike: extents and mesh sizes are the same everywhere) on a negative extent.
   basic_tensor(const mesh_type& m, const extents_type& extents) : basic_tensor(m, extents, no_alloc{}) {
     data_ = detail::view_pool<T, memory_space>::get().allocate(static_cast<std::size_t>(local_size()));
-    if (claim_planned()) return;
+    if (claim_planned()) {
+      detail::plan_ledger::get().add_kernel();  // the zero fill a real run launches
+      return;
+    }
     Kokkos::deep_copy(execution_space{}, data_, T{});
   }
 

@@ -96,7 +96,7 @@ void copy_region(const T* src, std::int64_t soff, const box<R>& sb, T* dst, std:
         ++f.outer;
       }
   }
-  if (planning()) return;
+  if (skip_kernel()) return;
   // Few long runs: cut them into chunks so that every thread gets work.
   const std::int64_t rows = n / f.run;
   constexpr std::int64_t min_chunk = 1 << 14;

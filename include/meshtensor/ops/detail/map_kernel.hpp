@@ -82,7 +82,7 @@ struct map_runs {
 template <class Exec, class F, class TO, class... TI>
 void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const kidx& ext, int r, std::int64_t n, F f,
                 const map_operand<TI, typename Exec::memory_space>&... ops) {
-  if (n == 0 || planning()) return;
+  if (n == 0 || skip_kernel()) return;
   using mem = typename Exec::memory_space;
   const std::int64_t len = r > 0 ? ext[r - 1] : 1;
   const map_runs<F, TO, mem, TI...> runs{out.data(), len, ext, r, f, {{ops}...}};

@@ -152,7 +152,7 @@ inline row_walk row_walk_from_environment() {
 // contiguous and long enough to share (inner == 1, n >= 32), one thread per row elsewhere.
 template <class Exec, class F>
 void for_each_row(std::int64_t count, const F& f) {
-  if (planning()) return;
+  if (skip_kernel()) return;
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   row_walk walk = row_walk_from_environment();
   if (walk == row_walk::automatic) walk = !host && f.sh.inner == 1 && f.sh.n >= 32 ? row_walk::team : row_walk::serial;
@@ -170,7 +170,7 @@ void for_each_row(std::int64_t count, const F& f) {
 // One work item per index, for kernels that are not one row each (layer_norm_grad_columns).
 template <class Exec, class F>
 void for_each_item(std::int64_t count, const F& f) {
-  if (planning()) return;
+  if (skip_kernel()) return;
   Kokkos::parallel_for("meshtensor::items", Kokkos::RangePolicy<Exec>(0, count), f);
 }
 

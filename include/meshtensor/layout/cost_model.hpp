@@ -1,0 +1,235 @@
+#pragma once
+// Step time predicted from a plan (plan_report.hpp) and a machine's measured rates: an alpha-beta
+// model per collective plus the local work,
+//
+//   time = kernels x seconds_per_kernel + allocated bytes / bytes_per_s + FLOPs / gemm_flops_per_s
+//          + sum over (collective, axes) of calls x alpha + bytes x beta,
+//
+// alpha and beta measured for that collective over groups of that many processors. The rates
+// are measured with every rank of the run busy at once (benchmarks/bench_calibrate.cpp), so a machine
+// with more ranks than cores is calibrated as it will run. docs/scale.md says how well it predicts.
+#include <cstdint>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include <algorithm>
+#include <vector>
+
+#include "../error.hpp"
+#include "../runtime/communicator.hpp"
+#include "layout.hpp"
+#include "mesh.hpp"
+#include "plan_report.hpp"
+
+namespace meshtensor {
+
+struct machine_calibration {
+  int ranks = 1;                      // the rank count it was measured at
+  double gemm_flops_per_s = 1e10;     // a float32 product, every rank at once
+  double bytes_per_s = 1e10;          // bytes of results an elementwise kernel writes per second
+  double seconds_per_kernel = 5e-6;   // an op's fixed cost (host work and launch)
+  struct alpha_beta {
+    double alpha = 0;  // seconds per call
+    double beta = 0;   // seconds per byte sent
+  };
+  // By collective and group size.
+  std::map<std::pair<collective, int>, alpha_beta> collectives;
+
+  // The coefficients for groups of `size` processors: measured, or the nearest size measured.
+  alpha_beta coefficients(collective kind, int size) const {
+    const alpha_beta* best = nullptr;
+    int distance = 0;
+    for (const auto& [key, ab] : collectives)
+      if (key.first == kind) {
+        const int d = key.second > size ? key.second - size : size - key.second;
+        if (!best || d < distance) best = &ab, distance = d;
+      }
+    if (!best)
+      throw error(detail::cat("machine_calibration: no figures for ", to_string(kind),
+                              "; recalibrate (benchmarks/bench_calibrate.cpp measures every collective)"));
+    return *best;
+  }
+
+  // A text file of "key value..." lines, '#' comments.
+  void save(const std::string& path) const {
+    std::ofstream out(path);
+    out << "# meshtensor machine calibration (benchmarks/bench_calibrate.cpp); collective lines: name group_size "
+           "alpha_s beta_s_per_byte\n";
+    out.precision(6);
+    out << "ranks " << ranks << "\ngemm_flops_per_s " << gemm_flops_per_s << "\nbytes_per_s " << bytes_per_s
+        << "\nseconds_per_kernel " << seconds_per_kernel << "\n";
+    for (const auto& [key, ab] : collectives)
+      out << "collective " << to_string(key.first) << ' ' << key.second << ' ' << ab.alpha << ' ' << ab.beta << "\n";
+    if (!out) throw io_error(detail::cat("cannot write the calibration '", path, "'"));
+  }
+  static machine_calibration load(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw io_error(detail::cat("cannot open the calibration '", path, "'"));
+    machine_calibration c;
+    std::string line;
+    int number = 0;
+    while (std::getline(in, line)) {
+      ++number;
+      if (line.empty() || line[0] == '#') continue;
+      std::istringstream s(line);
+      std::string key;
+      s >> key;
+      bool ok = true;
+      if (key == "ranks") ok = static_cast<bool>(s >> c.ranks);
+      else if (key == "gemm_flops_per_s") ok = static_cast<bool>(s >> c.gemm_flops_per_s);
+      else if (key == "bytes_per_s") ok = static_cast<bool>(s >> c.bytes_per_s);
+      else if (key == "seconds_per_kernel") ok = static_cast<bool>(s >> c.seconds_per_kernel);
+      else if (key == "collective") {
+        std::string name;
+        int size = 0;
+        alpha_beta ab;
+        ok = static_cast<bool>(s >> name >> size >> ab.alpha >> ab.beta);
+        bool known = false;
+        for (int k = 0; k <= static_cast<int>(collective::exscan); ++k)
+          if (name == to_string(static_cast<collective>(k))) {
+            c.collectives[{static_cast<collective>(k), size}] = ab;
+            known = true;
+          }
+        ok = ok && known;
+      } else {
+        ok = false;
+      }
+      if (!ok) throw io_error(detail::cat("the calibration '", path, "', line ", number, ": cannot read '", line, "'"));
+    }
+    return c;
+  }
+};
+
+struct step_time {
+  double kernels = 0, memory = 0, products = 0, communication = 0;
+  double total() const { return kernels + memory + products + communication; }
+};
+
+// The predicted time of what a plan recorded, on the calibrated machine.
+inline step_time predict(const plan_report& r, const machine_calibration& c) {
+  step_time t;
+  t.kernels = static_cast<double>(r.kernels) * c.seconds_per_kernel;
+  t.memory = static_cast<double>(r.allocated_bytes) / c.bytes_per_s;
+  t.products = static_cast<double>(r.total_flops) / c.gemm_flops_per_s;
+  for (const auto& [key, n] : r.totals) {
+    const int size = r.shape.size_over(key.second);
+    if (size <= 1) continue;  // counted, but no message leaves the processor
+    const auto ab = c.coefficients(key.first, size);
+    t.communication += static_cast<double>(n.calls) * ab.alpha + static_cast<double>(n.bytes) * ab.beta;
+  }
+  return t;
+}
+
+// "layout<mesh<rows, cols>, split<batch, rows>, split<vocab, cols>>": a layout type as code to paste
+// (the mesh spelled by its axes; a user's alias for it is not known here).
+template <class L>
+std::string layout_string() {
+  return []<class... As, class... Rules>(layout<mesh<As...>, Rules...>*) {
+    std::string s = "layout<mesh<";
+    ((s += detail::cat(std::string(As::name()), ", ")), ...);
+    if constexpr (sizeof...(As) > 0) s.resize(s.size() - 2);
+    s += ">";
+    const auto rule = []<class D, class... Axes>(split<D, Axes...>*) {
+      std::string r = detail::cat(", split<", std::string(D::name()));
+      ((r += detail::cat(", ", std::string(Axes::name()))), ...);
+      return r + ">";
+    };
+    ((s += rule(static_cast<Rules*>(nullptr))), ...);
+    return s + ">";
+  }(static_cast<L*>(nullptr));
+}
+
+// One candidate layout's plan, as rank_layouts orders them.
+struct layout_candidate {
+  std::string name;     // the user's name for it, or layout_string<L>()
+  plan_report report;   // of the step planned under it
+  step_time time;       // predicted
+  bool fits = true;     // its peak bytes within the budget
+};
+
+// Orders candidates: those whose peak fits the budget per processor first, by predicted step time
+// (ties: less memory); then those that do not fit, by peak bytes.
+inline std::vector<layout_candidate> rank_layouts(std::vector<layout_candidate> candidates, std::int64_t budget_bytes) {
+  for (auto& c : candidates) c.fits = c.report.peak_bytes <= budget_bytes;
+  std::stable_sort(candidates.begin(), candidates.end(), [](const layout_candidate& a, const layout_candidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.fits && a.time.total() != b.time.total()) return a.time.total() < b.time.total();
+    return a.report.peak_bytes < b.report.peak_bytes;
+  });
+  return candidates;
+}
+
+// Every layout of Dims on Mesh in which each mesh axis splits one of the dims or none: (D + 1)^A
+// candidates, the replicated layout among them. A dim given several axes takes them in mesh order
+// (the order changes which processor holds which part, not what any of them holds or sends).
+// Every candidate is accepted by the compiler, since no axis serves two dims.
+namespace detail {
+template <class... Lists>
+struct candidates_concat {
+  using type = type_list<>;
+};
+template <class... A>
+struct candidates_concat<type_list<A...>> {
+  using type = type_list<A...>;
+};
+template <class... A, class... B, class... Rest>
+struct candidates_concat<type_list<A...>, type_list<B...>, Rest...> {
+  using type = typename candidates_concat<type_list<A..., B...>, Rest...>::type;
+};
+template <class M, class Rules>
+struct layout_of_rules;
+template <class M, class... Rules>
+struct layout_of_rules<M, type_list<Rules...>> {
+  using type = layout<M, Rules...>;
+};
+template <class D, class Axes>
+struct rule_of_axes {
+  using type = type_list<>;  // no axis: no rule
+};
+template <class D, class A, class... As>
+struct rule_of_axes<D, type_list<A, As...>> {
+  using type = type_list<split<D, A, As...>>;
+};
+
+template <class Mesh, class Dims, std::size_t I>
+struct candidate_at;
+template <class... As, class... Ds, std::size_t I>
+struct candidate_at<mesh<As...>, type_list<Ds...>, I> {
+  static constexpr std::size_t base = sizeof...(Ds) + 1;
+  // 0: axis j splits nothing; k > 0: it splits the k-th dim.
+  static constexpr std::size_t choice(std::size_t j) {
+    std::size_t v = I;
+    for (std::size_t n = 0; n < j; ++n) v /= base;
+    return v % base;
+  }
+  template <std::size_t K, std::size_t... J>
+  static auto axes_of(std::index_sequence<J...>)
+      -> typename candidates_concat<std::conditional_t<choice(J) == K, type_list<As>, type_list<>>...>::type;
+  template <std::size_t... K>
+  static auto rules(std::index_sequence<K...>) -> typename candidates_concat<typename rule_of_axes<
+      Ds, decltype(axes_of<K + 1>(std::index_sequence_for<As...>{}))>::type...>::type;
+  using type = typename layout_of_rules<mesh<As...>, decltype(rules(std::index_sequence_for<Ds...>{}))>::type;
+};
+template <class Mesh, class Dims, class Seq>
+struct candidates_of;
+template <class Mesh, class Dims, std::size_t... I>
+struct candidates_of<Mesh, Dims, std::index_sequence<I...>> {
+  using type = type_list<typename candidate_at<Mesh, Dims, I>::type...>;
+};
+constexpr std::size_t power(std::size_t b, std::size_t e) { return e == 0 ? 1 : b * power(b, e - 1); }
+}  // namespace detail
+
+template <Mesh M, Dim... Ds>
+using candidate_layouts =
+    typename detail::candidates_of<M, type_list<Ds...>, std::make_index_sequence<detail::power(sizeof...(Ds) + 1, M::ndims)>>::type;
+
+// f.template operator()<L>() for every layout L of a type_list.
+template <class... Ls, class F>
+void for_each_layout(type_list<Ls...>, F&& f) {
+  (f.template operator()<Ls>(), ...);
+}
+
+}  // namespace meshtensor
