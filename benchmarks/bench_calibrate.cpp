@@ -1,12 +1,17 @@
 // Measures what the cost model (include/meshtensor/layout/cost_model.hpp) needs, on this machine,
 // with every rank of the run busy at once (so 4 ranks on 2 cores are measured as they will run):
-//   - the float32 product rate (einsum, m = n = k = 512, 2 m n k FLOPs per product);
-//   - an op's fixed cost (an elementwise product of 16-element tensors on the tape) and the bytes
-//     per second of results an elementwise op writes (4 Mi elements);
+//   - the float32 product rate (einsum, m = n = k = 32 to 512, 2 m n k FLOPs per product);
+//   - the bytes per second of results an elementwise op writes (4 Mi elements), of parameters an
+//     Adam step updates in place (4 Mi), and of a host array from_host copies into a tensor (4 Mi);
+//   - a kernel's fixed cost: the time of a small training step (dense, relu, cross-entropy, its
+//     gradient and an Adam step, on 4 x 16 tensors: no time in arithmetic), less what its plan's
+//     bytes and FLOPs cost at the rates above, over the kernels its plan counts;
 //   - alpha (seconds per call) and beta (seconds per byte) of each collective over groups of every
 //     size that divides the rank count (groups run at once, as a mesh's sub-communicators do),
 //     from 8-byte and 4 MiB messages.
-// Medians over repetitions; rank 0 writes the file (default calibration-<ranks>.txt).
+// Medians over repetitions; rank 0 writes the file (default calibration-<ranks>.txt). Each timed
+// region lasts tens of milliseconds, several of the scheduler's time slices: with more ranks than
+// cores, a shorter one can run while the other ranks wait, and measure a whole core's rate.
 //
 //   mpiexec -n 4 bench_calibrate [--out FILE] [--repeats N]
 #include <algorithm>
@@ -24,6 +29,7 @@ namespace {
 struct i_ : mt::dim<"i"> {};
 struct j_ : mt::dim<"j"> {};
 struct k_ : mt::dim<"k"> {};
+struct c_ : mt::dim<"c"> {};
 struct x_ : mt::axis<"x"> {};
 struct g_ : mt::axis<"group"> {};
 struct p_ : mt::axis<"peer"> {};
@@ -72,33 +78,71 @@ int main(int argc, char** argv) {
     // Local work: a one-processor mesh per rank (MPI_COMM_SELF), every rank at once.
     const line self(MPI_COMM_SELF, {1});
     using L = mt::layout<line>;
-    {
-      const std::int64_t n = smoke ? 64 : 512;
+    for (const std::int64_t n : {32, 64, 128, 256, 512}) {
+      if (smoke && n > 64) break;
       const auto a = mt::random_normal<mt::tensor<float, L, i_, k_>>(self, {n, n}, 1);
       const auto b = mt::random_normal<mt::tensor<float, L, k_, j_>>(self, {n, n}, 2);
+      const int products = static_cast<int>(std::max<std::int64_t>(1, (std::int64_t{1} << (smoke ? 20 : 29)) / (n * n * n)));
       const double t = median_time(world, repeats, [&] {
-        const auto c2 = mt::einsum<i_, j_>(a, b);
+        for (int r = 0; r < products; ++r) (void)mt::einsum<i_, j_>(a, b);
         Kokkos::fence();
       });
-      c.gemm_flops_per_s = 2.0 * n * n * n / t;
+      c.gemm_rates[static_cast<double>(n * n * n)] = 2.0 * n * n * n * products / t;
+      c.gemm_flops_per_s = c.gemm_rates.rbegin()->second;
     }
     {
-      auto small_a = mt::random_normal<mt::tensor<float, L, i_>>(self, {16}, 3).requires_grad();
-      const auto small_b = mt::random_normal<mt::tensor<float, L, i_>>(self, {16}, 4);
-      constexpr int ops = 200;
-      const double t_small = median_time(world, repeats, [&] {
-        for (int r = 0; r < ops; ++r) (void)(small_a * small_b);
-        Kokkos::fence();
-      });
-      c.seconds_per_kernel = t_small / ops;
       const std::int64_t n = smoke ? 4096 : std::int64_t{1} << 22;
       const auto a = mt::random_normal<mt::tensor<float, L, i_>>(self, {n}, 5);
       const auto b = mt::random_normal<mt::tensor<float, L, i_>>(self, {n}, 6);
+      const int products = smoke ? 1 : 16;
       const double t = median_time(world, repeats, [&] {
-        const auto p = a * b;
+        for (int r = 0; r < products; ++r) (void)(a * b);
         Kokkos::fence();
       });
-      c.bytes_per_s = static_cast<double>(n) * sizeof(float) / std::max(t - c.seconds_per_kernel, 1e-9);
+      c.bytes_per_s = static_cast<double>(n) * sizeof(float) * products / t;
+      auto w = mt::random_normal<mt::tensor<float, L, i_>>(self, {n}, 9);
+      mt::optim::adam adam({.lr = 1e-3});
+      const int steps = smoke ? 1 : 4;
+      const double t_adam = median_time(world, repeats, [&] {
+        for (int r = 0; r < steps; ++r) adam.step(std::tie(w), std::tuple{a});
+        Kokkos::fence();
+      });
+      c.optimizer_bytes_per_s = static_cast<double>(n) * sizeof(float) * steps / t_adam;
+      const std::vector<float> host(static_cast<std::size_t>(n), 0.5f);
+      const double t_host = median_time(world, repeats, [&] {
+        for (int r = 0; r < steps; ++r) (void)mt::from_host<mt::tensor<float, L, i_>>(self, {n}, host);
+        Kokkos::fence();
+      });
+      c.host_bytes_per_s = static_cast<double>(n) * sizeof(float) * steps / t_host;
+    }
+    {
+      // A small training step, timed for real, then planned on a planned [1] mesh for its kernels.
+      const auto step = [smoke](const line& m, mt::optim::adam& adam) {
+        auto w = mt::random_normal<mt::tensor<float, L, k_, c_>>(m, {16, 16}, 7);
+        w.requires_grad();
+        const auto x = mt::random_normal<mt::tensor<float, L, i_, k_>>(m, {4, 16}, 8);
+        const auto y = mt::zeros<mt::tensor<float, L, i_>>(m, {4});
+        for (int r = 0; r < (smoke ? 2 : 200); ++r) {
+          const auto loss = mt::reduce_mean<i_>(mt::nn::softmax_cross_entropy<c_>(mt::relu(mt::nn::dense<k_, c_>(x, w)), y));
+          auto g = mt::gradient(loss, w);
+          adam.step(std::tie(w), g);
+        }
+      };
+      mt::optim::adam adam({.lr = 1e-3});
+      const double t = median_time(world, repeats, [&] {
+        step(self, adam);
+        Kokkos::fence();
+      });
+      mt::plan_report r;
+      {
+        const line planned = line::planned({1});
+        mt::optim::adam planned_adam({.lr = 1e-3});
+        step(planned, planned_adam);
+        r = mt::plan_report_of(planned);
+      }
+      c.seconds_per_kernel = 0;
+      const double rest = mt::predict(r, c).total();
+      c.seconds_per_kernel = std::max(0.0, t - rest) / static_cast<double>(std::max<std::int64_t>(1, r.kernels));
     }
     // Collectives over groups of q ranks (q dividing the rank count, q > 1): a [ranks/q x q] mesh,
     // over its second axis, so every group runs at once.

@@ -81,7 +81,7 @@ TEST_CASE("a calibration file round-trips and bad lines are named", "[planned]")
     std::fclose(f);
   }
   CHECK_THROWS_WITH(mt::machine_calibration::load(path),
-                    Catch::Matchers::ContainsSubstring("line 15: cannot read 'collective allreduce two 1 2'"));
+                    Catch::Matchers::ContainsSubstring("line 17: cannot read 'collective allreduce two 1 2'"));
   CHECK_THROWS_WITH(mt::machine_calibration::load("no-such-calibration.txt"),
                     Catch::Matchers::ContainsSubstring("cannot open the calibration 'no-such-calibration.txt'"));
   std::remove(path.c_str());

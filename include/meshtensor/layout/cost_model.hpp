@@ -2,14 +2,18 @@
 // Step time predicted from a plan (plan_report.hpp) and a machine's measured rates: an alpha-beta
 // model per collective plus the local work,
 //
-//   time = kernels x seconds_per_kernel + allocated bytes / bytes_per_s + FLOPs / gemm_flops_per_s
+//   time = kernels x seconds_per_kernel + allocated bytes / bytes_per_s + FLOPs / gemm rate
+//          + optimizer bytes / optimizer_bytes_per_s + host bytes / host_bytes_per_s
 //          + sum over (collective, axes) of calls x alpha + bytes x beta,
 //
+// the gemm rate that of products of that size (measured at a few sizes, interpolated on log(m n k)),
 // alpha and beta measured for that collective over groups of that many processors. The rates
 // are measured with every rank of the run busy at once (benchmarks/bench_calibrate.cpp), so a machine
 // with more ranks than cores is calibrated as it will run. docs/scale.md says how well it predicts.
+#include <cmath>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -28,8 +32,11 @@ namespace meshtensor {
 
 struct machine_calibration {
   int ranks = 1;                      // the rank count it was measured at
-  double gemm_flops_per_s = 1e10;     // a float32 product, every rank at once
+  double gemm_flops_per_s = 1e10;     // a float32 product, every rank at once (sizes not measured)
+  std::map<double, double> gemm_rates;  // m n k of one product -> its FLOP/s
   double bytes_per_s = 1e10;          // bytes of results an elementwise kernel writes per second
+  double optimizer_bytes_per_s = 1e10;  // bytes of parameters an Adam step updates per second
+  double host_bytes_per_s = 1e10;       // bytes from_host copies into a tensor per second
   double seconds_per_kernel = 5e-6;   // an op's fixed cost (host work and launch)
   struct alpha_beta {
     double alpha = 0;  // seconds per call
@@ -37,6 +44,18 @@ struct machine_calibration {
   };
   // By collective and group size.
   std::map<std::pair<collective, int>, alpha_beta> collectives;
+
+  // FLOP/s of a product of m n k = mnk: interpolated on log(mnk) between the sizes measured,
+  // the nearest one's beyond them.
+  double gemm_rate(double mnk) const {
+    if (gemm_rates.empty()) return gemm_flops_per_s;
+    auto hi = gemm_rates.lower_bound(mnk);
+    if (hi == gemm_rates.begin()) return hi->second;
+    if (hi == gemm_rates.end()) return std::prev(hi)->second;
+    const auto lo = std::prev(hi);
+    const double w = (std::log(mnk) - std::log(lo->first)) / (std::log(hi->first) - std::log(lo->first));
+    return lo->second + w * (hi->second - lo->second);
+  }
 
   // The coefficients for groups of `size` processors: measured, or the nearest size measured.
   alpha_beta coefficients(collective kind, int size) const {
@@ -60,7 +79,9 @@ struct machine_calibration {
            "alpha_s beta_s_per_byte\n";
     out.precision(6);
     out << "ranks " << ranks << "\ngemm_flops_per_s " << gemm_flops_per_s << "\nbytes_per_s " << bytes_per_s
+        << "\noptimizer_bytes_per_s " << optimizer_bytes_per_s << "\nhost_bytes_per_s " << host_bytes_per_s
         << "\nseconds_per_kernel " << seconds_per_kernel << "\n";
+    for (const auto& [mnk, rate] : gemm_rates) out << "gemm " << mnk << ' ' << rate << "\n";
     for (const auto& [key, ab] : collectives)
       out << "collective " << to_string(key.first) << ' ' << key.second << ' ' << ab.alpha << ' ' << ab.beta << "\n";
     if (!out) throw io_error(detail::cat("cannot write the calibration '", path, "'"));
@@ -81,7 +102,14 @@ struct machine_calibration {
       if (key == "ranks") ok = static_cast<bool>(s >> c.ranks);
       else if (key == "gemm_flops_per_s") ok = static_cast<bool>(s >> c.gemm_flops_per_s);
       else if (key == "bytes_per_s") ok = static_cast<bool>(s >> c.bytes_per_s);
+      else if (key == "optimizer_bytes_per_s") ok = static_cast<bool>(s >> c.optimizer_bytes_per_s);
+      else if (key == "host_bytes_per_s") ok = static_cast<bool>(s >> c.host_bytes_per_s);
       else if (key == "seconds_per_kernel") ok = static_cast<bool>(s >> c.seconds_per_kernel);
+      else if (key == "gemm") {
+        double mnk = 0, rate = 0;
+        ok = static_cast<bool>(s >> mnk >> rate) && mnk > 0 && rate > 0;
+        if (ok) c.gemm_rates[mnk] = rate;
+      }
       else if (key == "collective") {
         std::string name;
         int size = 0;
@@ -112,8 +140,12 @@ struct step_time {
 inline step_time predict(const plan_report& r, const machine_calibration& c) {
   step_time t;
   t.kernels = static_cast<double>(r.kernels) * c.seconds_per_kernel;
-  t.memory = static_cast<double>(r.allocated_bytes) / c.bytes_per_s;
-  t.products = static_cast<double>(r.total_flops) / c.gemm_flops_per_s;
+  t.memory = static_cast<double>(r.allocated_bytes) / c.bytes_per_s +
+             static_cast<double>(r.optimizer_bytes) / c.optimizer_bytes_per_s +
+             static_cast<double>(r.host_bytes) / c.host_bytes_per_s;
+  if (r.product_flops_by_size.empty()) t.products = static_cast<double>(r.total_flops) / c.gemm_flops_per_s;
+  for (const auto& [bucket, flops] : r.product_flops_by_size)  // a bucket holds m n k in [2^b, 2^(b+1))
+    t.products += static_cast<double>(flops) / c.gemm_rate(std::ldexp(1.4142135623730951, bucket));
   for (const auto& [key, n] : r.totals) {
     const int size = r.shape.size_over(key.second);
     if (size <= 1) continue;  // counted, but no message leaves the processor

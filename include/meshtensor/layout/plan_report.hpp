@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -34,8 +35,11 @@ struct plan_report {
   comm_counters totals;                     // by (collective, axes): what the mesh's counters hold
   std::vector<flops_row> flops;
   std::int64_t total_flops = 0;
+  std::map<int, std::int64_t> product_flops_by_size;  // by floor(log2(m n k)) of one product
   std::int64_t kernels = 0;          // kernel launches (a product counts one)
   std::int64_t allocated_bytes = 0;  // bytes of every slice allocated (results and scratch)
+  std::int64_t optimizer_bytes = 0;  // bytes of parameters updated in place by optimizers
+  std::int64_t host_bytes = 0;       // bytes the host copied into tensors (from_host)
   kind_bytes live{};     // tensors alive when the report was taken
   kind_bytes at_peak{};  // at the peak of the bytes alive
   std::int64_t peak_bytes = 0;
@@ -54,7 +58,8 @@ struct plan_report {
     }
     s += line("total", "", "", std::to_string(calls), std::to_string(bytes));
     s += detail::cat("local FLOPs (products): ", total_flops, "; kernels: ", kernels, "; bytes allocated: ",
-                     allocated_bytes, "\n");
+                     allocated_bytes, "; updated by the optimizer: ", optimizer_bytes, "; copied from the host: ",
+                     host_bytes, "\n");
     for (const auto& f : flops) s += detail::cat("  ", f.op, ": ", f.flops, "\n");
     s += "memory (bytes)             now    at the peak\n";
     for (int k = 0; k < memory_kind_count; ++k)
@@ -78,7 +83,8 @@ struct plan_report {
       s += detail::cat(i ? ", " : "", "{\"op\": ", quoted(r.op), ", \"collective\": ", quoted(r.collective),
                        ", \"axes\": ", quoted(r.axes), ", \"calls\": ", r.calls, ", \"bytes\": ", r.bytes, "}");
     }
-    s += detail::cat("], \"kernels\": ", kernels, ", \"allocated_bytes\": ", allocated_bytes,
+    s += detail::cat("], \"kernels\": ", kernels, ", \"allocated_bytes\": ", allocated_bytes, ", \"optimizer_bytes\": ",
+                     optimizer_bytes, ", \"host_bytes\": ", host_bytes,
                      ", \"flops\": {\"total\": ", total_flops);
     for (const auto& f : flops) s += detail::cat(", ", quoted(f.op), ": ", f.flops);
     s += "}, \"memory\": {\"now\": {";
@@ -134,7 +140,10 @@ plan_report plan_report_of(const M& m) {
     r.total_flops += f;
   }
   r.kernels = ledger.kernels();
+  r.product_flops_by_size = ledger.product_flops_by_size();
   r.allocated_bytes = ledger.allocated_bytes();
+  r.optimizer_bytes = ledger.optimizer_bytes();
+  r.host_bytes = ledger.host_bytes();
   r.live = ledger.live();
   r.at_peak = ledger.at_peak();
   r.peak_bytes = ledger.peak_total();

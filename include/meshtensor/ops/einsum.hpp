@@ -53,7 +53,7 @@ void batched_gemm(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t 
                   const Kokkos::View<T*, typename Exec::memory_space>& c) {
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   if (planning()) {  // a multiply and an add per (batch, row, column, contracted index)
-    plan_ledger::get().add_flops(2 * nb * m * n * k);
+    plan_ledger::get().add_product(nb, m, n, k);
     plan_ledger::get().add_kernel();
     return;
   }

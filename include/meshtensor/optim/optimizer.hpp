@@ -110,6 +110,9 @@ class optimizer {
       throw error(detail::cat("optimizer::step: param ", i, " is a ", P::type_name(),
                               ", but the optimizer's state there was made for another type"));
     using S = decltype(derived().init(p));
+    if (meshtensor::detail::planning())
+      meshtensor::detail::plan_ledger::get().add_optimizer_bytes(
+          p.local_size() * static_cast<std::int64_t>(sizeof(typename P::value_type)));
     derived().update(p, g, *static_cast<S*>(states_[i].second.get()), t_);
   }
   std::vector<std::pair<const std::type_info*, std::shared_ptr<void>>> states_;

@@ -88,9 +88,25 @@ class plan_ledger {
     r.bytes += bytes;
   }
   void add_flops(std::int64_t f) { flops_[op_label()] += f; }
+  // A batch of nb products of (m x k) by (k x n): its FLOPs, by op and by the size of one product
+  // (the bucket floor(log2(m n k))), since a small product runs at a lower rate than a large one.
+  void add_product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k) {
+    const std::int64_t f = 2 * nb * m * n * k;
+    add_flops(f);
+    int bucket = 0;
+    for (std::int64_t v = m * n * k; v > 1; v >>= 1) ++bucket;
+    product_flops_[bucket] += f;
+  }
+  const std::map<int, std::int64_t>& product_flops_by_size() const { return product_flops_; }
   // Kernels launched (a product counts one) and bytes allocated (results and scratch, each written
   // once): what the cost model (layout/cost_model.hpp) charges besides FLOPs and collectives.
   void add_kernel() { ++kernels_; }
+  // Work that allocates nothing, charged at rates of its own: bytes of parameters an optimizer
+  // updates in place, and bytes the host copies into tensors (from_host, scatter).
+  void add_optimizer_bytes(std::int64_t b) { optimizer_bytes_ += b; }
+  void add_host_bytes(std::int64_t b) { host_bytes_ += b; }
+  std::int64_t optimizer_bytes() const { return optimizer_bytes_; }
+  std::int64_t host_bytes() const { return host_bytes_; }
   std::int64_t kernels() const { return kernels_; }
   std::int64_t allocated_bytes() const { return allocated_bytes_; }
 
@@ -99,6 +115,9 @@ class plan_ledger {
     flops_.clear();
     kernels_ = 0;
     allocated_bytes_ = 0;
+    optimizer_bytes_ = 0;
+    host_bytes_ = 0;
+    product_flops_.clear();
     peak_total_ = total_live_;
     at_peak_ = live_;
   }
@@ -126,12 +145,13 @@ class plan_ledger {
   std::map<const void*, std::weak_ptr<void>> claims_;
   kind_bytes live_{}, at_peak_{};
   std::int64_t total_live_ = 0, peak_total_ = 0;
-  std::int64_t kernels_ = 0, allocated_bytes_ = 0;
+  std::int64_t kernels_ = 0, allocated_bytes_ = 0, optimizer_bytes_ = 0, host_bytes_ = 0;
   memory_kind kind_ = memory_kind::activations;
   const char* op_ = nullptr;
   bool backward_ = false;
   std::map<std::tuple<std::string, std::string, unsigned>, plan_op_record> collectives_;
   std::map<std::string, std::int64_t> flops_;
+  std::map<int, std::int64_t> product_flops_;
 };
 
 // True while a planned mesh exists: kernels, copies and MPI are skipped.

@@ -129,7 +129,10 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
     wrong_size = e.what();
   }
   detail::agree_or_throw(m.communicator().cart(), wrong_size.empty(), wrong_size);
-  if (m.is_planned()) return t;
+  if (m.is_planned()) {
+    detail::plan_ledger::get().add_host_bytes(t.local_size() * static_cast<std::int64_t>(sizeof(typename TT::value_type)));
+    return t;
+  }
   typename TT::execution_space{}.fence();  // the zero fill, before the host writes host memory
   auto host = Kokkos::create_mirror_view(t.view());
   detail::copy_box_from_full(t.placement(), m.rank(), full, host.data());
