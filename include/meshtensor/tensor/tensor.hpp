@@ -173,6 +173,11 @@ class basic_tensor {
   }
   static constexpr std::array<std::string_view, rank> dim_name_views{Ds::name()...};
   basic_tensor(const mesh_type& m, const extents_type& extents, no_alloc) : mesh_(m), extents_(extents) {
+    // While a planned mesh exists no kernel runs (runtime/plan_ledger.hpp): a real tensor made
+    // then would silently hold garbage.
+    if (detail::planning() && !m.is_planned())
+      throw error(detail::cat(type_name(), ": made on a real mesh while a planned mesh exists; while one exists every "
+                              "op is planned and no kernel runs: plan in a scope of its own, then run"));
     detail::place_slice<rank>(m.communicator(), splits, extents_, dim_name_views.data(), &type_name, local_extents_,
                               offsets_);
   }
