@@ -216,10 +216,8 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te,
     }
   }
   if (info) {
-    std::apply([&](const auto&... p) { ((info->param_bytes += p.local_size() * 4), ...); }, params);
-    const auto add_state = [&](std::size_t, const char*, const auto& t) { info->state_bytes += t.local_size() * 4; };
-    if (o.optimizer == "sgd") sgd.for_each_state(params, add_state);
-    else adam.for_each_state(params, add_state);
+    info->param_bytes = mt::local_bytes(params);
+    info->state_bytes = o.optimizer == "sgd" ? sgd.state_bytes(params) : adam.state_bytes(params);
     if (g.is_planned()) info->plan = mt::plan_report_of(g);
   }
   if (g.is_planned()) return 0;
@@ -312,23 +310,14 @@ int plan(const mt::environment& env, options o) {
                 k.name.c_str(), (long long)o.hidden_units, (long long)o.batch_size, o.optimizer.c_str(),
                 k.report.peak_bytes / 1048576.0, k.report.table().c_str());
     if (c)
-      std::printf("predicted step time %.3f ms (calibration %s, %d ranks): kernels %.3f, memory %.3f, products %.3f, "
-                  "communication %.3f\n",
-                  1e3 * k.time.total(), o.calibration.c_str(), c->ranks, 1e3 * k.time.kernels, 1e3 * k.time.memory,
-                  1e3 * k.time.products, 1e3 * k.time.communication);
+      std::printf("predicted step time %s (calibration %s, %d ranks)\n", mt::to_string(k.time).c_str(),
+                  o.calibration.c_str(), c->ranks);
     return 0;
   }
   const auto ranked = mt::rank_layouts(candidates, std::int64_t{1} << 62);
   std::printf("layouts on mesh [rows=%d x cols=%d], calibration %s (%d ranks):\n", o.mesh[0], o.mesh[1],
               o.calibration.c_str(), c->ranks);
-  std::printf("%5s %-6s %12s %10s %10s %10s %10s %12s\n", "rank", "layout", "predicted_ms", "kernels_ms", "memory_ms",
-              "products_ms", "comm_ms", "peak_MiB");
-  for (std::size_t i = 0; i < ranked.size(); ++i) {
-    const auto& k = ranked[i];
-    std::printf("%5zu %-6s %12.3f %10.3f %10.3f %10.3f %10.3f %12.1f\n", i + 1, k.name.c_str(), 1e3 * k.time.total(),
-                1e3 * k.time.kernels, 1e3 * k.time.memory, 1e3 * k.time.products, 1e3 * k.time.communication,
-                k.report.peak_bytes / 1048576.0);
-  }
+  std::printf("%s", mt::ranking_table(ranked).c_str());
   std::printf("best: --layout %s, that is\n  %s\n", ranked[0].name.c_str(), layout_type(ranked[0].name).c_str());
   return 0;
 }

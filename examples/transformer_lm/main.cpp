@@ -32,7 +32,9 @@
 // processor would hold and send: the parameter count, the memory per processor (parameters,
 // optimizer state, gradients and activations at the peak) against --memory-budget GiB, and the
 // collectives by op with their bytes; --plan-json FILE writes the same as JSON. --layers sets the
-// number of blocks. The Mesh-TensorFlow paper's largest language model on a [16 x 32] mesh:
+// number of blocks; --recompute keeps only each block's input for the backward pass and runs the
+// block again there (mt::recompute: less activation memory, one more forward pass per block). The
+// Mesh-TensorFlow paper's largest language model on a [16 x 32] mesh:
 //
 //   transformer_lm --plan --mesh 16 32 --layers 6 --d-model 1024 --d-kv 256 --heads 256 --d-ff 262144
 //                  --vocab 32768 --length 256 --batch 512 --optimizer adafactor --layout 2d
@@ -83,14 +85,7 @@ int rank_layouts(const mt::environment& env, const options& o) {
   if (env.world_rank() != 0) return 0;
   std::printf("layouts on mesh [rows=%d x cols=%d], calibration %s (%d ranks), budget %s per processor:\n", o.mesh[0],
               o.mesh[1], o.calibration.c_str(), c.ranks, mt::detail::cat(o.memory_budget_gib, " GiB").c_str());
-  std::printf("%5s %-6s %12s %10s %10s %10s %10s %12s %5s\n", "rank", "layout", "predicted_ms", "kernels_ms", "memory_ms",
-              "products_ms", "comm_ms", "peak_MiB", "fits");
-  for (std::size_t i = 0; i < ranked.size(); ++i) {
-    const auto& k = ranked[i];
-    std::printf("%5zu %-6s %12.3f %10.3f %10.3f %10.3f %10.3f %12.1f %5s\n", i + 1, k.name.c_str(), 1e3 * k.time.total(),
-                1e3 * k.time.kernels, 1e3 * k.time.memory, 1e3 * k.time.products, 1e3 * k.time.communication,
-                k.report.peak_bytes / 1048576.0, k.fits ? "yes" : "no");
-  }
+  std::printf("%s", mt::ranking_table(ranked).c_str());
   std::printf("best: --layout %s, that is\n  %s\n", ranked[0].name.c_str(), layout_type(ranked[0].name).c_str());
   return 0;
 }
@@ -121,11 +116,8 @@ int plan(const mt::environment& env, const options& o) {
   std::printf("%s", p.table().c_str());
   if (!o.calibration.empty()) {
     const auto c = mt::machine_calibration::load(o.calibration);
-    const auto t = mt::predict(p, c);
-    std::printf("predicted step time %.3f ms (calibration %s, %d ranks): kernels %.3f, memory %.3f, products %.3f, "
-                "communication %.3f\n",
-                1e3 * t.total(), o.calibration.c_str(), c.ranks, 1e3 * t.kernels, 1e3 * t.memory, 1e3 * t.products,
-                1e3 * t.communication);
+    std::printf("predicted step time %s (calibration %s, %d ranks)\n", mt::to_string(mt::predict(p, c)).c_str(),
+                o.calibration.c_str(), c.ranks);
   }
   if (!o.plan_json.empty()) {
     std::ofstream out(o.plan_json);
@@ -228,6 +220,9 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--resume", o.resume, "continue from this directory's current checkpoint, up to --steps");
   app.add_option("--layers", o.layers, "number of Transformer blocks")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--recompute", o.recompute,
+               "keep only each block's input for the backward pass and compute the block again there (less memory, "
+               "one more forward pass)");
   app.add_flag("--plan", o.plan, "plan one training step on a mesh of --mesh sizes (no processes, no data) and report it");
   app.add_option("--plan-json", o.plan_json, "with --plan: write the plan as JSON to this file");
   app.add_option("--memory-budget", o.memory_budget_gib, "with --plan: memory per processor in GiB (a TPUv2 core: 8)")

@@ -58,6 +58,7 @@ struct options {
   std::string checkpoint, resume;
   std::int64_t save_every = 0;
   std::int64_t layers = 2;
+  bool recompute = false;  // each block's activations computed again in the backward pass
   // Planning (docs/scale.md): --plan plans one training step for --mesh on no processes.
   bool plan = false, check_plan = false;
   std::string plan_json, calibration;
@@ -169,14 +170,20 @@ struct model {
   // Mean next-byte cross-entropy of a batch.
   auto loss(const t<batch, length>& ids, const t<batch, length>& labels, const options& o, std::uint64_t step) const {
     const std::uint64_t dseed = o.seed * 7919;
-    auto x = nn::embedding<vocab>(embedding, ids) + positions;  // [batch, length, d_model]
-    int site = 0;
+    using X = t<batch, length, d_model>;
+    X x = nn::embedding<vocab>(embedding, ids) + positions;
     for (std::size_t b = 0; b < wq.size(); ++b) {
-      const auto h = nn::layer_norm<d_model>(x, ln1_scale[b], ln1_bias[b]);
-      x = x + nn::dropout(nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq[b], wk[b], wv[b], wo[b]),
-                          o.dropout, dseed + site++, step);
-      const auto f = nn::layer_norm<d_model>(x, ln2_scale[b], ln2_bias[b]);
-      x = x + nn::dropout(nn::feed_forward<d_model, d_ff>(f, w_in[b], w_out[b]), o.dropout, dseed + site++, step);
+      // Captures by value what dies with this call: the block runs again in gradient() with --recompute.
+      const std::uint64_t site = dseed + 2 * b;
+      const double rate = o.dropout;
+      const auto block = [this, b, site, rate, step](const X& in) {
+        const auto h = nn::layer_norm<d_model>(in, ln1_scale[b], ln1_bias[b]);
+        const X a = in + nn::dropout(nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq[b], wk[b], wv[b], wo[b]),
+                                     rate, site, step);
+        const auto f = nn::layer_norm<d_model>(a, ln2_scale[b], ln2_bias[b]);
+        return X(a + nn::dropout(nn::feed_forward<d_model, d_ff>(f, w_in[b], w_out[b]), rate, site + 1, step));
+      };
+      x = o.recompute ? mt::recompute(block, x) : block(x);
     }
     const auto logits = nn::dense<d_model, vocab>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias), softmax_weights);
     return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits, labels));
@@ -339,20 +346,16 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
                   (long long)o.warmup);
   }
   result.parameters = m.parameter_count();
-  for_each_param_tensor(m.tie(), [&](std::size_t, const auto& p) { result.param_bytes += p.local_size() * 4; });
-  const auto add_state = [&](std::size_t, const char*, const auto& t) { result.state_bytes += t.local_size() * 4; };
-  if (o.optimizer == "adafactor") adafactor.for_each_state(m.tie(), add_state);
-  else adam.for_each_state(m.tie(), add_state);
+  result.param_bytes = mt::local_bytes(m.tie());
+  result.state_bytes = o.optimizer == "adafactor" ? adafactor.state_bytes(m.tie()) : adam.state_bytes(m.tie());
   if (g.is_planned()) {
     result.plan = mt::plan_report_of(g);
     result.losses = std::move(losses);
     return result;
   }
   if (o.memory) {
-    // Bytes of the local slices of the parameters and of Adam's two moments (laid out like them).
-    long long local = 0;
-    for_each_param_tensor(m.tie(), [&](std::size_t, const auto& p) { local += p.local_size() * static_cast<long long>(sizeof(float)); });
-    const long long with_state = 3 * local;
+    // Bytes of the local slices of the parameters and of the optimizer's state (laid out like them).
+    const long long with_state = result.param_bytes + result.state_bytes;
     struct rusage ru {};
     getrusage(RUSAGE_SELF, &ru);
     long long rss = ru.ru_maxrss * 1024LL, stats[4] = {with_state, -with_state, rss, -rss};

@@ -18,6 +18,7 @@
 #include "tensor/describe.hpp"
 #include "autodiff/tape.hpp"
 #include "autodiff/gradient.hpp"
+#include "autodiff/recompute.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/reduce.hpp"
 #include "ops/einsum.hpp"

@@ -32,50 +32,57 @@ struct measured {
   std::optional<mt::plan_report> report;  // a planned run's, taken while its tensors are alive
 };
 
-template <class Opt, class Params>
-std::int64_t state_bytes(Opt& opt, Params params) {
-  std::int64_t n = 0;
-  opt.for_each_state(params, [&](std::size_t, const char*, auto& t) {
-    n += t.local_size() * static_cast<std::int64_t>(sizeof(typename std::decay_t<decltype(t)>::value_type));
-  });
-  return n;
-}
-template <class Params>
-std::int64_t param_bytes(Params params) {
-  std::int64_t n = 0;
-  std::apply([&](auto&... p) { ((n += p.local_size() * static_cast<std::int64_t>(sizeof(float))), ...); }, params);
-  return n;
+// The weights of a Transformer block LM (one block; embedding and output weights), as params.
+template <class L>
+struct block_weights {
+  template <class... D>
+  using t = mt::tensor<float, L, D...>;
+  t<vocab, d_model> emb;
+  t<d_model, heads, d_kv> wq, wk, wv;
+  t<heads, d_kv, d_model> wo;
+  t<d_model> scale, bias;
+  t<d_model, d_ff> w_in;
+  t<d_ff, d_model> w_out;
+  t<d_model, vocab> w_logits;
+
+  explicit block_weights(const grid& g) {
+    const mt::plan_kind_scope as_params(mt::memory_kind::parameters);
+    emb = mt::random_normal<t<vocab, d_model>>(g, {V, D}, 1);
+    wq = nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {D, H, KV}, 2);
+    wk = nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {D, H, KV}, 3);
+    wv = nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {D, H, KV}, 4);
+    wo = nn::normal_fan_in<t<heads, d_kv, d_model>, heads, d_kv>(g, {H, KV, D}, 5);
+    scale = mt::random_normal<t<d_model>>(g, {D}, 9, 1.0, 0.1);
+    bias = mt::random_normal<t<d_model>>(g, {D}, 10, 0.0, 0.1);
+    w_in = nn::normal_fan_in<t<d_model, d_ff>, d_model>(g, {D, F}, 6);
+    w_out = nn::normal_fan_in<t<d_ff, d_model>, d_ff>(g, {F, D}, 7);
+    w_logits = nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {D, V}, 8);
+    std::apply([](auto&... p) { (p.requires_grad(), ...); }, tie());
+  }
+  auto tie() { return std::tie(emb, wq, wk, wv, wo, scale, bias, w_in, w_out, w_logits); }
+};
+
+// Token ids and next-token labels of a [B x T] batch.
+template <class L>
+auto ids_and_labels(const grid& g) {
+  std::vector<float> ids(B * T), labels(B * T);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<float>((i * 7) % V), labels[i] = static_cast<float>((i * 3 + 1) % V);
+  using I = mt::tensor<float, L, batch, length>;
+  return std::pair{mt::from_host<I>(g, {B, T}, ids), mt::from_host<I>(g, {B, T}, labels)};
 }
 
 // One step of a Transformer block language model; the same code for a real and a planned mesh.
 template <class L>
 measured transformer_step(const grid& g) {
   using X = mt::tensor<float, L, batch, length, d_model>;
-  using W = mt::tensor<float, L, d_model, heads, d_kv>;
-  using WO = mt::tensor<float, L, heads, d_kv, d_model>;
-  using S = mt::tensor<float, L, d_model>;
-  std::optional<mt::plan_kind_scope> as_params(std::in_place, mt::memory_kind::parameters);
-  auto emb = mt::random_normal<mt::tensor<float, L, vocab, d_model>>(g, {V, D}, 1);
-  auto wq = nn::normal_fan_in<W, d_model>(g, {D, H, KV}, 2), wk = nn::normal_fan_in<W, d_model>(g, {D, H, KV}, 3),
-       wv = nn::normal_fan_in<W, d_model>(g, {D, H, KV}, 4);
-  auto wo = nn::normal_fan_in<WO, heads, d_kv>(g, {H, KV, D}, 5);
-  auto scale = mt::full<S>(g, {D}, 1.0f);
-  auto bias = mt::zeros<S>(g, {D});
-  auto w_in = nn::normal_fan_in<mt::tensor<float, L, d_model, d_ff>, d_model>(g, {D, F}, 6);
-  auto w_out = nn::normal_fan_in<mt::tensor<float, L, d_ff, d_model>, d_ff>(g, {F, D}, 7);
-  auto w_logits = nn::normal_fan_in<mt::tensor<float, L, d_model, vocab>, d_model>(g, {D, V}, 8);
-  as_params.reset();
-  auto params = std::tie(emb, wq, wk, wv, wo, scale, bias, w_in, w_out, w_logits);
-  std::apply([](auto&... p) { (p.requires_grad(), ...); }, params);
-  std::vector<float> ids(B * T), labels(B * T);
-  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<float>((i * 7) % V), labels[i] = static_cast<float>((i * 3 + 1) % V);
+  block_weights<L> w(g);
+  auto params = w.tie();
+  auto& [emb, wq, wk, wv, wo, scale, bias, w_in, w_out, w_logits] = w;
   mt::optim::adam adam({.lr = 1e-3});
   mt::optim::adafactor adafactor({.lr = 1e-3});
 
   g.reset_counters();
-  using I = mt::tensor<float, L, batch, length>;
-  const auto x_ids = mt::from_host<I>(g, {B, T}, ids);
-  const auto y = mt::from_host<I>(g, {B, T}, labels);
+  const auto [x_ids, y] = ids_and_labels<L>(g);
   X x = nn::embedding<vocab>(emb, x_ids);
   const auto h = nn::layer_norm<d_model>(x, scale, bias);
   x = x + nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo);
@@ -86,7 +93,7 @@ measured transformer_step(const grid& g) {
   adam.step(params, grads);
   adafactor.step(params, grads);
   (void)mt::item(loss);
-  measured m{g.counters(), param_bytes(params), state_bytes(adam, params) + state_bytes(adafactor, params), {}};
+  measured m{g.counters(), mt::local_bytes(params), adam.state_bytes(params) + adafactor.state_bytes(params), {}};
   if (g.is_planned()) m.report = mt::plan_report_of(g);
   return m;
 }
@@ -112,7 +119,7 @@ measured mlp_step(const grid& g) {
   auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
   adam.step(params, grads);
   (void)mt::item(loss);
-  measured m{g.counters(), param_bytes(params), state_bytes(adam, params), {}};
+  measured m{g.counters(), mt::local_bytes(params), adam.state_bytes(params), {}};
   if (g.is_planned()) m.report = mt::plan_report_of(g);
   return m;
 }
@@ -197,9 +204,176 @@ TEST_CASE("a planned mesh of 512 processors plans without MPI", "[planned]") {
   CHECK(e.total_flops == 2 * 10 * 3);
   REQUIRE(e.flops.size() == 1);
   CHECK(e.flops[0].op == "einsum");
+  // scatter planned for a processor other than the root: it passes an empty span, as a real one does.
+  using T = mt::tensor<float, L, batch, hidden>;
+  CHECK_NOTHROW(mt::scatter<T>(pm, {160, 100}, std::span<const float>{}));
+  const std::vector<float> too_short(7);
+  CHECK_THROWS_WITH(mt::scatter<T>(pm, {160, 100}, too_short),
+                    Catch::Matchers::ContainsSubstring("scatter: the host array has 7 elements, but tensor<batch, hidden>[batch=160, hidden=100] has 16000"));
   CHECK_THROWS_WITH(grid::planned({16, 32}, {16, 0}), Catch::Matchers::ContainsSubstring("coordinate 16 is outside axis 'r' of size 16"));
   // Real work while a planned mesh exists would run no kernel: refused, naming the tensor.
   const auto g = world_grid();
   CHECK_THROWS_WITH((mt::zeros<mt::tensor<float, L, batch, hidden>>(g, {4, 4})),
                     Catch::Matchers::ContainsSubstring("tensor<batch, hidden>: made on a real mesh while a planned mesh exists"));
+}
+
+namespace {
+struct stack_run {
+  float loss = 0;
+  std::vector<std::vector<float>> grads;
+  mt::comm_counters counters, block_counters;
+  std::optional<mt::plan_report> report;
+};
+
+// Three Transformer blocks (sharing their weights) on the embedded ids, each block recomputed in
+// the backward pass or not; loss and gradients of every weight, collectives, and a plan's report.
+template <class L>
+stack_run block_stack_step(const grid& g, bool recompute) {
+  using X = mt::tensor<float, L, batch, length, d_model>;
+  block_weights<L> w(g);
+  auto params = w.tie();
+  auto& [emb, wq, wk, wv, wo, scale, bias, w_in, w_out, w_logits] = w;
+  const auto [x_ids, y] = ids_and_labels<L>(g);
+  // With dropout: its mask must come out the same when the block runs again.
+  const auto block = [&](const X& in) {
+    const X a = in + nn::causal_attention<length, memory_length, d_model, heads, d_kv>(nn::layer_norm<d_model>(in, scale, bias), wq, wk, wv, wo);
+    return a + nn::dropout(nn::feed_forward<d_model, d_ff>(nn::layer_norm<d_model>(a, scale, bias), w_in, w_out), 0.2, 11, 1);
+  };
+  stack_run r;
+  g.reset_counters();
+  X x = nn::embedding<vocab>(emb, x_ids);
+  for (int b = 0; b < 3; ++b) x = recompute ? mt::recompute(block, x) : block(x);
+  const auto loss = mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(nn::dense<d_model, vocab>(x, w_logits), y));
+  auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+  r.counters = g.counters();
+  if (g.is_planned()) r.report = mt::plan_report_of(g);
+  r.loss = mt::item(loss);
+  std::apply([&](auto&... gr) { (r.grads.push_back(mt::gather_all(gr)), ...); }, grads);
+  // What one block's forward pass sends, untaped: recompute sends it once more per block.
+  g.reset_counters();
+  (void)block(x.detached());
+  r.block_counters = g.counters();
+  return r;
+}
+}  // namespace
+
+TEST_CASE("recompute: the same loss and gradients, one more forward pass of each block, fewer activations kept",
+          "[planned][recompute]") {
+  const auto g = world_grid();
+  for_each_type(list<mt::layout<grid, mt::split<batch, r_, c_>>,
+                     mt::layout<grid, mt::split<vocab, r_, c_>, mt::split<heads, r_, c_>, mt::split<d_ff, r_, c_>>,
+                     mt::layout<grid, mt::split<batch, r_>, mt::split<vocab, c_>, mt::split<heads, c_>, mt::split<d_ff, c_>>>{},
+                [&]<class L>() {
+                  INFO(layout_name<L>() << ", rank " << g.rank());
+                  const stack_run plain = block_stack_step<L>(g, false), again = block_stack_step<L>(g, true);
+                  CHECK(again.loss == plain.loss);
+                  REQUIRE(again.grads.size() == plain.grads.size());
+                  for (std::size_t i = 0; i < plain.grads.size(); ++i) {
+                    INFO("gradient of parameter " << i);
+                    require_close(again.grads[i], plain.grads[i], 1e-6);
+                  }
+                  // Counted: the plain step's collectives, and each of the 3 blocks' forward ones again.
+                  mt::comm_counters want = plain.counters;
+                  for (const auto& [key, n] : plain.block_counters) {
+                    want[key].calls += 3 * n.calls;
+                    want[key].bytes += 3 * n.bytes;
+                  }
+                  INFO("recomputed:\n" << describe(again.counters, g) << "plain:\n" << describe(plain.counters, g));
+                  CHECK(again.counters == want);
+                  if (!plain.block_counters.empty()) CHECK(again.counters != plain.counters);
+
+                  // Planned for this rank: the same counts, and fewer activations alive at the peak.
+                  const std::array<int, 2> coords{g.coord<r_>(), g.coord<c_>()};
+                  const auto planned_plain = [&] { return block_stack_step<L>(grid::planned(g.sizes(), coords), false); }();
+                  const auto planned_again = [&] { return block_stack_step<L>(grid::planned(g.sizes(), coords), true); }();
+                  CHECK(planned_again.counters == again.counters);
+                  REQUIRE(planned_plain.report);
+                  REQUIRE(planned_again.report);
+                  const auto acts = [](const stack_run& s) { return s.report->peak_bytes_of(mt::memory_kind::activations); };
+                  INFO("activations at the peak: " << acts(planned_plain) << " bytes plain, " << acts(planned_again)
+                                                   << " recomputed");
+                  CHECK(acts(planned_again) < acts(planned_plain));
+                  CHECK(planned_again.report->peak_bytes < planned_plain.report->peak_bytes);
+                  // The plan names the second forward pass's collectives "(recompute)".
+                  const auto& cs = planned_again.report->collectives;
+                  if (!plain.block_counters.empty())
+                    CHECK(std::any_of(cs.begin(), cs.end(), [](const auto& c) { return c.op.find("(recompute)") != std::string::npos; }));
+                });
+}
+
+namespace {
+// Attention's input projections (heads over both axes): x's gradient comes from three products
+// that each contract the split heads; the tape adds the three partials and reduces them once.
+template <class L>
+std::pair<mt::comm_counters, std::vector<float>> projections_backward(const grid& g) {
+  using W = mt::tensor<float, L, d_model, heads>;
+  auto x = mt::random_normal<mt::tensor<float, L, batch, d_model>>(g, {B, D}, 1);
+  auto wq = mt::random_normal<W>(g, {D, H}, 2), wk = mt::random_normal<W>(g, {D, H}, 3), wv = mt::random_normal<W>(g, {D, H}, 4);
+  x.requires_grad(), wq.requires_grad(), wk.requires_grad(), wv.requires_grad();
+  const auto loss = mt::reduce_sum<batch, heads>(mt::einsum<batch, heads>(x, wq) * mt::einsum<batch, heads>(x, wk) +
+                                                 mt::einsum<batch, heads>(x, wv));
+  g.reset_counters();
+  const auto [dx, dwq, dwk, dwv] = mt::gradient(loss, x, wq, wk, wv);
+  return {g.counters(), mt::gather_all(dx)};
+}
+
+// A data-parallel MLP step's weight gradients (dense with bias, layer norm, dense): five partial
+// sums over the batch's axes, reduced in buckets.
+template <class L>
+mt::comm_counters mlp_backward(const grid& g) {
+  auto w1 = mt::random_normal<mt::tensor<float, L, d_model, hidden>>(g, {D, HID}, 1);
+  auto b1 = mt::random_normal<mt::tensor<float, L, hidden>>(g, {HID}, 2);
+  auto s = mt::random_normal<mt::tensor<float, L, hidden>>(g, {HID}, 3, 1.0, 0.1);
+  auto bb = mt::random_normal<mt::tensor<float, L, hidden>>(g, {HID}, 4);
+  auto w2 = mt::random_normal<mt::tensor<float, L, hidden, classes>>(g, {HID, C}, 5);
+  for (auto* p : {&b1, &s, &bb}) p->requires_grad();
+  w1.requires_grad(), w2.requires_grad();
+  const auto x = mt::random_normal<mt::tensor<float, L, batch, d_model>>(g, {B, D}, 6);
+  const auto h = nn::layer_norm<hidden>(mt::relu(nn::dense<d_model, hidden>(x, w1, b1)), s, bb);
+  const auto logits = nn::dense<hidden, classes>(h, w2);
+  const auto loss = mt::reduce_sum<batch, classes>(logits * logits);
+  g.reset_counters();
+  (void)mt::gradient(loss, w1, b1, s, bb, w2);
+  return g.counters();
+}
+}  // namespace
+
+TEST_CASE("gradients' allreduces: partials over the same axes summed first, weight gradients in buckets",
+          "[planned][lazy_allreduce]") {
+  const auto g = world_grid();
+  constexpr unsigned both = grid::mask<r_, c_>();
+  const std::array<int, 2> coords{g.coord<r_>(), g.coord<c_>()};
+  {
+    using L = mt::layout<grid, mt::split<heads, r_, c_>>;
+    const auto [counted, dx] = projections_backward<L>(g);
+    INFO(describe(counted, g));
+    // One allreduce of x's gradient (B x D floats, replicated), not one per projection.
+    REQUIRE(counted.count({mt::collective::allreduce, both}));
+    CHECK(counted.at({mt::collective::allreduce, both}).calls == 1);
+    CHECK(counted.at({mt::collective::allreduce, both}).bytes == B * D * 4);
+    CHECK(projections_backward<L>(grid::planned(g.sizes(), coords)).first == counted);
+    // The same gradient as with nothing split.
+    require_close(dx, projections_backward<mt::layout<grid>>(g).second, 1e-5);
+  }
+  {
+    using L = mt::layout<grid, mt::split<batch, r_, c_>>;
+    const std::int64_t weights = (D * HID + 3 * HID + HID * C) * 4;
+    const auto previous = mt::gradient_bucket_bytes();
+    const auto counted = mlp_backward<L>(g);
+    INFO(describe(counted, g));
+    REQUIRE(counted.size() == 1);
+    CHECK(counted.at({mt::collective::allreduce, both}).calls == 1);
+    CHECK(counted.at({mt::collective::allreduce, both}).bytes == weights);
+    CHECK(mlp_backward<L>(grid::planned(g.sizes(), coords)) == counted);
+    // Buckets of at most w1's bytes: w1 alone, then b1, s, bb (3 x HID floats) together, then w2.
+    mt::set_gradient_bucket_bytes(D * HID * 4);
+    const auto small = mlp_backward<L>(g);
+    mt::set_gradient_bucket_bytes(0);  // each alone
+    const auto single = mlp_backward<L>(g);
+    mt::set_gradient_bucket_bytes(previous);
+    CHECK(small.at({mt::collective::allreduce, both}).calls == 3);
+    CHECK(small.at({mt::collective::allreduce, both}).bytes == weights);
+    CHECK(single.at({mt::collective::allreduce, both}).calls == 5);
+    CHECK_THROWS_WITH(mt::set_gradient_bucket_bytes(-1), Catch::Matchers::ContainsSubstring("-1 bytes is negative"));
+  }
 }

@@ -2,14 +2,145 @@
 // gradient(loss, params...): reverse-mode gradients of a scalar (rank-0) loss, laid out like the
 // params. Communication: whatever the ops' gradient rules need (their headers say which).
 #include <algorithm>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <optional>
+#include <unordered_map>
 #include <tuple>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 #include "../tensor/init.hpp"
 #include "tape.hpp"
 
 namespace meshtensor {
+namespace detail {
+inline std::int64_t& gradient_bucket_setting() {
+  static std::int64_t bytes = [] {
+    const char* v = std::getenv("MESHTENSOR_GRADIENT_BUCKET_MB");
+    const double mb = v && *v ? std::atof(v) : 32.0;
+    return static_cast<std::int64_t>(std::max(mb, 0.0) * 1048576.0);
+  }();
+  return bytes;
+}
+}  // namespace detail
+
+// The most bytes of weight gradients that gradient() reduces in one allreduce (a bucket); 0 reduces
+// each alone. Default 32 MiB, or MESHTENSOR_GRADIENT_BUCKET_MB; docs/performance.md has the
+// measurement behind it. Must be the same on every processor.
+inline std::int64_t gradient_bucket_bytes() { return detail::gradient_bucket_setting(); }
+inline void set_gradient_bucket_bytes(std::int64_t bytes) {
+  if (bytes < 0) throw error(detail::cat("set_gradient_bucket_bytes: ", bytes, " bytes is negative"));
+  detail::gradient_bucket_setting() = bytes;
+}
+
+namespace detail {
+
+// The params' gradients that are still partial sums (in a data-parallel step: over the batch's
+// axes), reduced together: each param joins a bucket as soon as its gradient is final, and a
+// bucket's allreduce (MPI_Iallreduce: one per (axes, up to gradient_bucket_bytes())) starts once
+// it is full, while the backward pass goes on; finish() waits for them and copies the sums back.
+// Gradients of another element type or space than T and Exec are reduced one by one.
+template <class T, class Exec>
+class gradient_buckets {
+ public:
+  gradient_buckets() = default;
+  gradient_buckets(const gradient_buckets&) = delete;
+  gradient_buckets& operator=(const gradient_buckets&) = delete;
+  ~gradient_buckets() {
+    // Only reached with requests in flight when an error left gradient() early: wait for them,
+    // since MPI still writes their buffers.
+    for (auto& b : started_)
+      if (b.request != MPI_REQUEST_NULL) MPI_Wait(&b.request, MPI_STATUS_IGNORE);
+  }
+
+  template <class Node, class M>
+  void add(Node& n, const M& mesh) {
+    if (!n.grad || !n.pending_axes) return;
+    using G = std::remove_cvref_t<decltype(*n.grad)>;
+    if constexpr (std::is_same_v<typename G::value_type, T> && std::is_same_v<typename G::execution_space, Exec>) {
+      const std::pair<communicator*, unsigned> key{&mesh.communicator(), n.pending_axes};
+      n.pending_axes = 0;  // its sum arrives in finish(), before gradient() reads it
+      const view_type v = n.grad->view();
+      auto& b = open_[key];
+      const auto bytes = [](std::int64_t elements) { return elements * static_cast<std::int64_t>(sizeof(T)); };
+      if (!b.views.empty() && bytes(b.n + static_cast<std::int64_t>(v.extent(0))) > gradient_bucket_bytes()) start(b, key);
+      b.views.push_back(v);
+      b.n += static_cast<std::int64_t>(v.extent(0));
+      if (bytes(b.n) >= gradient_bucket_bytes()) start(b, key);
+    } else {
+      n.settle();
+    }
+  }
+
+  // Lets MPI advance the allreduces in flight (no progress thread in most MPIs).
+  void progress() {
+    for (auto& b : started_)
+      if (b.request != MPI_REQUEST_NULL) {
+        int done = 0;
+        MPI_Test(&b.request, &done, MPI_STATUS_IGNORE);
+      }
+  }
+
+  // Starts what is left, waits for every bucket, copies the sums into the gradients.
+  void finish() {
+    for (auto& [key, b] : open_)
+      if (!b.views.empty()) start(b, key);
+    for (auto& b : started_) {
+      if (b.request != MPI_REQUEST_NULL) MPI_Wait(&b.request, MPI_STATUS_IGNORE);
+      if (b.views.size() == 1) {
+        b.buffer->copy_into(b.views[0]);
+        continue;
+      }
+      b.buffer->copy_into(b.packed);
+      copy_parts(b, [](const auto& part, const view_type& v) { Kokkos::deep_copy(Exec{}, v, part); });
+    }
+    Exec{}.fence();
+    started_.clear();  // the packed buffers go back to the pool
+  }
+
+ private:
+  using view_type = Kokkos::View<T*, typename Exec::memory_space>;
+  using buffer_type = mpi_buffer<Exec, T>;
+  struct bucket {
+    std::vector<view_type> views;
+    std::int64_t n = 0;
+    view_type packed;
+    std::optional<buffer_type> buffer;  // what MPI reduces: the gradient itself or packed
+    MPI_Request request = MPI_REQUEST_NULL;
+  };
+
+  template <class F>
+  static void copy_parts(const bucket& b, F&& copy) {
+    std::int64_t at = 0;
+    for (const auto& v : b.views) {
+      const auto len = static_cast<std::int64_t>(v.extent(0));
+      if (!skip_kernel()) copy(Kokkos::subview(b.packed, std::make_pair(at, at + len)), v);
+      at += len;
+    }
+  }
+
+  // One gradient is reduced in place; several are copied into one buffer first.
+  void start(bucket& b, const std::pair<communicator*, unsigned>& key) {
+    if (b.views.size() == 1) {
+      b.buffer = buffer_type::reading(b.views[0]);
+    } else {
+      b.packed = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(b.n));
+      copy_parts(b, [](const auto& part, const view_type& v) { Kokkos::deep_copy(Exec{}, part, v); });
+      b.buffer = buffer_type::reading(b.packed);  // waits for the copies
+    }
+    b.request = start_allreduce(*key.first, key.second, b.buffer->data(), b.n);
+    started_.push_back(std::move(b));
+    b = bucket{};
+  }
+
+  std::map<std::pair<communicator*, unsigned>, bucket> open_;
+  std::vector<bucket> started_;
+};
+
+}  // namespace detail
 
 // Each param is a tensor or a std::vector of tensors (layers stacked at run time); the result holds
 // the same kinds in the same order.
@@ -43,15 +174,44 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
   } paused;
   const detail::plan_backward_scope backward;  // a plan's report names these ops "(backward)"
   loss.node()->accumulate(full<Loss>(loss.mesh(), {}, typename Loss::value_type(1)));
+  // A param's gradient is final once every node that uses it has run: then it joins a bucket
+  // (above), whose allreduce overlaps the rest of the backward pass.
+  detail::gradient_buckets<typename Loss::value_type, typename Loss::execution_space> buckets;
+  std::unordered_map<const detail::tape_node*, std::vector<std::function<void()>>> when_final;
+  const auto watch = [&](const auto& t) {
+    if (t.tracks_grad() && t.node()->parents.empty())
+      when_final[t.node().get()].push_back([&buckets, &t] {
+        const detail::plan_node_scope op("weight gradients");
+        buckets.add(*t.node(), t.mesh());
+      });
+  };
+  (detail::for_each_tensor(params, watch), ...);
+  std::unordered_map<const detail::tape_node*, int> uses;  // nodes still to run that push into it
+  for (auto* n : order)
+    for (auto& p : n->parents) ++uses[p.get()];
   for (auto* n : order) {
-    const detail::plan_node_scope op(n->plan_op);
-    n->backward();
+    {
+      const detail::plan_node_scope op(n->plan_op);
+      n->backward();
+    }
+    for (auto& p : n->parents)
+      if (--uses[p.get()] == 0)
+        if (const auto f = when_final.find(p.get()); f != when_final.end())
+          for (auto& join : f->second) join();
+    buckets.progress();
+  }
+  {
+    const detail::plan_node_scope op("weight gradients");
+    buckets.finish();
   }
 
   const plan_kind_scope as_gradients(memory_kind::gradients);
   const auto gradient_of = [](const auto& t) {
     using TT = std::remove_cvref_t<decltype(t)>;
-    if (t.tracks_grad() && t.node()->grad) return detail::clone(*t.node()->grad);
+    if (t.tracks_grad() && t.node()->grad) {
+      t.node()->settle();  // reduced by the buckets already; kept for a node reached twice
+      return detail::clone(*t.node()->grad);
+    }
     return TT(t.mesh(), t.extents());
   };
   const auto gradients_of = [&](const auto& p) {

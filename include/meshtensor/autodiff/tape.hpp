@@ -2,6 +2,12 @@
 // Reverse-mode autodiff. A tensor that requires gradients carries a node; every op applied to such
 // a tensor gives its result a node whose rule pushes the result's gradient into the inputs' nodes.
 // Nodes are numbered in creation order, so reverse order is a valid topological order.
+//
+// Lazy allreduce of gradients: a rule whose product contracts a split dim pushes its local partial
+// product with the axes it is a partial sum over (push_partial_grad), not the allreduced sum. The
+// node adds partials over the same axes locally and reduces once, when its own rule runs (settle)
+// or, for a param, when gradient() hands it out (in buckets, gradient.hpp). Attention's input gets
+// its q, k and v gradients as three partials over the heads' axes: one allreduce, not three.
 #include <Kokkos_Core.hpp>
 #include <atomic>
 #include <cstdint>
@@ -9,15 +15,20 @@
 #include <optional>
 #include <vector>
 
+#include "../runtime/collectives.hpp"
+#include "../tensor/mpi_buffer.hpp"
 #include "../tensor/tensor.hpp"
 
 namespace meshtensor {
 namespace detail {
 
-inline std::uint64_t next_node_id() {
+inline std::atomic<std::uint64_t>& node_counter() {
   static std::atomic<std::uint64_t> counter{0};
-  return ++counter;
+  return counter;
 }
+inline std::uint64_t next_node_id() { return ++node_counter(); }
+// Every node made after this call has a larger id (recompute.hpp tells a block's own nodes apart).
+inline std::uint64_t last_node_id() { return node_counter().load(); }
 
 // While a gradient is being computed, the ops its rules call are not recorded.
 inline bool& recording_paused() {
@@ -49,15 +60,28 @@ void accumulate_kernel(const V& acc, const V& add) {
                        KOKKOS_LAMBDA(std::int64_t i) { acc(i) += add(i); });
 }
 
+// In place: t becomes the sum of its values over the processors along the axes.
+template <Tensor TT>
+void sum_over_axes(TT& t, unsigned axes) {
+  if (axes == 0) return;
+  using buffer = mpi_buffer<typename TT::execution_space, typename TT::value_type>;
+  const auto b = buffer::reading(t.view());
+  allreduce(t.mesh().communicator(), axes, b.data(), t.local_size());
+  b.copy_into(t.view());
+}
+
 template <class TT>
 struct typed_node : tape_node {
   std::optional<TT> grad;
+  // Axes over which grad is still a sum of per-processor partials (0: grad is the gradient).
+  unsigned pending_axes = 0;
 
   void accumulate(const TT& g) {
     if (!grad) {
       grad = clone(g.detached());
       return;
     }
+    settle();  // a whole gradient added to a partial would be counted once per processor
     add_in_place(g);
   }
   // g is a fresh result that nothing else refers to: the first one is kept as it is, not copied.
@@ -66,13 +90,37 @@ struct typed_node : tape_node {
       grad = std::move(g).detached();
       return;
     }
+    settle();
     add_in_place(g);
+  }
+  // g is fresh and a partial sum over axes: added locally to partials over the same axes.
+  void accumulate_partial(TT&& g, unsigned axes) {
+    if (axes == 0) return accumulate_fresh(std::move(g));
+    if (!grad) {
+      grad = std::move(g).detached();
+      pending_axes = axes;
+      return;
+    }
+    if (pending_axes != axes) {
+      settle();
+      sum_over_axes(g, axes);
+    }
+    add_in_place(g);
+  }
+  // Reduces a pending partial sum: grad is then the gradient on every processor.
+  void settle() {
+    if (!pending_axes || !grad) return;
+    sum_over_axes(*grad, pending_axes);
+    pending_axes = 0;
   }
   void add_in_place(const TT& g) {
     accumulate_kernel<typename TT::execution_space>(grad->view(), g.view());
   }
   void backward() override {}  // a leaf: nothing to push further
-  void clear_grad() override { grad.reset(); }
+  void clear_grad() override {
+    grad.reset();
+    pending_axes = 0;
+  }
 };
 
 // An op's result: its gradient rule, stored as its own type. Not a std::function, whose copying
@@ -83,7 +131,9 @@ struct rule_node final : typed_node<TT> {
   Rule rule;
   explicit rule_node(Rule r) : rule(std::move(r)) {}
   void backward() override {
-    if (this->grad) rule(*this->grad);
+    if (!this->grad) return;
+    this->settle();
+    rule(*this->grad);
   }
 };
 
@@ -114,6 +164,13 @@ void push_grad(const TT& input, const TT& g) {
 template <Tensor TT>
 void push_fresh_grad(const TT& input, TT&& g) {
   if (input.tracks_grad()) input.node()->accumulate_fresh(std::move(g));
+}
+// The same for a fresh g that is this processor's partial sum over axes (a product that
+// contracted dims split over them, not yet allreduced): the input's node reduces it (tape.hpp's
+// first comment).
+template <Tensor TT>
+void push_partial_grad(const TT& input, TT&& g, unsigned axes) {
+  if (input.tracks_grad()) input.node()->accumulate_partial(std::move(g), axes);
 }
 
 }  // namespace detail

@@ -136,6 +136,16 @@ struct step_time {
   double total() const { return kernels + memory + products + communication; }
 };
 
+// "12.345 ms: kernels 1.234, memory 0.567, products 9.876, communication 0.668" (ms).
+inline std::string to_string(const step_time& t) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(3);
+  s << 1e3 * t.total() << " ms: kernels " << 1e3 * t.kernels << ", memory " << 1e3 * t.memory << ", products "
+    << 1e3 * t.products << ", communication " << 1e3 * t.communication;
+  return s.str();
+}
+
 // The predicted time of what a plan recorded, on the calibrated machine.
 inline step_time predict(const plan_report& r, const machine_calibration& c) {
   step_time t;
@@ -192,6 +202,34 @@ inline std::vector<layout_candidate> rank_layouts(std::vector<layout_candidate> 
     return a.report.peak_bytes < b.report.peak_bytes;
   });
   return candidates;
+}
+
+// rank_layouts' result as a table: rank, name, predicted time and its parts (ms), peak MiB per
+// processor, fits.
+inline std::string ranking_table(const std::vector<layout_candidate>& ranked) {
+  std::size_t width = 6;
+  for (const auto& k : ranked) width = std::max(width, k.name.size());
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  const auto cell = [&](auto v, int w, int precision = 3) -> std::ostringstream& {
+    s.width(w);
+    s.precision(precision);
+    s << v << ' ';
+    return s;
+  };
+  s << "rank " << std::string("layout") + std::string(width - 6, ' ')
+    << " predicted_ms kernels_ms  memory_ms products_ms    comm_ms     peak_MiB fits\n";
+  for (std::size_t i = 0; i < ranked.size(); ++i) {
+    const auto& k = ranked[i];
+    cell(i + 1, 4) << k.name << std::string(width - k.name.size(), ' ') << ' ';
+    cell(1e3 * k.time.total(), 12);
+    cell(1e3 * k.time.kernels, 10);
+    cell(1e3 * k.time.memory, 10);
+    cell(1e3 * k.time.products, 11);
+    cell(1e3 * k.time.communication, 10);
+    cell(static_cast<double>(k.report.peak_bytes) / 1048576.0, 12, 1) << (k.fits ? "yes" : "no") << '\n';
+  }
+  return s.str();
 }
 
 // Every layout of Dims on Mesh in which each mesh axis splits one of the dims or none: (D + 1)^A

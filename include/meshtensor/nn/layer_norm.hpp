@@ -55,16 +55,11 @@ X layer_norm_fused(const X& x, const S& scale, const S& bias, typename X::value_
           S ds(x.mesh(), scale.extents(), uninitialized), db(x.mesh(), bias.extents(), uninitialized);
           using C = md::layer_norm_grad_columns<T, Mem>;
           md::for_each_item<Exec>(C::blocks(gs), C{x.view(), g.view(), mean.view(), rstd.view(), ds.view(), db.view(), gs});
-          // The sums over x's other dims: an allreduce over their axes, as reduce_to's.
+          // Partial sums over the axes of x's other dims, for the tape to reduce (with the other
+          // weights' gradients, in a data-parallel step: autodiff/gradient.hpp).
           constexpr unsigned axes = md::axes_mask_of<X, difference_t<typename X::dims, type_list<D>>>();
-          if (bias.tracks_grad()) {
-            md::allreduce_local(db, axes, reduce_op::sum);
-            md::push_fresh_grad(bias, std::move(db));
-          }
-          if (scale.tracks_grad()) {
-            md::allreduce_local(ds, axes, reduce_op::sum);
-            md::push_fresh_grad(scale, std::move(ds));
-          }
+          md::push_partial_grad(bias, std::move(db), axes);
+          md::push_partial_grad(scale, std::move(ds), axes);
         }
       },
       x, scale, bias);

@@ -131,8 +131,17 @@ std::int64_t local_product(const TT& t, type_list<Ds...>) {
   return (std::int64_t{1} * ... * t.local_extents()[index_of_v<Ds, typename TT::dims>]);
 }
 
-// Two operands whose dims all appear in the other operand or the output.
+// The axes that split the dims a product of A and B into OutList contracts: its local results
+// are partial sums over them.
 template <class OutList, Tensor A, Tensor B>
+constexpr unsigned contracted_axes() {
+  return axes_mask_of<A, difference_t<intersection_t<typename A::dims, typename B::dims>, OutList>>();
+}
+
+// Two operands whose dims all appear in the other operand or the output. With sum_partials false,
+// the result is this processor's partial sum over contracted_axes() (gradient rules hand it to
+// the tape, which reduces it once: autodiff/tape.hpp).
+template <class OutList, bool sum_partials = true, Tensor A, Tensor B>
 auto contract(const A& a, const B& b) {
   using Ad = typename A::dims;
   using Bd = typename B::dims;
@@ -181,7 +190,7 @@ auto contract(const A& a, const B& b) {
     batched_gemm<Exec, T>(nb, m, n, k, a_trans, b_trans, av, bv, c.view());
     out = broadcast_local<Out>(c, out_extents);
   }
-  allreduce_local(out, axes_mask_of<A, Kt>(), reduce_op::sum);
+  if constexpr (sum_partials) allreduce_local(out, axes_mask_of<A, Kt>(), reduce_op::sum);
   return out;
 }
 
@@ -203,7 +212,8 @@ constexpr comm_plan einsum_plan() {
 }
 
 // einsum<Out...>(a, b). Gradient: da = einsum<A's dims>(g, b), db = einsum<B's dims>(a, g), after
-// the first-step sums of dims only one operand has.
+// the first-step sums of dims only one operand has; their allreduces are left to the tape, which
+// sums partials over the same axes before reducing them once.
 template <Dim... Out, Tensor A, Tensor B>
 detail::with_dims_t<A, type_list<Out...>> einsum(const A& a, const B& b) {
   meshtensor::detail::plan_op_scope plan_scope("einsum");
@@ -227,8 +237,11 @@ detail::with_dims_t<A, type_list<Out...>> einsum(const A& a, const B& b) {
           out,
           [a, b](const R& g) {
             // Rules call the kernel, not einsum, so no gradient-of-gradient code is instantiated.
-            if (a.tracks_grad()) detail::push_fresh_grad(a, detail::contract<Ad>(g, b));
-            if (b.tracks_grad()) detail::push_fresh_grad(b, detail::contract<Bd>(a, g));
+            // Partial sums over the contracted dims' axes: the tape reduces them (autodiff/tape.hpp).
+            if (a.tracks_grad())
+              detail::push_partial_grad(a, detail::contract<Ad, false>(g, b), detail::contracted_axes<Ad, R, B>());
+            if (b.tracks_grad())
+              detail::push_partial_grad(b, detail::contract<Bd, false>(a, g), detail::contracted_axes<Bd, A, R>());
           },
           a, b);
       return out;

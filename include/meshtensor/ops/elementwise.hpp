@@ -225,11 +225,11 @@ void push_binary_grad(const Op& op, const R& g, const A& a, const B& b, const ty
   if constexpr (unit && std::is_same_v<Op, R>)
     push_grad(op, g);
   else if constexpr (unit)
-    push_fresh_grad(op, reduce_to<Op>(g, reduce_op::sum));
+    push_summed_grad(op, g);
   else if constexpr (std::is_same_v<Op, R>)
     push_fresh_grad(op, map_to<R>(extents, partial{}, g, a, b));
   else
-    push_fresh_grad(op, reduce_to<Op>(map_to<R>(extents, partial{}, g, a, b), reduce_op::sum));
+    push_summed_grad(op, map_to<R>(extents, partial{}, g, a, b));
 }
 }  // namespace detail
 

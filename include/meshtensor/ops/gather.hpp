@@ -124,7 +124,8 @@ auto gather_local(const Table& table, const Idx& ids) {
   return out;
 }
 
-// Gradient kernel: scatter-add g into a zero table slice, then sum over the indices' axes.
+// Gradient kernel: scatter-add g into a zero table slice: a partial sum over the indices' axes,
+// reduced by the tape (autodiff/tape.hpp).
 template <class V, Tensor Table, Tensor Idx, Tensor G>
 Table gather_grad(const Table& table, const Idx& ids, const G& g) {
   using Exec = typename Table::execution_space;
@@ -134,7 +135,6 @@ Table gather_grad(const Table& table, const Idx& ids, const G& g) {
   const gather_rows_fn<typename Table::value_type, typename Idx::value_type, typename Table::memory_space> f{
       tab, ids.view(), g.view(), true, Exec{}.concurrency() > 1};
   if (!detail::skip_kernel()) Kokkos::parallel_for("meshtensor::gather_grad", Kokkos::RangePolicy<Exec>(0, ids.local_size() * tab.outer), f);
-  allreduce_local(gt, axes_mask_of<Idx, typename Idx::dims>(), reduce_op::sum);
   return gt;
 }
 }  // namespace detail
@@ -157,7 +157,11 @@ detail::gather_result_t<V, Table, Idx> gather(const Table& table, const Idx& ids
   Out out = detail::gather_local<V>(table, ids);
   detail::allreduce_local(out, Table::layout_type::template split_of<V>().mask(), reduce_op::sum);
   detail::record<Out>(
-      out, [table, ids](const Out& g) { detail::push_fresh_grad(table, detail::gather_grad<V>(table, ids, g)); }, table);
+      out,
+      [table, ids](const Out& g) {
+        detail::push_partial_grad(table, detail::gather_grad<V>(table, ids, g), detail::axes_mask_of<Idx, typename Idx::dims>());
+      },
+      table);
   return out;
 }
 

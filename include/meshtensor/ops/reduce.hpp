@@ -172,9 +172,16 @@ void reduce_kernel(const Kokkos::View<T*, typename Exec::memory_space>& xv,
   if (!detail::skip_kernel()) Kokkos::parallel_for("meshtensor::reduce", Kokkos::RangePolicy<Exec>(0, (n / f.run) * f.tiles), f);
 }
 
-// Local reduction of x onto Out (Out's dims are a subset of X's), then allreduce over the axes of
-// the removed dims that are split.
+// The axes of the dims that reducing X onto Out removes: a local sum is a partial sum over them.
 template <Tensor Out, Tensor X>
+constexpr unsigned removed_axes() {
+  return axes_mask_of<X, difference_t<typename X::dims, typename Out::dims>>();
+}
+
+// Local reduction of x onto Out (Out's dims are a subset of X's), then allreduce over the axes of
+// the removed dims that are split (with combine false, not: this processor's partial result, for
+// gradient rules that hand partial sums to the tape, autodiff/tape.hpp).
+template <Tensor Out, bool combine = true, Tensor X>
 Out reduce_to(const X& x, reduce_op op) {
   using removed = difference_t<typename X::dims, typename Out::dims>;
   Out out(x.mesh(), result_extents<Out>(x), uninitialized);
@@ -206,8 +213,14 @@ Out reduce_to(const X& x, reduce_op op) {
                                                static_cast<int>(Out::rank), base_stride, red_ext, red_stride, nred,
                                                red_count, op);
   }
-  allreduce_local(out, axes_mask_of<X, removed>(), op);
+  if constexpr (combine) allreduce_local(out, axes_mask_of<X, removed>(), op);
   return out;
+}
+
+// A gradient rule's sum of g onto an input of type X: pushed as a partial sum for the tape to reduce.
+template <Tensor X, Tensor G>
+void push_summed_grad(const X& input, const G& g) {
+  if (input.tracks_grad()) push_partial_grad(input, reduce_to<X, false>(g, reduce_op::sum), removed_axes<X, G>());
 }
 
 // Out (a superset of X's dims) with x repeated along the dims X lacks.
@@ -243,7 +256,7 @@ Out broadcast_to(const X& x, const typename Out::extents_type& extents) {
                                     " in ", X::type_name(), " but ", extents[pos[i]], " in the target ",
                                     Out::type_name()));
   Out out = detail::broadcast_local<Out>(x, extents);
-  detail::record<Out>(out, [x](const Out& g) { detail::push_fresh_grad(x, detail::reduce_to<X>(g, reduce_op::sum)); }, x);
+  detail::record<Out>(out, [x](const Out& g) { detail::push_summed_grad(x, g); }, x);
   return out;
 }
 

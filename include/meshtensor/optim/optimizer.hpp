@@ -65,6 +65,15 @@ class optimizer {
     std::apply([&](auto&... p) { (detail::for_each_tensor(p, [&](auto& t) { visit_one(t, i++, f); }), ...); }, params);
   }
 
+  // The bytes of this processor's slices of the optimizer's state for these params (made first
+  // where no step has run yet, as for_each_state).
+  template <Parameter... Ps>
+  std::int64_t state_bytes(std::tuple<Ps&...> params) {
+    std::int64_t n = 0;
+    for_each_state(params, [&](std::size_t, const char*, const auto& t) { n += local_bytes(t); });
+    return n;
+  }
+
  private:
   Derived& derived() { return static_cast<Derived&>(*this); }
   template <Parameter... Ps>

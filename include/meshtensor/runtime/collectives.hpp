@@ -48,6 +48,18 @@ void allreduce(detail::communicator& c, unsigned axes, T* data, std::int64_t n, 
   MPI_Allreduce(MPI_IN_PLACE, data, detail::checked_count(n), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes));
 }
 
+// allreduce, started: data holds the result once the request returned has completed
+// (MPI_Wait/MPI_Test); MPI_REQUEST_NULL where nothing is sent (a plan, one processor). Counted as
+// an allreduce. Every processor of the group must start its nonblocking collectives in one order.
+template <class T>
+MPI_Request start_allreduce(detail::communicator& c, unsigned axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
+  c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (c.planned() || c.size_over(axes) == 1) return r;
+  MPI_Iallreduce(MPI_IN_PLACE, data, detail::checked_count(n), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes), &r);
+  return r;
+}
+
 // recv holds n elements from each processor along the axes, in sub-communicator rank order
 // (row-major over the axes in mesh order).
 template <class T>

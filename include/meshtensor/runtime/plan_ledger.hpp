@@ -80,6 +80,9 @@ class plan_ledger {
   void set_op(const char* op) { op_ = op; }
   bool backward() const { return backward_; }
   void set_backward(bool b) { backward_ = b; }
+  // A recomputed forward pass in the backward pass (autodiff/recompute.hpp): "op (recompute)".
+  bool recomputing() const { return recomputing_; }
+  void set_recomputing(bool r) { recomputing_ = r; }
 
   // Collectives and FLOPs by op ("einsum", "einsum (backward)", ...).
   void count(const char* kind, unsigned axes, std::int64_t bytes) {
@@ -139,7 +142,7 @@ class plan_ledger {
  private:
   std::string op_label() const {
     const std::string base = op_ ? op_ : "other";
-    return backward_ ? base + " (backward)" : base;
+    return recomputing_ ? base + " (recompute)" : backward_ ? base + " (backward)" : base;
   }
   std::uintptr_t next_ = std::uintptr_t{1} << 44;
   std::map<const void*, std::weak_ptr<void>> claims_;
@@ -149,6 +152,7 @@ class plan_ledger {
   memory_kind kind_ = memory_kind::activations;
   const char* op_ = nullptr;
   bool backward_ = false;
+  bool recomputing_ = false;
   std::map<std::tuple<std::string, std::string, unsigned>, plan_op_record> collectives_;
   std::map<std::string, std::int64_t> flops_;
   std::map<int, std::int64_t> product_flops_;
@@ -203,6 +207,18 @@ class plan_backward_scope {
   plan_backward_scope(const plan_backward_scope&) = delete;
   plan_backward_scope& operator=(const plan_backward_scope&) = delete;
   ~plan_backward_scope() { plan_ledger::get().set_backward(was_); }
+
+ private:
+  bool was_;
+};
+
+// A block's forward pass run again in the backward pass (autodiff/recompute.hpp).
+class plan_recompute_scope {
+ public:
+  plan_recompute_scope() : was_(plan_ledger::get().recomputing()) { plan_ledger::get().set_recomputing(true); }
+  plan_recompute_scope(const plan_recompute_scope&) = delete;
+  plan_recompute_scope& operator=(const plan_recompute_scope&) = delete;
+  ~plan_recompute_scope() { plan_ledger::get().set_recomputing(was_); }
 
  private:
   bool was_;

@@ -136,7 +136,7 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
   typename TT::execution_space{}.fence();  // the zero fill, before the host writes host memory
   auto host = Kokkos::create_mirror_view(t.view());
   detail::copy_box_from_full(t.placement(), m.rank(), full, host.data());
-  if (!detail::skip_kernel()) Kokkos::deep_copy(t.view(), host);
+  Kokkos::deep_copy(t.view(), host);
   return t;
 }
 
@@ -149,7 +149,8 @@ TT scatter(const typename TT::mesh_type& m, const typename TT::extents_type& ext
   auto& comm = m.communicator();
   std::int64_t root_size = static_cast<std::int64_t>(full_on_root.size());
   if (comm.planned()) {
-    detail::check_full_size(t, static_cast<std::size_t>(root_size), "scatter");
+    // The plan may stand for a processor other than the root, which passes an empty span.
+    if (!full_on_root.empty()) detail::check_full_size(t, static_cast<std::size_t>(root_size), "scatter");
     detail::scatter_from_root(comm, t.placement(), full_on_root, root, static_cast<typename TT::value_type*>(nullptr),
                               t.local_size());
     return t;
@@ -159,7 +160,7 @@ TT scatter(const typename TT::mesh_type& m, const typename TT::extents_type& ext
   typename TT::execution_space{}.fence();
   auto host = Kokkos::create_mirror_view(t.view());
   detail::scatter_from_root(comm, t.placement(), full_on_root, root, host.data(), t.local_size());
-  if (!detail::skip_kernel()) Kokkos::deep_copy(t.view(), host);
+  Kokkos::deep_copy(t.view(), host);
   return t;
 }
 

@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "../error.hpp"
@@ -237,5 +238,20 @@ std::size_t tensor_count(const P& p) {
   else return p.size();
 }
 }  // namespace detail
+
+// The bytes of this processor's slices of the params (tensors or vectors of them).
+template <Parameter... Ps>
+std::int64_t local_bytes(const Ps&... params) {
+  std::int64_t n = 0;
+  const auto add = [&](const auto& t) {
+    n += t.local_size() * static_cast<std::int64_t>(sizeof(typename std::remove_cvref_t<decltype(t)>::value_type));
+  };
+  (detail::for_each_tensor(params, add), ...);
+  return n;
+}
+template <Parameter... Ps>
+std::int64_t local_bytes(const std::tuple<Ps&...>& params) {
+  return std::apply([](const auto&... p) { return local_bytes(p...); }, params);
+}
 
 }  // namespace meshtensor

@@ -1,0 +1,103 @@
+#pragma once
+// recompute(block, inputs...): block(inputs...), whose intermediate results are not kept for the
+// backward pass but computed again there (Mesh-TensorFlow's recompute_grad, JAX's checkpoint).
+// Between the forward and the backward pass only the inputs and the result stay alive, so the
+// activation memory of a stack of blocks falls from every intermediate of every block to the
+// blocks' inputs plus one block's intermediates, at the cost of a second forward pass of each block
+// (its kernels and its collectives) in the backward pass.
+//
+// The block may use tensors it does not take as inputs (its weights, captured by reference): their
+// gradients come out as without recompute. It must compute the same thing when run again: dropout
+// is (its mask is a function of seed and step), a block that reads a changing global state is not.
+// Tensors it captures must outlive the gradient() call. Communication: the block's own, twice.
+#include <algorithm>
+#include <functional>
+#include <tuple>
+#include <type_traits>
+#include <unordered_set>
+#include <vector>
+
+#include "tape.hpp"
+
+namespace meshtensor {
+namespace detail {
+
+// The nodes that `from` depends on through nodes made after `after` (the block's own): the first
+// ones made before it (the block's inputs and captured weights), or, with own, the block's nodes.
+inline std::vector<std::shared_ptr<tape_node>> nodes_reached(std::shared_ptr<tape_node> from, std::uint64_t after,
+                                                              bool own) {
+  std::vector<std::shared_ptr<tape_node>> found, stack{std::move(from)};
+  std::unordered_set<tape_node*> seen;
+  while (!stack.empty()) {
+    auto n = std::move(stack.back());
+    stack.pop_back();
+    if (!seen.insert(n.get()).second) continue;
+    const bool is_own = n->id > after;
+    if (is_own)
+      for (auto& p : n->parents) stack.push_back(p);
+    if (is_own == own) found.push_back(std::move(n));
+  }
+  return found;
+}
+
+class recording_scope {
+ public:
+  explicit recording_scope(bool record) : was_(recording_paused()) { recording_paused() = !record; }
+  recording_scope(const recording_scope&) = delete;
+  recording_scope& operator=(const recording_scope&) = delete;
+  ~recording_scope() { recording_paused() = was_; }
+
+ private:
+  bool was_;
+};
+
+// The gradient rule of a recomputed block: run it again with recording on, then push g back
+// through the nodes that run made, which hands their gradients to the block's inputs and weights.
+template <class Block, class... In>
+struct recompute_rule {
+  Block block;
+  std::tuple<In...> inputs;  // kept alive until the backward pass: the only activations stored
+
+  template <Tensor Out>
+  void operator()(const Out& g) const {
+    const std::uint64_t before = last_node_id();
+    Out again = [&] {
+      const recording_scope record(true);
+      const plan_recompute_scope recomputing;
+      const plan_node_scope unnamed(nullptr);  // the block's ops name themselves, as in the forward pass
+      return std::apply(block, inputs);
+    }();
+    if (!again.tracks_grad() || again.node()->id <= before) return;
+    again.node()->accumulate(g);
+    auto own = nodes_reached(again.node(), before, true);
+    std::sort(own.begin(), own.end(), [](const auto& x, const auto& y) { return x->id > y->id; });
+    for (const auto& n : own) {
+      const plan_node_scope op(n->plan_op);
+      n->backward();
+    }
+  }
+};
+
+}  // namespace detail
+
+template <class Block, Tensor... In>
+  requires std::invocable<const Block&, const In&...> && Tensor<std::invoke_result_t<const Block&, const In&...>>
+auto recompute(Block block, const In&... inputs) {
+  using Out = std::invoke_result_t<const Block&, const In&...>;
+  // Not taping (inside a gradient rule, or a block that runs again): nothing to save.
+  if (detail::recording_paused()) return block(inputs...);
+  const std::uint64_t before = detail::last_node_id();
+  Out out = block(inputs...);
+  // Nothing on the tape, or the block returned a tensor it was given: nothing to recompute.
+  if (!out.tracks_grad() || out.node()->id <= before) return out;
+  Out result = out.detached();
+  using rule_type = detail::recompute_rule<Block, In...>;
+  std::shared_ptr<detail::typed_node<Out>> n(static_cast<detail::typed_node<Out>*>(
+      new detail::rule_node<Out, rule_type>(rule_type{std::move(block), std::tuple<In...>(inputs...)})));
+  // Its parents are the nodes the block depends on from outside; its own nodes go with `out`.
+  n->parents = detail::nodes_reached(out.node(), before, false);
+  result.set_node(std::move(n));
+  return result;
+}
+
+}  // namespace meshtensor
