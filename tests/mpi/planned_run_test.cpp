@@ -320,7 +320,7 @@ std::pair<mt::comm_counters, std::vector<float>> projections_backward(const grid
 // A data-parallel MLP step's weight gradients (dense with bias, layer norm, dense): five partial
 // sums over the batch's axes, reduced in buckets.
 template <class L>
-mt::comm_counters mlp_backward(const grid& g) {
+std::pair<mt::comm_counters, std::vector<std::vector<float>>> mlp_backward(const grid& g) {
   auto w1 = mt::random_normal<mt::tensor<float, L, d_model, hidden>>(g, {D, HID}, 1);
   auto b1 = mt::random_normal<mt::tensor<float, L, hidden>>(g, {HID}, 2);
   auto s = mt::random_normal<mt::tensor<float, L, hidden>>(g, {HID}, 3, 1.0, 0.1);
@@ -333,8 +333,11 @@ mt::comm_counters mlp_backward(const grid& g) {
   const auto logits = nn::dense<hidden, classes>(h, w2);
   const auto loss = mt::reduce_sum<batch, classes>(logits * logits);
   g.reset_counters();
-  (void)mt::gradient(loss, w1, b1, s, bb, w2);
-  return g.counters();
+  const auto grads = mt::gradient(loss, w1, b1, s, bb, w2);
+  const mt::comm_counters counted = g.counters();
+  std::vector<std::vector<float>> values;
+  std::apply([&](const auto&... gr) { (values.push_back(mt::gather_all(gr)), ...); }, grads);
+  return {counted, values};
 }
 }  // namespace
 
@@ -358,22 +361,30 @@ TEST_CASE("gradients' allreduces: partials over the same axes summed first, weig
   {
     using L = mt::layout<grid, mt::split<batch, r_, c_>>;
     const std::int64_t weights = (D * HID + 3 * HID + HID * C) * 4;
-    const auto previous = mt::gradient_bucket_bytes();
-    const auto counted = mlp_backward<L>(g);
+    const mt::gradient_reduction defaults = mt::gradient_reduction_settings();
+    const auto [counted, grads] = mlp_backward<L>(g);
     INFO(describe(counted, g));
     REQUIRE(counted.size() == 1);
     CHECK(counted.at({mt::collective::allreduce, both}).calls == 1);
     CHECK(counted.at({mt::collective::allreduce, both}).bytes == weights);
-    CHECK(mlp_backward<L>(grid::planned(g.sizes(), coords)) == counted);
+    CHECK(mlp_backward<L>(grid::planned(g.sizes(), coords)).first == counted);
+    const auto calls_with = [&](mt::gradient_reduction r) {
+      mt::set_gradient_reduction(r);
+      const auto [c, gs] = mlp_backward<L>(g);
+      mt::set_gradient_reduction(defaults);
+      for (std::size_t i = 0; i < gs.size(); ++i) require_close(gs[i], grads[i], 1e-6);  // the same sums
+      CHECK(c.at({mt::collective::allreduce, both}).bytes == weights);
+      return c.at({mt::collective::allreduce, both}).calls;
+    };
     // Buckets of at most w1's bytes: w1 alone, then b1, s, bb (3 x HID floats) together, then w2.
-    mt::set_gradient_bucket_bytes(D * HID * 4);
-    const auto small = mlp_backward<L>(g);
-    mt::set_gradient_bucket_bytes(0);  // each alone
-    const auto single = mlp_backward<L>(g);
-    mt::set_gradient_bucket_bytes(previous);
-    CHECK(small.at({mt::collective::allreduce, both}).calls == 3);
-    CHECK(small.at({mt::collective::allreduce, both}).bytes == weights);
-    CHECK(single.at({mt::collective::allreduce, both}).calls == 5);
-    CHECK_THROWS_WITH(mt::set_gradient_bucket_bytes(-1), Catch::Matchers::ContainsSubstring("-1 bytes is negative"));
+    CHECK(calls_with({.bucket_bytes = D * HID * 4}) == 3);
+    CHECK(calls_with({.bucket_bytes = 0}) == 5);  // each alone
+    // w1 and w2 (at least HID x C floats) in place, alone; b1, s, bb in one bucket.
+    CHECK(calls_with({.in_place_bytes = HID * C * 4}) == 3);
+    // Nonblocking, overlapping the backward pass: the same calls and sums.
+    CHECK(calls_with({.overlap = true}) == 1);
+    CHECK(calls_with({.in_place_bytes = 0, .overlap = true}) == 5);
+    CHECK_THROWS_WITH(mt::set_gradient_reduction({.bucket_bytes = -1}),
+                      Catch::Matchers::ContainsSubstring("bucket_bytes -1 must not be negative"));
   }
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <tuple>
 #include <unordered_set>
@@ -16,33 +17,50 @@
 #include "tape.hpp"
 
 namespace meshtensor {
+// How gradient() reduces the weight gradients that are still partial sums (docs/ops.md,
+// "Autodiff"; docs/performance.md has the measurements behind the defaults). Must be the same on
+// every processor.
+struct gradient_reduction {
+  // Gradients of at least this many bytes are reduced alone, in place, as soon as they are final:
+  // copying them into a bucket and back costs more than the call it saves.
+  std::int64_t in_place_bytes = std::int64_t{64} << 10;
+  // Smaller ones are copied into buckets of up to this many bytes, one allreduce per bucket
+  // (MESHTENSOR_GRADIENT_BUCKET_MB). 0: each alone.
+  std::int64_t bucket_bytes = std::int64_t{32} << 20;
+  // MPI_Iallreduce, progressed while the backward pass goes on, instead of MPI_Allreduce
+  // (MESHTENSOR_GRADIENT_OVERLAP=1). Off by default: on the machine measured, Open MPI's
+  // nonblocking allreduce cost more than the overlap saved.
+  bool overlap = false;
+};
+
 namespace detail {
-inline std::int64_t& gradient_bucket_setting() {
-  static std::int64_t bytes = [] {
-    const char* v = std::getenv("MESHTENSOR_GRADIENT_BUCKET_MB");
-    const double mb = v && *v ? std::atof(v) : 32.0;
-    return static_cast<std::int64_t>(std::max(mb, 0.0) * 1048576.0);
+inline gradient_reduction& gradient_reduction_setting() {
+  static gradient_reduction r = [] {
+    gradient_reduction d;
+    if (const char* v = std::getenv("MESHTENSOR_GRADIENT_BUCKET_MB"); v && *v)
+      d.bucket_bytes = static_cast<std::int64_t>(std::max(std::atof(v), 0.0) * 1048576.0);
+    if (const char* v = std::getenv("MESHTENSOR_GRADIENT_OVERLAP"); v && *v) d.overlap = std::string(v) != "0";
+    return d;
   }();
-  return bytes;
+  return r;
 }
 }  // namespace detail
 
-// The most bytes of weight gradients that gradient() reduces in one allreduce (a bucket); 0 reduces
-// each alone. Default 32 MiB, or MESHTENSOR_GRADIENT_BUCKET_MB; docs/performance.md has the
-// measurement behind it. Must be the same on every processor.
-inline std::int64_t gradient_bucket_bytes() { return detail::gradient_bucket_setting(); }
-inline void set_gradient_bucket_bytes(std::int64_t bytes) {
-  if (bytes < 0) throw error(detail::cat("set_gradient_bucket_bytes: ", bytes, " bytes is negative"));
-  detail::gradient_bucket_setting() = bytes;
+inline const gradient_reduction& gradient_reduction_settings() { return detail::gradient_reduction_setting(); }
+inline void set_gradient_reduction(const gradient_reduction& r) {
+  if (r.in_place_bytes < 0 || r.bucket_bytes < 0)
+    throw error(detail::cat("set_gradient_reduction: in_place_bytes ", r.in_place_bytes, " and bucket_bytes ",
+                            r.bucket_bytes, " must not be negative"));
+  detail::gradient_reduction_setting() = r;
 }
 
 namespace detail {
 
 // The params' gradients that are still partial sums (in a data-parallel step: over the batch's
-// axes), reduced together: each param joins a bucket as soon as its gradient is final, and a
-// bucket's allreduce (MPI_Iallreduce: one per (axes, up to gradient_bucket_bytes())) starts once
-// it is full, while the backward pass goes on; finish() waits for them and copies the sums back.
-// Gradients of another element type or space than T and Exec are reduced one by one.
+// axes), reduced as gradient_reduction says: each param is added as soon as its gradient is final;
+// a large one is reduced at once, in place, small ones once their bucket (per axes) is full;
+// finish() reduces what is left, waits for nonblocking ones and copies the sums back. Gradients of
+// another element type or space than T and Exec are reduced one by one.
 template <class T, class Exec>
 class gradient_buckets {
  public:
@@ -64,12 +82,20 @@ class gradient_buckets {
       const std::pair<communicator*, unsigned> key{&mesh.communicator(), n.pending_axes};
       n.pending_axes = 0;  // its sum arrives in finish(), before gradient() reads it
       const view_type v = n.grad->view();
-      auto& b = open_[key];
       const auto bytes = [](std::int64_t elements) { return elements * static_cast<std::int64_t>(sizeof(T)); };
-      if (!b.views.empty() && bytes(b.n + static_cast<std::int64_t>(v.extent(0))) > gradient_bucket_bytes()) start(b, key);
+      const std::int64_t len = static_cast<std::int64_t>(v.extent(0));
+      if (bytes(len) >= settings_.in_place_bytes) {
+        bucket alone;
+        alone.views.push_back(v);
+        alone.n = len;
+        start(alone, key);
+        return;
+      }
+      auto& b = open_[key];
+      if (!b.views.empty() && bytes(b.n + len) > settings_.bucket_bytes) start(b, key);
       b.views.push_back(v);
-      b.n += static_cast<std::int64_t>(v.extent(0));
-      if (bytes(b.n) >= gradient_bucket_bytes()) start(b, key);
+      b.n += len;
+      if (bytes(b.n) >= settings_.bucket_bytes) start(b, key);
     } else {
       n.settle();
     }
@@ -131,11 +157,16 @@ class gradient_buckets {
       copy_parts(b, [](const auto& part, const view_type& v) { Kokkos::deep_copy(Exec{}, part, v); });
       b.buffer = buffer_type::reading(b.packed);  // waits for the copies
     }
-    b.request = start_allreduce(*key.first, key.second, b.buffer->data(), b.n);
+    if (settings_.overlap) {
+      b.request = start_allreduce(*key.first, key.second, b.buffer->data(), b.n);
+    } else {
+      allreduce(*key.first, key.second, b.buffer->data(), b.n);
+    }
     started_.push_back(std::move(b));
     b = bucket{};
   }
 
+  const gradient_reduction settings_ = gradient_reduction_settings();
   std::map<std::pair<communicator*, unsigned>, bucket> open_;
   std::vector<bucket> started_;
 };
