@@ -145,6 +145,9 @@ void check_planned_equals_real(const grid& g, Step step) {
   CHECK(planned.param_bytes == real.param_bytes);
   CHECK(report.bytes_of(mt::memory_kind::parameters) == real.param_bytes);
   CHECK(report.bytes_of(mt::memory_kind::optimizer_state) == real.state_bytes);
+  // The gradients gradient() handed out (the tape's own, allocated in the backward pass) count as
+  // gradients: one per param, alive when the report is taken.
+  CHECK(report.bytes_of(mt::memory_kind::gradients) == real.param_bytes);
   CHECK(report.peak_bytes >= real.param_bytes + real.state_bytes);
 }
 }  // namespace

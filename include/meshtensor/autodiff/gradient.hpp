@@ -237,13 +237,18 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
   }
 
   const plan_kind_scope as_gradients(memory_kind::gradients);
-  const auto gradient_of = [](const auto& t) {
+  // A node's gradient shares its memory with nothing else (tape.hpp: pushes copy, or take over a
+  // fresh result), so it is handed out as it is, not copied: one copy of every gradient less at
+  // the peak. A param given twice gets a copy the second time.
+  std::unordered_set<const detail::tape_node*> handed_out;
+  const auto gradient_of = [&](const auto& t) {
     using TT = std::remove_cvref_t<decltype(t)>;
-    if (t.tracks_grad() && t.node()->grad) {
-      t.node()->settle();  // reduced by the buckets already; kept for a node reached twice
-      return detail::clone(*t.node()->grad);
-    }
-    return TT(t.mesh(), t.extents());
+    if (!t.tracks_grad() || !t.node()->grad) return TT(t.mesh(), t.extents());
+    t.node()->settle();  // reduced by the buckets already, unless of another kind than the loss
+    if (!handed_out.insert(t.node().get()).second) return detail::clone(*t.node()->grad);
+    TT g = *t.node()->grad;
+    if (detail::planning()) detail::plan_ledger::get().reclassify(g.view().data(), memory_kind::gradients);
+    return g;
   };
   const auto gradients_of = [&](const auto& p) {
     using P = std::remove_cvref_t<decltype(p)>;

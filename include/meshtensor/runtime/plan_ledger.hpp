@@ -57,20 +57,31 @@ class plan_ledger {
   std::shared_ptr<void> claim(const void* a, std::int64_t bytes) {
     auto& slot = claims_[a];
     if (auto live = slot.lock()) return live;
-    const auto kind = kind_;
-    live_[static_cast<int>(kind)] += bytes;
+    live_[static_cast<int>(kind_)] += bytes;
     total_live_ += bytes;
     if (total_live_ > peak_total_) {
       peak_total_ = total_live_;
       at_peak_ = live_;
     }
-    std::shared_ptr<void> token(nullptr, [this, a, bytes, kind](void*) {
-      live_[static_cast<int>(kind)] -= bytes;
-      total_live_ -= bytes;
+    std::shared_ptr<claim_record> token(new claim_record{bytes, kind_}, [this, a](claim_record* r) {
+      live_[static_cast<int>(r->kind)] -= r->bytes;
+      total_live_ -= r->bytes;
       claims_.erase(a);
+      delete r;
     });
     slot = token;
     return token;
+  }
+  // The memory at address a now holds kind k (a gradient handed out by gradient() was allocated
+  // in the backward pass, as an activation).
+  void reclassify(const void* a, memory_kind k) {
+    const auto c = claims_.find(a);
+    if (c == claims_.end()) return;
+    if (const auto r = c->second.lock()) {
+      live_[static_cast<int>(r->kind)] -= r->bytes;
+      live_[static_cast<int>(k)] += r->bytes;
+      r->kind = k;
+    }
   }
 
   memory_kind kind() const { return kind_; }
@@ -145,7 +156,11 @@ class plan_ledger {
     return recomputing_ ? base + " (recompute)" : backward_ ? base + " (backward)" : base;
   }
   std::uintptr_t next_ = std::uintptr_t{1} << 44;
-  std::map<const void*, std::weak_ptr<void>> claims_;
+  struct claim_record {
+    std::int64_t bytes;
+    memory_kind kind;
+  };
+  std::map<const void*, std::weak_ptr<claim_record>> claims_;
   kind_bytes live_{}, at_peak_{};
   std::int64_t total_live_ = 0, peak_total_ = 0;
   std::int64_t kernels_ = 0, allocated_bytes_ = 0, optimizer_bytes_ = 0, host_bytes_ = 0;
