@@ -11,6 +11,7 @@
 // is (its mask is a function of seed and step), a block that reads a changing global state is not.
 // Tensors it captures must outlive the gradient() call. Communication: the block's own, twice.
 #include <algorithm>
+#include <concepts>
 #include <functional>
 #include <tuple>
 #include <type_traits>
