@@ -203,7 +203,7 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
     pause() { detail::recording_paused() = true; }
     ~pause() { detail::recording_paused() = was; }
   } paused;
-  const detail::plan_backward_scope backward;  // a plan's report names these ops "(backward)"
+  const detail::plan_phase_scope backward(detail::plan_phase::backward);  // a plan's report: "op (backward)"
   loss.node()->accumulate(full<Loss>(loss.mesh(), {}, typename Loss::value_type(1)));
   // A param's gradient is final once every node that uses it has run: then it joins a bucket
   // (above), whose allreduce overlaps the rest of the backward pass.

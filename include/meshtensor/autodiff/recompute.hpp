@@ -64,7 +64,7 @@ struct recompute_rule {
     const std::uint64_t before = last_node_id();
     Out again = [&] {
       const recording_scope record(true);
-      const plan_recompute_scope recomputing;
+      const plan_phase_scope recomputing(plan_phase::recompute);
       const plan_node_scope unnamed(nullptr);  // the block's ops name themselves, as in the forward pass
       return std::apply(block, inputs);
     }();

@@ -15,8 +15,7 @@
 #include <optional>
 #include <vector>
 
-#include "../runtime/collectives.hpp"
-#include "../tensor/mpi_buffer.hpp"
+#include "../ops/detail/allreduce_local.hpp"
 #include "../tensor/tensor.hpp"
 
 namespace meshtensor {
@@ -60,16 +59,6 @@ void accumulate_kernel(const V& acc, const V& add) {
                        KOKKOS_LAMBDA(std::int64_t i) { acc(i) += add(i); });
 }
 
-// In place: t becomes the sum of its values over the processors along the axes.
-template <Tensor TT>
-void sum_over_axes(TT& t, unsigned axes) {
-  if (axes == 0) return;
-  using buffer = mpi_buffer<typename TT::execution_space, typename TT::value_type>;
-  const auto b = buffer::reading(t.view());
-  allreduce(t.mesh().communicator(), axes, b.data(), t.local_size());
-  b.copy_into(t.view());
-}
-
 template <class TT>
 struct typed_node : tape_node {
   std::optional<TT> grad;
@@ -103,14 +92,14 @@ struct typed_node : tape_node {
     }
     if (pending_axes != axes) {
       settle();
-      sum_over_axes(g, axes);
+      allreduce_local(g, axes, reduce_op::sum);
     }
     add_in_place(g);
   }
   // Reduces a pending partial sum: grad is then the gradient on every processor.
   void settle() {
     if (!pending_axes || !grad) return;
-    sum_over_axes(*grad, pending_axes);
+    allreduce_local(*grad, pending_axes, reduce_op::sum);
     pending_axes = 0;
   }
   void add_in_place(const TT& g) {

@@ -12,6 +12,7 @@
 #include "../runtime/collectives.hpp"
 #include "../runtime/nan_ops.hpp"
 #include "../tensor/mpi_buffer.hpp"
+#include "detail/allreduce_local.hpp"
 #include "detail/kernels.hpp"
 #include "detail/map_kernel.hpp"
 #include "detail/rows.hpp"
@@ -32,17 +33,6 @@ struct broadcast_target_lacks_dims {
 
 namespace detail {
 
-// Allreduce of a tensor's local slice over the given axes, in place. Max and min propagate NaN
-// (not MPI_MAX / MPI_MIN, whose NaN handling is implementation-defined) with a reduction function
-// that runs on the host, so their buffer is host memory even with a device-aware MPI.
-template <Tensor TT>
-void allreduce_local(TT& t, unsigned axes, reduce_op op) {
-  if (axes == 0) return;
-  using buffer = mpi_buffer<typename TT::execution_space, typename TT::value_type>;
-  const auto b = buffer::reading(t.view(), op == reduce_op::sum ? mpi_use::transfer : mpi_use::host_access);
-  nan_propagating_allreduce(t.mesh().communicator(), axes, b.data(), t.local_size(), op);
-  b.copy_into(t.view());
-}
 
 // The local reduction, on a host: one work item per tile (up to tile_len outputs) of a run of the
 // output's last dim (on a GPU a tile is one output, so that neighbouring threads take neighbouring

@@ -32,6 +32,10 @@ inline const char* to_string(memory_kind k) {
 
 namespace detail {
 
+// What a planned op belongs to: the forward pass, the backward pass, or a block's forward pass
+// run again in the backward pass (autodiff/recompute.hpp).
+enum class plan_phase { forward, backward, recompute };
+
 struct plan_op_record {
   std::int64_t calls = 0;
   std::int64_t bytes = 0;
@@ -89,11 +93,8 @@ class plan_ledger {
   // The op being run (a string literal, or null), to which collectives and FLOPs are credited.
   const char* op() const { return op_; }
   void set_op(const char* op) { op_ = op; }
-  bool backward() const { return backward_; }
-  void set_backward(bool b) { backward_ = b; }
-  // A recomputed forward pass in the backward pass (autodiff/recompute.hpp): "op (recompute)".
-  bool recomputing() const { return recomputing_; }
-  void set_recomputing(bool r) { recomputing_ = r; }
+  plan_phase phase() const { return phase_; }
+  void set_phase(plan_phase p) { phase_ = p; }
 
   // Collectives and FLOPs by op ("einsum", "einsum (backward)", ...).
   void count(const char* kind, unsigned axes, std::int64_t bytes) {
@@ -153,7 +154,11 @@ class plan_ledger {
  private:
   std::string op_label() const {
     const std::string base = op_ ? op_ : "other";
-    return recomputing_ ? base + " (recompute)" : backward_ ? base + " (backward)" : base;
+    switch (phase_) {
+      case plan_phase::backward: return base + " (backward)";
+      case plan_phase::recompute: return base + " (recompute)";
+      default: return base;
+    }
   }
   std::uintptr_t next_ = std::uintptr_t{1} << 44;
   struct claim_record {
@@ -166,8 +171,7 @@ class plan_ledger {
   std::int64_t kernels_ = 0, allocated_bytes_ = 0, optimizer_bytes_ = 0, host_bytes_ = 0;
   memory_kind kind_ = memory_kind::activations;
   const char* op_ = nullptr;
-  bool backward_ = false;
-  bool recomputing_ = false;
+  plan_phase phase_ = plan_phase::forward;
   std::map<std::tuple<std::string, std::string, unsigned>, plan_op_record> collectives_;
   std::map<std::string, std::int64_t> flops_;
   std::map<int, std::int64_t> product_flops_;
@@ -216,27 +220,17 @@ class plan_node_scope {
   const char* was_;
 };
 
-class plan_backward_scope {
+// Ops run inside are reported as "op (backward)" or "op (recompute)" (autodiff/gradient.hpp,
+// autodiff/recompute.hpp).
+class plan_phase_scope {
  public:
-  plan_backward_scope() : was_(plan_ledger::get().backward()) { plan_ledger::get().set_backward(true); }
-  plan_backward_scope(const plan_backward_scope&) = delete;
-  plan_backward_scope& operator=(const plan_backward_scope&) = delete;
-  ~plan_backward_scope() { plan_ledger::get().set_backward(was_); }
+  explicit plan_phase_scope(plan_phase p) : was_(plan_ledger::get().phase()) { plan_ledger::get().set_phase(p); }
+  plan_phase_scope(const plan_phase_scope&) = delete;
+  plan_phase_scope& operator=(const plan_phase_scope&) = delete;
+  ~plan_phase_scope() { plan_ledger::get().set_phase(was_); }
 
  private:
-  bool was_;
-};
-
-// A block's forward pass run again in the backward pass (autodiff/recompute.hpp).
-class plan_recompute_scope {
- public:
-  plan_recompute_scope() : was_(plan_ledger::get().recomputing()) { plan_ledger::get().set_recomputing(true); }
-  plan_recompute_scope(const plan_recompute_scope&) = delete;
-  plan_recompute_scope& operator=(const plan_recompute_scope&) = delete;
-  ~plan_recompute_scope() { plan_ledger::get().set_recomputing(was_); }
-
- private:
-  bool was_;
+  plan_phase was_;
 };
 
 }  // namespace detail
