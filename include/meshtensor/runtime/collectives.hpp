@@ -145,6 +145,23 @@ void shift(detail::communicator& c, int axis, const T* send, T* recv, std::int64
                detail::mpi_type<T>(), from, 0, sub, MPI_STATUS_IGNORE);
 }
 
+// Along one mesh axis, without wrap, with counts that differ per processor (windows near uneven
+// parts): sends send_n elements to coordinate + step and receives recv_n from coordinate - step.
+// The caller computes both counts from the placement, so each sender's count is its receiver's.
+// Counted as a shift of the bytes sent.
+template <class T>
+void shift_v(detail::communicator& c, int axis, const T* send, std::int64_t send_n, T* recv, std::int64_t recv_n,
+             int step) {
+  const unsigned axes = 1u << axis;
+  c.count(collective::shift, axes, send_n * static_cast<std::int64_t>(sizeof(T)));
+  if (c.planned()) return;
+  const int size = c.sizes()[axis], me = c.coords()[axis];
+  const int to = me + step >= 0 && me + step < size ? me + step : MPI_PROC_NULL;
+  const int from = me - step >= 0 && me - step < size ? me - step : MPI_PROC_NULL;
+  MPI_Sendrecv(send, detail::checked_count(send_n), detail::mpi_type<T>(), to, 0, recv, detail::checked_count(recv_n),
+               detail::mpi_type<T>(), from, 0, c.over(axes), MPI_STATUS_IGNORE);
+}
+
 // Exclusive prefix reduction in sub-communicator rank order (row-major over the axes in mesh
 // order): sub-rank r receives op over the send buffers of sub-ranks 0..r-1; sub-rank 0 receives
 // zeros (T{}).

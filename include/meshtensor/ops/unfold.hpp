@@ -1,0 +1,538 @@
+#pragma once
+// unfold<spatial<D, K>...>(x, window...): the sliding windows of a kernel over the spatial dims D,
+// each window's taps along a new dim K (im2col, by name). fold<spatial<D, K>...>(cols, extents,
+// window...) is its adjoint: every tap added back onto the element it was read from (col2im). A
+// convolution is unfold followed by einsum, a pool unfold followed by a reduction (nn/conv.hpp).
+// Communication, per spatial dim D in order (halos of later dims then carry the corners):
+//  - D not split: none.
+//  - D split over one axis, and no window reaching past a neighbour's part: two `shift`s along
+//    that axis, one per side, each of exactly the elements the neighbour's windows read (its
+//    halo: a function of kernel size, stride, dilation, padding and the uneven parts).
+//  - Otherwise (D split over several axes, or a halo wider than a neighbour's part): one
+//    allgather of D over its axes. Correct, and visible in the plan (unfold_plan vs
+//    unfold_gather_plan).
+// fold and unfold's gradient send the same halos back and add them where they came from (an
+// allreduce where unfold allgathered).
+#include <Kokkos_Core.hpp>
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+#include <tuple>
+#include <utility>
+
+#include "../layout/plan.hpp"
+#include "../runtime/collectives.hpp"
+#include "detail/along.hpp"
+#include "detail/kernels.hpp"
+
+namespace meshtensor {
+
+enum class padding {
+  valid,  // windows lie inside the extent: extent - span + 1 positions (span: (size-1)*dilation+1)
+  same,   // ceil(extent / stride) positions, padded as TensorFlow does (the odd element at the end)
+};
+
+// A kernel's window along one spatial dim.
+struct window {
+  std::int64_t size = 1;
+  std::int64_t stride = 1;
+  std::int64_t dilation = 1;
+  padding pad = padding::valid;
+};
+
+// Spatial dim D of the input, and K: the dim of a window's taps in unfold's result.
+template <Dim D, Dim K>
+struct spatial {
+  using dim = D;
+  using window_dim = K;
+};
+
+namespace diagnostic {
+template <class D>
+struct unfold_spatial_dim_not_in_input {
+  static_assert(sizeof(D) == 0, "meshtensor: unfold/fold: a spatial dim is not a dim of the input");
+};
+template <class K>
+struct unfold_window_dim_already_in_input {
+  static_assert(sizeof(K) == 0, "meshtensor: unfold: a window dim is already a dim of the input");
+};
+template <class K>
+struct unfold_window_dim_split {
+  static_assert(sizeof(K) == 0,
+                "meshtensor: unfold/fold: a window dim is split by the layout; windows are a few taps: keep "
+                "the window dim whole");
+};
+}  // namespace diagnostic
+
+namespace detail {
+
+template <class>
+using window_for = window;
+
+template <class S>
+struct is_spatial : std::false_type {};
+template <class D, class K>
+struct is_spatial<spatial<D, K>> : std::true_type {};
+
+// The input: cols without the window dims; unfold's result: x's dims then the window dims.
+template <Tensor Cols, class... S>
+using folded_t = with_dims_t<Cols, difference_t<typename Cols::dims, type_list<typename S::window_dim...>>>;
+template <Tensor X, class... S>
+using unfolded_t = with_dims_t<X, union_t<typename X::dims, type_list<typename S::window_dim...>>>;
+
+template <Tensor X, class S>
+constexpr bool check_spatial() {
+  static_assert(is_spatial<S>::value, "meshtensor: unfold/fold take spatial<D, K> pairs: spatial dim, window dim");
+  if constexpr (!contains_v<typename S::dim, typename X::dims>)
+    (void)diagnostic::unfold_spatial_dim_not_in_input<typename S::dim>{};
+  else if constexpr (contains_v<typename S::window_dim, typename X::dims>)
+    (void)diagnostic::unfold_window_dim_already_in_input<typename S::window_dim>{};
+  else if constexpr (X::layout_type::template split_of<typename S::window_dim>().count != 0)
+    (void)diagnostic::unfold_window_dim_split<typename S::window_dim>{};
+  return true;
+}
+
+// One window's positions along a dim of the given extent: output o, tap k reads input
+// o * stride - pad_lo + k * dilation (outside [0, extent): the fill value).
+struct window_geometry {
+  std::int64_t extent = 0, out = 0, size = 1, stride = 1, dilation = 1, pad_lo = 0;
+
+  // The input [lo, hi) read by outputs [ob, oe), within [0, extent); empty when no output is.
+  std::pair<std::int64_t, std::int64_t> reads(std::int64_t ob, std::int64_t oe) const {
+    if (oe <= ob) return {0, 0};
+    const std::int64_t lo = std::max<std::int64_t>(0, ob * stride - pad_lo);
+    const std::int64_t hi = std::min(extent, (oe - 1) * stride - pad_lo + (size - 1) * dilation + 1);
+    return {lo, std::max(lo, hi)};
+  }
+};
+
+inline window_geometry geometry_of(const char* op, std::string_view dim, std::int64_t extent, const window& w) {
+  if (w.size < 1 || w.stride < 1 || w.dilation < 1)
+    throw shape_error(cat(op, ": the window along dim '", dim, "' needs size, stride and dilation of at least 1 (got size ",
+                          w.size, ", stride ", w.stride, ", dilation ", w.dilation, ")"));
+  window_geometry g{extent, 0, w.size, w.stride, w.dilation, 0};
+  const std::int64_t span = (w.size - 1) * w.dilation + 1;
+  if (w.pad == padding::valid) {
+    if (extent < span)
+      throw shape_error(cat(op, ": a window spanning ", span, " elements (size ", w.size, ", dilation ", w.dilation,
+                            ") does not fit dim '", dim, "' of extent ", extent, " with padding valid"));
+    g.out = (extent - span) / w.stride + 1;
+  } else {
+    g.out = (extent + w.stride - 1) / w.stride;
+    g.pad_lo = std::max<std::int64_t>(0, (g.out - 1) * w.stride + span - extent) / 2;
+  }
+  return g;
+}
+
+enum class halo_path { local, neighbours, gather };
+
+// How one spatial dim's halo moves on this processor, decided from the placement (the same on all).
+struct halo_dim {
+  halo_path path = halo_path::local;
+  std::size_t index = 0;  // position of D in the input
+  dim_split split{};
+  window_geometry geo;
+  std::int64_t own_lo = 0, own_hi = 0;    // this processor's part of D's input
+  std::int64_t out_lo = 0, out_hi = 0;    // its part of the output
+  std::int64_t need_lo = 0, need_hi = 0;  // the input its windows read
+  // Neighbours path: halo elements received from the left and right neighbours, and sent to them
+  // (the elements their windows read here), with where the sent ones start (global index).
+  std::int64_t from_left = 0, from_right = 0, to_left = 0, to_right = 0;
+  std::int64_t to_left_at = 0, to_right_at = 0;
+  // D's range in the working buffer once this dim's halo is in: [buf_lo, buf_hi).
+  std::int64_t buf_lo = 0, buf_hi = 0;
+};
+
+// The halo plan of every spatial dim of an input with these extents under X's layout.
+template <Tensor X, class... S>
+std::array<halo_dim, sizeof...(S)> plan_halos(const char* op, const typename X::mesh_type& mesh,
+                                              const typename X::extents_type& extents,
+                                              const std::array<window, sizeof...(S)>& windows) {
+  constexpr std::array<std::size_t, sizeof...(S)> index{X::template index_of<typename S::dim>()...};
+  constexpr std::array<dim_split, sizeof...(S)> splits{X::layout_type::template split_of<typename S::dim>()...};
+  constexpr std::array<std::string_view, sizeof...(S)> names{S::dim::name()...};
+  std::array<halo_dim, sizeof...(S)> plan{};
+  auto& comm = mesh.communicator();
+  for (std::size_t j = 0; j < sizeof...(S); ++j) {
+    halo_dim& h = plan[j];
+    h.index = index[j];
+    h.split = splits[j];
+    h.geo = geometry_of(op, names[j], extents[h.index], windows[j]);
+    const placement<1> in({h.split}, comm.shape(), {h.geo.extent}), out({h.split}, comm.shape(), {h.geo.out});
+    const std::int64_t parts = in.parts(0);
+    auto own = [&](std::int64_t q) { return std::pair{in.part_offset(0, q), in.part_offset(0, q) + in.part_extent(0, q)}; };
+    auto need = [&](std::int64_t q) {
+      return h.geo.reads(out.part_offset(0, q), out.part_offset(0, q) + out.part_extent(0, q));
+    };
+    // Elements part q reads from the part before it, and from the part after it.
+    auto left_of = [&](std::int64_t q) { return std::max<std::int64_t>(0, std::min(need(q).second, own(q).first) - need(q).first); };
+    auto right_of = [&](std::int64_t q) {
+      return std::max<std::int64_t>(0, need(q).second - std::max(need(q).first, own(q).second));
+    };
+    const std::int64_t me = my_part(comm, h.split);
+    std::tie(h.own_lo, h.own_hi) = own(me);
+    h.out_lo = out.part_offset(0, me);
+    h.out_hi = h.out_lo + out.part_extent(0, me);
+    std::tie(h.need_lo, h.need_hi) = need(me);
+    if (h.split.count == 0) {
+      h.buf_lo = 0;
+      h.buf_hi = h.geo.extent;
+      continue;
+    }
+    bool near = h.split.count == 1;
+    for (std::int64_t q = 0; near && q < parts; ++q)
+      near = (left_of(q) == 0 || need(q).first >= own(q - 1).first) &&
+             (right_of(q) == 0 || need(q).second <= own(q + 1).second);
+    if (!near) {
+      h.path = halo_path::gather;
+      h.buf_lo = 0;
+      h.buf_hi = h.geo.extent;
+      continue;
+    }
+    h.path = halo_path::neighbours;
+    h.from_left = left_of(me);
+    h.from_right = right_of(me);
+    if (me + 1 < parts) {
+      h.to_right = left_of(me + 1);
+      h.to_right_at = need(me + 1).first;
+    }
+    if (me > 0) {
+      h.to_left = right_of(me - 1);
+      h.to_left_at = std::max(need(me - 1).first, own(me - 1).second);
+    }
+    h.buf_lo = h.need_lo;
+    h.buf_hi = h.need_hi;
+  }
+  return plan;
+}
+
+// An input's local data with halos: row-major over ext, element l along dim d at global begin[d] + l.
+template <class T, class Mem, std::size_t R>
+struct halo_buffer {
+  Kokkos::View<T*, Mem> v;
+  std::array<std::int64_t, R> ext{}, begin{};
+};
+
+// Brings dim h's halo into b (forward: unfold).
+template <class Exec, class T, std::size_t R>
+void take_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space, R>& b, const halo_dim& h) {
+  using View = Kokkos::View<T*, typename Exec::memory_space>;
+  if (h.path == halo_path::local) return;
+  // Plain copies: a device lambda captures no structured binding under nvcc.
+  const auto around = outer_inner<R>(b.ext, h.index);
+  const std::int64_t outer = around.first, inner = around.second;
+  const along_view<View> cur{b.v, outer, b.ext[h.index], inner, b.begin[h.index]};
+  if (h.path == halo_path::gather) {
+    b.v = allgather_along<Exec>(comm, h.split, b.v, outer, cur.n, inner, h.geo.extent);
+  } else {
+    using buffer = mpi_buffer<Exec, T>;
+    const int axis = h.split.axes[0];
+    const auto right = buffer::reading(pack_along<Exec>(cur, h.to_right_at - h.own_lo, h.to_right));
+    const auto left = buffer::reading(pack_along<Exec>(cur, h.to_left_at - h.own_lo, h.to_left));
+    const auto got_left = buffer::writing(static_cast<std::size_t>(outer * h.from_left * inner));
+    const auto got_right = buffer::writing(static_cast<std::size_t>(outer * h.from_right * inner));
+    shift_v(comm, axis, right.data(), outer * h.to_right * inner, got_left.data(), outer * h.from_left * inner, 1);
+    shift_v(comm, axis, left.data(), outer * h.to_left * inner, got_right.data(), outer * h.from_right * inner, -1);
+    const View lv = got_left.view(), rv = got_right.view();
+    const std::int64_t n = h.buf_hi - h.buf_lo, lo = h.buf_lo, own_lo = h.own_lo, own_hi = h.own_hi;
+    const std::int64_t nl = h.from_left, nr = h.from_right, right_lo = std::max(lo, own_hi);
+    View next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
+    if (!skip_kernel()) Kokkos::parallel_for(
+        "meshtensor::unfold_halo", Kokkos::RangePolicy<Exec>(0, outer * n * inner), KOKKOS_LAMBDA(std::int64_t idx) {
+          const std::int64_t o = idx / (n * inner), l = (idx / inner) % n, i = idx % inner, g = lo + l;
+          T v;
+          if (g < own_lo)
+            v = lv((o * nl + g - lo) * inner + i);
+          else if (g < own_hi)
+            v = cur.v(cur.at(o, g - own_lo, i));
+          else
+            v = rv((o * nr + g - right_lo) * inner + i);
+          next(idx) = v;
+        });
+    b.v = next;
+  }
+  b.ext[h.index] = h.buf_hi - h.buf_lo;
+  b.begin[h.index] = h.buf_lo;
+}
+
+// Sends dim h's halo back to where it came from and adds it there (the adjoint of take_halo).
+template <class Exec, class T, std::size_t R>
+void return_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space, R>& b, const halo_dim& h) {
+  using View = Kokkos::View<T*, typename Exec::memory_space>;
+  if (h.path == halo_path::local) return;
+  // Plain copies: a device lambda captures no structured binding under nvcc.
+  const auto around = outer_inner<R>(b.ext, h.index);
+  const std::int64_t outer = around.first, inner = around.second;
+  const along_view<View> cur{b.v, outer, b.ext[h.index], inner, b.begin[h.index]};
+  const std::int64_t n = h.own_hi - h.own_lo, own_lo = h.own_lo, cur_lo = cur.begin, cur_n = cur.n;
+  View next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
+  if (h.path == halo_path::gather) {
+    // Every processor of D's axes holds the whole of D: their sums, then this processor's part.
+    using buffer = mpi_buffer<Exec, T>;
+    const auto sum = buffer::reading(b.v);
+    allreduce(comm, h.split.mask(), sum.data(), outer * cur_n * inner);
+    const View s = sum.view();
+    if (!skip_kernel()) Kokkos::parallel_for(
+        "meshtensor::fold_own", Kokkos::RangePolicy<Exec>(0, outer * n * inner), KOKKOS_LAMBDA(std::int64_t idx) {
+          const std::int64_t o = idx / (n * inner), l = (idx / inner) % n, i = idx % inner;
+          next(idx) = s((o * cur_n + own_lo + l) * inner + i);
+        });
+  } else {
+    using buffer = mpi_buffer<Exec, T>;
+    const int axis = h.split.axes[0];
+    const auto left = buffer::reading(pack_along<Exec>(cur, 0, h.from_left));
+    const auto right = buffer::reading(pack_along<Exec>(cur, std::max(h.need_lo, h.own_hi) - cur_lo, h.from_right));
+    const auto back_from_right = buffer::writing(static_cast<std::size_t>(outer * h.to_right * inner));
+    const auto back_from_left = buffer::writing(static_cast<std::size_t>(outer * h.to_left * inner));
+    shift_v(comm, axis, left.data(), outer * h.from_left * inner, back_from_right.data(), outer * h.to_right * inner, -1);
+    shift_v(comm, axis, right.data(), outer * h.from_right * inner, back_from_left.data(), outer * h.to_left * inner, 1);
+    const View rv = back_from_right.view(), lv = back_from_left.view();
+    const std::int64_t r_at = h.to_right_at - own_lo, r_n = h.to_right, l_at = h.to_left_at - own_lo, l_n = h.to_left;
+    if (!skip_kernel()) Kokkos::parallel_for(
+        "meshtensor::fold_halo", Kokkos::RangePolicy<Exec>(0, outer * n * inner), KOKKOS_LAMBDA(std::int64_t idx) {
+          const std::int64_t o = idx / (n * inner), l = (idx / inner) % n, i = idx % inner, c = own_lo + l - cur_lo;
+          T v = c >= 0 && c < cur_n ? cur.v(cur.at(o, c, i)) : T(0);
+          if (l >= r_at && l < r_at + r_n) v += rv((o * r_n + l - r_at) * inner + i);
+          if (l >= l_at && l < l_at + l_n) v += lv((o * l_n + l - l_at) * inner + i);
+          next(idx) = v;
+        });
+  }
+  b.v = next;
+  b.ext[h.index] = n;
+  b.begin[h.index] = own_lo;
+}
+
+// Where each dim of the input sits among the spatial dims (-1: not spatial), and per spatial dim
+// the geometry the kernels need, as device-copyable arrays.
+template <std::size_t R, std::size_t N>
+struct window_maps {
+  Kokkos::Array<int, R> spatial_of;
+  Kokkos::Array<std::int64_t, N> stride, dilation, pad_lo, extent;
+  explicit window_maps(const std::array<halo_dim, N>& plan) {
+    for (std::size_t d = 0; d < R; ++d) spatial_of[d] = -1;
+    for (std::size_t j = 0; j < N; ++j) {
+      spatial_of[plan[j].index] = static_cast<int>(j);
+      stride[j] = plan[j].geo.stride;
+      dilation[j] = plan[j].geo.dilation;
+      pad_lo[j] = plan[j].geo.pad_lo;
+      extent[j] = plan[j].geo.extent;
+    }
+  }
+};
+
+template <std::size_t R, class A>
+Kokkos::Array<std::int64_t, R> device_array(const A& a) {
+  Kokkos::Array<std::int64_t, R> r;
+  for (std::size_t i = 0; i < R; ++i) r[i] = a[i];
+  return r;
+}
+
+// unfold without recording: the halos in, then every output element read from the buffer.
+template <Tensor Out, Tensor X>
+Out unfold_local(const X& x, const std::array<halo_dim, Out::rank - X::rank>& plan, typename X::value_type fill) {
+  using T = typename X::value_type;
+  using Exec = typename X::execution_space;
+  constexpr std::size_t R = X::rank, N = Out::rank - X::rank, RO = Out::rank;
+  typename Out::extents_type oext{};
+  for (std::size_t d = 0; d < R; ++d) oext[d] = x.extents()[d];
+  for (std::size_t j = 0; j < N; ++j) {
+    oext[plan[j].index] = plan[j].geo.out;
+    oext[R + j] = plan[j].geo.size;
+  }
+  Out out(x.mesh(), oext);
+  halo_buffer<T, typename X::memory_space, R> b{x.view(), x.local_extents(), x.offsets()};
+  for (const auto& h : plan) take_halo<Exec>(x.mesh().communicator(), b, h);
+  const window_maps<R, N> m(plan);
+  const auto oe = device_array<RO>(out.local_extents()), oo = device_array<RO>(out.offsets());
+  const auto be = device_array<R>(b.ext), bb = device_array<R>(b.begin);
+  const auto bv = b.v;
+  auto ov = out.view();
+  if (!skip_kernel()) Kokkos::parallel_for(
+      "meshtensor::unfold", Kokkos::RangePolicy<Exec>(0, out.local_size()), KOKKOS_LAMBDA(std::int64_t idx) {
+        Kokkos::Array<std::int64_t, RO> at;
+        std::int64_t rest = idx;
+        for (std::size_t d = RO; d-- > 0;) {
+          at[d] = rest % oe[d];
+          rest /= oe[d];
+        }
+        std::int64_t src = 0;
+        bool inside = true;
+        for (std::size_t d = 0; d < R; ++d) {
+          std::int64_t l = at[d];
+          const int j = m.spatial_of[d];
+          if (j >= 0) {
+            const std::int64_t g = (oo[d] + at[d]) * m.stride[j] - m.pad_lo[j] + at[R + j] * m.dilation[j];
+            inside = inside && g >= 0 && g < m.extent[j];
+            l = g - bb[d];
+          }
+          src = src * be[d] + l;
+        }
+        ov(idx) = inside ? bv(src) : fill;
+      });
+  return out;
+}
+
+// fold without recording: every tap added onto the buffer element it reads, then the halos back.
+template <Tensor X, Tensor Cols>
+X fold_local(const Cols& cols, const typename X::extents_type& extents, const std::array<halo_dim, Cols::rank - X::rank>& plan) {
+  using T = typename X::value_type;
+  using Exec = typename X::execution_space;
+  constexpr std::size_t R = X::rank, N = Cols::rank - X::rank, RO = Cols::rank;
+  X out(cols.mesh(), extents);
+  halo_buffer<T, typename X::memory_space, R> b;
+  b.ext = out.local_extents();
+  b.begin = out.offsets();
+  for (const auto& h : plan)
+    if (h.path != halo_path::local) {
+      b.ext[h.index] = h.buf_hi - h.buf_lo;
+      b.begin[h.index] = h.buf_lo;
+    }
+  std::int64_t n = 1;
+  for (auto e : b.ext) n *= e;
+  b.v = view_pool<T, typename X::memory_space>::get().allocate(static_cast<std::size_t>(n));
+  const window_maps<R, N> m(plan);
+  const auto ce = device_array<RO>(cols.local_extents()), co = device_array<RO>(cols.offsets());
+  const auto be = device_array<R>(b.ext), bb = device_array<R>(b.begin);
+  std::int64_t taps = 1;
+  for (std::size_t j = 0; j < N; ++j) taps *= ce[R + j];
+  const auto cv = cols.view();
+  const auto bv = b.v;
+  if (!skip_kernel()) Kokkos::parallel_for(
+      "meshtensor::fold", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t idx) {
+        Kokkos::Array<std::int64_t, R> at;
+        std::int64_t rest = idx;
+        for (std::size_t d = R; d-- > 0;) {
+          at[d] = rest % be[d];
+          rest /= be[d];
+        }
+        T acc = 0;
+        for (std::int64_t t = 0; t < taps; ++t) {
+          Kokkos::Array<std::int64_t, N> k;
+          std::int64_t r = t;
+          for (std::size_t j = N; j-- > 0;) {
+            k[j] = r % ce[R + j];
+            r /= ce[R + j];
+          }
+          std::int64_t src = 0;
+          bool hit = true;
+          for (std::size_t d = 0; d < R && hit; ++d) {
+            std::int64_t l = at[d];
+            const int j = m.spatial_of[d];
+            if (j >= 0) {
+              const std::int64_t s = bb[d] + at[d] + m.pad_lo[j] - k[j] * m.dilation[j];
+              hit = s >= 0 && s % m.stride[j] == 0 && s / m.stride[j] >= co[d] && s / m.stride[j] < co[d] + ce[d];
+              l = s / m.stride[j] - co[d];
+            }
+            src = src * ce[d] + l;
+          }
+          if (hit) {
+            for (std::size_t j = 0; j < N; ++j) src = src * ce[R + j] + k[j];
+            acc += cv(src);
+          }
+        }
+        bv(idx) = acc;
+      });
+  for (std::size_t j = N; j-- > 0;) return_halo<Exec>(cols.mesh().communicator(), b, plan[j]);
+  if (!planning()) Kokkos::deep_copy(out.view(), b.v);
+  return out;
+}
+
+}  // namespace detail
+
+// ---- plans ------------------------------------------------------------------------------------
+// unfold when every halo comes from the neighbours: per spatial dim in order, two shifts when it is
+// split over one axis, one allgather when over several, nothing when not split.
+template <Tensor X, class... S>
+constexpr comm_plan unfold_plan() {
+  comm_plan p{};
+  for (const auto s : {X::layout_type::template split_of<typename S::dim>()...}) {
+    if (s.count == 1) p.then(collective::shift, s.mask()).then(collective::shift, s.mask());
+    if (s.count > 1) p.then(collective::allgather, s.mask());
+  }
+  return p;
+}
+// unfold when a halo is wider than a neighbour's part: one allgather per split spatial dim.
+template <Tensor X, class... S>
+constexpr comm_plan unfold_gather_plan() {
+  comm_plan p{};
+  for (const auto s : {X::layout_type::template split_of<typename S::dim>()...})
+    if (s.count > 0) p.then(collective::allgather, s.mask());
+  return p;
+}
+// fold (and unfold's gradient), per spatial dim in reverse order: two shifts, or one allreduce
+// where unfold allgathers.
+template <Tensor X, class... S>
+constexpr comm_plan fold_plan() {
+  comm_plan p{};
+  constexpr std::array<detail::dim_split, sizeof...(S)> splits{X::layout_type::template split_of<typename S::dim>()...};
+  for (std::size_t j = splits.size(); j-- > 0;) {
+    if (splits[j].count == 1) p.then(collective::shift, splits[j].mask()).then(collective::shift, splits[j].mask());
+    if (splits[j].count > 1) p.then(collective::allreduce, splits[j].mask());
+  }
+  return p;
+}
+template <Tensor X, class... S>
+constexpr comm_plan fold_gather_plan() {
+  comm_plan p{};
+  constexpr std::array<detail::dim_split, sizeof...(S)> splits{X::layout_type::template split_of<typename S::dim>()...};
+  for (std::size_t j = splits.size(); j-- > 0;)
+    if (splits[j].count > 0) p.then(collective::allreduce, splits[j].mask());
+  return p;
+}
+
+// ---- ops --------------------------------------------------------------------------------------
+// x's windows: x's dims (each spatial dim with its number of window positions), then one window dim
+// per spatial dim holding the taps. Taps outside the extent (padding same) read `fill`.
+// Gradient: fold of the gradient.
+template <class... S, Tensor X>
+  requires(sizeof...(S) > 0)
+detail::unfolded_t<X, S...> unfold(const X& x, typename X::value_type fill, detail::window_for<S>... windows) {
+  (void)(detail::check_spatial<X, S>() && ...);
+  meshtensor::detail::plan_op_scope plan_scope("unfold");
+  using Out = detail::unfolded_t<X, S...>;
+  const auto plan = detail::plan_halos<X, S...>("unfold", x.mesh(), x.extents(), {windows...});
+  Out out = detail::unfold_local<Out>(x, plan, fill);
+  detail::record<Out>(
+      out, [x, plan](const Out& g) { detail::push_grad(x, detail::fold_local<X>(g, x.extents(), plan)); }, x);
+  return out;
+}
+template <class... S, Tensor X>
+  requires(sizeof...(S) > 0)
+detail::unfolded_t<X, S...> unfold(const X& x, detail::window_for<S>... windows) {
+  return unfold<S...>(x, typename X::value_type(0), windows...);
+}
+
+// The adjoint of unfold: cols (an input's dims, then the window dims) added back onto an input of
+// the given spatial extents (one per spatial dim, in order); the other dims keep cols' extents.
+// Gradient: unfold of the gradient.
+template <class... S, Tensor Cols>
+  requires(sizeof...(S) > 0)
+detail::folded_t<Cols, S...> fold(const Cols& cols, const std::array<std::int64_t, sizeof...(S)>& spatial_extents,
+                                  detail::window_for<S>... windows) {
+  using X = detail::folded_t<Cols, S...>;
+  (void)(detail::check_spatial<X, S>() && ...);
+  meshtensor::detail::plan_op_scope plan_scope("fold");
+  typename X::extents_type ext{};
+  for (std::size_t d = 0; d < X::rank; ++d) ext[d] = cols.extents()[d];
+  constexpr std::array<std::size_t, sizeof...(S)> index{X::template index_of<typename S::dim>()...};
+  constexpr std::array<std::string_view, sizeof...(S)> names{S::dim::name()...};
+  const std::array<window, sizeof...(S)> ws{windows...};
+  for (std::size_t j = 0; j < sizeof...(S); ++j) ext[index[j]] = spatial_extents[j];
+  const auto plan = detail::plan_halos<X, S...>("fold", cols.mesh(), ext, ws);
+  for (std::size_t j = 0; j < sizeof...(S); ++j)
+    if (cols.extents()[index[j]] != plan[j].geo.out || cols.extents()[X::rank + j] != ws[j].size)
+      throw shape_error(detail::cat("fold: dim '", names[j], "' of extent ", spatial_extents[j], " has ", plan[j].geo.out,
+                                    " window positions of ", ws[j].size, " taps, but the columns have ",
+                                    cols.extents()[index[j]], " positions and ", cols.extents()[X::rank + j], " taps"));
+  X out = detail::fold_local<X>(cols, ext, plan);
+  detail::record<X>(
+      out,
+      [cols, plan](const X& g) {
+        detail::push_grad(cols, detail::unfold_local<Cols>(g, plan, typename X::value_type(0)));
+      },
+      cols);
+  return out;
+}
+
+}  // namespace meshtensor
