@@ -45,6 +45,7 @@ template <class... S, Tensor X, Tensor F>
 auto conv(const X& x, const F& filter, meshtensor::detail::window_for<S>... windows) {
   static_assert((contains_v<typename S::window_dim, typename F::dims> && ...),
                 "meshtensor::nn::conv: the filter needs every window dim (its taps along each spatial dim)");
+  meshtensor::detail::plan_op_scope plan_scope("conv");
   return meshtensor::detail::einsum_to(meshtensor::detail::conv_dims_t<X, F, S...>{}, unfold<S...>(x, windows...), filter);
 }
 
@@ -67,6 +68,7 @@ template <class... S, Tensor Y, Tensor F>
   requires(sizeof...(S) > 0)
 auto conv_transpose(const Y& y, const F& filter, const std::array<std::int64_t, sizeof...(S)>& spatial_extents,
                     meshtensor::detail::window_for<S>... windows) {
+  meshtensor::detail::plan_op_scope plan_scope("conv_transpose");
   return fold<S...>(meshtensor::detail::einsum_to(meshtensor::detail::transpose_cols_dims_t<Y, F, S...>{}, y, filter), spatial_extents,
                     windows...);
 }
@@ -75,18 +77,21 @@ template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
 auto max_pool(const X& x, meshtensor::detail::window_for<S>... windows) {
   using T = typename X::value_type;
+  meshtensor::detail::plan_op_scope plan_scope("max_pool");
   return reduce_max<typename S::window_dim...>(unfold<S...>(x, -std::numeric_limits<T>::infinity(), windows...));
 }
 
 template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
 auto avg_pool(const X& x, meshtensor::detail::window_for<S>... windows) {
+  meshtensor::detail::plan_op_scope plan_scope("avg_pool");
   return reduce_mean<typename S::window_dim...>(unfold<S...>(x, windows...));
 }
 
 // Training-mode batch normalisation: statistics of this batch over Ds (biased variance).
 template <Dim... Ds, Tensor X, Tensor P>
 X batch_norm(const X& x, const P& scale, const P& bias, typename X::value_type eps = 1e-5) {
+  meshtensor::detail::plan_op_scope plan_scope("batch_norm");
   return normalize<Ds...>(x, eps) * scale + bias;
 }
 

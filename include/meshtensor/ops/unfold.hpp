@@ -328,28 +328,19 @@ Kokkos::Array<std::int64_t, R> device_array(const A& a) {
   return r;
 }
 
-// unfold without recording: the halos in, then every output element read from the buffer.
-template <Tensor Out, Tensor X>
-Out unfold_local(const X& x, const std::array<halo_dim, Out::rank - X::rank>& plan, typename X::value_type fill) {
-  using T = typename X::value_type;
-  using Exec = typename X::execution_space;
-  constexpr std::size_t R = X::rank, N = Out::rank - X::rank, RO = Out::rank;
-  typename Out::extents_type oext{};
-  for (std::size_t d = 0; d < R; ++d) oext[d] = x.extents()[d];
-  for (std::size_t j = 0; j < N; ++j) {
-    oext[plan[j].index] = plan[j].geo.out;
-    oext[R + j] = plan[j].geo.size;
-  }
-  Out out(x.mesh(), oext);
-  halo_buffer<T, typename X::memory_space, R> b{x.view(), x.local_extents(), x.offsets()};
-  for (const auto& h : plan) take_halo<Exec>(x.mesh().communicator(), b, h);
-  const window_maps<R, N> m(plan);
-  const auto oe = device_array<RO>(out.local_extents()), oo = device_array<RO>(out.offsets());
+// The kernels depend on (space, element type, ranks) only, not on the tensor types: one instance
+// serves every layout (docs/design.md, "Ops and communication").
+// out[o..., k...] = buffer at o * stride - pad_lo + k * dilation along each spatial dim, else fill.
+template <class Exec, class T, std::size_t R, std::size_t N>
+void unfold_kernel(const halo_buffer<T, typename Exec::memory_space, R>& b, const window_maps<R, N>& m,
+                   const Kokkos::View<T*, typename Exec::memory_space>& ov, const std::array<std::int64_t, R + N>& out_ext,
+                   const std::array<std::int64_t, R + N>& out_off, std::int64_t size, T fill) {
+  constexpr std::size_t RO = R + N;
+  const auto oe = device_array<RO>(out_ext), oo = device_array<RO>(out_off);
   const auto be = device_array<R>(b.ext), bb = device_array<R>(b.begin);
   const auto bv = b.v;
-  auto ov = out.view();
   if (!skip_kernel()) Kokkos::parallel_for(
-      "meshtensor::unfold", Kokkos::RangePolicy<Exec>(0, out.local_size()), KOKKOS_LAMBDA(std::int64_t idx) {
+      "meshtensor::unfold", Kokkos::RangePolicy<Exec>(0, size), KOKKOS_LAMBDA(std::int64_t idx) {
         Kokkos::Array<std::int64_t, RO> at;
         std::int64_t rest = idx;
         for (std::size_t d = RO; d-- > 0;) {
@@ -370,36 +361,21 @@ Out unfold_local(const X& x, const std::array<halo_dim, Out::rank - X::rank>& pl
         }
         ov(idx) = inside ? bv(src) : fill;
       });
-  return out;
 }
 
-// fold without recording: every tap added onto the buffer element it reads, then the halos back.
-template <Tensor X, Tensor Cols>
-X fold_local(const Cols& cols, const typename X::extents_type& extents, const std::array<halo_dim, Cols::rank - X::rank>& plan) {
-  using T = typename X::value_type;
-  using Exec = typename X::execution_space;
-  constexpr std::size_t R = X::rank, N = Cols::rank - X::rank, RO = Cols::rank;
-  X out(cols.mesh(), extents);
-  halo_buffer<T, typename X::memory_space, R> b;
-  b.ext = out.local_extents();
-  b.begin = out.offsets();
-  for (const auto& h : plan)
-    if (h.path != halo_path::local) {
-      b.ext[h.index] = h.buf_hi - h.buf_lo;
-      b.begin[h.index] = h.buf_lo;
-    }
-  std::int64_t n = 1;
-  for (auto e : b.ext) n *= e;
-  b.v = view_pool<T, typename X::memory_space>::get().allocate(static_cast<std::size_t>(n));
-  const window_maps<R, N> m(plan);
-  const auto ce = device_array<RO>(cols.local_extents()), co = device_array<RO>(cols.offsets());
+// The adjoint: each buffer element the sum of the taps that read it.
+template <class Exec, class T, std::size_t R, std::size_t N>
+void fold_kernel(const Kokkos::View<T*, typename Exec::memory_space>& cv, const std::array<std::int64_t, R + N>& cols_ext,
+                 const std::array<std::int64_t, R + N>& cols_off, const window_maps<R, N>& m,
+                 const halo_buffer<T, typename Exec::memory_space, R>& b, std::int64_t size) {
+  constexpr std::size_t RO = R + N;
+  const auto ce = device_array<RO>(cols_ext), co = device_array<RO>(cols_off);
   const auto be = device_array<R>(b.ext), bb = device_array<R>(b.begin);
   std::int64_t taps = 1;
   for (std::size_t j = 0; j < N; ++j) taps *= ce[R + j];
-  const auto cv = cols.view();
   const auto bv = b.v;
   if (!skip_kernel()) Kokkos::parallel_for(
-      "meshtensor::fold", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t idx) {
+      "meshtensor::fold", Kokkos::RangePolicy<Exec>(0, size), KOKKOS_LAMBDA(std::int64_t idx) {
         Kokkos::Array<std::int64_t, R> at;
         std::int64_t rest = idx;
         for (std::size_t d = R; d-- > 0;) {
@@ -433,6 +409,46 @@ X fold_local(const Cols& cols, const typename X::extents_type& extents, const st
         }
         bv(idx) = acc;
       });
+}
+
+// unfold without recording: the halos in, then every output element read from the buffer.
+template <Tensor Out, Tensor X>
+Out unfold_local(const X& x, const std::array<halo_dim, Out::rank - X::rank>& plan, typename X::value_type fill) {
+  using T = typename X::value_type;
+  using Exec = typename X::execution_space;
+  constexpr std::size_t R = X::rank, N = Out::rank - X::rank;
+  typename Out::extents_type oext{};
+  for (std::size_t d = 0; d < R; ++d) oext[d] = x.extents()[d];
+  for (std::size_t j = 0; j < N; ++j) {
+    oext[plan[j].index] = plan[j].geo.out;
+    oext[R + j] = plan[j].geo.size;
+  }
+  Out out(x.mesh(), oext);
+  halo_buffer<T, typename X::memory_space, R> b{x.view(), x.local_extents(), x.offsets()};
+  for (const auto& h : plan) take_halo<Exec>(x.mesh().communicator(), b, h);
+  unfold_kernel<Exec>(b, window_maps<R, N>(plan), out.view(), out.local_extents(), out.offsets(), out.local_size(), fill);
+  return out;
+}
+
+// fold without recording: every tap added onto the buffer element it reads, then the halos back.
+template <Tensor X, Tensor Cols>
+X fold_local(const Cols& cols, const typename X::extents_type& extents, const std::array<halo_dim, Cols::rank - X::rank>& plan) {
+  using T = typename X::value_type;
+  using Exec = typename X::execution_space;
+  constexpr std::size_t R = X::rank, N = Cols::rank - X::rank;
+  X out(cols.mesh(), extents);
+  halo_buffer<T, typename X::memory_space, R> b;
+  b.ext = out.local_extents();
+  b.begin = out.offsets();
+  for (const auto& h : plan)
+    if (h.path != halo_path::local) {
+      b.ext[h.index] = h.buf_hi - h.buf_lo;
+      b.begin[h.index] = h.buf_lo;
+    }
+  std::int64_t n = 1;
+  for (auto e : b.ext) n *= e;
+  b.v = view_pool<T, typename X::memory_space>::get().allocate(static_cast<std::size_t>(n));
+  fold_kernel<Exec>(cols.view(), cols.local_extents(), cols.offsets(), window_maps<R, N>(plan), b, n);
   for (std::size_t j = N; j-- > 0;) return_halo<Exec>(cols.mesh().communicator(), b, plan[j]);
   if (!planning()) Kokkos::deep_copy(out.view(), b.v);
   return out;
