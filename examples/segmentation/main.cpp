@@ -14,6 +14,7 @@
 // the weight gradients are allreduced. Layout "data" splits the batch instead, for comparison.
 //
 //   mpiexec -n 4 segmentation [--canvas 8] [--batch 4] [--steps 300] [--memory-budget MiB]
+//   mpiexec -n 4 segmentation --task classify [--batch 32] [--steps 500]
 //
 // --memory-budget plans the step first (no data, no processes) on one processor and on the mesh, and
 // trains only if the mesh's peak per processor fits: a canvas whose activations need 4x one
@@ -57,6 +58,7 @@ constexpr std::int64_t cell = 32, n_classes = 11, background = 10;
 
 struct options {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  std::string task = "segment";
   std::string layout = "spatial";
   std::vector<int> mesh{2, 2};
   std::int64_t canvas_cells = 8;  // cells per side: an 8 x 8 canvas is 256 x 256 pixels
@@ -104,6 +106,20 @@ void make_canvas(const dataset& d, std::int64_t cells, std::uint64_t seed, std::
           if (v > 0.3f) y[(oy + r) * side + ox + c] = d.labels[e];
         }
     }
+}
+
+// --expect-loss-drop: the mean of the last 5 losses below 0.8 times that of the first 5 (printed).
+bool loss_falls(const std::vector<double>& losses) {
+  const std::size_t k = std::min<std::size_t>(5, losses.size() / 2);
+  double first = 0, last = 0;
+  for (std::size_t i = 0; i < k; ++i) {
+    first += losses[i] / double(k);
+    last += losses[losses.size() - k + i] / double(k);
+  }
+  const bool ok = k > 0 && last < 0.8 * first;
+  std::printf("loss over the first %zu steps %.4f, over the last %zu %.4f: %s\n", k, first, k, last,
+              ok ? "falls" : "DOES NOT FALL");
+  return ok;
 }
 
 struct run_result {
@@ -244,18 +260,97 @@ run_result train(const grid& g, const options& o, const dataset& tr, const datas
                 (long long)(o.test_canvases / nb * nb), 100.0 * correct / std::max<std::int64_t>(1, total),
                 100.0 * fg_correct / std::max<std::int64_t>(1, fg_total), iou / std::max(1, present));
     std::printf("peak resident memory per rank: %.1f to %.1f MiB\n", min_peak / 1024.0, max_peak / 1024.0);
-    if (o.expect_loss_drop) {
-      const std::size_t k = std::min<std::size_t>(5, losses.size() / 2);
-      double first = 0, last = 0;
-      for (std::size_t i = 0; i < k; ++i) {
-        first += losses[i] / double(k);
-        last += losses[losses.size() - k + i] / double(k);
-      }
-      const bool ok = k > 0 && last < 0.8 * first;
-      std::printf("loss over the first %zu steps %.4f, over the last %zu %.4f: %s\n", k, first, k, last,
-                  ok ? "falls" : "DOES NOT FALL");
-      r.status = ok ? 0 : 3;
+    if (o.expect_loss_drop) r.status = loss_falls(losses) ? 0 : 3;
+  }
+  MPI_Bcast(&r.status, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return r;
+}
+
+// --task classify, the smaller companion: one item per 32 x 32 image, the same split of h and w, and a
+// CNN (conv 3x3, max_pool, conv 3x3, max_pool, dense over h, w and channels to the 10 classes). The
+// last product contracts the split h and w: one allreduce over both axes.
+template <class L>
+run_result classify(const grid& g, const options& o, const dataset& tr, const dataset& te) {
+  using X = mt::tensor<float, L, batch, h, w, ink>;
+  using Labels = mt::tensor<int, L, batch>;
+  using W1 = mt::tensor<float, L, kh, kw, ink, f1>;
+  using W2 = mt::tensor<float, L, kh, kw, f1, f2>;
+  using WD = mt::tensor<float, L, h, w, f2, classes>;
+  const bool root = g.rank() == 0;
+  const std::int64_t nb = o.batch_size, c1 = o.width, c2 = 2 * o.width, side = cell;
+  const mt::window k3{.size = 3, .pad = mt::padding::same}, k2s2{.size = 2, .stride = 2};
+  auto w1 = nn::normal_fan_in<W1, kh, kw, ink>(g, {3, 3, 1, c1}, o.seed);
+  auto w2 = nn::normal_fan_in<W2, kh, kw, f1>(g, {3, 3, c1, c2}, o.seed + 1);
+  auto wd = nn::normal_fan_in<WD, h, w, f2>(g, {side / 4, side / 4, c2, 10}, o.seed + 2);
+  auto b1 = mt::zeros<mt::tensor<float, L, f1>>(g, {c1});
+  auto b2 = mt::zeros<mt::tensor<float, L, f2>>(g, {c2});
+  auto bd = mt::zeros<mt::tensor<float, L, classes>>(g, {10});
+  auto params = std::tie(w1, w2, wd, b1, b2, bd);
+  std::apply([](auto&... p) { (p.requires_grad(), ...); }, params);
+  auto logits_of = [&](const X& x) {
+    const auto a1 = nn::max_pool<over_h, over_w>(mt::relu(nn::conv<over_h, over_w>(x, w1, k3, k3) + b1), k2s2, k2s2);
+    const auto a2 = nn::max_pool<over_h, over_w>(mt::relu(nn::conv<over_h, over_w>(a1, w2, k3, k3) + b2), k2s2, k2s2);
+    return mt::einsum<batch, classes>(a2, wd) + bd;
+  };
+  // Item e of d at a random offset in a 32 x 32 image (the stream's generator decides, alike on all ranks).
+  std::vector<float> hx(static_cast<std::size_t>(nb * side * side));
+  std::vector<int> hy(static_cast<std::size_t>(nb));
+  auto fill_batch = [&](const dataset& d, std::mt19937_64& rng) {
+    std::fill(hx.begin(), hx.end(), 0.0f);
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const std::int64_t e = static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(d.n));
+      const std::int64_t oy = static_cast<std::int64_t>(rng() % 5), ox = static_cast<std::int64_t>(rng() % 5);
+      for (std::int64_t r = 0; r < 28; ++r)
+        for (std::int64_t c = 0; c < 28; ++c)
+          hx[(b * side + oy + r) * side + ox + c] = d.images[e * 784 + r * 28 + c] * (1.0f / 255.0f);
+      hy[b] = d.labels[e];
     }
+  };
+  if (root)
+    std::printf("classify: Fashion-MNIST items in 32 x 32 images, batch %lld, layout %s on mesh [rows=%d x cols=%d]; "
+                "CNN widths %lld/%lld, adam lr %g, %lld steps\n",
+                (long long)nb, o.layout.c_str(), g.size<rows>(), g.size<cols>(), (long long)c1, (long long)c2, o.lr,
+                (long long)o.steps);
+  mt::optim::adam adam({.lr = o.lr});
+  std::mt19937_64 rng(o.seed);
+  std::vector<double> losses;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (std::int64_t step = 0; step < o.steps; ++step) {
+    fill_batch(tr, rng);
+    const auto x = mt::from_host<X>(g, {nb, side, side, 1}, hx);
+    const auto y = mt::from_host<Labels>(g, {nb}, hy);
+    const auto loss = mt::reduce_mean<batch>(nn::softmax_cross_entropy<classes>(logits_of(x), y));
+    auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+    adam.step(params, grads);
+    losses.push_back(mt::item(loss));
+    if (root && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
+      double recent = 0;
+      const std::size_t k = std::min<std::size_t>(losses.size(), static_cast<std::size_t>(o.log_every));
+      for (std::size_t i = losses.size() - k; i < losses.size(); ++i) recent += losses[i] / double(k);
+      std::printf("step %5lld/%lld  loss %.4f\n", (long long)(step + 1), (long long)o.steps, recent);
+      std::fflush(stdout);
+    }
+  }
+  const double train_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::apply([](auto&... p) { ((p = p.detached()), ...); }, params);
+  std::mt19937_64 test_rng(o.seed + 7777);
+  std::int64_t correct = 0, total = 0;
+  for (std::int64_t first = 0; first + nb <= o.test_canvases; first += nb) {
+    fill_batch(te, test_rng);
+    const auto logits = mt::gather(logits_of(mt::from_host<X>(g, {nb, side, side, 1}, hx)));
+    if (!root) continue;
+    for (std::int64_t b = 0; b < nb; ++b) {
+      const float* row = logits.data() + b * 10;
+      correct += (std::max_element(row, row + 10) - row) == hy[b];
+      ++total;
+    }
+  }
+  run_result r;
+  if (root) {
+    std::printf("trained %lld steps in %.1f s (%.3f s/step)\n", (long long)o.steps, train_s, train_s / double(o.steps));
+    std::printf("test accuracy: %.2f%% (%lld of %lld)\n", 100.0 * correct / std::max<std::int64_t>(1, total),
+                (long long)correct, (long long)total);
+    if (o.expect_loss_drop) r.status = loss_falls(losses) ? 0 : 3;
   }
   MPI_Bcast(&r.status, 1, MPI_INT, 0, MPI_COMM_WORLD);
   return r;
@@ -276,12 +371,20 @@ bool plan_fits(const mt::environment& env, const options& o) {
   const bool fits = mesh->peak_bytes <= budget * mib;
   if (env.world_rank() == 0) {
     std::printf("memory plan (layout %s): one processor would need %.1f MiB at its peak (activations %.1f MiB), "
-                "%.1fx the budget of %.1f MiB\n",
+                "%.2fx the budget of %.1f MiB\n",
                 o.layout.c_str(), one->peak_bytes / mib, one->peak_bytes_of(mt::memory_kind::activations) / mib,
                 one->peak_bytes / mib / budget, budget);
     std::printf("memory plan: each processor of [%d x %d] needs %.1f MiB at its peak (activations %.1f MiB): %s\n",
                 o.mesh[0], o.mesh[1], mesh->peak_bytes / mib, mesh->peak_bytes_of(mt::memory_kind::activations) / mib,
                 fits ? "fits the budget" : "DOES NOT FIT the budget");
+    std::fflush(stdout);
+    if (!fits)
+      std::fprintf(stderr,
+                   "segmentation: error: each processor of [%d x %d] needs %.1f MiB at its peak (activations %.1f MiB): "
+                   "DOES NOT FIT the budget of %.1f MiB (--memory-budget); use a larger mesh or a smaller --canvas or "
+                   "--batch\n",
+                   o.mesh[0], o.mesh[1], mesh->peak_bytes / mib, mesh->peak_bytes_of(mt::memory_kind::activations) / mib,
+                   budget);
   }
   return fits;
 }
@@ -291,6 +394,9 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{"meshtensor: a U-Net segmenting large canvases, each image split over a 2-D mesh"};
   app.add_option("--data-dir", o.data_dir, "directory of the gzip'd Fashion-MNIST idx files")->capture_default_str();
+  app.add_option("--task", o.task, "segment: label every pixel of large canvases; classify: one item per 32 x 32 image")
+      ->check(CLI::IsMember({"segment", "classify"}))
+      ->capture_default_str();
   app.add_option("--layout", o.layout, "spatial: h over rows, w over cols; data: batch over rows and cols")
       ->check(CLI::IsMember({"spatial", "data"}))
       ->capture_default_str();
@@ -304,7 +410,7 @@ int main(int argc, char** argv) {
   app.add_option("--lr", o.lr)->capture_default_str();
   app.add_option("--log-every", o.log_every)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--seed", o.seed)->capture_default_str();
-  app.add_option("--test-canvases", o.test_canvases, "held-out canvases to evaluate")->capture_default_str();
+  app.add_option("--test-canvases", o.test_canvases, "held-out canvases (images, with --task classify) to evaluate")->capture_default_str();
   app.add_option("--memory-budget", o.memory_budget_mib,
                  "MiB per processor: plan the step first and train only if the mesh's peak fits")
       ->check(CLI::NonNegativeNumber);
@@ -315,10 +421,13 @@ int main(int argc, char** argv) {
     return env.world_rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
   try {
+    if (o.memory_budget_mib > 0 && o.task == "classify") throw mt::error("--memory-budget plans --task segment only");
     if (o.memory_budget_mib > 0 && !plan_fits(env, o)) return 2;
     grid g(env, {o.mesh[0], o.mesh[1]});
     const auto tr = load(o.data_dir, "train");
     const auto te = load(o.data_dir, "t10k");
+    if (o.task == "classify")
+      return (o.layout == "data" ? classify<layout_data>(g, o, tr, te) : classify<layout_spatial>(g, o, tr, te)).status;
     return train_layout(g, o, tr, te, false).status;
   } catch (const std::exception& e) {
     return env.fail(e, "segmentation: error: ");

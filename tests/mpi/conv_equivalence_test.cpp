@@ -300,3 +300,71 @@ TEST_CASE("unfold and fold refuse windows that do not fit, naming the dim", "[er
   REQUIRE(wrong.find("dim 'j'") != std::string::npos);
   REQUIRE(wrong.find("window positions") != std::string::npos);
 }
+
+namespace {
+struct z_ : mt::dim<"z"> {};
+struct kz_ : mt::dim<"kz"> {};
+constexpr std::int64_t Z = 6;
+
+// conv3d over (z, h, w) and conv1d over z against direct host loops, z split or not.
+template <class L, class M>
+void check_conv_1d_3d(const M& g) {
+  INFO(layout_name<L>());
+  using X = mt::tensor<double, L, b_, z_, h_, w_, c_in>;
+  using F3 = mt::tensor<double, L, kz_, kh_, kw_, c_in, co_>;  // taps (z, h, w), then channels
+  using F1 = mt::tensor<double, L, kz_, c_in, co_>;
+  const mt::window wz{.size = 3, .stride = 2, .pad = mt::padding::same}, wh{.size = 3, .pad = mt::padding::same},
+      ww{.size = 2, .pad = mt::padding::valid};
+  const geometry gz = geometry_of(Z, wz), gh = geometry_of(H, wh), gw = geometry_of(W, ww);
+  const auto x = mt::random_normal<X>(g, {B, Z, H, W, C}, 1);
+  const auto f3 = mt::random_normal<F3>(g, {3, 3, 2, C, CO}, 2);
+  const auto f1 = mt::random_normal<F1>(g, {3, C, CO}, 3);
+  const auto xh = mt::gather_all(x), f3h = mt::gather_all(f3), f1h = mt::gather_all(f1);
+  auto at = [&](std::int64_t b, std::int64_t z, std::int64_t h, std::int64_t w, std::int64_t c) {
+    const bool in = z >= 0 && z < Z && h >= 0 && h < H && w >= 0 && w < W;
+    return in ? xh[(((b * Z + z) * H + h) * W + w) * C + c] : 0.0;
+  };
+  const auto y3 = mt::nn::conv3d<z_, h_, w_, kz_, kh_, kw_>(x, f3, wz, wh, ww);
+  std::vector<double> r3;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t oz = 0; oz < gz.out; ++oz)
+      for (std::int64_t oh = 0; oh < gh.out; ++oh)
+        for (std::int64_t ow = 0; ow < gw.out; ++ow)
+          for (std::int64_t o = 0; o < CO; ++o) {
+            double s = 0;
+            for (std::int64_t a = 0; a < 3; ++a)
+              for (std::int64_t e = 0; e < 3; ++e)
+                for (std::int64_t q = 0; q < 2; ++q)
+                  for (std::int64_t c = 0; c < C; ++c)
+                    s += at(b, gz.at(oz, a), gh.at(oh, e), gw.at(ow, q), c) * f3h[(((a * 3 + e) * 2 + q) * C + c) * CO + o];
+            r3.push_back(s);
+          }
+  require_close(mt::gather_all(y3), r3, 1e-12);
+  const auto y1 = mt::nn::conv1d<z_, kz_>(x, f1, wz);
+  std::vector<double> r1;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t oz = 0; oz < gz.out; ++oz)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t w = 0; w < W; ++w)
+          for (std::int64_t o = 0; o < CO; ++o) {
+            double s = 0;
+            for (std::int64_t a = 0; a < 3; ++a)
+              for (std::int64_t c = 0; c < C; ++c) s += at(b, gz.at(oz, a), h, w, c) * f1h[(a * C + c) * CO + o];
+            r1.push_back(s);
+          }
+  require_close(mt::gather_all(y1), r1, 1e-12);
+}
+}  // namespace
+
+TEST_CASE("conv1d and conv3d equal direct loops, depth split or not", "[equivalence]") {
+  SECTION("mesh [P]") {
+    auto g = world_line();
+    check_conv_1d_3d<mt::layout<line>>(g);
+    check_conv_1d_3d<mt::layout<line, mt::split<z_, x_>>>(g);
+  }
+  SECTION("mesh [2x2] ([2x3] at 6 ranks, [P x 1] otherwise)") {
+    auto g = world_grid();
+    check_conv_1d_3d<mt::layout<grid, mt::split<z_, r_>, mt::split<h_, c_>>>(g);
+    check_conv_1d_3d<mt::layout<grid, mt::split<w_, r_>, mt::split<z_, c_>>>(g);
+  }
+}
