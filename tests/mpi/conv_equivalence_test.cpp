@@ -39,15 +39,15 @@ geometry geometry_of(std::int64_t n, const mt::window& w) {
   return {n, out, w.size, w.stride, w.dilation, std::max<std::int64_t>(0, (out - 1) * w.stride + span - n) / 2};
 }
 
-// Host im2col of x [B, H, W, C] into [B, OH, OW, C, KH, KW].
+// Host im2col of x [B, H, W, C] into [B, OH, OW, KH, KW, C] (the window dims after the last spatial one).
 std::vector<double> unfold_ref(const std::vector<double>& x, const geometry& gh, const geometry& gw, double fill) {
   std::vector<double> r;
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t oh = 0; oh < gh.out; ++oh)
       for (std::int64_t ow = 0; ow < gw.out; ++ow)
-        for (std::int64_t c = 0; c < C; ++c)
-          for (std::int64_t kh = 0; kh < gh.size; ++kh)
-            for (std::int64_t kw = 0; kw < gw.size; ++kw) {
+        for (std::int64_t kh = 0; kh < gh.size; ++kh)
+          for (std::int64_t kw = 0; kw < gw.size; ++kw)
+            for (std::int64_t c = 0; c < C; ++c) {
               const std::int64_t ih = gh.at(oh, kh), iw = gw.at(ow, kw);
               const bool in = ih >= 0 && ih < H && iw >= 0 && iw < W;
               r.push_back(in ? x[((b * H + ih) * W + iw) * C + c] : fill);
@@ -133,7 +133,8 @@ void check_layout(const M& g) {
       const auto cols = mt::unfold<sh, sw>(x, wh, ww);
       const auto counted = calls_of(g);
       const std::int64_t sent = sum_ranks(shift_bytes(g));
-      REQUIRE(cols.extents() == std::array<std::int64_t, 6>{B, gh.out, gw.out, C, wh.size, ww.size});
+      STATIC_REQUIRE(std::is_same_v<typename decltype(cols)::dims, mt::type_list<b_, h_, w_, kh_, kw_, c_in>>);
+      REQUIRE(cols.extents() == std::array<std::int64_t, 6>{B, gh.out, gw.out, wh.size, ww.size, C});
       require_close(mt::gather_all(cols), unfold_ref(x_host, gh, gw, 0.0), 0.0);
 
       // Which path per dim: every processor's read range within its neighbours' parts (decided
@@ -166,14 +167,15 @@ void check_layout(const M& g) {
         REQUIRE(counted == mt::unfold_plan<X, sh, sw>().as_counts());
       if (!near_h && !near_w) REQUIRE(counted == mt::unfold_gather_plan<X, sh, sw>().as_counts());
       // The halo received: rows read outside the own part (times the own columns), then columns
-      // read outside the own part (times the rows now held, halo included).
+      // read outside the own part, times the rows now held: the read range with its halo, or the
+      // own part where nothing was received (rows no window reads stay; documented in ops.md).
       const auto nh = read_range(gh, cols.offsets()[1], cols.offsets()[1] + cols.local_extents()[1]);
       const auto nw = read_range(gw, cols.offsets()[2], cols.offsets()[2] + cols.local_extents()[2]);
       const std::int64_t other = x.local_extents()[0] * x.local_extents()[3];
-      std::int64_t rows = hs.count == 0 ? H : hs.count > 1 || !near_h ? H : nh.second - nh.first, got = 0;
-      if (near_h)
-        got += (nh.second - nh.first - overlap(nh, x.offsets()[1], x.offsets()[1] + x.local_extents()[1])) *
-               x.local_extents()[2] * other;
+      const std::int64_t halo_rows = nh.second - nh.first - overlap(nh, x.offsets()[1], x.offsets()[1] + x.local_extents()[1]);
+      std::int64_t rows = hs.count == 0 || hs.count > 1 || !near_h ? H : halo_rows > 0 ? nh.second - nh.first : x.local_extents()[1];
+      std::int64_t got = 0;
+      if (near_h) got += halo_rows * x.local_extents()[2] * other;
       if (near_w)
         got += (nw.second - nw.first - overlap(nw, x.offsets()[2], x.offsets()[2] + x.local_extents()[2])) * rows * other;
       REQUIRE(sent == sum_ranks(got) * static_cast<std::int64_t>(sizeof(double)));
@@ -202,11 +204,8 @@ void check_layout(const M& g) {
       for (std::int64_t r = 0; r < B * gh.out * gw.out; ++r)
         for (std::int64_t o = 0; o < CO; ++o) {
           double s = 0;
-          for (std::int64_t t = 0; t < taps; ++t) {
-            // ref's taps run (c, kh, kw); the filter's (kh, kw, c, co).
-            const std::int64_t ci = t / (wh.size * ww.size), kh = t / ww.size % wh.size, kw = t % ww.size;
-            s += ref[r * taps + t] * f_host[((kh * ww.size + kw) * C + ci) * CO + o];
-          }
+          // ref's taps and the filter's rows both run (kh, kw, c).
+          for (std::int64_t t = 0; t < taps; ++t) s += ref[r * taps + t] * f_host[t * CO + o];
           y_ref.push_back(s);
         }
       require_close(mt::gather_all(y), y_ref, 1e-12);
@@ -225,15 +224,16 @@ void check_layout(const M& g) {
       const auto inf_ref = unfold_ref(x_host, gh, gw, -INFINITY);
       const std::int64_t win = wh.size * ww.size;
       std::vector<double> mx_ref, av_ref;
-      for (std::int64_t r = 0; r < B * gh.out * gw.out * C; ++r) {
-        double m = -INFINITY, s = 0;
-        for (std::int64_t t = 0; t < win; ++t) {
-          m = std::max(m, inf_ref[r * win + t]);
-          s += ref[r * win + t];
+      for (std::int64_t r = 0; r < B * gh.out * gw.out; ++r)
+        for (std::int64_t c = 0; c < C; ++c) {
+          double m = -INFINITY, s = 0;
+          for (std::int64_t t = 0; t < win; ++t) {
+            m = std::max(m, inf_ref[(r * win + t) * C + c]);
+            s += ref[(r * win + t) * C + c];
+          }
+          mx_ref.push_back(m);
+          av_ref.push_back(s / static_cast<double>(win));
         }
-        mx_ref.push_back(m);
-        av_ref.push_back(s / static_cast<double>(win));
-      }
       require_close(mx, mx_ref, 0.0);
       require_close(av, av_ref, 1e-12);
     }

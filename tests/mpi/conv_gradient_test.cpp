@@ -44,7 +44,7 @@ void check_layout(const M& g) {
                           << ww.dilation);
     check_grad<X>("unfold", g, e, 1, [&](const X& x) { return weighted_sum(mt::unfold<sh, sw>(x, wh, ww), 2); });
     const auto cols_ext = mt::unfold<sh, sw>(mt::random_normal<X>(g, e, 3), wh, ww).extents();
-    using Cols = mt::tensor<double, L, b_, h_, w_, c_in, kh_, kw_>;
+    using Cols = mt::tensor<double, L, b_, h_, w_, kh_, kw_, c_in>;
     check_grad<Cols>("fold", g, cols_ext, 4,
                      [&](const Cols& c) { return weighted_sum(mt::fold<sh, sw>(c, {H, W}, wh, ww), 5); });
     const auto f = mt::random_normal<F>(g, {wh.size, ww.size, C, CO}, 6);

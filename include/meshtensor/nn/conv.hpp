@@ -25,12 +25,14 @@ template <Tensor X, Tensor F, class... S>
 using conv_dims_t =
     union_t<difference_t<typename X::dims, typename F::dims>,
             difference_t<typename F::dims, union_t<typename X::dims, type_list<typename S::window_dim...>>>>;
-// conv_transpose's columns: y's dims the filter lacks, the filter's channels in, then the windows.
+// conv_transpose's result: y's dims the filter lacks, then the filter's channels in; its columns are
+// in unfold's order.
 template <Tensor Y, Tensor F, class... S>
-using transpose_cols_dims_t =
-    union_t<union_t<difference_t<typename Y::dims, typename F::dims>,
-                    difference_t<typename F::dims, union_t<typename Y::dims, type_list<typename S::window_dim...>>>>,
-            type_list<typename S::window_dim...>>;
+using transpose_input_t = with_dims_t<
+    Y, union_t<difference_t<typename Y::dims, typename F::dims>,
+               difference_t<typename F::dims, union_t<typename Y::dims, type_list<typename S::window_dim...>>>>>;
+template <Tensor Y, Tensor F, class... S>
+using transpose_cols_dims_t = unfolded_dims_t<transpose_input_t<Y, F, S...>, S...>;
 
 template <class... Out, Tensor A, Tensor B>
 auto einsum_to(type_list<Out...>, const A& a, const B& b) {

@@ -75,11 +75,34 @@ struct is_spatial : std::false_type {};
 template <class D, class K>
 struct is_spatial<spatial<D, K>> : std::true_type {};
 
-// The input: cols without the window dims; unfold's result: x's dims then the window dims.
+// unfold's result: x's dims up to its last spatial dim, the window dims, then x's other dims (so
+// that with channels last, each tap is a contiguous run of channels and conv's product is one
+// GEMM with no permutation). fold's result: the columns without the window dims.
+template <class List, std::size_t From, class Seq>
+struct pick_list;
+template <class... Ts, std::size_t From, std::size_t... I>
+struct pick_list<type_list<Ts...>, From, std::index_sequence<I...>> {
+  using type = type_list<std::tuple_element_t<From + I, std::tuple<Ts...>>...>;
+};
+template <class A, class B, class C>
+struct join3_lists;
+template <class... A, class... B, class... C>
+struct join3_lists<type_list<A...>, type_list<B...>, type_list<C...>> {
+  using type = type_list<A..., B..., C...>;
+};
+// Number of x's dims up to and including its last spatial dim.
+template <Tensor X, class... S>
+inline constexpr std::size_t spatial_prefix_v = std::max({X::template index_of<typename S::dim>()...}) + 1;
+template <Tensor X, class... S>
+using unfolded_dims_t = typename join3_lists<
+    typename pick_list<typename X::dims, 0, std::make_index_sequence<spatial_prefix_v<X, S...>>>::type,
+    type_list<typename S::window_dim...>,
+    typename pick_list<typename X::dims, spatial_prefix_v<X, S...>,
+                       std::make_index_sequence<X::rank - spatial_prefix_v<X, S...>>>::type>::type;
+template <Tensor X, class... S>
+using unfolded_t = with_dims_t<X, unfolded_dims_t<X, S...>>;
 template <Tensor Cols, class... S>
 using folded_t = with_dims_t<Cols, difference_t<typename Cols::dims, type_list<typename S::window_dim...>>>;
-template <Tensor X, class... S>
-using unfolded_t = with_dims_t<X, union_t<typename X::dims, type_list<typename S::window_dim...>>>;
 
 template <Tensor X, class S>
 constexpr bool check_spatial() {
@@ -201,8 +224,9 @@ std::array<halo_dim, sizeof...(S)> plan_halos(const char* op, const typename X::
       h.to_left = right_of(me - 1);
       h.to_left_at = std::max(need(me - 1).first, own(me - 1).second);
     }
-    h.buf_lo = h.need_lo;
-    h.buf_hi = h.need_hi;
+    // Nothing to receive: the buffer stays this processor's own slice (the kernels index by range).
+    h.buf_lo = h.from_left + h.from_right == 0 ? h.own_lo : h.need_lo;
+    h.buf_hi = h.from_left + h.from_right == 0 ? h.own_hi : h.need_hi;
   }
   return plan;
 }
@@ -214,7 +238,8 @@ struct halo_buffer {
   std::array<std::int64_t, R> ext{}, begin{};
 };
 
-// Brings dim h's halo into b (forward: unfold).
+// Brings dim h's halo into b (forward: unfold). The kernels run over (outer, position) pairs and
+// copy `inner` contiguous elements each.
 template <class Exec, class T, std::size_t R>
 void take_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space, R>& b, const halo_dim& h) {
   using View = Kokkos::View<T*, typename Exec::memory_space>;
@@ -234,23 +259,22 @@ void take_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space, R
     const auto got_right = buffer::writing(static_cast<std::size_t>(outer * h.from_right * inner));
     shift_v(comm, axis, right.data(), outer * h.to_right * inner, got_left.data(), outer * h.from_left * inner, 1);
     shift_v(comm, axis, left.data(), outer * h.to_left * inner, got_right.data(), outer * h.from_right * inner, -1);
-    const View lv = got_left.view(), rv = got_right.view();
-    const std::int64_t n = h.buf_hi - h.buf_lo, lo = h.buf_lo, own_lo = h.own_lo, own_hi = h.own_hi;
-    const std::int64_t nl = h.from_left, nr = h.from_right, right_lo = std::max(lo, own_hi);
-    View next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
-    if (!skip_kernel()) Kokkos::parallel_for(
-        "meshtensor::unfold_halo", Kokkos::RangePolicy<Exec>(0, outer * n * inner), KOKKOS_LAMBDA(std::int64_t idx) {
-          const std::int64_t o = idx / (n * inner), l = (idx / inner) % n, i = idx % inner, g = lo + l;
-          T v;
-          if (g < own_lo)
-            v = lv((o * nl + g - lo) * inner + i);
-          else if (g < own_hi)
-            v = cur.v(cur.at(o, g - own_lo, i));
-          else
-            v = rv((o * nr + g - right_lo) * inner + i);
-          next(idx) = v;
-        });
-    b.v = next;
+    if (h.from_left + h.from_right > 0) {
+      const View lv = got_left.view(), rv = got_right.view();
+      const std::int64_t n = h.buf_hi - h.buf_lo, lo = h.buf_lo, own_lo = h.own_lo, own_hi = h.own_hi;
+      const std::int64_t nl = h.from_left, nr = h.from_right, right_lo = std::max(lo, own_hi);
+      View next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
+      if (!skip_kernel()) Kokkos::parallel_for(
+          "meshtensor::unfold_halo", Kokkos::RangePolicy<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
+            const std::int64_t o = ol / n, g = lo + ol % n;
+            const T* from = g < own_lo   ? &lv((o * nl + g - lo) * inner)
+                            : g < own_hi ? &cur.v(cur.at(o, g - own_lo, 0))
+                                         : &rv((o * nr + g - right_lo) * inner);
+            T* to = &next(ol * inner);
+            for (std::int64_t i = 0; i < inner; ++i) to[i] = from[i];
+          });
+      b.v = next;
+    }
   }
   b.ext[h.index] = h.buf_hi - h.buf_lo;
   b.begin[h.index] = h.buf_lo;
@@ -261,25 +285,26 @@ template <class Exec, class T, std::size_t R>
 void return_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space, R>& b, const halo_dim& h) {
   using View = Kokkos::View<T*, typename Exec::memory_space>;
   if (h.path == halo_path::local) return;
-  // Plain copies: a device lambda captures no structured binding under nvcc.
   const auto around = outer_inner<R>(b.ext, h.index);
   const std::int64_t outer = around.first, inner = around.second;
   const along_view<View> cur{b.v, outer, b.ext[h.index], inner, b.begin[h.index]};
   const std::int64_t n = h.own_hi - h.own_lo, own_lo = h.own_lo, cur_lo = cur.begin, cur_n = cur.n;
-  View next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
+  using buffer = mpi_buffer<Exec, T>;
   if (h.path == halo_path::gather) {
     // Every processor of D's axes holds the whole of D: their sums, then this processor's part.
-    using buffer = mpi_buffer<Exec, T>;
     const auto sum = buffer::reading(b.v);
     allreduce(comm, h.split.mask(), sum.data(), outer * cur_n * inner);
     const View s = sum.view();
+    View next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
     if (!skip_kernel()) Kokkos::parallel_for(
-        "meshtensor::fold_own", Kokkos::RangePolicy<Exec>(0, outer * n * inner), KOKKOS_LAMBDA(std::int64_t idx) {
-          const std::int64_t o = idx / (n * inner), l = (idx / inner) % n, i = idx % inner;
-          next(idx) = s((o * cur_n + own_lo + l) * inner + i);
+        "meshtensor::fold_own", Kokkos::RangePolicy<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
+          const std::int64_t o = ol / n, l = ol % n;
+          const T* from = &s((o * cur_n + own_lo + l) * inner);
+          T* to = &next(ol * inner);
+          for (std::int64_t i = 0; i < inner; ++i) to[i] = from[i];
         });
+    b.v = next;
   } else {
-    using buffer = mpi_buffer<Exec, T>;
     const int axis = h.split.axes[0];
     const auto left = buffer::reading(pack_along<Exec>(cur, 0, h.from_left));
     const auto right = buffer::reading(pack_along<Exec>(cur, std::max(h.need_lo, h.own_hi) - cur_lo, h.from_right));
@@ -289,16 +314,35 @@ void return_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space,
     shift_v(comm, axis, right.data(), outer * h.from_right * inner, back_from_left.data(), outer * h.to_left * inner, 1);
     const View rv = back_from_right.view(), lv = back_from_left.view();
     const std::int64_t r_at = h.to_right_at - own_lo, r_n = h.to_right, l_at = h.to_left_at - own_lo, l_n = h.to_left;
-    if (!skip_kernel()) Kokkos::parallel_for(
-        "meshtensor::fold_halo", Kokkos::RangePolicy<Exec>(0, outer * n * inner), KOKKOS_LAMBDA(std::int64_t idx) {
-          const std::int64_t o = idx / (n * inner), l = (idx / inner) % n, i = idx % inner, c = own_lo + l - cur_lo;
-          T v = c >= 0 && c < cur_n ? cur.v(cur.at(o, c, i)) : T(0);
-          if (l >= r_at && l < r_at + r_n) v += rv((o * r_n + l - r_at) * inner + i);
-          if (l >= l_at && l < l_at + l_n) v += lv((o * l_n + l - l_at) * inner + i);
-          next(idx) = v;
+    // The own part: the buffer itself when it holds no halo (added to in place), else a copy of it.
+    View next = b.v;
+    if (h.from_left + h.from_right > 0) {
+      next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
+      if (!skip_kernel()) Kokkos::parallel_for(
+          "meshtensor::fold_own", Kokkos::RangePolicy<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
+            // Own positions that no window here read lie outside the buffer: zeros.
+            const std::int64_t o = ol / n, c = own_lo + ol % n - cur_lo;
+            T* to = &next(ol * inner);
+            if (c >= 0 && c < cur_n) {
+              const T* from = &cur.v(cur.at(o, c, 0));
+              for (std::int64_t i = 0; i < inner; ++i) to[i] = from[i];
+            } else {
+              for (std::int64_t i = 0; i < inner; ++i) to[i] = T(0);
+            }
+          });
+    }
+    // What the neighbours read here comes back and is added (two ranges of positions).
+    if (r_n + l_n > 0 && !skip_kernel()) Kokkos::parallel_for(
+        "meshtensor::fold_halo", Kokkos::RangePolicy<Exec>(0, outer * (r_n + l_n)), KOKKOS_LAMBDA(std::int64_t ol) {
+          const std::int64_t o = ol / (r_n + l_n), q = ol % (r_n + l_n);
+          const bool from_right = q < r_n;
+          const std::int64_t l = from_right ? r_at + q : l_at + q - r_n;
+          const T* from = from_right ? &rv((o * r_n + q) * inner) : &lv((o * l_n + q - r_n) * inner);
+          T* to = &next((o * n + l) * inner);
+          for (std::int64_t i = 0; i < inner; ++i) to[i] += from[i];
         });
+    b.v = next;
   }
-  b.v = next;
   b.ext[h.index] = n;
   b.begin[h.index] = own_lo;
 }
@@ -321,6 +365,14 @@ struct window_maps {
   }
 };
 
+// Number of input dims up to and including the last spatial one.
+template <std::size_t N>
+std::size_t prefix_of(const std::array<halo_dim, N>& plan) {
+  std::size_t p = 0;
+  for (const auto& h : plan) p = std::max(p, h.index + 1);
+  return p;
+}
+
 template <std::size_t R, class A>
 Kokkos::Array<std::int64_t, R> device_array(const A& a) {
   Kokkos::Array<std::int64_t, R> r;
@@ -329,85 +381,101 @@ Kokkos::Array<std::int64_t, R> device_array(const A& a) {
 }
 
 // The kernels depend on (space, element type, ranks) only, not on the tensor types: one instance
-// serves every layout (docs/design.md, "Ops and communication").
-// out[o..., k...] = buffer at o * stride - pad_lo + k * dilation along each spatial dim, else fill.
+// serves every layout (docs/design.md, "Ops and communication"). Dims [0, P) of x hold the spatial
+// dims; dims [P, R) follow them (channels, usually) and are copied as contiguous runs of `inner`.
+// unfold: out[a..., k..., t...] = buffer[a at o * stride - pad_lo + k * dilation, t...], else fill.
 template <class Exec, class T, std::size_t R, std::size_t N>
-void unfold_kernel(const halo_buffer<T, typename Exec::memory_space, R>& b, const window_maps<R, N>& m,
+void unfold_kernel(const halo_buffer<T, typename Exec::memory_space, R>& b, const window_maps<R, N>& m, std::size_t P,
                    const Kokkos::View<T*, typename Exec::memory_space>& ov, const std::array<std::int64_t, R + N>& out_ext,
-                   const std::array<std::int64_t, R + N>& out_off, std::int64_t size, T fill) {
+                   const std::array<std::int64_t, R + N>& out_off, T fill) {
   constexpr std::size_t RO = R + N;
   const auto oe = device_array<RO>(out_ext), oo = device_array<RO>(out_off);
   const auto be = device_array<R>(b.ext), bb = device_array<R>(b.begin);
+  std::int64_t runs = 1, inner = 1;
+  for (std::size_t d = 0; d < P + N; ++d) runs *= out_ext[d];
+  for (std::size_t d = P + N; d < RO; ++d) inner *= out_ext[d];
   const auto bv = b.v;
   if (!skip_kernel()) Kokkos::parallel_for(
-      "meshtensor::unfold", Kokkos::RangePolicy<Exec>(0, size), KOKKOS_LAMBDA(std::int64_t idx) {
+      "meshtensor::unfold", Kokkos::RangePolicy<Exec>(0, runs), KOKKOS_LAMBDA(std::int64_t run) {
         Kokkos::Array<std::int64_t, RO> at;
-        std::int64_t rest = idx;
-        for (std::size_t d = RO; d-- > 0;) {
+        std::int64_t rest = run;
+        for (std::size_t d = P + N; d-- > 0;) {
           at[d] = rest % oe[d];
           rest /= oe[d];
         }
         std::int64_t src = 0;
         bool inside = true;
-        for (std::size_t d = 0; d < R; ++d) {
+        for (std::size_t d = 0; d < P; ++d) {
           std::int64_t l = at[d];
           const int j = m.spatial_of[d];
           if (j >= 0) {
-            const std::int64_t g = (oo[d] + at[d]) * m.stride[j] - m.pad_lo[j] + at[R + j] * m.dilation[j];
+            const std::int64_t g = (oo[d] + at[d]) * m.stride[j] - m.pad_lo[j] + at[P + j] * m.dilation[j];
             inside = inside && g >= 0 && g < m.extent[j];
             l = g - bb[d];
           }
           src = src * be[d] + l;
         }
-        ov(idx) = inside ? bv(src) : fill;
+        T* dst = &ov(run * inner);
+        if (inside) {
+          const T* from = &bv(src * inner);
+          for (std::int64_t i = 0; i < inner; ++i) dst[i] = from[i];
+        } else {
+          for (std::int64_t i = 0; i < inner; ++i) dst[i] = fill;
+        }
       });
 }
 
-// The adjoint: each buffer element the sum of the taps that read it.
+// fold: each buffer run the sum of the tap runs that read it (no two work items write one run).
 template <class Exec, class T, std::size_t R, std::size_t N>
 void fold_kernel(const Kokkos::View<T*, typename Exec::memory_space>& cv, const std::array<std::int64_t, R + N>& cols_ext,
-                 const std::array<std::int64_t, R + N>& cols_off, const window_maps<R, N>& m,
-                 const halo_buffer<T, typename Exec::memory_space, R>& b, std::int64_t size) {
+                 const std::array<std::int64_t, R + N>& cols_off, const window_maps<R, N>& m, std::size_t P,
+                 const halo_buffer<T, typename Exec::memory_space, R>& b) {
   constexpr std::size_t RO = R + N;
   const auto ce = device_array<RO>(cols_ext), co = device_array<RO>(cols_off);
   const auto be = device_array<R>(b.ext), bb = device_array<R>(b.begin);
-  std::int64_t taps = 1;
-  for (std::size_t j = 0; j < N; ++j) taps *= ce[R + j];
+  std::int64_t runs = 1, inner = 1, taps = 1;
+  for (std::size_t d = 0; d < P; ++d) runs *= b.ext[d];
+  for (std::size_t d = P; d < R; ++d) inner *= b.ext[d];
+  for (std::size_t j = 0; j < N; ++j) taps *= cols_ext[P + j];
   const auto bv = b.v;
   if (!skip_kernel()) Kokkos::parallel_for(
-      "meshtensor::fold", Kokkos::RangePolicy<Exec>(0, size), KOKKOS_LAMBDA(std::int64_t idx) {
+      "meshtensor::fold", Kokkos::RangePolicy<Exec>(0, runs), KOKKOS_LAMBDA(std::int64_t run) {
         Kokkos::Array<std::int64_t, R> at;
-        std::int64_t rest = idx;
-        for (std::size_t d = R; d-- > 0;) {
+        std::int64_t rest = run;
+        for (std::size_t d = P; d-- > 0;) {
           at[d] = rest % be[d];
           rest /= be[d];
         }
-        T acc = 0;
+        T* dst = &bv(run * inner);
+        for (std::int64_t i = 0; i < inner; ++i) dst[i] = T(0);
+        Kokkos::Array<std::int64_t, N> k;  // tap t's index per window dim, stepped like an odometer
+        for (std::size_t j = 0; j < N; ++j) k[j] = 0;
         for (std::int64_t t = 0; t < taps; ++t) {
-          Kokkos::Array<std::int64_t, N> k;
-          std::int64_t r = t;
-          for (std::size_t j = N; j-- > 0;) {
-            k[j] = r % ce[R + j];
-            r /= ce[R + j];
-          }
+          if (t > 0)
+            for (std::size_t j = N; j-- > 0;) {
+              if (++k[j] < ce[P + j]) break;
+              k[j] = 0;
+            }
           std::int64_t src = 0;
           bool hit = true;
-          for (std::size_t d = 0; d < R && hit; ++d) {
+          for (std::size_t d = 0; d < P && hit; ++d) {
             std::int64_t l = at[d];
             const int j = m.spatial_of[d];
             if (j >= 0) {
+              // The output position whose tap k reads here: s / stride, when stride divides s (no
+              // division at stride 1, the common case: divisions dominated this kernel).
               const std::int64_t s = bb[d] + at[d] + m.pad_lo[j] - k[j] * m.dilation[j];
-              hit = s >= 0 && s % m.stride[j] == 0 && s / m.stride[j] >= co[d] && s / m.stride[j] < co[d] + ce[d];
-              l = s / m.stride[j] - co[d];
+              const std::int64_t q = m.stride[j] == 1 ? s : s / m.stride[j];
+              hit = s >= 0 && (m.stride[j] == 1 || s % m.stride[j] == 0) && q >= co[d] && q < co[d] + ce[d];
+              l = q - co[d];
             }
             src = src * ce[d] + l;
           }
           if (hit) {
-            for (std::size_t j = 0; j < N; ++j) src = src * ce[R + j] + k[j];
-            acc += cv(src);
+            const T* from = &cv((src * taps + t) * inner);
+            for (std::int64_t i = 0; i < inner; ++i) dst[i] += from[i];
           }
         }
-        bv(idx) = acc;
       });
 }
 
@@ -417,16 +485,17 @@ Out unfold_local(const X& x, const std::array<halo_dim, Out::rank - X::rank>& pl
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   constexpr std::size_t R = X::rank, N = Out::rank - X::rank;
+  const std::size_t P = prefix_of(plan);
   typename Out::extents_type oext{};
-  for (std::size_t d = 0; d < R; ++d) oext[d] = x.extents()[d];
+  for (std::size_t d = 0; d < R; ++d) oext[d < P ? d : d + N] = x.extents()[d];
   for (std::size_t j = 0; j < N; ++j) {
     oext[plan[j].index] = plan[j].geo.out;
-    oext[R + j] = plan[j].geo.size;
+    oext[P + j] = plan[j].geo.size;
   }
-  Out out(x.mesh(), oext);
+  Out out(x.mesh(), oext, uninitialized);
   halo_buffer<T, typename X::memory_space, R> b{x.view(), x.local_extents(), x.offsets()};
   for (const auto& h : plan) take_halo<Exec>(x.mesh().communicator(), b, h);
-  unfold_kernel<Exec>(b, window_maps<R, N>(plan), out.view(), out.local_extents(), out.offsets(), out.local_size(), fill);
+  unfold_kernel<Exec>(b, window_maps<R, N>(plan), prefix_of(plan), out.view(), out.local_extents(), out.offsets(), fill);
   return out;
 }
 
@@ -436,10 +505,17 @@ X fold_local(const Cols& cols, const typename X::extents_type& extents, const st
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   constexpr std::size_t R = X::rank, N = Cols::rank - X::rank;
-  X out(cols.mesh(), extents);
+  // The result's slice: cols' along the other dims, this processor's part along the spatial ones.
+  const std::size_t P = prefix_of(plan);
   halo_buffer<T, typename X::memory_space, R> b;
-  b.ext = out.local_extents();
-  b.begin = out.offsets();
+  for (std::size_t d = 0; d < R; ++d) {
+    b.ext[d] = cols.local_extents()[d < P ? d : d + N];
+    b.begin[d] = cols.offsets()[d < P ? d : d + N];
+  }
+  for (const auto& h : plan) {
+    b.ext[h.index] = h.own_hi - h.own_lo;
+    b.begin[h.index] = h.own_lo;
+  }
   for (const auto& h : plan)
     if (h.path != halo_path::local) {
       b.ext[h.index] = h.buf_hi - h.buf_lo;
@@ -448,10 +524,9 @@ X fold_local(const Cols& cols, const typename X::extents_type& extents, const st
   std::int64_t n = 1;
   for (auto e : b.ext) n *= e;
   b.v = view_pool<T, typename X::memory_space>::get().allocate(static_cast<std::size_t>(n));
-  fold_kernel<Exec>(cols.view(), cols.local_extents(), cols.offsets(), window_maps<R, N>(plan), b, n);
+  fold_kernel<Exec>(cols.view(), cols.local_extents(), cols.offsets(), window_maps<R, N>(plan), P, b);
   for (std::size_t j = N; j-- > 0;) return_halo<Exec>(cols.mesh().communicator(), b, plan[j]);
-  if (!planning()) Kokkos::deep_copy(out.view(), b.v);
-  return out;
+  return X(cols.mesh(), extents, b.v);
 }
 
 }  // namespace detail
@@ -519,28 +594,32 @@ detail::unfolded_t<X, S...> unfold(const X& x, detail::window_for<S>... windows)
   return unfold<S...>(x, typename X::value_type(0), windows...);
 }
 
-// The adjoint of unfold: cols (an input's dims, then the window dims) added back onto an input of
-// the given spatial extents (one per spatial dim, in order); the other dims keep cols' extents.
-// Gradient: unfold of the gradient.
+// The adjoint of unfold: cols (in unfold's order: an input's dims up to its last spatial dim, the
+// window dims, the input's other dims) added back onto an input of the given spatial extents (one
+// per spatial dim, in order); the other dims keep cols' extents. Gradient: unfold of the gradient.
 template <class... S, Tensor Cols>
   requires(sizeof...(S) > 0)
 detail::folded_t<Cols, S...> fold(const Cols& cols, const std::array<std::int64_t, sizeof...(S)>& spatial_extents,
                                   detail::window_for<S>... windows) {
   using X = detail::folded_t<Cols, S...>;
   (void)(detail::check_spatial<X, S>() && ...);
+  static_assert(std::is_same_v<typename Cols::dims, detail::unfolded_dims_t<X, S...>>,
+                "meshtensor: fold's columns must have unfold's dim order: the input's dims up to its last spatial "
+                "dim, then the window dims, then the input's other dims");
   meshtensor::detail::plan_op_scope plan_scope("fold");
+  constexpr std::size_t P = detail::spatial_prefix_v<X, S...>, N = sizeof...(S);
   typename X::extents_type ext{};
-  for (std::size_t d = 0; d < X::rank; ++d) ext[d] = cols.extents()[d];
-  constexpr std::array<std::size_t, sizeof...(S)> index{X::template index_of<typename S::dim>()...};
-  constexpr std::array<std::string_view, sizeof...(S)> names{S::dim::name()...};
-  const std::array<window, sizeof...(S)> ws{windows...};
-  for (std::size_t j = 0; j < sizeof...(S); ++j) ext[index[j]] = spatial_extents[j];
+  for (std::size_t d = 0; d < X::rank; ++d) ext[d] = cols.extents()[d < P ? d : d + N];
+  constexpr std::array<std::size_t, N> index{X::template index_of<typename S::dim>()...};
+  constexpr std::array<std::string_view, N> names{S::dim::name()...};
+  const std::array<window, N> ws{windows...};
+  for (std::size_t j = 0; j < N; ++j) ext[index[j]] = spatial_extents[j];
   const auto plan = detail::plan_halos<X, S...>("fold", cols.mesh(), ext, ws);
-  for (std::size_t j = 0; j < sizeof...(S); ++j)
-    if (cols.extents()[index[j]] != plan[j].geo.out || cols.extents()[X::rank + j] != ws[j].size)
+  for (std::size_t j = 0; j < N; ++j)
+    if (cols.extents()[index[j]] != plan[j].geo.out || cols.extents()[P + j] != ws[j].size)
       throw shape_error(detail::cat("fold: dim '", names[j], "' of extent ", spatial_extents[j], " has ", plan[j].geo.out,
                                     " window positions of ", ws[j].size, " taps, but the columns have ",
-                                    cols.extents()[index[j]], " positions and ", cols.extents()[X::rank + j], " taps"));
+                                    cols.extents()[index[j]], " positions and ", cols.extents()[P + j], " taps"));
   X out = detail::fold_local<X>(cols, ext, plan);
   detail::record<X>(
       out,
