@@ -39,6 +39,13 @@
 //   transformer_lm --plan --mesh 16 32 --layers 6 --d-model 1024 --d-kv 256 --heads 256 --d-ff 262144
 //                  --vocab 32768 --length 256 --batch 512 --optimizer adafactor --layout 2d
 //
+// Inference: --generate N samples N bytes after --prompt (with --resume, from a checkpoint), one at
+// a time with a key-value cache, and prints the text and the per-token latency; under --layout
+// model one token's work is split over the ranks (heads, d_ff, vocab). --check-generate compares
+// the cached logits with a full forward pass.
+//
+//   mpiexec -n 4 transformer_lm --layout model --steps 300 --generate 200 --prompt "This License"
+//
 // --check-plan runs one step for real, then plans it for this rank's coordinates, and checks on
 // every rank that the planned collectives (calls and bytes per collective and axis set) and the
 // bytes of the parameters and optimizer state equal the real step's.
@@ -231,6 +238,14 @@ int main(int argc, char** argv) {
   app.add_flag("--rank-layouts", o.rank_layouts,
                "rank the compiled-in layouts on --mesh by predicted step time (needs --calibration)");
   app.add_flag("--check-plan", o.check_plan, "run one step, plan it, and check the plan equals it on every rank");
+  app.add_option("--generate", o.generate, "after training: sample this many bytes after --prompt (key-value cache)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--prompt", o.prompt, "with --generate: the text to continue")->capture_default_str();
+  app.add_option("--temperature", o.temperature, "with --generate: sampling temperature (0: the most likely byte)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_flag("--check-generate", o.check_generate,
+               "with --generate: check the cached logits against a full forward pass over the sequence");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -257,7 +272,7 @@ int main(int argc, char** argv) {
       if (root) std::printf("layout %s\n", o.layout.c_str());
       const auto r = train_layout(o.layout, g, o, text, true);
       if (root) write_curve(o, r.losses, r.first_step);
-      return 0;
+      return r.generated_ok ? 0 : 3;
     }
     const std::vector<std::string> names{"data", "model", "2d"};
     std::vector<std::vector<double>> runs;

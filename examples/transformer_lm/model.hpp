@@ -64,6 +64,11 @@ struct options {
   std::string plan_json, calibration;
   bool rank_layouts = false;
   double memory_budget_gib = 8.0;
+  // Sampling after training (--generate N): N bytes after --prompt, with a key-value cache.
+  std::int64_t generate = 0;
+  std::string prompt = "The GNU General Public License is";
+  double temperature = 0.7;  // 0: the most likely byte
+  bool check_generate = false;
 };
 
 // The parameter names, in the order of the tensors of model::tie() (a vector param's tensors one
@@ -167,11 +172,13 @@ struct model {
     return n;
   }
 
-  // Mean next-byte cross-entropy of a batch.
-  auto loss(const t<batch, length>& ids, const t<batch, length>& labels, const options& o, std::uint64_t step) const {
+  // Logits [batch, length, vocab] of sequences of up to --length tokens.
+  auto logits(const t<batch, length>& ids, const options& o, std::uint64_t step) const {
     const std::uint64_t dseed = o.seed * 7919;
     using X = t<batch, length, d_model>;
-    X x = nn::embedding<vocab>(embedding, ids) + positions;
+    const std::int64_t n = ids.template extent<length>();
+    X x = nn::embedding<vocab>(embedding, ids) +
+          (n == positions.template extent<length>() ? positions : mt::slice<length>(positions, 0, n));
     for (std::size_t b = 0; b < wq.size(); ++b) {
       // Captures by value what dies with this call: the block runs again in gradient() with --recompute.
       const std::uint64_t site = dseed + 2 * b;
@@ -185,10 +192,110 @@ struct model {
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
-    const auto logits = nn::dense<d_model, vocab>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias), softmax_weights);
-    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits, labels));
+    return nn::dense<d_model, vocab>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias), softmax_weights);
+  }
+
+  // Mean next-byte cross-entropy of a batch.
+  auto loss(const t<batch, length>& ids, const t<batch, length>& labels, const options& o, std::uint64_t step) const {
+    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits(ids, o, step), labels));
+  }
+
+  // Inference with a key-value cache: each block's keys and values of the positions so far.
+  struct kv_cache {
+    std::vector<t<batch, heads, memory_length, d_kv>> k, v;
+  };
+  // Logits [batch, length = 1, vocab] after the token at position p (ids [batch, length = 1]); the
+  // cache gains position p. The same arithmetic as logits() at position p (causal_attention's, with
+  // the cache in place of the earlier positions' keys and values); under the model layout the
+  // heads, d_ff and vocab splits leave two allreduces per block (attention's output projection,
+  // the feed-forward's) and the layer norms' none.
+  auto next_logits(const t<batch, length>& token, std::int64_t p, kv_cache& cache) const {
+    using X = t<batch, length, d_model>;
+    X x = nn::embedding<vocab>(embedding, token) + mt::slice<length>(positions, p, 1);
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(wq[0].template extent<d_kv>())));
+    for (std::size_t b = 0; b < wq.size(); ++b) {
+      const auto h = nn::layer_norm<d_model>(x, ln1_scale[b], ln1_bias[b]);
+      const auto q = mt::einsum<batch, heads, length, d_kv>(h, wq[b]) * scale;
+      const auto hm = mt::rename<length, memory_length>(h);
+      auto k = mt::einsum<batch, heads, memory_length, d_kv>(hm, wk[b]);
+      auto v = mt::einsum<batch, heads, memory_length, d_kv>(hm, wv[b]);
+      if (b < cache.k.size()) {
+        cache.k[b] = mt::concat<memory_length>(cache.k[b], k);
+        cache.v[b] = mt::concat<memory_length>(cache.v[b], v);
+      } else {
+        cache.k.push_back(k);
+        cache.v.push_back(v);
+      }
+      const auto w = mt::softmax<memory_length>(mt::einsum<batch, heads, length, memory_length>(q, cache.k[b]));
+      const auto o = mt::einsum<batch, heads, length, d_kv>(w, cache.v[b]);
+      const X a = x + mt::einsum<batch, length, d_model>(o, wo[b]);
+      const auto f = nn::layer_norm<d_model>(a, ln2_scale[b], ln2_bias[b]);
+      x = a + nn::feed_forward<d_model, d_ff>(f, w_in[b], w_out[b]);
+    }
+    return nn::dense<d_model, vocab>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias), softmax_weights);
   }
 };
+
+// --generate N: N bytes sampled after --prompt, one at a time through the key-value cache, with the
+// per-token latency (the logits gathered on every rank, so each knows the next byte). With
+// --check-generate, the cached logits of every position are compared with one full forward pass
+// over the whole sequence. Returns false when they disagree.
+template <class L>
+bool generate(const model<L>& m, const grid& g, const options& o) {
+  using ids_t = mt::tensor<float, L, batch, length>;
+  const mt::no_grad inference;  // no tape: nothing is kept for a backward pass
+  const std::int64_t n_prompt = static_cast<std::int64_t>(o.prompt.size()), total = n_prompt + o.generate;
+  if (o.vocab != 256) throw mt::error("--generate samples bytes: it needs --vocab 256");
+  if (n_prompt == 0) throw mt::error("--generate needs a --prompt of at least one byte");
+  if (total > o.length)
+    throw mt::error(mt::detail::cat("--generate: the prompt's ", n_prompt, " bytes and ", o.generate,
+                                    " new ones exceed --length ", o.length, " (the positions the model has)"));
+  typename model<L>::kv_cache cache;
+  std::mt19937_64 rng(o.seed * 31 + 7);  // the same draws on every rank
+  std::vector<float> seq(o.prompt.begin(), o.prompt.end());
+  std::vector<std::vector<float>> cached;  // each position's logits, for --check-generate
+  std::vector<double> token_ms;
+  for (std::int64_t p = 0; p + 1 < total; ++p) {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto lv = mt::gather_all(m.next_logits(mt::from_host<ids_t>(g, {1, 1}, std::span<const float>(&seq[p], 1)), p, cache));
+    if (p + 1 >= n_prompt) {
+      // The next byte: the most likely, or drawn from softmax(logits / temperature).
+      std::size_t next = std::max_element(lv.begin(), lv.end()) - lv.begin();
+      if (o.temperature > 0) {
+        std::vector<double> w(lv.size());
+        for (std::size_t i = 0; i < lv.size(); ++i) w[i] = std::exp((lv[i] - lv[next]) / o.temperature);
+        next = std::discrete_distribution<std::size_t>(w.begin(), w.end())(rng);
+      }
+      seq.push_back(static_cast<float>(next));
+      token_ms.push_back(1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    if (o.check_generate) cached.push_back(std::move(lv));
+  }
+  const bool root = g.rank() == 0;
+  std::sort(token_ms.begin(), token_ms.end());
+  if (root) {
+    std::string text;
+    for (float c : seq) text += (c >= 32 && c < 127) || c == '\n' ? static_cast<char>(c) : '?';
+    std::printf("generated %lld bytes after a prompt of %lld on %d ranks (temperature %g):\n%s\n",
+                (long long)o.generate, (long long)n_prompt, g.nprocs(), o.temperature, text.c_str());
+    std::printf("per-token latency: median %.3f ms, min %.3f ms, max %.3f ms\n", token_ms[token_ms.size() / 2],
+                token_ms.front(), token_ms.back());
+  }
+  if (!o.check_generate) return true;
+  // One forward pass over the sequence (without its last byte): position p's logits must be the
+  // cached run's.
+  const std::vector<float> ids(seq.begin(), seq.end() - 1);
+  const auto full = mt::gather_all(m.logits(mt::from_host<ids_t>(g, {1, total - 1}, ids), o, 0));
+  double worst = 0;
+  for (std::int64_t p = 0; p + 1 < total; ++p)
+    for (std::int64_t v = 0; v < o.vocab; ++v)
+      worst = std::max(worst, std::abs(double(full[p * o.vocab + v]) - double(cached[p][v])));
+  const bool ok = worst <= 1e-4;
+  if (root)
+    std::printf("check-generate: largest difference between cached and full logits %.2e over %lld positions: %s\n",
+                worst, (long long)(total - 1), ok ? "the cached and full logits agree" : "THEY DIFFER");
+  return ok;
+}
 
 inline std::vector<unsigned char> read_text(const std::string& path, std::int64_t need) {
   std::ifstream in(path, std::ios::binary);
@@ -229,6 +336,7 @@ struct train_result {
   std::int64_t parameters = 0;                // of the model, global
   std::int64_t param_bytes = 0, state_bytes = 0;  // this processor's slices, and its optimizer's state
   std::optional<mt::plan_report> plan;        // on a planned mesh: what the steps would cost
+  bool generated_ok = true;                   // --check-generate's verdict
 };
 
 // Trains one layout. On a planned mesh (--plan) the same code runs without data or processes and
@@ -353,6 +461,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     result.losses = std::move(losses);
     return result;
   }
+  if (o.generate > 0) result.generated_ok = generate(m, g, o);
   if (o.memory) {
     // Bytes of the local slices of the parameters and of the optimizer's state (laid out like them).
     const long long with_state = result.param_bytes + result.state_bytes;

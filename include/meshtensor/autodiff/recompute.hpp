@@ -41,17 +41,6 @@ inline std::vector<std::shared_ptr<tape_node>> nodes_reached(std::shared_ptr<tap
   return found;
 }
 
-class recording_scope {
- public:
-  explicit recording_scope(bool record) : was_(recording_paused()) { recording_paused() = !record; }
-  recording_scope(const recording_scope&) = delete;
-  recording_scope& operator=(const recording_scope&) = delete;
-  ~recording_scope() { recording_paused() = was_; }
-
- private:
-  bool was_;
-};
-
 // The gradient rule of a recomputed block: run it again with recording on, then push g back
 // through the nodes that run made, which hands their gradients to the block's inputs and weights.
 template <class Block, class... In>

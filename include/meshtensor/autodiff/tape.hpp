@@ -35,6 +35,18 @@ inline bool& recording_paused() {
   return paused;
 }
 
+// Recording on or off for the scope's lifetime (restored after).
+class recording_scope {
+ public:
+  explicit recording_scope(bool record) : was_(recording_paused()) { recording_paused() = !record; }
+  recording_scope(const recording_scope&) = delete;
+  recording_scope& operator=(const recording_scope&) = delete;
+  ~recording_scope() { recording_paused() = was_; }
+
+ private:
+  bool was_;
+};
+
 struct tape_node {
   std::uint64_t id = next_node_id();
   std::vector<std::shared_ptr<tape_node>> parents;
@@ -169,5 +181,12 @@ basic_tensor<T, L, E, Ds...>& basic_tensor<T, L, E, Ds...>::requires_grad() {
   if (!node_) node_ = std::make_shared<detail::typed_node<basic_tensor>>();
   return *this;
 }
+
+// While one is alive, ops record nothing for gradient(), even on tensors that track gradients:
+// inference (sampling, evaluation) holds no tape and no activations for a backward pass.
+//   { mt::no_grad off; auto logits = model(x); }
+class no_grad {
+  detail::recording_scope off_{false};
+};
 
 }  // namespace meshtensor
