@@ -22,7 +22,7 @@ for r in $(seq 1 "$rounds"); do
   for np in 1 2 4; do
     log "round $r/$rounds: meshtensor, $np rank(s)"
     mpiexec -n "$np" "$build/benchmarks/bench_conv" --benchmark_out="$raw/ours-np$np-$r.json" \
-      --benchmark_out_format=json >/dev/null
+      --benchmark_out_format=json >/dev/null 2>>"$raw/stderr.log"
   done
   log "round $r/$rounds: PyTorch"
   /usr/bin/python3 "$root/benchmarks/peers/torch_conv.py" >"$raw/torch-$r.json"

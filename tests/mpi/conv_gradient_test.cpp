@@ -85,3 +85,21 @@ TEST_CASE("conv, pools, batch_norm, unfold and fold gradients equal central fini
     check_layout<mt::layout<grid, mt::split<c_in, r_>, mt::split<w_, c_>>>(g);
   }
 }
+
+TEST_CASE("no_grad: ops on tensors that track gradients record nothing while it lives", "[gradient]") {
+  auto g = world_line();
+  using X = mt::tensor<double, mt::layout<line, mt::split<h_, x_>>, b_, h_, w_, c_in>;
+  using F = mt::tensor<double, mt::layout<line, mt::split<h_, x_>>, kh_, kw_, c_in, co_>;
+  auto x = mt::random_normal<X>(g, {B, H, W, C}, 1);
+  const auto f = mt::random_normal<F>(g, {3, 3, C, CO}, 2);
+  x.requires_grad();
+  const mt::window k3{.size = 3, .pad = mt::padding::same};
+  {
+    const mt::no_grad inference;
+    REQUIRE_FALSE(mt::nn::conv<sh, sw>(x, f, k3, k3).tracks_grad());
+  }
+  const auto y = mt::nn::conv<sh, sw>(x, f, k3, k3);
+  REQUIRE(y.tracks_grad());
+  const auto [gx] = mt::gradient(weighted_sum(y, 3), x);
+  REQUIRE(gx.extents() == x.extents());
+}
