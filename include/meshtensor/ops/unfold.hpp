@@ -14,9 +14,9 @@
 // fold and unfold's gradient send the same halos back and add them where they came from (an
 // allreduce where unfold allgathered).
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <array>
 #include <cstdint>
-#include <limits>
 #include <string_view>
 #include <tuple>
 #include <utility>
@@ -115,6 +115,10 @@ constexpr bool check_spatial() {
     (void)diagnostic::unfold_window_dim_split<typename S::window_dim>{};
   return true;
 }
+// A constant, so that the check runs where it is named (a function body's instantiation may be
+// deferred, and another error would come first).
+template <Tensor X, class S>
+inline constexpr bool spatial_checked_v = check_spatial<X, S>();
 
 // One window's positions along a dim of the given extent: output o, tap k reads input
 // o * stride - pad_lo + k * dilation (outside [0, extent): the fill value).
@@ -576,10 +580,11 @@ constexpr comm_plan fold_gather_plan() {
 // x's windows: x's dims (each spatial dim with its number of window positions), then one window dim
 // per spatial dim holding the taps. Taps outside the extent (padding same) read `fill`.
 // Gradient: fold of the gradient.
+// (The result type is deduced, so that a wrong spatial<D, K> stops at check_spatial's message.)
 template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
-detail::unfolded_t<X, S...> unfold(const X& x, typename X::value_type fill, detail::window_for<S>... windows) {
-  (void)(detail::check_spatial<X, S>() && ...);
+auto unfold(const X& x, typename X::value_type fill, detail::window_for<S>... windows) {
+  static_assert((detail::spatial_checked_v<X, S> && ...));
   meshtensor::detail::plan_op_scope plan_scope("unfold");
   using Out = detail::unfolded_t<X, S...>;
   const auto plan = detail::plan_halos<X, S...>("unfold", x.mesh(), x.extents(), {windows...});
@@ -590,7 +595,7 @@ detail::unfolded_t<X, S...> unfold(const X& x, typename X::value_type fill, deta
 }
 template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
-detail::unfolded_t<X, S...> unfold(const X& x, detail::window_for<S>... windows) {
+auto unfold(const X& x, detail::window_for<S>... windows) {
   return unfold<S...>(x, typename X::value_type(0), windows...);
 }
 
@@ -602,7 +607,7 @@ template <class... S, Tensor Cols>
 detail::folded_t<Cols, S...> fold(const Cols& cols, const std::array<std::int64_t, sizeof...(S)>& spatial_extents,
                                   detail::window_for<S>... windows) {
   using X = detail::folded_t<Cols, S...>;
-  (void)(detail::check_spatial<X, S>() && ...);
+  static_assert((detail::spatial_checked_v<X, S> && ...));
   static_assert(std::is_same_v<typename Cols::dims, detail::unfolded_dims_t<X, S...>>,
                 "meshtensor: fold's columns must have unfold's dim order: the input's dims up to its last spatial "
                 "dim, then the window dims, then the input's other dims");
