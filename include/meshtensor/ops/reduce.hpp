@@ -137,8 +137,22 @@ void reduce_kernel(const Kokkos::View<T*, typename Exec::memory_space>& xv,
                    int rout, const kidx& base_stride, const kidx& red_ext, const kidx& red_stride, int nred,
                    std::int64_t red_count, reduce_op op) {
   if (n == 0) return;
-  reduce_runs_functor<T> f{xv.data(), ov.data(), 1, 1, 0, 0, out_ext, base_stride, red_ext, red_stride, nred,
-                           red_count, op};
+  // Adjacent reduced dims that lie contiguously in x become one: the same positions in the same
+  // order (the same result, bit for bit) with fewer 64-bit divisions each. A whole-tensor sum (a
+  // loss) had one division per dim per element, about 6 ns per element; now none.
+  kidx ext{}, stride{};
+  int m = 0;
+  for (int i = 0; i < nred; ++i) {
+    if (m > 0 && stride[m - 1] == red_ext[i] * red_stride[i]) {
+      ext[m - 1] *= red_ext[i];
+      stride[m - 1] = red_stride[i];
+    } else {
+      ext[m] = red_ext[i];
+      stride[m] = red_stride[i];
+      ++m;
+    }
+  }
+  reduce_runs_functor<T> f{xv.data(), ov.data(), 1, 1, 0, 0, out_ext, base_stride, ext, stride, m, red_count, op};
   if (rout > 0) {
     f.run = out_ext[rout - 1];
     f.last_stride = base_stride[rout - 1];
