@@ -21,13 +21,6 @@ using sw = mt::spatial<w_, kw_>;
 
 constexpr std::int64_t B = 1, H = 7, W = 5, C = 2, CO = 2;
 
-template <class X, class F>
-void check_grad(const char* what, const typename X::mesh_type& g, const typename X::extents_type& e,
-                std::uint64_t seed, F loss_of) {
-  INFO(what);
-  check_gradient<X>(g, e, mt::gather_all(mt::random_normal<X>(g, e, seed)), loss_of, {.h = 1e-6, .tol = 1e-6});
-}
-
 template <class L, class M>
 void check_layout(const M& g) {
   INFO(layout_name<L>());
@@ -42,31 +35,31 @@ void check_layout(const M& g) {
   for (const auto& [wh, ww] : cases) {
     INFO("h window size " << wh.size << " stride " << wh.stride << "; w window size " << ww.size << " dilation "
                           << ww.dilation);
-    check_grad<X>("unfold", g, e, 1, [&](const X& x) { return weighted_sum(mt::unfold<sh, sw>(x, wh, ww), 2); });
+    check_grad_at_normal<X>("unfold", g, e, 1, [&](const X& x) { return weighted_sum(mt::unfold<sh, sw>(x, wh, ww), 2); });
     const auto cols_ext = mt::unfold<sh, sw>(mt::random_normal<X>(g, e, 3), wh, ww).extents();
     using Cols = mt::tensor<double, L, b_, h_, w_, kh_, kw_, c_in>;
-    check_grad<Cols>("fold", g, cols_ext, 4,
+    check_grad_at_normal<Cols>("fold", g, cols_ext, 4,
                      [&](const Cols& c) { return weighted_sum(mt::fold<sh, sw>(c, {H, W}, wh, ww), 5); });
     const auto f = mt::random_normal<F>(g, {wh.size, ww.size, C, CO}, 6);
-    check_grad<X>("conv (input)", g, e, 7, [&](const X& x) { return weighted_sum(mt::nn::conv<sh, sw>(x, f, wh, ww), 8); });
+    check_grad_at_normal<X>("conv (input)", g, e, 7, [&](const X& x) { return weighted_sum(mt::nn::conv<sh, sw>(x, f, wh, ww), 8); });
     const auto x0 = mt::random_normal<X>(g, e, 9);
-    check_grad<F>("conv (filter)", g, f.extents(), 10,
+    check_grad_at_normal<F>("conv (filter)", g, f.extents(), 10,
                   [&](const F& ff) { return weighted_sum(mt::nn::conv<sh, sw>(x0, ff, wh, ww), 11); });
     const auto y_ext = mt::nn::conv<sh, sw>(x0, f, wh, ww).extents();
     using Y = mt::tensor<double, L, b_, h_, w_, co_>;
-    check_grad<Y>("conv_transpose", g, y_ext, 12, [&](const Y& y) {
+    check_grad_at_normal<Y>("conv_transpose", g, y_ext, 12, [&](const Y& y) {
       return weighted_sum(mt::nn::conv_transpose<sh, sw>(y, f, {H, W}, wh, ww), 13);
     });
-    check_grad<X>("max_pool", g, e, 14, [&](const X& x) { return weighted_sum(mt::nn::max_pool<sh, sw>(x, wh, ww), 15); });
-    check_grad<X>("avg_pool", g, e, 16, [&](const X& x) { return weighted_sum(mt::nn::avg_pool<sh, sw>(x, wh, ww), 17); });
+    check_grad_at_normal<X>("max_pool", g, e, 14, [&](const X& x) { return weighted_sum(mt::nn::max_pool<sh, sw>(x, wh, ww), 15); });
+    check_grad_at_normal<X>("avg_pool", g, e, 16, [&](const X& x) { return weighted_sum(mt::nn::avg_pool<sh, sw>(x, wh, ww), 17); });
   }
   const auto scale = mt::random_normal<P>(g, {C}, 18), bias = mt::random_normal<P>(g, {C}, 19);
-  check_grad<X>("batch_norm (input)", g, e, 20,
+  check_grad_at_normal<X>("batch_norm (input)", g, e, 20,
                 [&](const X& x) { return weighted_sum(mt::nn::batch_norm<b_, h_, w_>(x, scale, bias), 21); });
   const auto x1 = mt::random_normal<X>(g, e, 22);
-  check_grad<P>("batch_norm (scale)", g, {C}, 23,
+  check_grad_at_normal<P>("batch_norm (scale)", g, {C}, 23,
                 [&](const P& s) { return weighted_sum(mt::nn::batch_norm<b_, h_, w_>(x1, s, bias), 24); });
-  check_grad<P>("batch_norm (bias)", g, {C}, 25,
+  check_grad_at_normal<P>("batch_norm (bias)", g, {C}, 25,
                 [&](const P& b) { return weighted_sum(mt::nn::batch_norm<b_, h_, w_>(x1, scale, b), 26); });
 }
 }  // namespace

@@ -12,42 +12,34 @@ namespace mt = meshtensor;
 namespace {
 constexpr std::int64_t I = 4, J = 8, K = 2;
 
-// x = random normals (seed), every element checked, h = 1e-6, tolerance 1e-6.
-template <class X, class F>
-void check_grad(const char* what, const typename X::mesh_type& g, const typename X::extents_type& e,
-                std::uint64_t seed, F loss_of) {
-  INFO(what);
-  check_gradient<X>(g, e, mt::gather_all(mt::random_normal<X>(g, e, seed)), loss_of, {.h = 1e-6, .tol = 1e-6});
-}
-
 template <class L, class M>
 void check_layout(const M& g) {
   INFO(layout_name<L>());
   using X = mt::tensor<double, L, i_, j_, k_>;
   const typename X::extents_type e{I, J, K};
   const auto y = mt::random_normal<X>(g, {I, 4, K}, 21);
-  check_grad<X>("slice", g, e, 1, [](const X& x) { return weighted_sum(mt::slice<j_>(x, 1, 4), 2); });
-  check_grad<X>("pad", g, e, 3, [](const X& x) { return weighted_sum(mt::pad<j_>(x, 1, 3), 4); });
-  check_grad<X>("concat (first)", g, e, 5, [&](const X& x) { return weighted_sum(mt::concat<j_>(x, y), 6); });
-  check_grad<X>("concat (second)", g, {I, 4, K}, 7, [&](const X& x) {
+  check_grad_at_normal<X>("slice", g, e, 1, [](const X& x) { return weighted_sum(mt::slice<j_>(x, 1, 4), 2); });
+  check_grad_at_normal<X>("pad", g, e, 3, [](const X& x) { return weighted_sum(mt::pad<j_>(x, 1, 3), 4); });
+  check_grad_at_normal<X>("concat (first)", g, e, 5, [&](const X& x) { return weighted_sum(mt::concat<j_>(x, y), 6); });
+  check_grad_at_normal<X>("concat (second)", g, {I, 4, K}, 7, [&](const X& x) {
     return weighted_sum(mt::concat<j_>(mt::random_normal<X>(g, {I, J, K}, 8), x), 9);
   });
-  check_grad<X>("split_along", g, e, 10, [](const X& x) {
+  check_grad_at_normal<X>("split_along", g, e, 10, [](const X& x) {
     auto [a, b] = mt::split_along<j_>(x, 4, 4);
     return weighted_sum(a, 11) + weighted_sum(b, 12);
   });
   for (std::int64_t off : {1, -5})
     for (auto b : {mt::boundary::zero_fill, mt::boundary::wrap}) {
       INFO("offset " << off << (b == mt::boundary::wrap ? " wrap" : " zero_fill"));
-      check_grad<X>("shift", g, e, 13, [=](const X& x) { return weighted_sum(mt::shift<j_>(x, off, b), 14); });
+      check_grad_at_normal<X>("shift", g, e, 13, [=](const X& x) { return weighted_sum(mt::shift<j_>(x, off, b), 14); });
     }
-  check_grad<X>("cumsum", g, e, 15, [](const X& x) { return weighted_sum(mt::cumsum<j_>(x), 16); });
-  check_grad<X>("top_k", g, e, 17, [](const X& x) { return weighted_sum(mt::top_k<j_, l_>(x, 4).values, 18); });
+  check_grad_at_normal<X>("cumsum", g, e, 15, [](const X& x) { return weighted_sum(mt::cumsum<j_>(x), 16); });
+  check_grad_at_normal<X>("top_k", g, e, 17, [](const X& x) { return weighted_sum(mt::top_k<j_, l_>(x, 4).values, 18); });
   // Repeated ids: their gradients must add up in the table.
   using Table = mt::tensor<double, L, j_, k_>;
   using Ids = mt::tensor<std::int32_t, L, i_>;
   const auto ids = mt::from_host<Ids>(g, {I}, std::vector<std::int32_t>{1, 7, 1, 3});
-  check_grad<Table>("gather", g, {J, K}, 19, [&](const Table& t) { return weighted_sum(mt::gather<j_>(t, ids), 20); });
+  check_grad_at_normal<Table>("gather", g, {J, K}, 19, [&](const Table& t) { return weighted_sum(mt::gather<j_>(t, ids), 20); });
 }
 }  // namespace
 

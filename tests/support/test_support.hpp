@@ -229,4 +229,13 @@ void check_gradient(const typename X::mesh_type& m, const typename X::extents_ty
   REQUIRE(r.norm2 > 1e-8);
 }
 
+// check_gradient at x = random normals (seed), every element, h = 1e-6, tolerance 1e-6: for ops that
+// are linear or piecewise linear away from ties, where the differences are exact up to rounding.
+template <class X, class F>
+void check_grad_at_normal(const char* what, const typename X::mesh_type& g, const typename X::extents_type& e,
+                          std::uint64_t seed, F loss_of) {
+  INFO(what);
+  check_gradient<X>(g, e, mt::gather_all(mt::random_normal<X>(g, e, seed)), loss_of, {.h = 1e-6, .tol = 1e-6});
+}
+
 }  // namespace tst

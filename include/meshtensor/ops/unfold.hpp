@@ -161,7 +161,6 @@ struct halo_dim {
   dim_split split{};
   window_geometry geo;
   std::int64_t own_lo = 0, own_hi = 0;    // this processor's part of D's input
-  std::int64_t out_lo = 0, out_hi = 0;    // its part of the output
   std::int64_t need_lo = 0, need_hi = 0;  // the input its windows read
   // Neighbours path: halo elements received from the left and right neighbours, and sent to them
   // (the elements their windows read here), with where the sent ones start (global index).
@@ -199,8 +198,6 @@ std::array<halo_dim, sizeof...(S)> plan_halos(const char* op, const typename X::
     };
     const std::int64_t me = my_part(comm, h.split);
     std::tie(h.own_lo, h.own_hi) = own(me);
-    h.out_lo = out.part_offset(0, me);
-    h.out_hi = h.out_lo + out.part_extent(0, me);
     std::tie(h.need_lo, h.need_hi) = need(me);
     if (h.split.count == 0) {
       h.buf_lo = 0;
@@ -242,6 +239,13 @@ struct halo_buffer {
   std::array<std::int64_t, R> ext{}, begin{};
 };
 
+// b's data seen as [outer, n, inner] around its dim d.
+template <class T, class Mem, std::size_t R>
+along_view<Kokkos::View<T*, Mem>> along_dim(const halo_buffer<T, Mem, R>& b, std::size_t d) {
+  const auto around = outer_inner<R>(b.ext, d);
+  return {b.v, around.first, b.ext[d], around.second, b.begin[d]};
+}
+
 // Brings dim h's halo into b (forward: unfold). The kernels run over (outer, position) pairs and
 // copy `inner` contiguous elements each.
 template <class Exec, class T, std::size_t R>
@@ -249,9 +253,8 @@ void take_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space, R
   using View = Kokkos::View<T*, typename Exec::memory_space>;
   if (h.path == halo_path::local) return;
   // Plain copies: a device lambda captures no structured binding under nvcc.
-  const auto around = outer_inner<R>(b.ext, h.index);
-  const std::int64_t outer = around.first, inner = around.second;
-  const along_view<View> cur{b.v, outer, b.ext[h.index], inner, b.begin[h.index]};
+  const along_view<View> cur = along_dim(b, h.index);
+  const std::int64_t outer = cur.outer, inner = cur.inner;
   if (h.path == halo_path::gather) {
     b.v = allgather_along<Exec>(comm, h.split, b.v, outer, cur.n, inner, h.geo.extent);
   } else {
@@ -289,9 +292,9 @@ template <class Exec, class T, std::size_t R>
 void return_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space, R>& b, const halo_dim& h) {
   using View = Kokkos::View<T*, typename Exec::memory_space>;
   if (h.path == halo_path::local) return;
-  const auto around = outer_inner<R>(b.ext, h.index);
-  const std::int64_t outer = around.first, inner = around.second;
-  const along_view<View> cur{b.v, outer, b.ext[h.index], inner, b.begin[h.index]};
+  // Plain copies: a device lambda captures no structured binding under nvcc.
+  const along_view<View> cur = along_dim(b, h.index);
+  const std::int64_t outer = cur.outer, inner = cur.inner;
   const std::int64_t n = h.own_hi - h.own_lo, own_lo = h.own_lo, cur_lo = cur.begin, cur_n = cur.n;
   using buffer = mpi_buffer<Exec, T>;
   if (h.path == halo_path::gather) {
