@@ -33,7 +33,9 @@
 // optimizer state, gradients and activations at the peak) against --memory-budget GiB, and the
 // collectives by op with their bytes; --plan-json FILE writes the same as JSON. --layers sets the
 // number of blocks; --recompute keeps only each block's input for the backward pass and runs the
-// block again there (mt::recompute: less activation memory, one more forward pass per block). The
+// block again there (mt::recompute: less activation memory, one more forward pass per block).
+// --dtype bf16 computes the model in bf16 from float master weights (docs/training.md, "Mixed
+// precision"); --compare-dtypes trains it both ways and checks the losses stay close. The
 // Mesh-TensorFlow paper's largest language model on a [16 x 32] mesh:
 //
 //   transformer_lm --plan --mesh 16 32 --layers 6 --d-model 1024 --d-kv 256 --heads 256 --d-ff 262144
@@ -195,6 +197,37 @@ void write_curve(const options& o, const std::vector<double>& losses, std::int64
   }
 }
 
+// --compare-dtypes: the same run (weights, batches, layout) in float32 and in bf16. bf16 keeps 8
+// significant bits, so the losses differ from the first step on; the check is that they stay
+// close over the whole run, not that they agree.
+int compare_dtypes(const grid& g, options o, const std::vector<unsigned char>& text) {
+  const bool root = g.rank() == 0;
+  o.dtype = "float32";
+  const auto f32 = train_layout(o.layout, g, o, text, false).losses;
+  o.dtype = "bf16";
+  const auto b16 = train_layout(o.layout, g, o, text, false).losses;
+  double worst = 0, sum_f = 0, sum_b = 0;
+  const std::size_t n = f32.size(), tail = std::max<std::size_t>(1, n / 4);
+  for (std::size_t s = 0; s < n; ++s) {
+    const double d = std::abs(b16[s] - f32[s]) / std::abs(f32[s]);
+    if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+    if (s >= n - tail) {
+      sum_f += f32[s];
+      sum_b += b16[s];
+    }
+  }
+  const bool falls = b16.back() < b16.front() && f32.back() < f32.front();
+  const bool ok = worst <= o.bf16_tolerance && falls;
+  if (root) {
+    std::printf("layout %s, %zu steps: loss float32 %.4f -> %.4f, bf16 %.4f -> %.4f; mean of the last %zu steps "
+                "float32 %.4f, bf16 %.4f\n",
+                o.layout.c_str(), n, f32.front(), f32.back(), b16.front(), b16.back(), tail, sum_f / tail, sum_b / tail);
+    std::printf("largest relative difference between float32 and bf16: %.2e (tolerance %.0e); loss %s: %s\n", worst,
+                o.bf16_tolerance, falls ? "falls" : "DOES NOT FALL", ok ? "close" : "APART");
+  }
+  return ok ? 0 : 3;
+}
+
 int main(int argc, char** argv) {
   mt::environment env(argc, argv);
   options o;
@@ -230,6 +263,15 @@ int main(int argc, char** argv) {
   app.add_flag("--recompute", o.recompute,
                "keep only each block's input for the backward pass and compute the block again there (less memory, "
                "one more forward pass)");
+  app.add_flag("--compare-dtypes", o.compare_dtypes,
+               "train --layout in float32 and in bf16 for --steps steps from the same weights and batches, and "
+               "check that the losses stay within --bf16-tolerance of each other (relative)");
+  app.add_option("--bf16-tolerance", o.bf16_tolerance, "relative tolerance of --compare-dtypes")->capture_default_str();
+  app.add_option("--dtype", o.dtype,
+                 "float32, or bf16: activations and products in bf16 (sums and row statistics in float), "
+                 "parameters and optimizer in float")
+      ->check(CLI::IsMember({"float32", "bf16"}))
+      ->capture_default_str();
   app.add_flag("--plan", o.plan, "plan one training step on a mesh of --mesh sizes (no processes, no data) and report it");
   app.add_option("--plan-json", o.plan_json, "with --plan: write the plan as JSON to this file");
   app.add_option("--memory-budget", o.memory_budget_gib, "with --plan: memory per processor in GiB (a TPUv2 core: 8)")
@@ -268,12 +310,13 @@ int main(int argc, char** argv) {
                   text.size(), o.text.c_str(), (int)o.layers, (long long)o.d_model, (long long)o.heads, (long long)o.d_kv,
                   (long long)o.d_ff, (long long)o.vocab, (long long)o.batch, (long long)o.length, g.size<rows>(),
                   g.size<cols>(), o.optimizer.c_str(), o.lr, o.dropout);
-    if (!o.compare) {
+    if (!o.compare && !o.compare_dtypes) {
       if (root) std::printf("layout %s\n", o.layout.c_str());
       const auto r = train_layout(o.layout, g, o, text, true);
       if (root) write_curve(o, r.losses, r.first_step);
       return r.generated_ok ? 0 : 3;
     }
+    if (o.compare_dtypes) return compare_dtypes(g, o, text);
     const std::vector<std::string> names{"data", "model", "2d"};
     std::vector<std::vector<double>> runs;
     for (const auto& n : names) runs.push_back(train_layout(n, g, o, text, false).losses);

@@ -59,6 +59,9 @@ struct options {
   std::int64_t save_every = 0;
   std::int64_t layers = 2;
   bool recompute = false;  // each block's activations computed again in the backward pass
+  std::string dtype = "float32";  // or bf16: activations and products in bf16, float master weights
+  bool compare_dtypes = false;
+  double bf16_tolerance = 1e-2;
   // Planning (docs/scale.md): --plan plans one training step for --mesh on no processes.
   bool plan = false, check_plan = false;
   std::string plan_json, calibration;
@@ -172,32 +175,47 @@ struct model {
     return n;
   }
 
-  // Logits [batch, length, vocab] of sequences of up to --length tokens.
+  // A parameter as the computation's element type C: itself for float; for bf16, a bf16 copy
+  // whose gradient flows back to the float master weight (what the optimizer updates).
+  template <class C, class P>
+  static auto as(const P& p) {
+    if constexpr (std::is_same_v<C, float>) return p;
+    else return mt::cast<C>(p);
+  }
+
+  // Logits [batch, length, vocab] of sequences of up to --length tokens, computed in C (float, or
+  // bf16 with --dtype bf16: activations and products in bf16, sums and row statistics in float).
+  template <class C = float>
   auto logits(const t<batch, length>& ids, const options& o, std::uint64_t step) const {
     const std::uint64_t dseed = o.seed * 7919;
-    using X = t<batch, length, d_model>;
+    using X = mt::tensor<C, L, batch, length, d_model>;
     const std::int64_t n = ids.template extent<length>();
-    X x = nn::embedding<vocab>(embedding, ids) +
-          (n == positions.template extent<length>() ? positions : mt::slice<length>(positions, 0, n));
+    X x = nn::embedding<vocab>(as<C>(embedding), ids) +
+          as<C>(n == positions.template extent<length>() ? positions : mt::slice<length>(positions, 0, n));
     for (std::size_t b = 0; b < wq.size(); ++b) {
       // Captures by value what dies with this call: the block runs again in gradient() with --recompute.
       const std::uint64_t site = dseed + 2 * b;
       const double rate = o.dropout;
       const auto block = [this, b, site, rate, step](const X& in) {
-        const auto h = nn::layer_norm<d_model>(in, ln1_scale[b], ln1_bias[b]);
-        const X a = in + nn::dropout(nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq[b], wk[b], wv[b], wo[b]),
+        const auto h = nn::layer_norm<d_model>(in, as<C>(ln1_scale[b]), as<C>(ln1_bias[b]));
+        const X a = in + nn::dropout(nn::causal_attention<length, memory_length, d_model, heads, d_kv>(
+                                         h, as<C>(wq[b]), as<C>(wk[b]), as<C>(wv[b]), as<C>(wo[b])),
                                      rate, site, step);
-        const auto f = nn::layer_norm<d_model>(a, ln2_scale[b], ln2_bias[b]);
-        return X(a + nn::dropout(nn::feed_forward<d_model, d_ff>(f, w_in[b], w_out[b]), rate, site + 1, step));
+        const auto f = nn::layer_norm<d_model>(a, as<C>(ln2_scale[b]), as<C>(ln2_bias[b]));
+        return X(a + nn::dropout(nn::feed_forward<d_model, d_ff>(f, as<C>(w_in[b]), as<C>(w_out[b])), rate, site + 1,
+                                 step));
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
-    return nn::dense<d_model, vocab>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias), softmax_weights);
+    return nn::dense<d_model, vocab>(nn::layer_norm<d_model>(x, as<C>(lnf_scale), as<C>(lnf_bias)),
+                                     as<C>(softmax_weights));
   }
 
-  // Mean next-byte cross-entropy of a batch.
-  auto loss(const t<batch, length>& ids, const t<batch, length>& labels, const options& o, std::uint64_t step) const {
-    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits(ids, o, step), labels));
+  // Mean next-byte cross-entropy of a batch, in float whatever C is (the logits cast up first).
+  template <class C = float>
+  t<> loss(const t<batch, length>& ids, const t<batch, length>& labels, const options& o, std::uint64_t step) const {
+    return mt::reduce_mean<batch, length>(
+        nn::softmax_cross_entropy<vocab>(mt::cast<float>(logits<C>(ids, o, step)), labels));
   }
 
   // Inference with a key-value cache: each block's keys and values of the positions so far.
@@ -339,6 +357,22 @@ struct train_result {
   bool generated_ok = true;                   // --check-generate's verdict
 };
 
+// The bf16 loss of each layout, compiled in train_<layout>_bf16.cpp (beside train_<layout>.cpp:
+// the two computations are the largest part of the example's build, and build in parallel).
+template <class L>
+using ids_of = mt::tensor<float, L, batch, length>;
+template <class L>
+mt::tensor<float, L> bf16_loss(const model<L>& m, const ids_of<L>& ids, const ids_of<L>& labels, const options& o,
+                               std::uint64_t step) {
+  return m.template loss<mt::bf16>(ids, labels, o, step);
+}
+#define MESHTENSOR_EXAMPLE_BF16_LOSS(L)                                                                      \
+  mt::tensor<float, L> bf16_loss(const model<L>&, const ids_of<L>&, const ids_of<L>&, const options&, \
+                                 std::uint64_t)
+extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_data);
+extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_model);
+extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_2d);
+
 // Trains one layout. On a planned mesh (--plan) the same code runs without data or processes and
 // the result carries the plan's report.
 template <class L>
@@ -393,7 +427,8 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     }
     const auto x = mt::from_host<ids_t>(g, {o.batch, o.length}, ids);
     const auto y = mt::from_host<ids_t>(g, {o.batch, o.length}, labels);
-    const auto loss = m.loss(x, y, o, static_cast<std::uint64_t>(step));
+    const auto loss = o.dtype == "bf16" ? bf16_loss(m, x, y, o, static_cast<std::uint64_t>(step))
+                                        : m.loss(x, y, o, static_cast<std::uint64_t>(step));
     auto params = m.tie();
     auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
     if (step == 0 && !o.dump.empty()) {

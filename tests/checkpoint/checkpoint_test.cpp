@@ -135,8 +135,11 @@ TEST_CASE("several tensors and dtypes in one file; scalars and empty tensors", "
   auto b = mt::from_host<mt::tensor<std::int32_t, L, j_>>(g, {7}, std::vector<std::int32_t>{1, -2, 3, -4, 5, -6, 7});
   auto s = mt::from_host<mt::tensor<float, L>>(g, {}, std::vector<float>{42.5f});
   auto e = mt::tensor<float, L, i_, k_>(g, {0, 3});
+  std::vector<mt::bf16> hv;
+  for (int n = 0; n < 35; ++n) hv.push_back(0.1f * float(n) - 1.7f);  // not exact in bf16: rounded bits
+  auto h = mt::from_host<mt::tensor<mt::bf16, L, i_, j_>>(g, {5, 7}, hv);
   io::tensor_set out;
-  out.add("a", a).add("b", b).add("scalar", s).add("empty", e);
+  out.add("a", a).add("b", b).add("scalar", s).add("empty", e).add("h", h);
   io::save(dir + "/m.safetensors", out);
 
   using L2 = mt::layout<grid, mt::split<j_, r_, c_>>;
@@ -144,9 +147,13 @@ TEST_CASE("several tensors and dtypes in one file; scalars and empty tensors", "
   mt::tensor<std::int32_t, L2, j_> b2(g, {7});
   mt::tensor<float, L2> s2(g, {});
   mt::tensor<float, L2, i_, k_> e2(g, {0, 3});
+  mt::tensor<mt::bf16, L2, i_, j_> h2(g, {5, 7});
   io::tensor_set in;
-  in.add("scalar", s2).add("b", b2).add("a", a2).add("empty", e2);  // any order
+  in.add("scalar", s2).add("b", b2).add("a", a2).add("empty", e2).add("h", h2);  // any order
   io::load(dir + "/m.safetensors", in);
+  REQUIRE(io::inspect(dir + "/m.safetensors", MPI_COMM_WORLD).tensors.at("h").dtype == "BF16");
+  const auto h_back = mt::gather_all(h2);
+  for (int n = 0; n < 35; ++n) REQUIRE(h_back[n].bits() == hv[n].bits());
   REQUIRE(mt::gather_all(a2) == values<double>(35));
   REQUIRE(mt::gather_all(b2) == std::vector<std::int32_t>{1, -2, 3, -4, 5, -6, 7});
   REQUIRE(mt::gather_all(s2) == std::vector<float>{42.5f});

@@ -78,6 +78,7 @@ constexpr const char* dtype_of() {
   else if constexpr (std::is_same_v<T, std::uint8_t>) return "U8";
   else if constexpr (std::is_same_v<T, std::int8_t>) return "I8";
   else if constexpr (std::is_same_v<T, bool>) return "BOOL";
+  else if constexpr (std::is_same_v<T, bf16>) return "BF16";  // the same 16 bits, little-endian
   else static_assert(sizeof(T) == 0, "meshtensor: no safetensors dtype for this element type");
 }
 inline std::int64_t dtype_size(const std::string& d) {

@@ -46,7 +46,7 @@ typename X::template rebind<U> cast(const X& x) {
     return x;
   } else {
     Out out = detail::cast_local<U>(x);
-    if constexpr (std::is_floating_point_v<T> && std::is_floating_point_v<U>)
+    if constexpr (is_real_v<T> && is_real_v<U>)
       detail::record<Out>(out, [x](const Out& g) { detail::push_grad(x, detail::cast_local<T>(g)); }, x);
     return out;
   }

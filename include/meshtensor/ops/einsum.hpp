@@ -45,6 +45,13 @@ using concat_t = typename concat_lists<Lists...>::type;
 template <class T>
 constexpr bool blas_type_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
+template <class Exec, class T>
+void widen_kernel(const Kokkos::View<T*, typename Exec::memory_space>& from,
+                  const Kokkos::View<float*, typename Exec::memory_space>& to) {
+  Kokkos::parallel_for("meshtensor::einsum_widen", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(from.extent(0))),
+                       KOKKOS_LAMBDA(std::int64_t i) { to(i) = from(i); });
+}
+
 // C[b] (m x n) = op(A[b]) * op(B[b]) for every batch b, all row-major and contiguous.
 template <class Exec, class T>
 void batched_gemm(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,
@@ -57,7 +64,19 @@ void batched_gemm(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t 
     plan_ledger::get().add_kernel();
     return;
   }
-  if constexpr (host && blas_type_v<T>) {
+  if constexpr (host && std::is_same_v<T, bf16>) {
+    // No bf16 GEMM on this host's BLAS (Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is
+    // built without it): the operands widened to float, sgemm, the product rounded once. The same
+    // arithmetic as a bf16 GEMM with float accumulation, at float's speed plus the conversions.
+    using F = Kokkos::View<float*, typename Exec::memory_space>;
+    auto& pool = view_pool<float, typename Exec::memory_space>::get();
+    const F wa = pool.allocate(a.extent(0)), wb = pool.allocate(b.extent(0)), wc = pool.allocate(c.extent(0));
+    widen_kernel<Exec>(a, wa);
+    widen_kernel<Exec>(b, wb);
+    batched_gemm<Exec, float>(nb, m, n, k, trans_a, trans_b, wa, wb, wc);
+    Kokkos::parallel_for("meshtensor::einsum_narrow", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(c.extent(0))),
+                         KOKKOS_LAMBDA(std::int64_t i) { c(i) = wc(i); });
+  } else if constexpr (host && blas_type_v<T>) {
     if (m == 0 || n == 0) return;
     if (k == 0) {
       Kokkos::deep_copy(c, T(0));
@@ -87,10 +106,10 @@ void batched_gemm(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t 
     Kokkos::parallel_for(
         "meshtensor::einsum_kernel", Kokkos::RangePolicy<Exec>(0, nb * m * n), KOKKOS_LAMBDA(std::int64_t idx) {
           const std::int64_t j = idx % n, i = (idx / n) % m, bi = idx / (m * n);
-          T acc = 0;
+          compute_t<T> acc = 0;
           for (std::int64_t p = 0; p < k; ++p) {
-            const T x = trans_a ? a(bi * m * k + p * m + i) : a(bi * m * k + i * k + p);
-            const T y = trans_b ? b(bi * k * n + j * k + p) : b(bi * k * n + p * n + j);
+            const compute_t<T> x = trans_a ? a(bi * m * k + p * m + i) : a(bi * m * k + i * k + p);
+            const compute_t<T> y = trans_b ? b(bi * k * n + j * k + p) : b(bi * k * n + p * n + j);
             acc += x * y;
           }
           c(idx) = acc;
@@ -152,7 +171,11 @@ auto contract(const A& a, const B& b) {
   using Out = with_dims_t<A, OutList>;
   using Exec = typename A::execution_space;
   using T = typename A::value_type;
-
+  if constexpr (sum_partials && std::is_same_v<T, bf16> && axes_mask_of<A, Kt>() != 0) {
+    // Partial products rounded to bf16 before the allreduce would be rounded twice: in float,
+    // reduced, rounded once (on a host the bf16 product widens its operands anyway).
+    return cast_local<bf16>(contract<OutList, true>(cast_local<float>(a), cast_local<float>(b)));
+  } else {
   // Operands in [batch, m, k] / [batch, k, n] order, transposed by BLAS where that suffices.
   constexpr bool a_plain = std::is_same_v<Ad, concat_t<Bt, Mt, Kt>>;
   constexpr bool a_trans = !a_plain && std::is_same_v<Ad, concat_t<Bt, Kt, Mt>>;
@@ -192,6 +215,7 @@ auto contract(const A& a, const B& b) {
   }
   if constexpr (sum_partials) allreduce_local(out, axes_mask_of<A, Kt>(), reduce_op::sum);
   return out;
+  }
 }
 
 }  // namespace detail

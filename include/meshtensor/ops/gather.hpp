@@ -67,7 +67,7 @@ void check_ids(const Idx& ids, std::int64_t n) {
       KOKKOS_LAMBDA(std::int64_t k, std::int64_t & acc) {
         const IT v = iv(k);
         bool ok = v >= IT(0) && v < static_cast<IT>(n);
-        if constexpr (std::is_floating_point_v<IT>) ok = ok && v == static_cast<IT>(static_cast<std::int64_t>(v));
+        if constexpr (is_real_v<IT>) ok = ok && v == static_cast<IT>(static_cast<std::int64_t>(v));
         acc += ok ? 0 : 1;
       },
       bad);
@@ -98,8 +98,12 @@ struct gather_rows_fn {
       for (std::int64_t i = 0; i < tab.inner; ++i) row[i] = mine ? tab.v(tab.at(o, r, i)) : T(0);
     } else if (mine) {
       for (std::int64_t i = 0; i < tab.inner; ++i) {
-        if (atomic)
-          Kokkos::atomic_add(&tab.v(tab.at(o, r, i)), row[i]);
+        if (atomic) {
+          if constexpr (std::is_same_v<T, bf16>)
+            atomic_add(&tab.v(tab.at(o, r, i)), row[i]);
+          else
+            Kokkos::atomic_add(&tab.v(tab.at(o, r, i)), row[i]);
+        }
         else
           tab.v(tab.at(o, r, i)) += row[i];
       }

@@ -18,7 +18,7 @@ namespace detail {
 // The result's element type: V if given, else a floating index type itself, else float.
 template <class V, class I>
 using one_hot_value_t =
-    std::conditional_t<!std::is_void_v<V>, V, std::conditional_t<std::is_floating_point_v<I>, I, float>>;
+    std::conditional_t<!std::is_void_v<V>, V, std::conditional_t<is_real_v<I>, I, float>>;
 
 template <class NewDim, class V, Tensor I>
 using one_hot_result_t = typename with_dims_t<I, union_t<typename I::dims, type_list<NewDim>>>::template rebind<

@@ -12,6 +12,7 @@
 #include "../runtime/collectives.hpp"
 #include "../runtime/nan_ops.hpp"
 #include "../tensor/mpi_buffer.hpp"
+#include "cast.hpp"
 #include "detail/allreduce_local.hpp"
 #include "detail/kernels.hpp"
 #include "detail/map_kernel.hpp"
@@ -57,8 +58,8 @@ struct reduce_runs_functor {
   reduce_op op;
   std::int64_t tile_len = host_tile_len;
 
-  template <reduce_op Op>
-  KOKKOS_INLINE_FUNCTION static T combine(T acc, T v) {
+  template <reduce_op Op, class A>
+  KOKKOS_INLINE_FUNCTION static A combine(A acc, A v) {
     if constexpr (Op == reduce_op::sum) return acc + v;
     // NaN propagates: a NaN v replaces acc, and a NaN acc stays (a plain v > acc ? v : acc kept a
     // NaN only when it came first). Ties keep acc, as before.
@@ -73,7 +74,10 @@ struct reduce_runs_functor {
 
   template <reduce_op Op>
   KOKKOS_INLINE_FUNCTION void tile(std::int64_t base, T* o, std::int64_t len) const {
-    if (last_stride == 1) {
+    // A bf16 sum accumulates in float, per output (accumulating in the bf16 outputs would round
+    // at every step).
+    constexpr bool accumulate_apart = Op == reduce_op::sum && !std::is_same_v<compute_t<T>, T>;
+    if (last_stride == 1 && !accumulate_apart) {
       // Outputs contiguous in x: one reduced position at a time over the whole tile.
       if (Op == reduce_op::sum)
         for (std::int64_t j = 0; j < len; ++j) o[j] = T(0);
@@ -88,8 +92,9 @@ struct reduce_runs_functor {
       // Reduced dims inside the output's last dim: each output's positions, one output at a time.
       for (std::int64_t j = 0; j < len; ++j) {
         const T* xj = x + base + j * last_stride;
-        T acc = Op == reduce_op::sum ? T(0) : xj[reduced_offset(0)];
-        for (std::int64_t r = 0; r < red_count; ++r) acc = combine<Op>(acc, xj[reduced_offset(r)]);
+        using A = compute_t<T>;
+        A acc = Op == reduce_op::sum ? A(0) : A(xj[reduced_offset(0)]);
+        for (std::int64_t r = 0; r < red_count; ++r) acc = combine<Op>(acc, A(xj[reduced_offset(r)]));
         o[j] = acc;
       }
     }
@@ -121,9 +126,11 @@ struct reduce_team_functor {
     const auto at = [&](std::int64_t r) { return xq[f.reduced_offset(r)]; };
     T acc = 0;
     const auto range = Kokkos::TeamThreadRange(team, f.red_count);
-    if (f.op == reduce_op::sum)
-      Kokkos::parallel_reduce(range, [&](std::int64_t r, T& a) { a += at(r); }, acc);
-    else if (f.op == reduce_op::max)
+    if (f.op == reduce_op::sum) {
+      compute_t<T> sum = 0;
+      Kokkos::parallel_reduce(range, [&](std::int64_t r, compute_t<T>& a) { a += at(r); }, sum);
+      acc = sum;
+    } else if (f.op == reduce_op::max)
       Kokkos::parallel_reduce(range, [&](std::int64_t r, T& m) { m = nan_max(m, at(r)); }, nan_extremum_reducer<T, true>(acc));
     else
       Kokkos::parallel_reduce(range, [&](std::int64_t r, T& m) { m = nan_min(m, at(r)); }, nan_extremum_reducer<T, false>(acc));
@@ -188,6 +195,12 @@ constexpr unsigned removed_axes() {
 template <Tensor Out, bool combine = true, Tensor X>
 Out reduce_to(const X& x, reduce_op op) {
   using removed = difference_t<typename X::dims, typename Out::dims>;
+  if constexpr (combine && std::is_same_v<typename X::value_type, bf16> && axes_mask_of<X, removed>() != 0) {
+    // A bf16 sum's partial results, rounded before the allreduce, would be rounded twice: the
+    // whole sum runs in float and is rounded once.
+    if (op == reduce_op::sum)
+      return cast_local<bf16>(reduce_to<typename Out::template rebind<float>, true>(cast_local<float>(x), op));
+  }
   Out out(x.mesh(), result_extents<Out>(x), uninitialized);
   const auto xs = row_major_strides<X::rank>(x.local_extents());
   const kidx out_ext = to_kidx<Out::rank>(out.local_extents());
@@ -209,7 +222,7 @@ Out reduce_to(const X& x, reduce_op op) {
     using T = typename X::value_type;
     using lim = std::numeric_limits<T>;
     const T identity = op == reduce_op::sum ? T(0)
-                       : op == reduce_op::max ? (lim::has_infinity ? -lim::infinity() : lim::lowest())
+                       : op == reduce_op::max ? (lim::has_infinity ? T(-lim::infinity()) : lim::lowest())
                                               : (lim::has_infinity ? lim::infinity() : lim::max());
     if (!detail::skip_kernel()) Kokkos::deep_copy(typename X::execution_space{}, out.view(), identity);
   } else {

@@ -28,6 +28,27 @@
 
 namespace meshtensor::optim {
 
+namespace checks {
+template <class P>
+struct param_value {
+  using type = typename P::value_type;
+};
+template <class T>
+struct param_value<std::vector<T>> {
+  using type = typename T::value_type;
+};
+// Master weights: an update of 1e-4 to a bf16 weight of 1 rounds to nothing (its ulp is 2^-7), so
+// a bf16 model keeps float parameters and casts them where they are used.
+template <class P>
+constexpr bool master_weights_ok() {
+  static_assert(!std::is_same_v<typename param_value<P>::type, bf16>,
+                "meshtensor: optimizers update float (or double) master weights, not bf16 parameters: keep "
+                "the parameter in float and use cast<bf16>(parameter) in the model (docs/training.md, "
+                "\"Mixed precision\")");
+  return true;
+}
+}  // namespace checks
+
 template <class Derived>
 class optimizer {
  public:
@@ -36,6 +57,7 @@ class optimizer {
   // state, numbered after those before them (the numbering for_each_state uses).
   template <Parameter... Ps>
   void step(std::tuple<Ps&...> params, const std::tuple<Ps...>& grads) {
+    static_assert((checks::master_weights_ok<Ps>() && ...));
     const meshtensor::detail::plan_op_scope scope("optimizer step");
     if (states_.empty()) make_states(params);
     check_count(params, "step");

@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../tensor/bf16.hpp"
 #include "communicator.hpp"
 
 namespace meshtensor {
@@ -24,6 +25,7 @@ MPI_Datatype mpi_type() {
   else if constexpr (std::is_same_v<T, std::int64_t>) return MPI_INT64_T;
   else if constexpr (std::is_same_v<T, std::uint8_t>) return MPI_UINT8_T;
   else if constexpr (std::is_same_v<T, bool>) return MPI_CXX_BOOL;
+  else if constexpr (std::is_same_v<T, bf16>) return MPI_UINT16_T;  // moved as bits; never reduced as such
   else static_assert(sizeof(T) == 0, "meshtensor: no MPI datatype for this element type");
 }
 inline MPI_Op mpi_op(reduce_op op) {
@@ -37,11 +39,26 @@ inline int checked_count(std::int64_t n) {
   if (n > INT32_MAX) throw error(cat("meshtensor: a collective of ", n, " elements exceeds MPI's int count"));
   return static_cast<int>(n);
 }
+
+// bf16 reductions run in float: the n elements widened, f(float*) reduces them, the result rounded
+// back once. Summing in bf16 at every step of MPI's tree would round log2(P) to P - 1 times; this
+// sends twice the bytes (counted as sent) for one rounding, as a float accumulator would give.
+template <class F>
+void reduce_widened(const bf16* in, bf16* out, std::int64_t n_in, std::int64_t n_out, F&& f) {
+  std::vector<float> wide(static_cast<std::size_t>(n_in));
+  for (std::int64_t i = 0; i < n_in; ++i) wide[i] = in[i];
+  f(wide.data());
+  for (std::int64_t i = 0; i < n_out; ++i) out[i] = wide[i];
+}
 }  // namespace detail
 
 // In place: every processor along the axes ends with the reduction of all of them.
 template <class T>
 void allreduce(detail::communicator& c, unsigned axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (c.planned() || c.size_over(axes) == 1) return allreduce(c, axes, static_cast<float*>(nullptr), n, op);
+    return detail::reduce_widened(data, data, n, n, [&](float* w) { allreduce(c, axes, w, n, op); });
+  }
   c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
   if (c.size_over(axes) == 1) return;
@@ -53,6 +70,7 @@ void allreduce(detail::communicator& c, unsigned axes, T* data, std::int64_t n, 
 // an allreduce. Every processor of the group must start its nonblocking collectives in one order.
 template <class T>
 MPI_Request start_allreduce(detail::communicator& c, unsigned axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
+  static_assert(!std::is_same_v<T, bf16>, "meshtensor: a started allreduce of bf16 would need its float copy kept alive; use allreduce");
   c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
   MPI_Request r = MPI_REQUEST_NULL;
   if (c.planned() || c.size_over(axes) == 1) return r;
@@ -117,6 +135,15 @@ void alltoallv(detail::communicator& c, unsigned axes, bool uniform, const T* se
 template <class T>
 void reduce_scatter(detail::communicator& c, unsigned axes, const T* send, T* recv, std::int64_t n_per_rank,
                     reduce_op op = reduce_op::sum) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    const std::int64_t n = n_per_rank * c.size_over(axes);
+    if (c.planned()) return reduce_scatter(c, axes, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), n_per_rank, op);
+    std::vector<float> part(static_cast<std::size_t>(n_per_rank));
+    return detail::reduce_widened(send, recv, n, 0, [&](float* w) {
+      reduce_scatter(c, axes, w, part.data(), n_per_rank, op);
+      for (std::int64_t i = 0; i < n_per_rank; ++i) recv[i] = part[i];
+    });
+  }
   c.count(collective::reduce_scatter, axes, n_per_rank * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
   MPI_Reduce_scatter_block(send, recv, detail::checked_count(n_per_rank), detail::mpi_type<T>(), detail::mpi_op(op),
@@ -168,6 +195,14 @@ void shift_v(detail::communicator& c, int axis, const T* send, std::int64_t send
 template <class T>
 void exscan(detail::communicator& c, unsigned axes, const T* send, T* recv, std::int64_t n,
             reduce_op op = reduce_op::sum) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (c.planned()) return exscan(c, axes, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), n, op);
+    std::vector<float> before(static_cast<std::size_t>(n));
+    return detail::reduce_widened(send, recv, n, 0, [&](float* w) {
+      exscan(c, axes, w, before.data(), n, op);
+      for (std::int64_t i = 0; i < n; ++i) recv[i] = before[i];
+    });
+  }
   c.count(collective::exscan, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
   MPI_Comm sub = c.over(axes);

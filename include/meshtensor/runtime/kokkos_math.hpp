@@ -4,6 +4,8 @@
 // numeric traits (infinity) stay in Kokkos::Experimental in every version.
 #include <Kokkos_Core.hpp>
 
+#include "../tensor/bf16.hpp"
+
 namespace meshtensor::kmath {
 #if KOKKOS_VERSION >= 30600
 using Kokkos::cos;
@@ -27,6 +29,9 @@ using Kokkos::Experimental::tanh;
 
 template <class T>
 KOKKOS_INLINE_FUNCTION constexpr T infinity() {
-  return Kokkos::Experimental::infinity<T>::value;
+  if constexpr (std::is_same_v<T, bf16>)
+    return bf16::from_bits(0x7f80);
+  else
+    return Kokkos::Experimental::infinity<T>::value;
 }
 }  // namespace meshtensor::kmath

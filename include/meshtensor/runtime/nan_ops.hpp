@@ -46,8 +46,8 @@ struct nan_extremum_reducer {
     dest = combine(static_cast<T>(dest), static_cast<T>(src));
   }
   KOKKOS_INLINE_FUNCTION void init(T& v) const {
-    if constexpr (std::is_floating_point_v<T>)
-      v = Max ? -kmath::infinity<T>() : kmath::infinity<T>();
+    if constexpr (is_real_v<T>)
+      v = Max ? T(-kmath::infinity<T>()) : kmath::infinity<T>();
     else
       v = Max ? Kokkos::reduction_identity<T>::max() : Kokkos::reduction_identity<T>::min();
   }
@@ -94,7 +94,11 @@ MPI_Op nan_extremum_op() {
 // a choice of the encoding.
 template <class T>
 void nan_propagating_allreduce(detail::communicator& c, unsigned axes, T* data, std::int64_t n, reduce_op op) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (c.planned() || c.size_over(axes) == 1)
+      return nan_propagating_allreduce(c, axes, static_cast<float*>(nullptr), n, op);
+    return detail::reduce_widened(data, data, n, n, [&](float* w) { nan_propagating_allreduce(c, axes, w, n, op); });
+  } else if constexpr (std::is_floating_point_v<T>) {
     if (op == reduce_op::max || op == reduce_op::min) {
       c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
       if (c.planned() || c.size_over(axes) == 1) return;

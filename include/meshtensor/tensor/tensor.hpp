@@ -13,6 +13,7 @@
 
 #include "../error.hpp"
 #include "../layout/layout.hpp"
+#include "bf16.hpp"
 #include "pool.hpp"
 
 namespace meshtensor {

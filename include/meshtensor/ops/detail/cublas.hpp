@@ -33,7 +33,7 @@ inline cublasHandle_t cublas_handle() {
 }
 
 template <class T>
-constexpr bool cublas_type_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
+constexpr bool cublas_type_v = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16>;
 
 // C[b] (m x n) = op(A[b]) * op(B[b]) for every batch b, all row-major and contiguous in device
 // memory. cuBLAS is column-major: a row-major buffer read column-major is its transpose, so this
@@ -49,9 +49,14 @@ void cublas_batched_gemm(cudaStream_t stream, std::int64_t nb, std::int64_t m, s
     if (v > INT32_MAX)
       throw error(cat("meshtensor: einsum's product has a size of ", v, ", past cuBLAS's int range, for ", nb,
                       " products of (", m, " x ", k, ") by (", k, " x ", n, ")"));
-  const T one = 1, zero = 0;
+  const compute_t<T> one = 1, zero = 0;
   const auto i = [](std::int64_t v) { return static_cast<int>(v); };
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, bf16>)  // bf16 in and out, float accumulation (tensor cores)
+    check_cublas(cublasGemmStridedBatchedEx(h, op_b, op_a, i(n), i(m), i(k), &one, b, CUDA_R_16BF, i(ld_b), k * n, a,
+                                            CUDA_R_16BF, i(ld_a), m * k, &zero, c, CUDA_R_16BF, i(n), m * n, i(nb),
+                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmStridedBatchedEx (bf16)", nb, m, n, k);
+  else if constexpr (std::is_same_v<T, float>)
     check_cublas(cublasSgemmStridedBatched(h, op_b, op_a, i(n), i(m), i(k), &one, b, i(ld_b), k * n, a, i(ld_a),
                                            m * k, &zero, c, i(n), m * n, i(nb)),
                  "cublasSgemmStridedBatched", nb, m, n, k);

@@ -196,6 +196,7 @@ KOKKOS_INLINE_FUNCTION T exp_or_zero(T d) {
 // / s, or y = x - lse with lse = shift(m) + log(s).
 template <class T, class Mem>
 struct softmax_rows {
+  using C = compute_t<T>;  // what a row computes and accumulates in (float for bf16)
   Kokkos::View<T*, Mem> x, y, m, s;
   row_shape sh;
   int phase;
@@ -204,13 +205,13 @@ struct softmax_rows {
   KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
     if (phase == phase_all || phase == phase_max) {
-      const T mx = w.template max<T>(n, [&](std::int64_t l) { return x(b + l * st); });
+      const C mx = w.template max<C>(n, [&](std::int64_t l) { return C(x(b + l * st)); });
       w.single([&] { m(r) = mx; });
     }
     if (phase == phase_all || phase == phase_sum) {
-      const T shift = finite_shift(m(r));
-      const T acc = w.template sum<T>(n, [&](std::int64_t l) {
-        const T e = exp_or_zero(x(b + l * st) - shift);
+      const C shift = finite_shift(m(r));
+      const C acc = w.template sum<C>(n, [&](std::int64_t l) {
+        const C e = exp_or_zero(x(b + l * st) - shift);
         if (!log) y(b + l * st) = e;  // kept for the write phase: one exp per element, not two
         return e;
       });
@@ -218,10 +219,10 @@ struct softmax_rows {
     }
     if (phase == phase_all || phase == phase_write) {
       if (log) {
-        const T lse = finite_shift(m(r)) + kmath::log(s(r));
+        const C lse = finite_shift(m(r)) + kmath::log(s(r));
         w.for_each(n, [&](std::int64_t l) { y(b + l * st) = x(b + l * st) - lse; });
       } else {
-        const T inv = T(1) / s(r);
+        const C inv = C(1) / s(r);
         w.for_each(n, [&](std::int64_t l) { y(b + l * st) *= inv; });
       }
     }
@@ -232,6 +233,7 @@ struct softmax_rows {
 // g - exp(y) * s.
 template <class T, class Mem>
 struct softmax_grad_rows {
+  using C = compute_t<T>;  // what a row computes and accumulates in (float for bf16)
   Kokkos::View<T*, Mem> y, g, dx, s;
   row_shape sh;
   int phase;
@@ -240,12 +242,12 @@ struct softmax_grad_rows {
   KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
     if (phase == phase_all || phase == phase_sum) {
-      const T acc =
-          w.template sum<T>(n, [&](std::int64_t l) { return log ? g(b + l * st) : g(b + l * st) * y(b + l * st); });
+      const C acc =
+          w.template sum<C>(n, [&](std::int64_t l) { return log ? C(g(b + l * st)) : C(g(b + l * st) * y(b + l * st)); });
       w.single([&] { s(r) = acc; });
     }
     if (phase == phase_all || phase == phase_write) {
-      const T sr = s(r);
+      const C sr = s(r);
       w.for_each(n, [&](std::int64_t l) {
         const std::int64_t k = b + l * st;
         dx(k) = log ? g(k) - kmath::exp(y(k)) * sr : y(k) * (g(k) - sr);
@@ -258,15 +260,16 @@ struct softmax_grad_rows {
 // y = (x - mean) * rstd * scale + bias (scale and bias indexed by the position along D).
 template <class T, class Mem>
 struct layer_norm_rows {
+  using C = compute_t<T>;  // what a row computes and accumulates in (float for bf16)
   Kokkos::View<T*, Mem> x, scale, bias, y, mean, rstd;
   row_shape sh;
   T eps;
   template <class Row>
   KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
-    const T mu = w.template sum<T>(n, [&](std::int64_t l) { return x(b + l * st); }) / T(n);
-    const T sq = w.template sum<T>(n, [&](std::int64_t l) { return (x(b + l * st) - mu) * (x(b + l * st) - mu); });
-    const T rs = T(1) / kmath::sqrt(sq / T(n) + eps);
+    const C mu = w.template sum<C>(n, [&](std::int64_t l) { return x(b + l * st); }) / C(n);
+    const C sq = w.template sum<C>(n, [&](std::int64_t l) { return (x(b + l * st) - mu) * (x(b + l * st) - mu); });
+    const C rs = C(1) / kmath::sqrt(sq / C(n) + eps);
     w.for_each(n, [&](std::int64_t l) { y(b + l * st) = (x(b + l * st) - mu) * rs * scale(l) + bias(l); });
     w.single([&] {
       mean(r) = mu;
@@ -279,16 +282,17 @@ struct layer_norm_rows {
 // dx = rstd * (d - mean_D(d) - xhat * mean_D(d * xhat)).
 template <class T, class Mem>
 struct layer_norm_grad_rows {
+  using C = compute_t<T>;  // what a row computes and accumulates in (float for bf16)
   Kokkos::View<T*, Mem> x, g, scale, mean, rstd, dx;
   row_shape sh;
   template <class Row>
   KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
-    const T mu = mean(r), rs = rstd(r);
-    const auto sums = w.template sum2<T>(
+    const C mu = mean(r), rs = rstd(r);
+    const auto sums = w.template sum2<C>(
         n, [&](std::int64_t l) { return g(b + l * st) * scale(l); },
         [&](std::int64_t l) { return g(b + l * st) * scale(l) * (x(b + l * st) - mu) * rs; });
-    const T sd = sums.first / T(n), sdx = sums.second / T(n);
+    const C sd = sums.first / C(n), sdx = sums.second / C(n);
     w.for_each(n, [&](std::int64_t l) {
       const std::int64_t k = b + l * st;
       dx(k) = rs * (g(k) * scale(l) - sd - (x(k) - mu) * rs * sdx);
@@ -302,19 +306,20 @@ struct layer_norm_grad_rows {
 // item per position would read a line per element.
 template <class T, class Mem>
 struct layer_norm_grad_columns {
+  using C = compute_t<T>;  // what a row computes and accumulates in (float for bf16)
   static constexpr std::int64_t width = 16;
   Kokkos::View<T*, Mem> x, g, mean, rstd, dscale, dbias;
   row_shape sh;
   static std::int64_t blocks(const row_shape& s) { return (s.n + width - 1) / width; }
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t blk) const {
     const std::int64_t l0 = blk * width, w = sh.n - l0 < width ? sh.n - l0 : width;
-    T ds[width] = {}, db[width] = {};
+    C ds[width] = {}, db[width] = {};
     const std::int64_t rows = sh.outer * sh.inner;
     for (std::int64_t r = 0; r < rows; ++r) {
       const std::int64_t b = sh.base(r) + l0 * sh.inner;
-      const T mu = mean(r), rs = rstd(r);
+      const C mu = mean(r), rs = rstd(r);
       for (std::int64_t j = 0; j < w; ++j) {
-        const T gk = g(b + j * sh.inner);
+        const C gk = g(b + j * sh.inner);
         ds[j] += gk * (x(b + j * sh.inner) - mu) * rs;
         db[j] += gk;
       }
@@ -331,6 +336,7 @@ struct layer_norm_grad_columns {
 // m = row max, s = sum exp(x - shift(m)), p = sum t * x; lse = shift(m) + log(s), loss = lse - p.
 template <class T, class I, class Mem>
 struct xent_rows {
+  using C = compute_t<T>;  // what a row computes and accumulates in (float for bf16)
   Kokkos::View<T*, Mem> x, m, s, p, lse, loss;
   Kokkos::View<I*, Mem> ids;
   row_shape sh;
@@ -343,12 +349,12 @@ struct xent_rows {
   KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
     if (phase == phase_all || phase == phase_max) {
-      const T mx = w.template max<T>(n, [&](std::int64_t l) { return x(b + l * st); });
+      const C mx = w.template max<C>(n, [&](std::int64_t l) { return C(x(b + l * st)); });
       w.single([&] { m(r) = mx; });
     }
     if (phase == phase_all || phase == phase_sum) {
-      const T shift = finite_shift(m(r));
-      const auto sums = w.template sum2<T>(
+      const C shift = finite_shift(m(r));
+      const auto sums = w.template sum2<C>(
           n, [&](std::int64_t l) { return kmath::exp(x(b + l * st) - shift); },
           [&](std::int64_t l) { return x(b + l * st) * target(r, l); });
       w.single([&] {
@@ -368,6 +374,7 @@ struct xent_rows {
 // Its gradient to x: g * (exp(x - lse) - t).
 template <class T, class I, class Mem>
 struct xent_grad_rows {
+  using C = compute_t<T>;  // what a row computes and accumulates in (float for bf16)
   Kokkos::View<T*, Mem> x, g, lse, dx;
   Kokkos::View<I*, Mem> ids;
   row_shape sh;
@@ -375,7 +382,7 @@ struct xent_grad_rows {
   template <class Row>
   KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
-    const T gr = g(r), lr = lse(r);
+    const C gr = g(r), lr = lse(r);
     const I id = ids(r);
     w.for_each(n, [&](std::int64_t l) {
       const std::int64_t k = b + l * st;
