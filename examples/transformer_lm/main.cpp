@@ -260,6 +260,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--resume", o.resume, "continue from this directory's current checkpoint, up to --steps");
   app.add_option("--layers", o.layers, "number of Transformer blocks")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_flag("--sequence-parallel", o.sequence_parallel,
+               "layouts model and 2d: split the residual stream along length over the axes of heads, so that the "
+               "blocks' sums arrive by reduce_scatter and the layer norms run on a part of the sequence "
+               "(with --compare-layouts: the data layout runs without it, as the reference)");
   app.add_flag("--recompute", o.recompute,
                "keep only each block's input for the backward pass and compute the block again there (less memory, "
                "one more forward pass)");
@@ -298,6 +302,9 @@ int main(int argc, char** argv) {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
     if (o.compare && (!o.checkpoint.empty() || !o.resume.empty()))
       throw mt::error("--compare-layouts trains every layout from scratch; it takes no --checkpoint or --resume");
+    if (o.sequence_parallel && o.dtype != "float32") throw mt::error("--sequence-parallel runs in float32 only");
+    if (o.sequence_parallel && !o.compare && o.layout == "data")
+      throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
     if (o.rank_layouts) return rank_layouts(env, o);
     if (o.plan) return plan(env, o);
     const auto text = read_text(o.text, o.length + 3);
@@ -319,7 +326,11 @@ int main(int argc, char** argv) {
     if (o.compare_dtypes) return compare_dtypes(g, o, text);
     const std::vector<std::string> names{"data", "model", "2d"};
     std::vector<std::vector<double>> runs;
-    for (const auto& n : names) runs.push_back(train_layout(n, g, o, text, false).losses);
+    for (const auto& n : names) {
+      options on = o;
+      on.sequence_parallel = o.sequence_parallel && n != "data";
+      runs.push_back(train_layout(n, g, on, text, false).losses);
+    }
     double worst = 0;
     if (root) std::printf("%5s %12s %12s %12s %10s\n", "step", "data", "model", "2d", "max rel");
     for (std::size_t s = 0; s < runs[0].size(); ++s) {

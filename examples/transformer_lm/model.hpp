@@ -38,6 +38,24 @@ using layout_model = mt::layout<grid, mt::split<vocab, rows, cols>, mt::split<he
 using layout_2d = mt::layout<grid, mt::split<batch, rows>, mt::split<vocab, cols>, mt::split<heads, cols>,
                              mt::split<d_ff, cols>>;
 
+// --sequence-parallel: between the blocks' products, the residual stream [batch, length, d_model]
+// has length split over the axes that split heads and d_ff, so the products' pending sums arrive
+// by reduce_scatter (each processor receives the sum of its part of the sequence: half an
+// allreduce's traffic), the layer norms, residual adds and dropout run on 1/P of the tokens, and an
+// allgather brings each block's normalised input back whole for the next products (Megatron-LM's
+// sequence parallelism, written with ops/partial_sum.hpp). Layouts that split heads only.
+template <class L>
+struct sequence_layout {};
+template <>
+struct sequence_layout<layout_model> {
+  using type = mt::layout<grid, mt::split<vocab, rows, cols>, mt::split<heads, rows, cols>, mt::split<d_ff, rows, cols>,
+                          mt::split<length, rows, cols>>;
+};
+template <>
+struct sequence_layout<layout_2d> {
+  using type = mt::layout<grid, mt::split<batch, rows>, mt::split<vocab, cols>, mt::split<heads, cols>,
+                          mt::split<d_ff, cols>, mt::split<length, cols>>;
+};
 struct options {
   std::string text = "/usr/share/common-licenses/GPL-3";
   std::string layout = "2d";
@@ -59,6 +77,7 @@ struct options {
   std::int64_t save_every = 0;
   std::int64_t layers = 2;
   bool recompute = false;  // each block's activations computed again in the backward pass
+  bool sequence_parallel = false;  // the residual stream split along length (layouts model, 2d)
   std::string dtype = "float32";  // or bf16: activations and products in bf16, float master weights
   bool compare_dtypes = false;
   double bf16_tolerance = 1e-2;
@@ -218,6 +237,37 @@ struct model {
         nn::softmax_cross_entropy<vocab>(mt::cast<float>(logits<C>(ids, o, step)), labels));
   }
 
+  // loss() with --sequence-parallel: the same arithmetic, the residual stream under LS
+  // (sequence_layout<L>).
+  template <class LS>
+  t<> loss_sequence_parallel(const t<batch, length>& ids, const t<batch, length>& labels, const options& o,
+                             std::uint64_t step) const {
+    using X = t<batch, length, d_model>;
+    using XS = mt::tensor<float, LS, batch, length, d_model>;
+    const std::uint64_t dseed = o.seed * 7919;
+    // Local: each processor keeps its part of the sequence.
+    XS x = mt::relayout<XS>(X(nn::embedding<vocab>(embedding, ids) + positions));
+    for (std::size_t b = 0; b < wq.size(); ++b) {
+      const std::uint64_t site = dseed + 2 * b;
+      const double rate = o.dropout;
+      const auto block = [this, b, site, rate, step](const XS& in) {
+        // allgather; the products; their sum by reduce_scatter. The layer norms take the [d_model]
+        // parameters as they are (replicated under both layouts).
+        const X h = mt::relayout<X>(nn::layer_norm<d_model>(in, ln1_scale[b], ln1_bias[b]));
+        const XS a = in + nn::dropout(mt::relayout<XS>(nn::causal_attention_partial<length, memory_length, d_model, heads, d_kv>(
+                                          h, wq[b], wk[b], wv[b], wo[b])),
+                                      rate, site, step);
+        const X f = mt::relayout<X>(nn::layer_norm<d_model>(a, ln2_scale[b], ln2_bias[b]));
+        return XS(a + nn::dropout(mt::relayout<XS>(nn::feed_forward_partial<d_model, d_ff>(f, w_in[b], w_out[b])), rate,
+                                  site + 1, step));
+      };
+      x = o.recompute ? mt::recompute(block, x) : block(x);
+    }
+    const X last = mt::relayout<X>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias));
+    return mt::reduce_mean<batch, length>(
+        nn::softmax_cross_entropy<vocab>(nn::dense<d_model, vocab>(last, softmax_weights), labels));
+  }
+
   // Inference with a key-value cache: each block's keys and values of the positions so far.
   struct kv_cache {
     std::vector<t<batch, heads, memory_length, d_kv>> k, v;
@@ -373,6 +423,23 @@ extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_data);
 extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_model);
 extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_2d);
 
+// The loss with --sequence-parallel, compiled in train_<layout>_sp.cpp (layout_data's, which only
+// refuses, in train_data.cpp).
+template <class L>
+mt::tensor<float, L> sequence_parallel_loss(const model<L>& m, const ids_of<L>& ids, const ids_of<L>& labels,
+                                            const options& o, std::uint64_t step) {
+  if constexpr (requires { typename sequence_layout<L>::type; })
+    return m.template loss_sequence_parallel<typename sequence_layout<L>::type>(ids, labels, o, step);
+  else
+    throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
+}
+#define MESHTENSOR_EXAMPLE_SP_LOSS(L)                                                                               \
+  mt::tensor<float, L> sequence_parallel_loss(const model<L>&, const ids_of<L>&, const ids_of<L>&, const options&, \
+                                              std::uint64_t)
+extern template MESHTENSOR_EXAMPLE_SP_LOSS(layout_data);
+extern template MESHTENSOR_EXAMPLE_SP_LOSS(layout_model);
+extern template MESHTENSOR_EXAMPLE_SP_LOSS(layout_2d);
+
 // Trains one layout. On a planned mesh (--plan) the same code runs without data or processes and
 // the result carries the plan's report.
 template <class L>
@@ -427,8 +494,9 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     }
     const auto x = mt::from_host<ids_t>(g, {o.batch, o.length}, ids);
     const auto y = mt::from_host<ids_t>(g, {o.batch, o.length}, labels);
-    const auto loss = o.dtype == "bf16" ? bf16_loss(m, x, y, o, static_cast<std::uint64_t>(step))
-                                        : m.loss(x, y, o, static_cast<std::uint64_t>(step));
+    const auto loss = o.dtype == "bf16"       ? bf16_loss(m, x, y, o, static_cast<std::uint64_t>(step))
+                      : o.sequence_parallel ? sequence_parallel_loss(m, x, y, o, static_cast<std::uint64_t>(step))
+                                            : m.loss(x, y, o, static_cast<std::uint64_t>(step));
     auto params = m.tie();
     auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
     if (step == 0 && !o.dump.empty()) {

@@ -34,6 +34,7 @@
 #include "ops/relayout.hpp"
 #include "ops/rename.hpp"
 #include "ops/cast.hpp"
+#include "ops/partial_sum.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/sgd.hpp"
 #include "optim/adam.hpp"

@@ -133,6 +133,9 @@ struct rule_node final : typed_node<TT> {
   explicit rule_node(Rule r) : rule(std::move(r)) {}
   void backward() override {
     if (!this->grad) return;
+    // A rule that can take a partial gradient (relayout's: a reduce_scatter) may reduce it itself.
+    if constexpr (requires(const Rule& r, const TT& g) { r.partial(g, 1u); })
+      if (this->pending_axes && rule.partial(*this->grad, this->pending_axes)) return;
     this->settle();
     rule(*this->grad);
   }

@@ -33,26 +33,47 @@ meshtensor::detail::with_dims_t<Like, type_list<Length, MemLength>> causal_mask(
       m, {n, n}, KOKKOS_LAMBDA(std::int64_t g) { return (g % n) > (g / n) ? masked : T(0); });
 }
 
-template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
-X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo) {
-  meshtensor::detail::plan_op_scope plan_scope("causal_attention");
+}  // namespace meshtensor::nn
+
+namespace meshtensor::detail {
+// causal_attention's heads' outputs [B..., heads, length, d_kv], before the output projection.
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W>
+auto attention_heads(const X& x, const W& wq, const W& wk, const W& wv) {
   using T = typename X::value_type;
   using B = difference_t<typename X::dims, type_list<Length, DModel>>;
-  using namespace meshtensor::detail;
   using QDims = concat_t<B, type_list<Heads, Length, DKv>>;
   using KDims = concat_t<B, type_list<Heads, MemLength, DKv>>;
   using LDims = concat_t<B, type_list<Heads, Length, MemLength>>;
   const std::int64_t n = x.template extent<Length>();
   const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>())));
-  const auto xm = rename<Length, MemLength>(x);
-  const auto q = [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(x, wq); }(QDims{}) * scale;
-  const auto k = [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(xm, wk); }(KDims{});
-  const auto v = [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(xm, wv); }(KDims{});
-  const auto logits = [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(q, k); }(LDims{}) +
-                      causal_mask<X, Length, MemLength>(x.mesh(), n);
-  const auto weights = softmax<MemLength>(logits);
-  const auto o = [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(weights, v); }(QDims{});
+  const auto xm = meshtensor::rename<Length, MemLength>(x);
+  const auto q = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(x, wq); }(QDims{}) * scale;
+  const auto k = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(xm, wk); }(KDims{});
+  const auto v = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(xm, wv); }(KDims{});
+  const auto logits = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(q, k); }(LDims{}) +
+                      nn::causal_mask<X, Length, MemLength>(x.mesh(), n);
+  const auto weights = meshtensor::softmax<MemLength>(logits);
+  return [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(weights, v); }(QDims{});
+}
+}  // namespace meshtensor::detail
+
+namespace meshtensor::nn {
+
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
+X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo) {
+  meshtensor::detail::plan_op_scope plan_scope("causal_attention");
+  const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
+}
+
+// causal_attention with the output projection's allreduce (over the heads' axes) left pending: a
+// partial_sum (ops/partial_sum.hpp), for a relayout that makes it a reduce_scatter (sequence
+// parallelism) or a sum with other partials.
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
+auto causal_attention_partial(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo) {
+  meshtensor::detail::plan_op_scope plan_scope("causal_attention");
+  const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv);
+  return [&]<class... Ds>(type_list<Ds...>) { return einsum_partial<Ds...>(o, wo); }(typename X::dims{});
 }
 
 }  // namespace meshtensor::nn

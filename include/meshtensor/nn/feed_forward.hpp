@@ -5,6 +5,7 @@
 // second allreduces over d_ff's axes; with d_model split, the first allreduces over its axes.
 // Gradient: through x and both weights.
 #include "../ops/einsum.hpp"
+#include "../ops/partial_sum.hpp"
 #include "../ops/elementwise.hpp"
 #include "dense.hpp"
 
@@ -15,6 +16,15 @@ X feed_forward(const X& x, const W1& w_in, const W2& w_out) {
   meshtensor::detail::plan_op_scope plan_scope("feed_forward");
   const auto h = relu(dense<DModel, DFf>(x, w_in));
   return dense<DFf, DModel>(h, w_out);
+}
+
+// feed_forward with the second product's allreduce (over d_ff's axes) left pending: a partial_sum
+// (ops/partial_sum.hpp).
+template <Dim DModel, Dim DFf, Tensor X, Tensor W1, Tensor W2>
+auto feed_forward_partial(const X& x, const W1& w_in, const W2& w_out) {
+  meshtensor::detail::plan_op_scope plan_scope("feed_forward");
+  const auto h = relu(dense<DModel, DFf>(x, w_in));
+  return [&]<class... Ds>(type_list<Ds...>) { return einsum_partial<Ds...>(h, w_out); }(typename X::dims{});
 }
 
 }  // namespace meshtensor::nn

@@ -72,8 +72,13 @@ namespace meshtensor::nn {
 template <Dim... Ds, Tensor X, Tensor S, Tensor B>
 X layer_norm(const X& x, const S& scale, const B& bias, typename X::value_type eps = 1e-6) {
   meshtensor::detail::plan_op_scope plan_scope("layer_norm");
+  // Fused where D is one unsplit dim and scale and bias are [D], replicated: under X's layout or
+  // another that splits D alike (the residual stream of sequence parallelism, docs/training.md).
   if constexpr (sizeof...(Ds) == 1 && std::is_same_v<S, B> &&
-                std::is_same_v<S, meshtensor::detail::with_dims_t<X, type_list<Ds...>>> &&
+                std::is_same_v<typename S::dims, type_list<Ds...>> && S::splits[0].count == 0 &&
+                std::is_same_v<typename S::value_type, typename X::value_type> &&
+                std::is_same_v<typename S::execution_space, typename X::execution_space> &&
+                std::is_same_v<typename S::mesh_type, typename X::mesh_type> &&
                 meshtensor::detail::axes_mask_of<X, type_list<Ds...>>() == 0)
     return meshtensor::detail::layer_norm_fused<Ds...>(x, scale, bias, eps);
   else

@@ -218,6 +218,27 @@ auto contract(const A& a, const B& b) {
   }
 }
 
+// contract, with einsum's gradient rule. With sum_partials false, the result is this processor's
+// partial sum (einsum_partial, ops/partial_sum.hpp): its gradient is the gradient of the sum, so
+// the rule is the same.
+template <class OutList, bool sum_partials, Tensor A, Tensor B>
+with_dims_t<A, OutList> contract_recorded(const A& a, const B& b) {
+  using R = with_dims_t<A, OutList>;
+  using Ad = typename A::dims;
+  using Bd = typename B::dims;
+  R out = contract<OutList, sum_partials>(a, b);
+  record<R>(
+      out,
+      [a, b](const R& g) {
+        // Rules call the kernel, not einsum, so no gradient-of-gradient code is instantiated.
+        // Partial sums over the contracted dims' axes: the tape reduces them (autodiff/tape.hpp).
+        if (a.tracks_grad()) push_partial_grad(a, contract<Ad, false>(g, b), contracted_axes<Ad, R, B>());
+        if (b.tracks_grad()) push_partial_grad(b, contract<Bd, false>(a, g), contracted_axes<Bd, A, R>());
+      },
+      a, b);
+  return out;
+}
+
 }  // namespace detail
 
 // The plan of einsum<Out...>(a, b): the sums of dims that one operand alone has (each an
@@ -255,20 +276,7 @@ detail::with_dims_t<A, type_list<Out...>> einsum(const A& a, const B& b) {
     } else if constexpr (!std::is_same_v<Bk, Bd>) {
       return einsum<Out...>(a, sum_to<detail::with_dims_t<B, Bk>>(b));
     } else {
-      using R = detail::with_dims_t<A, OutList>;
-      R out = detail::contract<OutList>(a, b);
-      detail::record<R>(
-          out,
-          [a, b](const R& g) {
-            // Rules call the kernel, not einsum, so no gradient-of-gradient code is instantiated.
-            // Partial sums over the contracted dims' axes: the tape reduces them (autodiff/tape.hpp).
-            if (a.tracks_grad())
-              detail::push_partial_grad(a, detail::contract<Ad, false>(g, b), detail::contracted_axes<Ad, R, B>());
-            if (b.tracks_grad())
-              detail::push_partial_grad(b, detail::contract<Bd, false>(a, g), detail::contracted_axes<Bd, A, R>());
-          },
-          a, b);
-      return out;
+      return detail::contract_recorded<OutList, true>(a, b);
     }
   }
 }

@@ -220,11 +220,80 @@ Out relayout_kernel(const X& x, const char* op) {
   return Out(x.mesh(), x.extents(), std::move(v));
 }
 
+// Whether splits `to` extend `from` dim by dim, the axes they add being exactly the mask axes, each
+// once: then the relayout of a sum of partials over those axes is one reduce_scatter.
+template <std::size_t R>
+constexpr bool scatters_over(const std::array<dim_split, R>& from, const std::array<dim_split, R>& to, unsigned axes) {
+  unsigned added = 0;
+  for (std::size_t d = 0; d < R; ++d) {
+    if (to[d].count < from[d].count) return false;
+    for (int i = 0; i < from[d].count; ++i)
+      if (to[d].axes[i] != from[d].axes[i]) return false;
+    for (int i = from[d].count; i < to[d].count; ++i) {
+      const unsigned bit = 1u << to[d].axes[i];
+      if (added & bit) return false;
+      added |= bit;
+    }
+  }
+  return added == axes;
+}
+
+// The addends' sum, with each processor along Axes receiving only its part under Out: every
+// processor packs its addend's pieces in the order of the peers that own them (sub-rank order),
+// then one MPI_Reduce_scatter. Not recorded.
+template <Tensor Out, Tensor X>
+Out reduce_scatter_kernel(const X& addend, unsigned axes) {
+  using Exec = typename X::execution_space;
+  using T = typename X::value_type;
+  constexpr std::size_t R = X::rank;
+  auto& comm = addend.mesh().communicator();
+  const auto& shape = comm.shape();
+  const placement<R> from(X::splits, shape, addend.extents()), to(Out::splits, shape, addend.extents());
+  const auto old_box = from.box_at(comm.coords());
+  const int n = comm.size_over(axes);
+  std::vector<int> counts(static_cast<std::size_t>(n));
+  std::vector<box<R>> parts(static_cast<std::size_t>(n));
+  std::int64_t total = 0;
+  for (int p = 0; p < n; ++p) {
+    parts[p] = to.box_at(shape.peer_coords(comm.coords(), axes, p));
+    counts[p] = checked_count(parts[p].size());
+    total += parts[p].size();
+  }
+  auto& pool = view_pool<T, typename Exec::memory_space>::get();
+  const auto packed = pool.allocate(static_cast<std::size_t>(total));
+  std::int64_t at = 0;
+  for (int p = 0; p < n; ++p) {
+    copy_region<Exec>(addend.view().data(), 0, old_box, packed.data(), at, parts[p], parts[p]);
+    at += parts[p].size();
+  }
+  Out out(addend.mesh(), addend.extents(), uninitialized);
+  const auto send = mpi_buffer<Exec, T>::reading(packed);
+  const auto received = mpi_buffer<Exec, T>::receiving_into(out.view());
+  reduce_scatter_v(comm, axes, send.data(), received.data(), counts);
+  received.copy_into(out.view());
+  return out;
+}
+
 template <class Out, class X>
 constexpr bool relayout_compatible_v = std::is_same_v<typename Out::value_type, typename X::value_type> &&
                                        std::is_same_v<typename Out::execution_space, typename X::execution_space> &&
                                        std::is_same_v<typename Out::mesh_type, typename X::mesh_type> &&
                                        std::is_same_v<typename Out::dims, typename X::dims>;
+
+// relayout's gradient rule: the result's gradient relayouted back. Where that gradient is still a
+// sum of partials over axes (the tape's pending_axes) and the way back splits dims over exactly
+// those axes, one reduce_scatter instead of the allreduce and the slicing (the backward of
+// sequence parallelism's allgather; autodiff/tape.hpp asks rules for `partial`).
+template <Tensor Out, Tensor X>
+struct relayout_rule {
+  X x;
+  void operator()(const Out& g) const { push_grad(x, relayout_kernel<X>(g, "relayout (gradient)")); }
+  bool partial(const Out& g, unsigned axes) const {
+    if (!scatters_over<X::rank>(Out::splits, X::splits, axes)) return false;
+    push_fresh_grad(x, reduce_scatter_kernel<X>(g, axes));
+    return true;
+  }
+};
 
 }  // namespace detail
 
@@ -243,8 +312,7 @@ Out relayout(const X& x) {
     return Out{};
   } else {
     Out out = detail::relayout_kernel<Out>(x, "relayout");
-    detail::record<Out>(
-        out, [x](const Out& g) { detail::push_grad(x, detail::relayout_kernel<X>(g, "relayout (gradient)")); }, x);
+    detail::record<Out>(out, detail::relayout_rule<Out, X>{x}, x);
     return out;
   }
 }

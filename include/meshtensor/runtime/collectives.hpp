@@ -150,6 +150,29 @@ void reduce_scatter(detail::communicator& c, unsigned axes, const T* send, T* re
                            c.over(axes));
 }
 
+// As reduce_scatter with a count per processor (uneven parts): send holds counts[p] elements for
+// sub-rank p, back to back; recv gets counts[this sub-rank] elements of the sum. Counted as the
+// bytes sent.
+template <class T>
+void reduce_scatter_v(detail::communicator& c, unsigned axes, const T* send, T* recv, const std::vector<int>& counts,
+                      reduce_op op = reduce_op::sum) {
+  std::int64_t n = 0;
+  for (const int k : counts) n += k;
+  int me = 0;
+  if (!c.planned()) MPI_Comm_rank(c.over(axes), &me);
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (c.planned()) return reduce_scatter_v(c, axes, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), counts, op);
+    std::vector<float> part(static_cast<std::size_t>(counts[me]));
+    return detail::reduce_widened(send, recv, n, 0, [&](float* w) {
+      reduce_scatter_v(c, axes, w, part.data(), counts, op);
+      for (int i = 0; i < counts[me]; ++i) recv[i] = part[i];
+    });
+  }
+  c.count(collective::reduce_scatter, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  if (c.planned()) return;
+  MPI_Reduce_scatter(send, recv, counts.data(), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes));
+}
+
 // Along one mesh axis: this processor sends to coordinate + offset and receives from
 // coordinate - offset. Without wrap, processors whose source falls off the edge get zeros.
 template <class T>
