@@ -280,15 +280,35 @@ constexpr bool relayout_compatible_v = std::is_same_v<typename Out::value_type, 
                                        std::is_same_v<typename Out::mesh_type, typename X::mesh_type> &&
                                        std::is_same_v<typename Out::dims, typename X::dims>;
 
-// relayout's gradient rule: the result's gradient relayouted back. Where that gradient is still a
-// sum of partials over axes (the tape's pending_axes) and the way back splits dims over exactly
-// those axes, one reduce_scatter instead of the allreduce and the slicing (the backward of
-// sequence parallelism's allgather; autodiff/tape.hpp asks rules for `partial`).
+// The axes that splits `to` add to `from` where they extend them (local slicing).
+template <std::size_t R>
+constexpr unsigned added_axes(const std::array<dim_split, R>& from, const std::array<dim_split, R>& to) {
+  unsigned added = 0;
+  for (std::size_t d = 0; d < R; ++d)
+    for (int i = from[d].count; i < to[d].count; ++i) added |= 1u << to[d].axes[i];
+  return added;
+}
+
+// The gradient rule of relayout and rename: the result's gradient relayouted back. A gradient that
+// is still a sum of partials over axes (the tape's pending_axes; autodiff/tape.hpp asks rules for
+// `partial`) need not be reduced first where the way back is local and slices nothing over those
+// axes (each addend moves alike: the sum of the slices is the slice of the sum), so it goes on as a
+// partial sum; where the way back splits dims over exactly those axes, one reduce_scatter does the
+// allreduce and the slicing (the backward of sequence parallelism's allgather).
 template <Tensor Out, Tensor X>
 struct relayout_rule {
   X x;
   void operator()(const Out& g) const { push_grad(x, relayout_kernel<X>(g, "relayout (gradient)")); }
   bool partial(const Out& g, unsigned axes) const {
+    constexpr auto back = analyze_relayout<X::rank>(Out::splits, X::splits);
+    if constexpr (back.kind == relayout_kind::share || back.kind == relayout_kind::local) {
+      if ((added_axes<X::rank>(Out::splits, X::splits) & axes) == 0) {
+        X moved = relayout_kernel<X>(g, "relayout (gradient)");
+        if (moved.view().data() == g.view().data()) moved = clone(moved);  // the tape adds into what it is given
+        push_partial_grad(x, std::move(moved), axes);
+        return true;
+      }
+    }
     if (!scatters_over<X::rank>(Out::splits, X::splits, axes)) return false;
     push_fresh_grad(x, reduce_scatter_kernel<X>(g, axes));
     return true;

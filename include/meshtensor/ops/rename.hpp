@@ -225,7 +225,7 @@ Out reshape_kernel(const X& x, const typename Out::extents_type& out_ext, const 
 template <Tensor Out, Tensor X>
 Out renamed(const X& x) {
   Out out = relayout_kernel<Out>(x, "rename");
-  record<Out>(out, [x](const Out& g) { push_grad(x, relayout_kernel<X>(g, "rename (gradient)")); }, x);
+  record<Out>(out, relayout_rule<Out, X>{x}, x);
   return out;
 }
 
