@@ -90,20 +90,6 @@ std::int64_t sum_ranks(std::int64_t mine) {
   return all;
 }
 
-template <class M>
-mt::comm_counters calls_of(const M& g) {
-  mt::comm_counters calls;
-  for (const auto& [key, count] : g.counters()) calls[key].calls = count.calls;
-  return calls;
-}
-template <class M>
-std::int64_t shift_bytes(const M& g) {
-  std::int64_t n = 0;
-  for (const auto& [key, count] : g.counters())
-    if (key.first == mt::collective::shift) n += count.bytes;
-  return n;
-}
-
 const std::vector<mt::window> windows{
     {.size = 3, .pad = mt::padding::same},
     {.size = 3, .stride = 2, .pad = mt::padding::same},
@@ -132,7 +118,7 @@ void check_layout(const M& g) {
       g.reset_counters();
       const auto cols = mt::unfold<sh, sw>(x, wh, ww);
       const auto counted = calls_of(g);
-      const std::int64_t sent = sum_ranks(shift_bytes(g));
+      const std::int64_t sent = sum_ranks(bytes_of(g, mt::collective::shift));
       STATIC_REQUIRE(std::is_same_v<typename decltype(cols)::dims, mt::type_list<b_, h_, w_, kh_, kw_, c_in>>);
       REQUIRE(cols.extents() == std::array<std::int64_t, 6>{B, gh.out, gw.out, wh.size, ww.size, C});
       require_close(mt::gather_all(cols), unfold_ref(x_host, gh, gw, 0.0), 0.0);

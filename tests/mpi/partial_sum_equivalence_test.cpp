@@ -13,20 +13,6 @@ namespace mt = meshtensor;
 namespace {
 constexpr std::int64_t I = 7, J = 5, K = 6;
 
-template <class M>
-mt::comm_counters calls_of(const M& g) {
-  mt::comm_counters calls;
-  for (const auto& [key, count] : g.counters()) calls[key].calls = count.calls;
-  return calls;
-}
-template <class M>
-std::int64_t bytes_of(const M& g, mt::collective c) {
-  std::int64_t n = 0;
-  for (const auto& [key, count] : g.counters())
-    if (key.first == c) n += count.bytes;
-  return n;
-}
-
 template <class L>
 void check_layout(const grid& g) {
   INFO(layout_name<L>());

@@ -153,6 +153,21 @@ inline std::string show(const mt::comm_counters& c) {
     s += mt::detail::cat(mt::to_string(k.first), " over mask ", k.second, ": ", v.calls, " calls, ", v.bytes, " bytes; ");
   return s.empty() ? "nothing" : s;
 }
+// The calls counted on g's communicator per (collective, axes), without their bytes (as a plan's).
+template <class M>
+mt::comm_counters calls_of(const M& g) {
+  mt::comm_counters calls;
+  for (const auto& [key, count] : g.counters()) calls[key].calls = count.calls;
+  return calls;
+}
+// The bytes this processor sent in collectives of kind c, over any axes.
+template <class M>
+std::int64_t bytes_of(const M& g, mt::collective c) {
+  std::int64_t n = 0;
+  for (const auto& [key, count] : g.counters())
+    if (key.first == c) n += count.bytes;
+  return n;
+}
 // The counted calls per (collective, axes) equal want's (a plan has no bytes, so bytes are not compared).
 inline void require_counts(const mt::comm_counters& counted, const mt::comm_counters& want) {
   mt::comm_counters got;

@@ -241,8 +241,21 @@ with_dims_t<A, OutList> contract_recorded(const A& a, const B& b) {
 
 }  // namespace detail
 
-// The plan of einsum<Out...>(a, b): the sums of dims that one operand alone has (each an
-// allreduce over their split axes), then one allreduce over the split axes of the contracted dims.
+// The plan of einsum_partial<Out...>(a, b) (ops/partial_sum.hpp): the sums of dims that one
+// operand alone has, each an allreduce over their split axes.
+template <class OutList, Tensor A, Tensor B>
+constexpr comm_plan einsum_partial_plan() {
+  using Ad = typename A::dims;
+  using Bd = typename B::dims;
+  using Ak = intersection_t<Ad, union_t<Bd, OutList>>;
+  using Bk = intersection_t<Bd, union_t<Ad, OutList>>;
+  return comm_plan{}
+      .then(collective::allreduce, detail::axes_mask_of<A, difference_t<Ad, Ak>>())
+      .then(collective::allreduce, detail::axes_mask_of<B, difference_t<Bd, Bk>>());
+}
+
+// The plan of einsum<Out...>(a, b): einsum_partial's, then one allreduce over the split axes of the
+// contracted dims.
 template <class OutList, Tensor A, Tensor B>
 constexpr comm_plan einsum_plan() {
   using Ad = typename A::dims;
@@ -250,10 +263,7 @@ constexpr comm_plan einsum_plan() {
   using Ak = intersection_t<Ad, union_t<Bd, OutList>>;
   using Bk = intersection_t<Bd, union_t<Ad, OutList>>;
   using Kt = difference_t<intersection_t<Ak, Bk>, OutList>;
-  return comm_plan{}
-      .then(collective::allreduce, detail::axes_mask_of<A, difference_t<Ad, Ak>>())
-      .then(collective::allreduce, detail::axes_mask_of<B, difference_t<Bd, Bk>>())
-      .then(collective::allreduce, detail::axes_mask_of<A, Kt>());
+  return einsum_partial_plan<OutList, A, B>().then(collective::allreduce, detail::axes_mask_of<A, Kt>());
 }
 
 // einsum<Out...>(a, b). Gradient: da = einsum<A's dims>(g, b), db = einsum<B's dims>(a, g), after

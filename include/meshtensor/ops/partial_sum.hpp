@@ -76,18 +76,6 @@ inline bool at_origin_of(const communicator& c, unsigned mask) {
 
 // ---- making one -------------------------------------------------------------------------------
 
-// The plan of einsum_partial<Out...>(a, b): einsum's, without the allreduce of the contracted dims.
-template <class OutList, Tensor A, Tensor B>
-constexpr comm_plan einsum_partial_plan() {
-  using Ad = typename A::dims;
-  using Bd = typename B::dims;
-  using Ak = intersection_t<Ad, union_t<Bd, OutList>>;
-  using Bk = intersection_t<Bd, union_t<Ad, OutList>>;
-  return comm_plan{}
-      .then(collective::allreduce, detail::axes_mask_of<A, difference_t<Ad, Ak>>())
-      .then(collective::allreduce, detail::axes_mask_of<B, difference_t<Bd, Bk>>());
-}
-
 // einsum<Out...>(a, b), its last allreduce (over the axes of the contracted dims that are split)
 // left pending: a partial_sum over those axes. Dims only one operand has are summed first, as
 // einsum does. Gradient: einsum's (the gradient of a sum reaches every addend whole).
