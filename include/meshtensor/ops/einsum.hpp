@@ -175,7 +175,7 @@ auto contract(const A& a, const B& b) {
     // Partial products rounded to bf16 before the allreduce would be rounded twice: in float,
     // reduced, rounded once (on a host the bf16 product widens its operands anyway).
     return cast_local<bf16>(contract<OutList, true>(cast_local<float>(a), cast_local<float>(b)));
-  } else {
+  }
   // Operands in [batch, m, k] / [batch, k, n] order, transposed by BLAS where that suffices.
   constexpr bool a_plain = std::is_same_v<Ad, concat_t<Bt, Mt, Kt>>;
   constexpr bool a_trans = !a_plain && std::is_same_v<Ad, concat_t<Bt, Kt, Mt>>;
@@ -215,7 +215,6 @@ auto contract(const A& a, const B& b) {
   }
   if constexpr (sum_partials) allreduce_local(out, axes_mask_of<A, Kt>(), reduce_op::sum);
   return out;
-  }
 }
 
 // contract, with einsum's gradient rule. With sum_partials false, the result is this processor's

@@ -162,23 +162,23 @@ std::vector<typename X::value_type> gather(const partial_sum<X, Axes>& p, int ro
 
 // ---- linear ops: partial in, partial out, no communication --------------------------------------
 
+namespace detail {
+template <class X, unsigned A, unsigned B>
+constexpr bool same_partial_axes() {
+  if constexpr (A != B) (void)sizeof(diagnostic::partial_sums_over_different_axes<partial_sum<X, A>, partial_sum<X, B>>);
+  return A == B;
+}
+}  // namespace detail
+
 template <Tensor X, unsigned A, unsigned B>
 partial_sum<X, A> operator+(const partial_sum<X, A>& p, const partial_sum<X, B>& q) {
-  if constexpr (A != B) {
-    (void)sizeof(diagnostic::partial_sums_over_different_axes<partial_sum<X, A>, partial_sum<X, B>>);
-    return {};
-  } else {
-    return partial_sum<X, A>(p.addend() + q.addend());
-  }
+  if constexpr (!detail::same_partial_axes<X, A, B>()) return {};
+  else return partial_sum<X, A>(p.addend() + q.addend());
 }
 template <Tensor X, unsigned A, unsigned B>
 partial_sum<X, A> operator-(const partial_sum<X, A>& p, const partial_sum<X, B>& q) {
-  if constexpr (A != B) {
-    (void)sizeof(diagnostic::partial_sums_over_different_axes<partial_sum<X, A>, partial_sum<X, B>>);
-    return {};
-  } else {
-    return partial_sum<X, A>(p.addend() - q.addend());
-  }
+  if constexpr (!detail::same_partial_axes<X, A, B>()) return {};
+  else return partial_sum<X, A>(p.addend() - q.addend());
 }
 template <Tensor X, unsigned A>
 partial_sum<X, A> operator-(const partial_sum<X, A>& p) {

@@ -40,15 +40,14 @@ inline int checked_count(std::int64_t n) {
   return static_cast<int>(n);
 }
 
-// bf16 reductions run in float: the n elements widened, f(float*) reduces them, the result rounded
-// back once. Summing in bf16 at every step of MPI's tree would round log2(P) to P - 1 times; this
-// sends twice the bytes (counted as sent) for one rounding, as a float accumulator would give.
-template <class F>
-void reduce_widened(const bf16* in, bf16* out, std::int64_t n_in, std::int64_t n_out, F&& f) {
-  std::vector<float> wide(static_cast<std::size_t>(n_in));
-  for (std::int64_t i = 0; i < n_in; ++i) wide[i] = in[i];
-  f(wide.data());
-  for (std::int64_t i = 0; i < n_out; ++i) out[i] = wide[i];
+// bf16 reductions run in float: widened, reduced, rounded back once. Summing in bf16 at every step
+// of MPI's tree would round log2(P) to P - 1 times; this sends twice the bytes (counted as sent)
+// for one rounding, as a float accumulator would give.
+inline std::vector<float> widened(const bf16* in, std::int64_t n) {
+  return std::vector<float>(in, in + n);
+}
+inline void narrow_into(const std::vector<float>& wide, bf16* out) {
+  for (std::size_t i = 0; i < wide.size(); ++i) out[i] = wide[i];
 }
 }  // namespace detail
 
@@ -57,7 +56,9 @@ template <class T>
 void allreduce(detail::communicator& c, unsigned axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
   if constexpr (std::is_same_v<T, bf16>) {
     if (c.planned() || c.size_over(axes) == 1) return allreduce(c, axes, static_cast<float*>(nullptr), n, op);
-    return detail::reduce_widened(data, data, n, n, [&](float* w) { allreduce(c, axes, w, n, op); });
+    auto wide = detail::widened(data, n);
+    allreduce(c, axes, wide.data(), n, op);
+    return detail::narrow_into(wide, data);
   }
   c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
@@ -139,10 +140,8 @@ void reduce_scatter(detail::communicator& c, unsigned axes, const T* send, T* re
     const std::int64_t n = n_per_rank * c.size_over(axes);
     if (c.planned()) return reduce_scatter(c, axes, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), n_per_rank, op);
     std::vector<float> part(static_cast<std::size_t>(n_per_rank));
-    return detail::reduce_widened(send, recv, n, 0, [&](float* w) {
-      reduce_scatter(c, axes, w, part.data(), n_per_rank, op);
-      for (std::int64_t i = 0; i < n_per_rank; ++i) recv[i] = part[i];
-    });
+    reduce_scatter(c, axes, detail::widened(send, n).data(), part.data(), n_per_rank, op);
+    return detail::narrow_into(part, recv);
   }
   c.count(collective::reduce_scatter, axes, n_per_rank * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
@@ -158,15 +157,13 @@ void reduce_scatter_v(detail::communicator& c, unsigned axes, const T* send, T* 
                       reduce_op op = reduce_op::sum) {
   std::int64_t n = 0;
   for (const int k : counts) n += k;
-  int me = 0;
-  if (!c.planned()) MPI_Comm_rank(c.over(axes), &me);
   if constexpr (std::is_same_v<T, bf16>) {
     if (c.planned()) return reduce_scatter_v(c, axes, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), counts, op);
+    int me = 0;
+    MPI_Comm_rank(c.over(axes), &me);
     std::vector<float> part(static_cast<std::size_t>(counts[me]));
-    return detail::reduce_widened(send, recv, n, 0, [&](float* w) {
-      reduce_scatter_v(c, axes, w, part.data(), counts, op);
-      for (int i = 0; i < counts[me]; ++i) recv[i] = part[i];
-    });
+    reduce_scatter_v(c, axes, detail::widened(send, n).data(), part.data(), counts, op);
+    return detail::narrow_into(part, recv);
   }
   c.count(collective::reduce_scatter, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
@@ -221,10 +218,8 @@ void exscan(detail::communicator& c, unsigned axes, const T* send, T* recv, std:
   if constexpr (std::is_same_v<T, bf16>) {
     if (c.planned()) return exscan(c, axes, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), n, op);
     std::vector<float> before(static_cast<std::size_t>(n));
-    return detail::reduce_widened(send, recv, n, 0, [&](float* w) {
-      exscan(c, axes, w, before.data(), n, op);
-      for (std::int64_t i = 0; i < n; ++i) recv[i] = before[i];
-    });
+    exscan(c, axes, detail::widened(send, n).data(), before.data(), n, op);
+    return detail::narrow_into(before, recv);
   }
   c.count(collective::exscan, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;

@@ -97,7 +97,9 @@ void nan_propagating_allreduce(detail::communicator& c, unsigned axes, T* data, 
   if constexpr (std::is_same_v<T, bf16>) {
     if (c.planned() || c.size_over(axes) == 1)
       return nan_propagating_allreduce(c, axes, static_cast<float*>(nullptr), n, op);
-    return detail::reduce_widened(data, data, n, n, [&](float* w) { nan_propagating_allreduce(c, axes, w, n, op); });
+    auto wide = detail::widened(data, n);
+    nan_propagating_allreduce(c, axes, wide.data(), n, op);
+    return detail::narrow_into(wide, data);
   } else if constexpr (std::is_floating_point_v<T>) {
     if (op == reduce_op::max || op == reduce_op::min) {
       c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
