@@ -141,6 +141,12 @@ struct rule_node final : typed_node<TT> {
   }
 };
 
+// Per input type, not a lambda in record, which would be compiled for every rule (compile time).
+template <class Node>
+void add_parent(tape_node& n, const std::shared_ptr<Node>& parent) {
+  if (parent) n.parents.push_back(parent);
+}
+
 // Gives `out` a node when an input is on the tape. The rule receives out's gradient.
 template <Tensor Out, class Rule, Tensor... In>
 void record(Out& out, Rule rule, const In&... inputs) {
@@ -148,11 +154,7 @@ void record(Out& out, Rule rule, const In&... inputs) {
   // Held as its base: one shared_ptr control block per tensor type, not one per rule (make_shared
   // of the rule_node compiled eight functions for each rule).
   std::shared_ptr<typed_node<Out>> n(static_cast<typed_node<Out>*>(new rule_node<Out, Rule>(std::move(rule))));
-  (
-      [&] {
-        if (inputs.tracks_grad()) n->parents.push_back(inputs.node());
-      }(),
-      ...);
+  (add_parent(*n, inputs.node()), ...);
   out.set_node(std::move(n));
 }
 

@@ -146,6 +146,7 @@ class basic_tensor {
   // The slice held by the processor of this mesh rank.
   box<rank> slice_of(int mesh_rank) const { return placement().box_of(mesh_rank); }
 
+  static constexpr std::array<std::string_view, rank> dim_name_views{Ds::name()...};
   static std::array<std::string, rank> dim_names() { return {std::string(Ds::name())...}; }
   static std::string type_name() { return detail::tensor_type_name(dim_name_views); }
   std::string shape_string() const { return detail::tensor_shape_string(dim_name_views, extents_); }
@@ -173,7 +174,6 @@ class basic_tensor {
     planned_bytes_ = detail::plan_ledger::get().claim(data_.data(), local_size() * static_cast<std::int64_t>(sizeof(T)));
     return true;
   }
-  static constexpr std::array<std::string_view, rank> dim_name_views{Ds::name()...};
   basic_tensor(const mesh_type& m, const extents_type& extents, no_alloc) : mesh_(m), extents_(extents) {
     // While a planned mesh exists no kernel runs (runtime/plan_ledger.hpp): a real tensor made
     // then would silently hold garbage.

@@ -3,7 +3,9 @@
 #include <Kokkos_Core.hpp>
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 
 #include "../../autodiff/tape.hpp"
 #include "../../tensor/indexing.hpp"
@@ -49,15 +51,28 @@ constexpr auto positions_in() {
     return std::array<std::size_t, sizeof...(Ds)>{index_of_v<Ds, typename In::dims>...};
   }(typename Out::dims{});
 }
+template <class Out, class In>
+inline constexpr auto positions_in_v = positions_in<Out, In>();
+
+// Local strides of an operand (local extents in_ext), seen from the local multi-index of a tensor
+// whose dim i sits at pos[i] in the operand (in_ext.size() where it lacks it): 0 there
+// (broadcast). Not a template: the tensor-typed wrappers below only pass the positions, so the
+// code is compiled once, not per pair of tensor types (compile time).
+inline kidx broadcast_strides_at(std::span<const std::size_t> pos, std::span<const std::int64_t> in_ext) {
+  kidx s{};
+  for (std::size_t i = 0; i != pos.size(); ++i) {
+    if (!found_at(pos[i], in_ext.size())) continue;
+    std::int64_t stride = 1;
+    for (std::size_t j = pos[i] + 1; j < in_ext.size(); ++j) stride *= in_ext[j];
+    s[i] = stride;
+  }
+  return s;
+}
 
 // Local strides of In, seen from the local multi-index of Out: 0 along dims In lacks (broadcast).
 template <class Out, class In>
 kidx broadcast_strides(const In& in) {
-  constexpr auto pos = positions_in<Out, In>();
-  const auto strides = row_major_strides<In::rank>(in.local_extents());
-  kidx s{};
-  for (std::size_t i = 0; i != Out::rank; ++i) s[i] = found_at(pos[i], In::rank) ? strides[pos[i]] : 0;
-  return s;
+  return broadcast_strides_at(positions_in_v<Out, In>, in.local_extents());
 }
 
 template <std::size_t R>
@@ -78,38 +93,36 @@ KOKKOS_INLINE_FUNCTION std::int64_t operand_offset(std::int64_t l, const kidx& e
   return off;
 }
 
-// Two operands of one op must agree on the extent of every dim they share; the message names it.
+// Two operands of one op must agree on the extent of every dim they share (dim i of a at pos[i] of
+// b); the message names it. The check is compiled once; the wrapper below passes positions.
+inline void check_shared_extents_at(const char* op, std::span<const std::size_t> pos, std::span<const std::int64_t> a_ext,
+                                    std::span<const std::int64_t> b_ext, std::span<const std::string_view> a_dims,
+                                    std::string (*a_type)(), std::string (*b_type)()) {
+  for (std::size_t i = 0; i != pos.size(); ++i)
+    if (found_at(pos[i], b_ext.size()) && a_ext[i] != b_ext[pos[i]])
+      throw shape_error(cat(op, ": dim '", a_dims[i], "' has extent ", a_ext[i], " in ", a_type(), " but ",
+                            b_ext[pos[i]], " in ", b_type()));
+}
 template <Tensor A, Tensor B>
 void check_shared_extents(const char* op, const A& a, const B& b) {
-  constexpr auto pos = positions_in<A, B>();
-  const auto names = A::dim_names();
-  for (std::size_t i = 0; i != A::rank; ++i)
-    if (found_at(pos[i], B::rank) && a.extents()[i] != b.extents()[pos[i]])
-      throw shape_error(cat(op, ": dim '", names[i], "' has extent ", a.extents()[i], " in ", A::type_name(),
-                            " but ", b.extents()[pos[i]], " in ", B::type_name()));
+  check_shared_extents_at(op, positions_in_v<A, B>, a.extents(), b.extents(), A::dim_name_views, &A::type_name,
+                          &B::type_name);
+}
+
+// Fills the extents e[i] that are still unknown (known[i] false) from an operand holding dim i at
+// pos[i] (ext.size() where it lacks it).
+inline void take_extents(std::span<std::int64_t> e, std::span<bool> known, std::span<const std::size_t> pos,
+                         std::span<const std::int64_t> ext) {
+  for (std::size_t i = 0; i != e.size(); ++i)
+    if (!known[i] && found_at(pos[i], ext.size())) e[i] = ext[pos[i]], known[i] = true;
 }
 
 // Extents of Out's dims, each taken from the first operand that has it.
-template <Tensor Out, Tensor A, Tensor... More>
-typename Out::extents_type result_extents(const A& a, const More&... more) {
+template <Tensor Out, Tensor... Ops>
+typename Out::extents_type result_extents(const Ops&... ops) {
   typename Out::extents_type e{};
-  constexpr auto pa = positions_in<Out, A>();
-  for (std::size_t i = 0; i != Out::rank; ++i) {
-    if (found_at(pa[i], A::rank)) {
-      e[i] = a.extents()[pa[i]];
-      continue;
-    }
-    bool found = false;
-    (
-        [&] {
-          constexpr auto pm = positions_in<Out, More>();
-          if (!found && found_at(pm[i], More::rank)) {
-            e[i] = more.extents()[pm[i]];
-            found = true;
-          }
-        }(),
-        ...);
-  }
+  std::array<bool, Out::rank> known{};
+  (take_extents(e, known, positions_in_v<Out, Ops>, ops.extents()), ...);
   return e;
 }
 

@@ -96,19 +96,22 @@ struct identity_fn {
   }
 };
 
+// An operand of a map to Out, broadcast to Out's local extents ext. A function per (Out, Op), not
+// a lambda inside map_to, which would be compiled again for every functor (compile time).
+template <Tensor Out, Tensor Op>
+map_operand<typename Op::value_type, typename Out::memory_space> map_operand_of(const Op& op, const kidx& ext) {
+  const kidx s = broadcast_strides<Out>(op);
+  return {op.view(), s, same_as_out(ext, s, static_cast<int>(Out::rank))};
+}
+
 // Out (of the given extents) with out(o) = f(ops(o)...), each operand broadcast along the dims it
 // lacks. f is a named functor, not a lambda, so that every layout shares one kernel.
 template <Tensor Out, class F, Tensor... Ops>
 Out map_to(const typename Out::extents_type& extents, F f, const Ops&... ops) {
-  using mem = typename Out::memory_space;
   Out out((ops.mesh(), ...), extents, uninitialized);
   const kidx ext = to_kidx<Out::rank>(out.local_extents());
-  constexpr int r = static_cast<int>(Out::rank);
-  auto operand = [&](const auto& op) {
-    const kidx s = broadcast_strides<Out>(op);
-    return map_operand<typename std::remove_cvref_t<decltype(op)>::value_type, mem>{op.view(), s, same_as_out(ext, s, r)};
-  };
-  map_kernel<typename Out::execution_space>(out.view(), ext, r, out.local_size(), f, operand(ops)...);
+  map_kernel<typename Out::execution_space>(out.view(), ext, static_cast<int>(Out::rank), out.local_size(), f,
+                                            map_operand_of<Out>(ops, ext)...);
   return out;
 }
 

@@ -1,0 +1,181 @@
+// Recompute (each block computed again in the backward pass) and the gradients' allreduces (partials
+// over the same axes summed first, weight gradients in buckets), real and planned (a TU of
+// mpi_planned_run_test: see planned_run.hpp).
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include "planned_run.hpp"
+
+using namespace tst;
+using namespace tst::planned_run;
+
+namespace {
+struct stack_run {
+  float loss = 0;
+  std::vector<std::vector<float>> grads;
+  mt::comm_counters counters, block_counters;
+  std::optional<mt::plan_report> report;
+};
+
+// Three Transformer blocks (sharing their weights) on the embedded ids, each block recomputed in
+// the backward pass or not; loss and gradients of every weight, collectives, and a plan's report.
+template <class L>
+stack_run block_stack_step(const grid& g, bool recompute) {
+  using X = mt::tensor<float, L, batch, length, d_model>;
+  block_weights<L> w(g);
+  auto params = w.tie();
+  auto& [emb, wq, wk, wv, wo, scale, bias, w_in, w_out, w_logits] = w;
+  const auto [x_ids, y] = ids_and_labels<L>(g);
+  // With dropout: its mask must come out the same when the block runs again.
+  const auto block = [&](const X& in) {
+    const X a = in + nn::causal_attention<length, memory_length, d_model, heads, d_kv>(nn::layer_norm<d_model>(in, scale, bias), wq, wk, wv, wo);
+    return a + nn::dropout(nn::feed_forward<d_model, d_ff>(nn::layer_norm<d_model>(a, scale, bias), w_in, w_out), 0.2, 11, 1);
+  };
+  stack_run r;
+  g.reset_counters();
+  X x = nn::embedding<vocab>(emb, x_ids);
+  for (int b = 0; b < 3; ++b) x = recompute ? mt::recompute(block, x) : block(x);
+  const auto loss = mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(nn::dense<d_model, vocab>(x, w_logits), y));
+  auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+  r.counters = g.counters();
+  if (g.is_planned()) r.report = mt::plan_report_of(g);
+  r.loss = mt::item(loss);
+  std::apply([&](auto&... gr) { (r.grads.push_back(mt::gather_all(gr)), ...); }, grads);
+  // What one block's forward pass sends, untaped: recompute sends it once more per block.
+  g.reset_counters();
+  (void)block(x.detached());
+  r.block_counters = g.counters();
+  return r;
+}
+}  // namespace
+
+TEST_CASE("recompute: the same loss and gradients, one more forward pass of each block, fewer activations kept",
+          "[planned][recompute]") {
+  const auto g = world_grid();
+  for_each_type(list<mt::layout<grid, mt::split<batch, r_, c_>>,
+                     mt::layout<grid, mt::split<vocab, r_, c_>, mt::split<heads, r_, c_>, mt::split<d_ff, r_, c_>>,
+                     mt::layout<grid, mt::split<batch, r_>, mt::split<vocab, c_>, mt::split<heads, c_>, mt::split<d_ff, c_>>>{},
+                [&]<class L>() {
+                  INFO(layout_name<L>() << ", rank " << g.rank());
+                  const stack_run plain = block_stack_step<L>(g, false), again = block_stack_step<L>(g, true);
+                  CHECK(again.loss == plain.loss);
+                  REQUIRE(again.grads.size() == plain.grads.size());
+                  for (std::size_t i = 0; i < plain.grads.size(); ++i) {
+                    INFO("gradient of parameter " << i);
+                    require_close(again.grads[i], plain.grads[i], 1e-6);
+                  }
+                  // Counted: the plain step's collectives, and each of the 3 blocks' forward ones again.
+                  mt::comm_counters want = plain.counters;
+                  for (const auto& [key, n] : plain.block_counters) {
+                    want[key].calls += 3 * n.calls;
+                    want[key].bytes += 3 * n.bytes;
+                  }
+                  INFO("recomputed:\n" << describe(again.counters, g) << "plain:\n" << describe(plain.counters, g));
+                  CHECK(again.counters == want);
+                  if (!plain.block_counters.empty()) CHECK(again.counters != plain.counters);
+
+                  // Planned for this rank: the same counts, and fewer activations alive at the peak.
+                  const std::array<int, 2> coords{g.coord<r_>(), g.coord<c_>()};
+                  const auto planned_plain = [&] { return block_stack_step<L>(grid::planned(g.sizes(), coords), false); }();
+                  const auto planned_again = [&] { return block_stack_step<L>(grid::planned(g.sizes(), coords), true); }();
+                  CHECK(planned_again.counters == again.counters);
+                  REQUIRE(planned_plain.report);
+                  REQUIRE(planned_again.report);
+                  const auto acts = [](const stack_run& s) { return s.report->peak_bytes_of(mt::memory_kind::activations); };
+                  INFO("activations at the peak: " << acts(planned_plain) << " bytes plain, " << acts(planned_again)
+                                                   << " recomputed");
+                  CHECK(acts(planned_again) < acts(planned_plain));
+                  CHECK(planned_again.report->peak_bytes < planned_plain.report->peak_bytes);
+                  // The plan names the second forward pass's collectives "(recompute)".
+                  const auto& cs = planned_again.report->collectives;
+                  if (!plain.block_counters.empty())
+                    CHECK(std::any_of(cs.begin(), cs.end(), [](const auto& c) { return c.op.find("(recompute)") != std::string::npos; }));
+                });
+}
+
+namespace {
+// Attention's input projections (heads over both axes): x's gradient comes from three products
+// that each contract the split heads; the tape adds the three partials and reduces them once.
+template <class L>
+std::pair<mt::comm_counters, std::vector<float>> projections_backward(const grid& g) {
+  using W = mt::tensor<float, L, d_model, heads>;
+  auto x = mt::random_normal<mt::tensor<float, L, batch, d_model>>(g, {B, D}, 1);
+  auto wq = mt::random_normal<W>(g, {D, H}, 2), wk = mt::random_normal<W>(g, {D, H}, 3), wv = mt::random_normal<W>(g, {D, H}, 4);
+  x.requires_grad(), wq.requires_grad(), wk.requires_grad(), wv.requires_grad();
+  const auto loss = mt::reduce_sum<batch, heads>(mt::einsum<batch, heads>(x, wq) * mt::einsum<batch, heads>(x, wk) +
+                                                 mt::einsum<batch, heads>(x, wv));
+  g.reset_counters();
+  const auto [dx, dwq, dwk, dwv] = mt::gradient(loss, x, wq, wk, wv);
+  return {g.counters(), mt::gather_all(dx)};
+}
+
+// A data-parallel MLP step's weight gradients (dense with bias, layer norm, dense): five partial
+// sums over the batch's axes, reduced in buckets.
+template <class L>
+std::pair<mt::comm_counters, std::vector<std::vector<float>>> mlp_backward(const grid& g) {
+  auto w1 = mt::random_normal<mt::tensor<float, L, d_model, hidden>>(g, {D, HID}, 1);
+  auto b1 = mt::random_normal<mt::tensor<float, L, hidden>>(g, {HID}, 2);
+  auto s = mt::random_normal<mt::tensor<float, L, hidden>>(g, {HID}, 3, 1.0, 0.1);
+  auto bb = mt::random_normal<mt::tensor<float, L, hidden>>(g, {HID}, 4);
+  auto w2 = mt::random_normal<mt::tensor<float, L, hidden, classes>>(g, {HID, C}, 5);
+  for (auto* p : {&b1, &s, &bb}) p->requires_grad();
+  w1.requires_grad(), w2.requires_grad();
+  const auto x = mt::random_normal<mt::tensor<float, L, batch, d_model>>(g, {B, D}, 6);
+  const auto h = nn::layer_norm<hidden>(mt::relu(nn::dense<d_model, hidden>(x, w1, b1)), s, bb);
+  const auto logits = nn::dense<hidden, classes>(h, w2);
+  const auto loss = mt::reduce_sum<batch, classes>(logits * logits);
+  g.reset_counters();
+  const auto grads = mt::gradient(loss, w1, b1, s, bb, w2);
+  const mt::comm_counters counted = g.counters();
+  std::vector<std::vector<float>> values;
+  std::apply([&](const auto&... gr) { (values.push_back(mt::gather_all(gr)), ...); }, grads);
+  return {counted, values};
+}
+}  // namespace
+
+TEST_CASE("gradients' allreduces: partials over the same axes summed first, weight gradients in buckets",
+          "[planned][lazy_allreduce]") {
+  const auto g = world_grid();
+  constexpr unsigned both = grid::mask<r_, c_>();
+  const std::array<int, 2> coords{g.coord<r_>(), g.coord<c_>()};
+  {
+    using L = mt::layout<grid, mt::split<heads, r_, c_>>;
+    const auto [counted, dx] = projections_backward<L>(g);
+    INFO(describe(counted, g));
+    // One allreduce of x's gradient (B x D floats, replicated), not one per projection.
+    REQUIRE(counted.count({mt::collective::allreduce, both}));
+    CHECK(counted.at({mt::collective::allreduce, both}).calls == 1);
+    CHECK(counted.at({mt::collective::allreduce, both}).bytes == B * D * 4);
+    CHECK(projections_backward<L>(grid::planned(g.sizes(), coords)).first == counted);
+    // The same gradient as with nothing split.
+    require_close(dx, projections_backward<mt::layout<grid>>(g).second, 1e-5);
+  }
+  {
+    using L = mt::layout<grid, mt::split<batch, r_, c_>>;
+    const std::int64_t weights = (D * HID + 3 * HID + HID * C) * 4;
+    const mt::gradient_reduction defaults = mt::gradient_reduction_settings();
+    const auto [counted, grads] = mlp_backward<L>(g);
+    INFO(describe(counted, g));
+    REQUIRE(counted.size() == 1);
+    CHECK(counted.at({mt::collective::allreduce, both}).calls == 1);
+    CHECK(counted.at({mt::collective::allreduce, both}).bytes == weights);
+    CHECK(mlp_backward<L>(grid::planned(g.sizes(), coords)).first == counted);
+    const auto calls_with = [&](mt::gradient_reduction r) {
+      mt::set_gradient_reduction(r);
+      const auto [c, gs] = mlp_backward<L>(g);
+      mt::set_gradient_reduction(defaults);
+      for (std::size_t i = 0; i < gs.size(); ++i) require_close(gs[i], grads[i], 1e-6);  // the same sums
+      CHECK(c.at({mt::collective::allreduce, both}).bytes == weights);
+      return c.at({mt::collective::allreduce, both}).calls;
+    };
+    // Buckets of at most w1's bytes: w1 alone, then b1, s, bb (3 x HID floats) together, then w2.
+    CHECK(calls_with({.bucket_bytes = D * HID * 4}) == 3);
+    CHECK(calls_with({.bucket_bytes = 0}) == 5);  // each alone
+    // w1 and w2 (at least HID x C floats) in place, alone; b1, s, bb in one bucket.
+    CHECK(calls_with({.in_place_bytes = HID * C * 4}) == 3);
+    // Nonblocking, overlapping the backward pass: the same calls and sums.
+    CHECK(calls_with({.overlap = true}) == 1);
+    CHECK(calls_with({.in_place_bytes = 0, .overlap = true}) == 5);
+    CHECK_THROWS_WITH(mt::set_gradient_reduction({.bucket_bytes = -1}),
+                      Catch::Matchers::ContainsSubstring("bucket_bytes -1 must not be negative"));
+  }
+}
