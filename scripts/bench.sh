@@ -35,7 +35,7 @@ log() { echo "[bench] $*" >&2; }
 kokkos=$(bash "$root/scripts/install_deps.sh" --bench | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
 build=${MESHTENSOR_BUILD_DIR:-$root/build/bench}
 log "configuring and building in $build"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMESHTENSOR_EXAMPLE_OPTIMIZATION= -DKokkos_ROOT="$kokkos" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
 cmake --build "$build" -j "$(nproc)" --target bench_local bench_dist bench_comm >&2
 venv="" venv_mtf=""
 if [ "$peers" = 1 ]; then

@@ -20,7 +20,7 @@ done
 export MESHTENSOR_BUILD_DIR=${MESHTENSOR_BUILD_DIR:-$root/build/bench}
 MESHTENSOR_TARGETS=bench_checkpoint
 source "$root/scripts/common.sh"
-configure_and_build >&2
+configure_and_build -DMESHTENSOR_EXAMPLE_OPTIMIZATION= >&2
 export OMP_NUM_THREADS=1
 dir=${dir:-$BUILD_DIR/checkpoint-bench}
 mkdir -p "$dir"

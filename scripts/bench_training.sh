@@ -33,7 +33,7 @@ log() { echo "[bench_training] $*" >&2; }
 build=${MESHTENSOR_BUILD_DIR:-$root/build/training}
 if [ ! -f "$build/CMakeCache.txt" ]; then
   kokkos=$(bash "$root/scripts/install_deps.sh" | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" >/dev/null
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMESHTENSOR_EXAMPLE_OPTIMIZATION= -DKokkos_ROOT="$kokkos" >/dev/null
 fi
 cmake --build "$build" -j "${MESHTENSOR_BUILD_JOBS:-$(nproc)}" --target transformer_lm >&2
 lm="$build/examples/transformer_lm"

@@ -183,7 +183,7 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
   // Every node the loss depends on, newest first: reverse creation order is topological.
   std::vector<detail::tape_node*> order;
   std::unordered_set<detail::tape_node*> seen;
-  std::vector<detail::tape_node*> stack{loss.node().get()};
+  std::vector<detail::tape_node*> stack{loss.node()};
   while (!stack.empty()) {
     auto* n = stack.back();
     stack.pop_back();
@@ -211,7 +211,7 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
   std::unordered_map<const detail::tape_node*, std::vector<std::function<void()>>> when_final;
   const auto watch = [&](const auto& t) {
     if (t.tracks_grad() && t.node()->parents.empty())
-      when_final[t.node().get()].push_back([&buckets, &t] {
+      when_final[t.node()].push_back([&buckets, &t] {
         const detail::plan_node_scope op("weight gradients");
         buckets.add(*t.node(), t.mesh());
       });
@@ -245,7 +245,7 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
     using TT = std::remove_cvref_t<decltype(t)>;
     if (!t.tracks_grad() || !t.node()->grad) return TT(t.mesh(), t.extents());
     t.node()->settle();  // reduced by the buckets already, unless of another kind than the loss
-    if (!handed_out.insert(t.node().get()).second) return detail::clone(*t.node()->grad);
+    if (!handed_out.insert(t.node()).second) return detail::clone(*t.node()->grad);
     TT g = *t.node()->grad;
     if (detail::planning()) detail::plan_ledger::get().reclassify(g.view().data(), memory_kind::gradients);
     return g;

@@ -59,7 +59,7 @@ struct recompute_rule {
     }();
     if (!again.tracks_grad() || again.node()->id <= before) return;
     again.node()->accumulate(g);
-    auto own = nodes_reached(again.node(), before, true);
+    auto own = nodes_reached(again.shared_node(), before, true);
     std::sort(own.begin(), own.end(), [](const auto& x, const auto& y) { return x->id > y->id; });
     for (const auto& n : own) {
       const plan_node_scope op(n->plan_op);
@@ -82,10 +82,10 @@ auto recompute(Block block, const In&... inputs) {
   if (!out.tracks_grad() || out.node()->id <= before) return out;
   Out result = out.detached();
   using rule_type = detail::recompute_rule<Block, In...>;
-  std::shared_ptr<detail::typed_node<Out>> n(static_cast<detail::typed_node<Out>*>(
+  std::shared_ptr<detail::tape_node> n(static_cast<detail::tape_node*>(
       new detail::rule_node<Out, rule_type>(rule_type{std::move(block), std::tuple<In...>(inputs...)})));
   // Its parents are the nodes the block depends on from outside; its own nodes go with `out`.
-  n->parents = detail::nodes_reached(out.node(), before, false);
+  n->parents = detail::nodes_reached(out.shared_node(), before, false);
   result.set_node(std::move(n));
   return result;
 }

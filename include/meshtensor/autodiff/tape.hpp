@@ -141,9 +141,8 @@ struct rule_node final : typed_node<TT> {
   }
 };
 
-// Per input type, not a lambda in record, which would be compiled for every rule (compile time).
-template <class Node>
-void add_parent(tape_node& n, const std::shared_ptr<Node>& parent) {
+// Not a lambda in record, which would be compiled for every rule (compile time).
+inline void add_parent(tape_node& n, const std::shared_ptr<tape_node>& parent) {
   if (parent) n.parents.push_back(parent);
 }
 
@@ -151,10 +150,10 @@ void add_parent(tape_node& n, const std::shared_ptr<Node>& parent) {
 template <Tensor Out, class Rule, Tensor... In>
 void record(Out& out, Rule rule, const In&... inputs) {
   if (recording_paused() || !(inputs.tracks_grad() || ...)) return;
-  // Held as its base: one shared_ptr control block per tensor type, not one per rule (make_shared
-  // of the rule_node compiled eight functions for each rule).
-  std::shared_ptr<typed_node<Out>> n(static_cast<typed_node<Out>*>(new rule_node<Out, Rule>(std::move(rule))));
-  (add_parent(*n, inputs.node()), ...);
+  // Held as the tape's base node: one shared_ptr control block for every node, not one per rule
+  // (make_shared of the rule_node compiled eight functions for each rule).
+  std::shared_ptr<tape_node> n(static_cast<tape_node*>(new rule_node<Out, Rule>(std::move(rule))));
+  (add_parent(*n, inputs.shared_node()), ...);
   out.set_node(std::move(n));
 }
 
@@ -183,7 +182,7 @@ void push_partial_grad(const TT& input, TT&& g, unsigned axes) {
 
 template <class T, Layout L, class E, Dim... Ds>
 basic_tensor<T, L, E, Ds...>& basic_tensor<T, L, E, Ds...>::requires_grad() {
-  if (!node_) node_ = std::make_shared<detail::typed_node<basic_tensor>>();
+  if (!st_.node) st_.node = std::shared_ptr<detail::tape_node>(static_cast<detail::tape_node*>(new detail::typed_node<basic_tensor>()));
   return *this;
 }
 

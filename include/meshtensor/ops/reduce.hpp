@@ -5,8 +5,9 @@
 // NaN: reduce_to's max and min propagate NaN, locally and across processors
 // (runtime/nan_ops.hpp), so the result does not depend on the layout or on where the NaN is.
 #include <Kokkos_Core.hpp>
-#include <limits>
 #include <cmath>
+#include <limits>
+#include <span>
 
 #include "../layout/plan.hpp"
 #include "../runtime/collectives.hpp"
@@ -183,6 +184,43 @@ void reduce_kernel(const Kokkos::View<T*, typename Exec::memory_space>& xv,
   if (!detail::skip_kernel()) Kokkos::parallel_for("meshtensor::reduce", Kokkos::RangePolicy<Exec>(0, (n / f.run) * f.tiles), f);
 }
 
+// The local part of reduce_to: x's slice (local extents x_ext) reduced onto out's (out_ext). Dim i
+// of out sits at out_in_x[i] of x, and dim i of x at x_in_out[i] of out (out's rank where out
+// lacks it: a reduced dim). A function per (space, element type), not per pair of tensor types
+// (compile time).
+template <class Exec, class T>
+void reduce_local(const Kokkos::View<T*, typename Exec::memory_space>& xv, std::span<const std::int64_t> x_ext,
+                  std::span<const std::size_t> out_in_x, std::span<const std::size_t> x_in_out,
+                  const Kokkos::View<T*, typename Exec::memory_space>& ov, std::span<const std::int64_t> out_ext,
+                  reduce_op op) {
+  kidx out_k{}, x_stride{}, red_ext{}, red_stride{};
+  for (std::size_t i = 0; i != out_ext.size(); ++i) out_k[i] = out_ext[i];
+  const kidx base_stride = broadcast_strides_at(out_in_x, x_ext);
+  std::int64_t red_count = 1, out_size = 1, stride = 1;
+  for (auto e : out_ext) out_size *= e;
+  for (std::size_t i = x_ext.size(); i-- > 0;) x_stride[i] = stride, stride *= x_ext[i];  // row-major
+  int nred = 0;
+  for (std::size_t i = 0; i != x_ext.size(); ++i)
+    if (!found_at(x_in_out[i], out_ext.size())) {
+      red_ext[nred] = x_ext[i];
+      red_stride[nred] = x_stride[i];
+      red_count *= x_ext[i];
+      ++nred;
+    }
+  if (red_count == 0 && out_size > 0) {
+    // This processor holds none of the reduced elements (a dim smaller than its parts): its share
+    // is the identity of op, so the allreduce sees only real elements.
+    using lim = std::numeric_limits<T>;
+    const T identity = op == reduce_op::sum ? T(0)
+                       : op == reduce_op::max ? (lim::has_infinity ? T(-lim::infinity()) : lim::lowest())
+                                              : (lim::has_infinity ? lim::infinity() : lim::max());
+    if (!detail::skip_kernel()) Kokkos::deep_copy(Exec{}, ov, identity);
+  } else {
+    reduce_kernel<Exec>(xv, ov, out_size, out_k, static_cast<int>(out_ext.size()), base_stride, red_ext, red_stride, nred,
+                        red_count, op);
+  }
+}
+
 // The axes of the dims that reducing X onto Out removes: a local sum is a partial sum over them.
 template <Tensor Out, Tensor X>
 constexpr unsigned removed_axes() {
@@ -202,34 +240,8 @@ Out reduce_to(const X& x, reduce_op op) {
       return cast_local<bf16>(reduce_to<typename Out::template rebind<float>, true>(cast_local<float>(x), op));
   }
   Out out(x.mesh(), result_extents<Out>(x), uninitialized);
-  const auto xs = row_major_strides<X::rank>(x.local_extents());
-  const kidx out_ext = to_kidx<Out::rank>(out.local_extents());
-  const kidx base_stride = broadcast_strides<Out>(x);
-  kidx red_ext{}, red_stride{};
-  int nred = 0;
-  std::int64_t red_count = 1;
-  constexpr auto in_out = positions_in<X, Out>();
-  for (std::size_t i = 0; i != X::rank; ++i)
-    if (!found_at(in_out[i], Out::rank)) {
-      red_ext[nred] = x.local_extents()[i];
-      red_stride[nred] = xs[i];
-      red_count *= x.local_extents()[i];
-      ++nred;
-    }
-  if (red_count == 0 && out.local_size() > 0) {
-    // This processor holds none of the reduced elements (a dim smaller than its parts): its share
-    // is the identity of op, so the allreduce sees only real elements.
-    using T = typename X::value_type;
-    using lim = std::numeric_limits<T>;
-    const T identity = op == reduce_op::sum ? T(0)
-                       : op == reduce_op::max ? (lim::has_infinity ? T(-lim::infinity()) : lim::lowest())
-                                              : (lim::has_infinity ? lim::infinity() : lim::max());
-    if (!detail::skip_kernel()) Kokkos::deep_copy(typename X::execution_space{}, out.view(), identity);
-  } else {
-    reduce_kernel<typename X::execution_space>(x.view(), out.view(), out.local_size(), out_ext,
-                                               static_cast<int>(Out::rank), base_stride, red_ext, red_stride, nred,
-                                               red_count, op);
-  }
+  reduce_local<typename X::execution_space>(x.view(), x.local_extents(), positions_in_v<Out, X>, positions_in_v<X, Out>,
+                                            out.view(), out.local_extents(), op);
   if constexpr (combine) allreduce_local(out, axes_mask_of<X, removed>(), op);
   return out;
 }

@@ -50,6 +50,64 @@ inline std::string tensor_shape_string(std::span<const std::string_view> names, 
   for (std::size_t i = 0; i < names.size(); ++i) s += detail::cat(i ? ", " : "", names[i], "=", extents[i]);
   return s + "]";
 }
+
+// What a tensor holds besides its mesh, and the work of making it: they depend on the element
+// type, rank and space only, so they are compiled once for all the tensor types that share them,
+// not once per layout and dim list (compile time). basic_tensor is a typed shell around it.
+template <class T, std::size_t R, class ExecSpace>
+struct tensor_storage {
+  using memory_space = typename ExecSpace::memory_space;
+  using view_type = Kokkos::View<T*, memory_space>;
+  using extents_type = std::array<std::int64_t, R>;
+
+  extents_type extents{}, local_extents{}, offsets{};
+  view_type data{};
+  std::shared_ptr<tape_node> node{};  // a typed_node of the tensor's type, when it tracks gradients
+  std::shared_ptr<void> planned_bytes{};
+
+  tensor_storage() = default;
+  // Checks the extents and places this processor's slice, unallocated; names and type_name are the
+  // tensor's, for its errors.
+  tensor_storage(const communicator& comm, bool mesh_planned, const std::array<dim_split, R>& splits,
+                 const extents_type& e, const std::string_view* names, std::string (*type_name)())
+      : extents(e) {
+    // While a planned mesh exists no kernel runs (runtime/plan_ledger.hpp): a real tensor made
+    // then would silently hold garbage.
+    if (planning() && !mesh_planned)
+      throw error(cat(type_name(), ": made on a real mesh while a planned mesh exists; while one exists every "
+                                   "op is planned and no kernel runs: plan in a scope of its own, then run"));
+    place_slice<R>(comm, splits, extents, names, type_name, local_extents, offsets);
+  }
+  std::int64_t local_size() const {
+    std::int64_t n = 1;
+    for (auto e : local_extents) n *= e;
+    return n;
+  }
+  // Allocates the slice, zero-filled or not (for kernels that write every element).
+  void allocate(bool zero_fill) {
+    data = view_pool<T, memory_space>::get().allocate(static_cast<std::size_t>(local_size()));
+    if (claim_planned()) {
+      if (zero_fill) plan_ledger::get().add_kernel();  // the zero fill a real run launches
+      return;
+    }
+    if (zero_fill) Kokkos::deep_copy(ExecSpace{}, data, T{});
+  }
+  // Takes an existing local slice, which must have the slice's size.
+  void adopt(view_type local, const std::string_view* names, std::string (*type_name)()) {
+    if (static_cast<std::int64_t>(local.extent(0)) != local_size())
+      throw shape_error(cat(type_name(), tensor_shape_string({names, R}, extents), ": a local view of ",
+                            local.extent(0), " elements was given for a slice of ", local_size()));
+    data = std::move(local);
+    claim_planned();
+  }
+  // Planning (runtime/plan_ledger.hpp): the slice has a fake address and no memory; the claim counts
+  // its bytes while a tensor of that address is alive. Returns whether this is a planned run.
+  bool claim_planned() {
+    if (!planning()) return false;
+    planned_bytes = plan_ledger::get().claim(data.data(), local_size() * static_cast<std::int64_t>(sizeof(T)));
+    return true;
+  }
+};
 }  // namespace detail
 
 // Tag of the constructor that leaves the local slice unfilled.
@@ -86,54 +144,40 @@ class basic_tensor {
   // over: parts follow placement's balanced-block rule (layout/placement.hpp). Throws shape_error
   // (on every rank alike: extents and mesh sizes are the same everywhere) on a negative extent.
   basic_tensor(const mesh_type& m, const extents_type& extents) : basic_tensor(m, extents, no_alloc{}) {
-    data_ = detail::view_pool<T, memory_space>::get().allocate(static_cast<std::size_t>(local_size()));
-    if (claim_planned()) {
-      detail::plan_ledger::get().add_kernel();  // the zero fill a real run launches
-      return;
-    }
-    Kokkos::deep_copy(execution_space{}, data_, T{});
+    st_.allocate(true);
   }
 
   // Allocates the slice without the zero fill, for kernels that write every element of their
   // result (the fill would be a full pass over memory for nothing).
   basic_tensor(const mesh_type& m, const extents_type& extents, uninitialized_t) : basic_tensor(m, extents, no_alloc{}) {
-    data_ = detail::view_pool<T, memory_space>::get().allocate(static_cast<std::size_t>(local_size()));
-    claim_planned();
+    st_.allocate(false);
   }
 
   // Wraps an existing local slice (its size must match this processor's slice).
   basic_tensor(const mesh_type& m, const extents_type& extents, view_type local)
       : basic_tensor(m, extents, no_alloc{}) {
-    if (static_cast<std::int64_t>(local.extent(0)) != local_size())
-      throw shape_error(detail::cat(type_name(), shape_string(), ": a local view of ", local.extent(0),
-                                    " elements was given for a slice of ", local_size()));
-    data_ = std::move(local);
-    claim_planned();
+    st_.adopt(std::move(local), dim_name_views.data(), &type_name);
   }
 
   const mesh_type& mesh() const { return mesh_; }
-  const extents_type& extents() const { return extents_; }
-  const extents_type& local_extents() const { return local_extents_; }
-  const extents_type& offsets() const { return offsets_; }
+  const extents_type& extents() const { return st_.extents; }
+  const extents_type& local_extents() const { return st_.local_extents; }
+  const extents_type& offsets() const { return st_.offsets; }
   template <Dim D>
   std::int64_t extent() const {
-    return extents_[index_of<D>()];
+    return st_.extents[index_of<D>()];
   }
   template <Dim D>
   std::int64_t local_extent() const {
-    return local_extents_[index_of<D>()];
+    return st_.local_extents[index_of<D>()];
   }
   std::int64_t size() const {
     std::int64_t n = 1;
-    for (auto e : extents_) n *= e;
+    for (auto e : st_.extents) n *= e;
     return n;
   }
-  std::int64_t local_size() const {
-    std::int64_t n = 1;
-    for (auto e : local_extents_) n *= e;
-    return n;
-  }
-  const view_type& view() const { return data_; }
+  std::int64_t local_size() const { return st_.local_size(); }
+  const view_type& view() const { return st_.data; }
 
   template <Dim D>
   static constexpr std::size_t index_of() {
@@ -142,55 +186,39 @@ class basic_tensor {
   }
 
   // Which processor holds which box of this tensor (no communication).
-  meshtensor::placement<rank> placement() const { return {splits, mesh_.shape(), extents_}; }
+  meshtensor::placement<rank> placement() const { return {splits, mesh_.shape(), st_.extents}; }
   // The slice held by the processor of this mesh rank.
   box<rank> slice_of(int mesh_rank) const { return placement().box_of(mesh_rank); }
 
   static constexpr std::array<std::string_view, rank> dim_name_views{Ds::name()...};
   static std::array<std::string, rank> dim_names() { return {std::string(Ds::name())...}; }
   static std::string type_name() { return detail::tensor_type_name(dim_name_views); }
-  std::string shape_string() const { return detail::tensor_shape_string(dim_name_views, extents_); }
+  std::string shape_string() const { return detail::tensor_shape_string(dim_name_views, st_.extents); }
   // "rows(2) x cols(2)" for dim i, or "no axis".
   std::string split_string(std::size_t i) const { return detail::split_string(splits[i], mesh_.shape()); }
 
   // Autodiff: a tensor that requires gradients records the ops applied to it on the tape.
   basic_tensor& requires_grad();
-  bool tracks_grad() const { return node_ != nullptr; }
-  const std::shared_ptr<detail::typed_node<basic_tensor>>& node() const { return node_; }
-  void set_node(std::shared_ptr<detail::typed_node<basic_tensor>> n) { node_ = std::move(n); }
+  bool tracks_grad() const { return st_.node != nullptr; }
+  // The tape's node (null when the tensor does not track gradients), and the same as the tape's
+  // own pointer type; set_node takes a typed_node<basic_tensor>.
+  detail::typed_node<basic_tensor>* node() const { return static_cast<detail::typed_node<basic_tensor>*>(st_.node.get()); }
+  const std::shared_ptr<detail::tape_node>& shared_node() const { return st_.node; }
+  void set_node(std::shared_ptr<detail::tape_node> n) { st_.node = std::move(n); }
   // The same values, off the tape.
   basic_tensor detached() const {
     basic_tensor t = *this;
-    t.node_.reset();
+    t.st_.node.reset();
     return t;
   }
 
  private:
   struct no_alloc {};
-  // Planning (runtime/plan_ledger.hpp): the slice has a fake address and no memory; the claim counts
-  // its bytes while a tensor of that address is alive. Returns whether this is a planned run.
-  bool claim_planned() {
-    if (!detail::planning()) return false;
-    planned_bytes_ = detail::plan_ledger::get().claim(data_.data(), local_size() * static_cast<std::int64_t>(sizeof(T)));
-    return true;
-  }
-  basic_tensor(const mesh_type& m, const extents_type& extents, no_alloc) : mesh_(m), extents_(extents) {
-    // While a planned mesh exists no kernel runs (runtime/plan_ledger.hpp): a real tensor made
-    // then would silently hold garbage.
-    if (detail::planning() && !m.is_planned())
-      throw error(detail::cat(type_name(), ": made on a real mesh while a planned mesh exists; while one exists every "
-                              "op is planned and no kernel runs: plan in a scope of its own, then run"));
-    detail::place_slice<rank>(m.communicator(), splits, extents_, dim_name_views.data(), &type_name, local_extents_,
-                              offsets_);
-  }
+  basic_tensor(const mesh_type& m, const extents_type& extents, no_alloc)
+      : mesh_(m), st_(m.communicator(), m.is_planned(), splits, extents, dim_name_views.data(), &type_name) {}
 
   mesh_type mesh_{};
-  extents_type extents_{};
-  extents_type local_extents_{};
-  extents_type offsets_{};
-  view_type data_{};
-  std::shared_ptr<detail::typed_node<basic_tensor>> node_{};
-  std::shared_ptr<void> planned_bytes_{};
+  detail::tensor_storage<T, rank, ExecSpace> st_{};
 };
 
 // TensorDim, not Dim: a non-dim is an error that names it and says what to change.
