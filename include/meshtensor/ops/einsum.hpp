@@ -257,12 +257,7 @@ constexpr comm_plan einsum_partial_plan() {
 // contracted dims.
 template <class OutList, Tensor A, Tensor B>
 constexpr comm_plan einsum_plan() {
-  using Ad = typename A::dims;
-  using Bd = typename B::dims;
-  using Ak = intersection_t<Ad, union_t<Bd, OutList>>;
-  using Bk = intersection_t<Bd, union_t<Ad, OutList>>;
-  using Kt = difference_t<intersection_t<Ak, Bk>, OutList>;
-  return einsum_partial_plan<OutList, A, B>().then(collective::allreduce, detail::axes_mask_of<A, Kt>());
+  return einsum_partial_plan<OutList, A, B>().then(collective::allreduce, detail::contracted_axes<OutList, A, B>());
 }
 
 // einsum<Out...>(a, b). Gradient: da = einsum<A's dims>(g, b), db = einsum<B's dims>(a, g), after

@@ -193,12 +193,12 @@ void reduce_local(const Kokkos::View<T*, typename Exec::memory_space>& xv, std::
                   std::span<const std::size_t> out_in_x, std::span<const std::size_t> x_in_out,
                   const Kokkos::View<T*, typename Exec::memory_space>& ov, std::span<const std::int64_t> out_ext,
                   reduce_op op) {
-  kidx out_k{}, x_stride{}, red_ext{}, red_stride{};
+  kidx out_k{}, red_ext{}, red_stride{};
   for (std::size_t i = 0; i != out_ext.size(); ++i) out_k[i] = out_ext[i];
   const kidx base_stride = broadcast_strides_at(out_in_x, x_ext);
-  std::int64_t red_count = 1, out_size = 1, stride = 1;
+  const kidx x_stride = row_major_strides_of(x_ext);
+  std::int64_t red_count = 1, out_size = 1;
   for (auto e : out_ext) out_size *= e;
-  for (std::size_t i = x_ext.size(); i-- > 0;) x_stride[i] = stride, stride *= x_ext[i];  // row-major
   int nred = 0;
   for (std::size_t i = 0; i != x_ext.size(); ++i)
     if (!found_at(x_in_out[i], out_ext.size())) {

@@ -54,18 +54,22 @@ constexpr auto positions_in() {
 template <class Out, class In>
 inline constexpr auto positions_in_v = positions_in<Out, In>();
 
+// Row-major strides of local extents of any rank, for the glue that is not a template on it.
+inline kidx row_major_strides_of(std::span<const std::int64_t> ext) {
+  kidx s{};
+  std::int64_t acc = 1;
+  for (std::size_t i = ext.size(); i-- > 0;) s[i] = acc, acc *= ext[i];
+  return s;
+}
+
 // Local strides of an operand (local extents in_ext), seen from the local multi-index of a tensor
 // whose dim i sits at pos[i] in the operand (in_ext.size() where it lacks it): 0 there
 // (broadcast). Not a template: the tensor-typed wrappers below only pass the positions, so the
 // code is compiled once, not per pair of tensor types (compile time).
 inline kidx broadcast_strides_at(std::span<const std::size_t> pos, std::span<const std::int64_t> in_ext) {
+  const kidx strides = row_major_strides_of(in_ext);
   kidx s{};
-  for (std::size_t i = 0; i != pos.size(); ++i) {
-    if (!found_at(pos[i], in_ext.size())) continue;
-    std::int64_t stride = 1;
-    for (std::size_t j = pos[i] + 1; j < in_ext.size(); ++j) stride *= in_ext[j];
-    s[i] = stride;
-  }
+  for (std::size_t i = 0; i != pos.size(); ++i) s[i] = found_at(pos[i], in_ext.size()) ? strides[pos[i]] : 0;
   return s;
 }
 
