@@ -76,12 +76,11 @@ class gradient_buckets {
 
   template <class Node, class M>
   void add(Node& n, const M& mesh) {
-    if (!n.grad || !n.pending_axes) return;
-    using G = std::remove_cvref_t<decltype(*n.grad)>;
-    if constexpr (std::is_same_v<typename G::value_type, T> && std::is_same_v<typename G::execution_space, Exec>) {
+    if (!n.has_grad || !n.pending_axes) return;
+    if constexpr (std::is_same_v<Node, grad_node<T, Node::storage_type::rank, Exec>>) {
       const std::pair<communicator*, unsigned> key{&mesh.communicator(), n.pending_axes};
       n.pending_axes = 0;  // its sum arrives in finish(), before gradient() reads it
-      const view_type v = n.grad->view();
+      const view_type v = n.grad.data;
       const auto bytes = [](std::int64_t elements) { return elements * static_cast<std::int64_t>(sizeof(T)); };
       const std::int64_t len = static_cast<std::int64_t>(v.extent(0));
       if (bytes(len) >= settings_.in_place_bytes) {
@@ -204,7 +203,7 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
     ~pause() { detail::recording_paused() = was; }
   } paused;
   const detail::plan_phase_scope backward(detail::plan_phase::backward);  // a plan's report: "op (backward)"
-  loss.node()->accumulate(full<Loss>(loss.mesh(), {}, typename Loss::value_type(1)));
+  loss.node()->accumulate(full<Loss>(loss.mesh(), {}, typename Loss::value_type(1)).storage());
   // A param's gradient is final once every node that uses it has run: then it joins a bucket
   // (above), whose allreduce overlaps the rest of the backward pass.
   detail::gradient_buckets<typename Loss::value_type, typename Loss::execution_space> buckets;
@@ -243,10 +242,10 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
   std::unordered_set<const detail::tape_node*> handed_out;
   const auto gradient_of = [&](const auto& t) {
     using TT = std::remove_cvref_t<decltype(t)>;
-    if (!t.tracks_grad() || !t.node()->grad) return TT(t.mesh(), t.extents());
+    if (!t.tracks_grad() || !t.node()->has_grad) return TT(t.mesh(), t.extents());
     t.node()->settle();  // reduced by the buckets already, unless of another kind than the loss
-    if (!handed_out.insert(t.node()).second) return detail::clone(*t.node()->grad);
-    TT g = *t.node()->grad;
+    TT g(detail::from_storage, t.mesh().shared_communicator(), t.node()->grad);
+    if (!handed_out.insert(t.node()).second) return detail::clone(g);
     if (detail::planning()) detail::plan_ledger::get().reclassify(g.view().data(), memory_kind::gradients);
     return g;
   };

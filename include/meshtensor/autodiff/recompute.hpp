@@ -58,7 +58,7 @@ struct recompute_rule {
       return std::apply(block, inputs);
     }();
     if (!again.tracks_grad() || again.node()->id <= before) return;
-    again.node()->accumulate(g);
+    again.node()->accumulate(g.storage());
     auto own = nodes_reached(again.shared_node(), before, true);
     std::sort(own.begin(), own.end(), [](const auto& x, const auto& y) { return x->id > y->id; });
     for (const auto& n : own) {
@@ -82,11 +82,10 @@ auto recompute(Block block, const In&... inputs) {
   if (!out.tracks_grad() || out.node()->id <= before) return out;
   Out result = out.detached();
   using rule_type = detail::recompute_rule<Block, In...>;
-  std::shared_ptr<detail::tape_node> n(static_cast<detail::tape_node*>(
-      new detail::rule_node<Out, rule_type>(rule_type{std::move(block), std::tuple<In...>(inputs...)})));
+  auto* n = new detail::rule_node<Out, rule_type>(rule_type{std::move(block), std::tuple<In...>(inputs...)});
+  detail::attach_node(result.node_slot(), n, out.mesh().shared_communicator(), nullptr, 0);
   // Its parents are the nodes the block depends on from outside; its own nodes go with `out`.
-  n->parents = detail::nodes_reached(out.shared_node(), before, false);
-  result.set_node(std::move(n));
+  result.node_slot()->parents = detail::nodes_reached(out.shared_node(), before, false);
   return result;
 }
 

@@ -12,7 +12,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "../ops/detail/allreduce_local.hpp"
@@ -50,6 +49,7 @@ class recording_scope {
 struct tape_node {
   std::uint64_t id = next_node_id();
   std::vector<std::shared_ptr<tape_node>> parents;
+  std::shared_ptr<communicator> comm;  // the result's mesh's: partial gradients are reduced over its axes
   const char* plan_op = plan_ledger::get().op();  // the op that made it, for a plan's report
   virtual ~tape_node() = default;
   virtual void backward() = 0;
@@ -71,96 +71,118 @@ void accumulate_kernel(const V& acc, const V& add) {
                        KOKKOS_LAMBDA(std::int64_t i) { acc(i) += add(i); });
 }
 
-template <class TT>
-struct typed_node : tape_node {
-  std::optional<TT> grad;
+// The gradient of a tensor on the tape, held as its storage (extents, slice, View) and its mesh's
+// communicator: one node class per (element type, rank, space), not per tensor type, whose
+// members and std::optional were compiled again for every layout and dim list (compile time).
+template <class T, std::size_t R, class Exec>
+struct grad_node : tape_node {
+  using storage_type = tensor_storage<T, R, Exec>;
+  storage_type grad;
+  bool has_grad = false;
   // Axes over which grad is still a sum of per-processor partials (0: grad is the gradient).
   unsigned pending_axes = 0;
 
-  void accumulate(const TT& g) {
-    if (!grad) {
-      grad = clone(g.detached());
-      return;
-    }
+  void accumulate(const storage_type& g) {
+    if (!has_grad) return take_copy(g);
     settle();  // a whole gradient added to a partial would be counted once per processor
     add_in_place(g);
   }
   // g is a fresh result that nothing else refers to: the first one is kept as it is, not copied.
-  void accumulate_fresh(TT&& g) {
-    if (!grad) {
-      grad = std::move(g).detached();
-      return;
-    }
+  void accumulate_fresh(storage_type&& g) {
+    if (!has_grad) return take(std::move(g));
     settle();
     add_in_place(g);
   }
   // g is fresh and a partial sum over axes: added locally to partials over the same axes.
-  void accumulate_partial(TT&& g, unsigned axes) {
+  void accumulate_partial(storage_type&& g, unsigned axes) {
     if (axes == 0) return accumulate_fresh(std::move(g));
-    if (!grad) {
-      grad = std::move(g).detached();
+    if (!has_grad) {
+      take(std::move(g));
       pending_axes = axes;
       return;
     }
     if (pending_axes != axes) {
       settle();
-      allreduce_local(g, axes, reduce_op::sum);
+      allreduce_slice<Exec, T>(*comm, g.data, axes, reduce_op::sum);
     }
     add_in_place(g);
   }
   // Reduces a pending partial sum: grad is then the gradient on every processor.
   void settle() {
-    if (!pending_axes || !grad) return;
-    allreduce_local(*grad, pending_axes, reduce_op::sum);
+    if (!pending_axes || !has_grad) return;
+    allreduce_slice<Exec, T>(*comm, grad.data, pending_axes, reduce_op::sum);
     pending_axes = 0;
   }
-  void add_in_place(const TT& g) {
-    accumulate_kernel<typename TT::execution_space>(grad->view(), g.view());
-  }
+  void add_in_place(const storage_type& g) { accumulate_kernel<Exec>(grad.data, g.data); }
   void backward() override {}  // a leaf: nothing to push further
   void clear_grad() override {
-    grad.reset();
+    grad = storage_type{};
+    has_grad = false;
     pending_axes = 0;
   }
+
+ private:
+  void take(storage_type&& g) {
+    grad = std::move(g);
+    grad.node.reset();
+    has_grad = true;
+  }
+  void take_copy(const storage_type& g) {
+    grad = storage_type{};
+    grad.extents = g.extents;
+    grad.local_extents = g.local_extents;
+    grad.offsets = g.offsets;
+    grad.allocate(false);
+    if (!skip_kernel()) Kokkos::deep_copy(grad.data, g.data);
+    has_grad = true;
+  }
 };
+template <Tensor TT>
+using grad_node_of = grad_node<typename TT::value_type, TT::rank, typename TT::execution_space>;
 
 // An op's result: its gradient rule, stored as its own type. Not a std::function, whose copying
 // and type-erasure machinery was compiled for every rule of every tensor type and never used: a
 // rule is moved into its node once (compile time, docs/performance.md).
 template <class TT, class Rule>
-struct rule_node final : typed_node<TT> {
+struct rule_node final : grad_node_of<TT> {
   Rule rule;
-  explicit rule_node(Rule r) : rule(std::move(r)) {}
+  // noexcept (moving tensors does not throw): no cleanup path in every record (compile time).
+  explicit rule_node(Rule&& r) noexcept : rule(std::move(r)) {}
   void backward() override {
-    if (!this->grad) return;
+    if (!this->has_grad) return;
+    const TT g(from_storage, this->comm, this->grad);
     // A rule that can take a partial gradient (relayout's: a reduce_scatter) may reduce it itself.
-    if constexpr (requires(const Rule& r, const TT& g) { r.partial(g, 1u); })
-      if (this->pending_axes && rule.partial(*this->grad, this->pending_axes)) return;
+    if constexpr (requires(const Rule& r) { r.partial(g, 1u); })
+      if (this->pending_axes && rule.partial(g, this->pending_axes)) return;
     this->settle();
-    rule(*this->grad);
+    rule(g);
   }
 };
 
-// Not a lambda in record, which would be compiled for every rule (compile time).
-inline void add_parent(tape_node& n, const std::shared_ptr<tape_node>& parent) {
-  if (parent) n.parents.push_back(parent);
+// Gives node n (just made) the communicator and the parents' nodes, and makes it the node that
+// slot (a tensor's) holds. Not a template: record's own code is only the new node (compile time).
+inline void attach_node(std::shared_ptr<tape_node>& slot, tape_node* n, const std::shared_ptr<communicator>& comm,
+                        const std::shared_ptr<tape_node>* const* parents, std::size_t n_parents) {
+  std::shared_ptr<tape_node> node(n);
+  node->comm = comm;
+  for (std::size_t i = 0; i != n_parents; ++i)
+    if (*parents[i]) node->parents.push_back(*parents[i]);
+  slot = std::move(node);
 }
 
 // Gives `out` a node when an input is on the tape. The rule receives out's gradient.
 template <Tensor Out, class Rule, Tensor... In>
 void record(Out& out, Rule rule, const In&... inputs) {
   if (recording_paused() || !(inputs.tracks_grad() || ...)) return;
-  // Held as the tape's base node: one shared_ptr control block for every node, not one per rule
-  // (make_shared of the rule_node compiled eight functions for each rule).
-  std::shared_ptr<tape_node> n(static_cast<tape_node*>(new rule_node<Out, Rule>(std::move(rule))));
-  (add_parent(*n, inputs.shared_node()), ...);
-  out.set_node(std::move(n));
+  const std::shared_ptr<tape_node>* const parents[] = {&inputs.shared_node()..., nullptr};
+  attach_node(out.node_slot(), new rule_node<Out, Rule>(std::move(rule)), out.mesh().shared_communicator(), parents,
+              sizeof...(In));
 }
 
 // Used inside rules: adds g to the gradient of an input, if the input is on the tape.
 template <Tensor TT>
 void push_grad(const TT& input, const TT& g) {
-  if (input.tracks_grad()) input.node()->accumulate(g);
+  if (input.tracks_grad()) input.node()->accumulate(g.storage());
 }
 // The same for a g that the rule has just computed and that shares its View with nothing (a
 // kernel's fresh result): the input's first gradient takes it over without a copy. Never pass a
@@ -168,21 +190,21 @@ void push_grad(const TT& input, const TT& g) {
 // accumulations add into it in place.
 template <Tensor TT>
 void push_fresh_grad(const TT& input, TT&& g) {
-  if (input.tracks_grad()) input.node()->accumulate_fresh(std::move(g));
+  if (input.tracks_grad()) input.node()->accumulate_fresh(std::move(g).storage());
 }
 // The same for a fresh g that is this processor's partial sum over axes (a product that
 // contracted dims split over them, not yet allreduced): the input's node reduces it (tape.hpp's
 // first comment).
 template <Tensor TT>
 void push_partial_grad(const TT& input, TT&& g, unsigned axes) {
-  if (input.tracks_grad()) input.node()->accumulate_partial(std::move(g), axes);
+  if (input.tracks_grad()) input.node()->accumulate_partial(std::move(g).storage(), axes);
 }
 
 }  // namespace detail
 
 template <class T, Layout L, class E, Dim... Ds>
 basic_tensor<T, L, E, Ds...>& basic_tensor<T, L, E, Ds...>::requires_grad() {
-  if (!st_.node) st_.node = std::shared_ptr<detail::tape_node>(static_cast<detail::tape_node*>(new detail::typed_node<basic_tensor>()));
+  if (!st_.node) detail::attach_node(st_.node, new detail::grad_node<T, rank, E>(), mesh_.shared_communicator(), nullptr, 0);
   return *this;
 }
 

@@ -22,6 +22,12 @@ struct mesh_repeats_axis {
 };
 }  // namespace diagnostic
 
+namespace detail {
+struct adopt_communicator_t {
+  explicit adopt_communicator_t() = default;
+};
+}  // namespace detail
+
 template <Axis... As>
 class mesh {
  public:
@@ -41,6 +47,10 @@ class mesh {
             std::vector<int>(sizes.begin(), sizes.end()))) {
     check_distinct();
   }
+
+  // The mesh behind a communicator that one of this mesh type made (the tape keeps gradients with
+  // the communicator alone and rebuilds their tensors from it: autodiff/tape.hpp).
+  mesh(detail::adopt_communicator_t, const std::shared_ptr<detail::communicator>& c) : comm_(c) {}
 
   // A planned mesh of these sizes (docs/scale.md): no processes behind it; this process stands for
   // the processor at `coords` (the first by default, which holds the largest part of every uneven

@@ -7,6 +7,8 @@
 #include <cblas.h>
 
 #include <Kokkos_Core.hpp>
+#include <memory>
+#include <optional>
 
 #include "detail/cublas.hpp"
 #include "elementwise.hpp"
@@ -145,11 +147,6 @@ constexpr bool einsum_types_ok() {
   }
 }
 
-template <class TT, class... Ds>
-std::int64_t local_product(const TT& t, type_list<Ds...>) {
-  return (std::int64_t{1} * ... * t.local_extents()[index_of_v<Ds, typename TT::dims>]);
-}
-
 // The axes that split the dims a product of A and B into OutList contracts: its local results
 // are partial sums over them.
 template <class OutList, Tensor A, Tensor B>
@@ -157,64 +154,123 @@ constexpr unsigned contracted_axes() {
   return axes_mask_of<A, difference_t<intersection_t<typename A::dims, typename B::dims>, OutList>>();
 }
 
-// Two operands whose dims all appear in the other operand or the output. With sum_partials false,
-// the result is this processor's partial sum over contracted_axes() (gradient rules hand it to
-// the tape, which reduces it once: autodiff/tape.hpp).
-template <class OutList, bool sum_partials = true, Tensor A, Tensor B>
-auto contract(const A& a, const B& b) {
+// A product's shape, from the types alone: A's dims in [batch, m, k] order and B's in
+// [batch, k, n] order (their positions in A and B), whether A and B are in that order or its
+// transpose already, and where each of Out's dims sits in the product [batch, m, n]. Not a
+// template, so that the product's host code is compiled once per (space, element type).
+struct contract_shape {
+  std::size_t nb = 0, nm = 0, nk = 0, nn = 0;  // numbers of batch, m, k and n dims
+  std::array<std::size_t, max_rank> a_order{}, b_order{}, out_order{};
+  std::size_t a_rank = 0, b_rank = 0, out_rank = 0;
+  bool a_plain = false, a_trans = false, b_plain = false, b_trans = false, out_plain = false;
+};
+template <class OutList, class A, class B>
+constexpr contract_shape contract_shape_of() {
   using Ad = typename A::dims;
   using Bd = typename B::dims;
   using Bt = intersection_t<intersection_t<Ad, Bd>, OutList>;
   using Mt = difference_t<intersection_t<Ad, OutList>, Bd>;
   using Nt = difference_t<intersection_t<Bd, OutList>, Ad>;
   using Kt = difference_t<intersection_t<Ad, Bd>, OutList>;
+  using Ap = concat_t<Bt, Mt, Kt>;
+  using Bp = concat_t<Bt, Kt, Nt>;
+  using Cp = concat_t<Bt, Mt, Nt>;
+  static_assert(Ap::size == A::rank && Bp::size == B::rank,
+                "meshtensor: contract's operands must have only dims that the other or the output has");
+  contract_shape s;
+  s.nb = Bt::size, s.nm = Mt::size, s.nk = Kt::size, s.nn = Nt::size;
+  s.a_rank = A::rank, s.b_rank = B::rank, s.out_rank = OutList::size;
+  [&]<class... Ds>(type_list<Ds...>) { s.a_order = {index_of_v<Ds, Ad>...}; }(Ap{});
+  [&]<class... Ds>(type_list<Ds...>) { s.b_order = {index_of_v<Ds, Bd>...}; }(Bp{});
+  [&]<class... Ds>(type_list<Ds...>) { s.out_order = {index_of_v<Ds, Cp>...}; }(OutList{});
+  s.a_plain = std::is_same_v<Ad, Ap>;
+  s.a_trans = !s.a_plain && std::is_same_v<Ad, concat_t<Bt, Kt, Mt>>;
+  s.b_plain = std::is_same_v<Bd, Bp>;
+  s.b_trans = !s.b_plain && std::is_same_v<Bd, concat_t<Bt, Nt, Kt>>;
+  s.out_plain = std::is_same_v<OutList, Cp>;
+  return s;
+}
+template <class OutList, class A, class B>
+inline constexpr contract_shape contract_shape_v = contract_shape_of<OutList, A, B>();
+
+inline std::int64_t product_of(const std::int64_t* ext, const std::size_t* pos, std::size_t n) {
+  std::int64_t p = 1;
+  for (std::size_t i = 0; i != n; ++i) p *= ext[pos[i]];
+  return p;
+}
+
+// A product's temporary, counted in a plan's memory as a tensor would be while it lives.
+template <class T, class Mem>
+struct temporary_view {
+  Kokkos::View<T*, Mem> v;
+  std::shared_ptr<void> planned_bytes;
+  explicit temporary_view(std::size_t n) : v(view_pool<T, Mem>::get().allocate(n)) {
+    if (planning()) planned_bytes = plan_ledger::get().claim(v.data(), static_cast<std::int64_t>(n * sizeof(T)));
+  }
+};
+
+// An operand's local slice in the order `order` (its positions), as the product wants it.
+template <class Exec, class T>
+temporary_view<T, typename Exec::memory_space> permuted_slice(const Kokkos::View<T*, typename Exec::memory_space>& v,
+                                                              const std::int64_t* ext, const std::size_t* order,
+                                                              std::size_t rank) {
+  using mem = typename Exec::memory_space;
+  kidx out_ext{};
+  for (std::size_t i = 0; i != rank; ++i) out_ext[i] = ext[order[i]];
+  temporary_view<T, mem> out(v.extent(0));
+  map_kernel<Exec>(out.v, out_ext.data(), static_cast<int>(rank), identity_fn{}, map_input<T, mem>{v, order, ext, rank});
+  return out;
+}
+
+// out = the product of the local slices of a and b (local extents a_ext, b_ext) of shape s, out's
+// local extents out_ext. The product writes every element of its result (beta = 0; zeros when
+// k == 0), so out needs no zero fill.
+template <class Exec, class T>
+void contract_slices(const contract_shape& s, const Kokkos::View<T*, typename Exec::memory_space>& a,
+                     const std::int64_t* a_ext, const Kokkos::View<T*, typename Exec::memory_space>& b,
+                     const std::int64_t* b_ext, const Kokkos::View<T*, typename Exec::memory_space>& out,
+                     const std::int64_t* out_ext) {
+  using mem = typename Exec::memory_space;
+  const std::size_t* ao = s.a_order.data();
+  const std::size_t* bo = s.b_order.data();
+  const std::int64_t nb = product_of(a_ext, ao, s.nb), m = product_of(a_ext, ao + s.nb, s.nm),
+                     k = product_of(a_ext, ao + s.nb + s.nm, s.nk), n = product_of(b_ext, bo + s.nb + s.nk, s.nn);
+  std::optional<temporary_view<T, mem>> ap, bp;
+  if (!s.a_plain && !s.a_trans) ap.emplace(permuted_slice<Exec, T>(a, a_ext, ao, s.a_rank));
+  if (!s.b_plain && !s.b_trans) bp.emplace(permuted_slice<Exec, T>(b, b_ext, bo, s.b_rank));
+  const auto& av = ap ? ap->v : a;
+  const auto& bv = bp ? bp->v : b;
+  if (s.out_plain) return batched_gemm<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, out);
+  const temporary_view<T, mem> c(static_cast<std::size_t>(nb * m * n));
+  batched_gemm<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, c.v);
+  // c's local extents: [batch, m] from a, [n] from b; then c permuted into out's order.
+  kidx c_ext{};
+  std::size_t i = 0;
+  for (std::size_t j = 0; j != s.nb + s.nm; ++j) c_ext[i++] = a_ext[ao[j]];
+  for (std::size_t j = 0; j != s.nn; ++j) c_ext[i++] = b_ext[bo[s.nb + s.nk + j]];
+  map_kernel<Exec>(out, out_ext, static_cast<int>(s.out_rank), identity_fn{},
+                   map_input<T, mem>{c.v, s.out_order.data(), c_ext.data(), i});
+}
+
+// Two operands whose dims all appear in the other operand or the output. With sum_partials false,
+// the result is this processor's partial sum over contracted_axes() (gradient rules hand it to
+// the tape, which reduces it once: autodiff/tape.hpp).
+template <class OutList, bool sum_partials = true, Tensor A, Tensor B>
+auto contract(const A& a, const B& b) {
   using Out = with_dims_t<A, OutList>;
-  using Exec = typename A::execution_space;
   using T = typename A::value_type;
-  if constexpr (sum_partials && std::is_same_v<T, bf16> && axes_mask_of<A, Kt>() != 0) {
+  if constexpr (sum_partials && std::is_same_v<T, bf16> && contracted_axes<OutList, A, B>() != 0) {
     // Partial products rounded to bf16 before the allreduce would be rounded twice: in float,
     // reduced, rounded once (on a host the bf16 product widens its operands anyway).
     return cast_local<bf16>(contract<OutList, true>(cast_local<float>(a), cast_local<float>(b)));
-  }
-  // Operands in [batch, m, k] / [batch, k, n] order, transposed by BLAS where that suffices.
-  constexpr bool a_plain = std::is_same_v<Ad, concat_t<Bt, Mt, Kt>>;
-  constexpr bool a_trans = !a_plain && std::is_same_v<Ad, concat_t<Bt, Kt, Mt>>;
-  constexpr bool b_plain = std::is_same_v<Bd, concat_t<Bt, Kt, Nt>>;
-  constexpr bool b_trans = !b_plain && std::is_same_v<Bd, concat_t<Bt, Nt, Kt>>;
-  using Ap = with_dims_t<A, concat_t<Bt, Mt, Kt>>;
-  using Bp = with_dims_t<B, concat_t<Bt, Kt, Nt>>;
-  using Cp = with_dims_t<A, concat_t<Bt, Mt, Nt>>;
-
-  const auto out_extents = result_extents<Out>(a, b);
-  const std::int64_t nb = local_product(a, Bt{}), m = local_product(a, Mt{}), n = local_product(b, Nt{}),
-                     k = local_product(a, Kt{});
-  typename A::view_type av, bv;
-  if constexpr (a_plain || a_trans)
-    av = a.view();
-  else
-    av = broadcast_local<Ap>(a, result_extents<Ap>(a)).view();
-  if constexpr (b_plain || b_trans)
-    bv = b.view();
-  else
-    bv = broadcast_local<Bp>(b, result_extents<Bp>(b)).view();
-
-  // The product writes every element of its result (beta = 0; zeros when k == 0), so the result
-  // is allocated without the zero-fill of the tensor constructor: for a product with a small k
-  // that fill costs as much as the product.
-  const auto product_view = [&] {
-    return view_pool<T, typename Out::memory_space>::get().allocate(static_cast<std::size_t>(nb * m * n));
-  };
-  Out out;
-  if constexpr (std::is_same_v<OutList, concat_t<Bt, Mt, Nt>>) {
-    out = Out(a.mesh(), out_extents, product_view());
-    batched_gemm<Exec, T>(nb, m, n, k, a_trans, b_trans, av, bv, out.view());
   } else {
-    Cp c(a.mesh(), result_extents<Cp>(a, b), product_view());
-    batched_gemm<Exec, T>(nb, m, n, k, a_trans, b_trans, av, bv, c.view());
-    out = broadcast_local<Out>(c, out_extents);
+    Out out(a.mesh(), result_extents<Out>(a, b), uninitialized);
+    contract_slices<typename A::execution_space, T>(contract_shape_v<OutList, A, B>, a.view(), a.local_extents().data(),
+                                                    b.view(), b.local_extents().data(), out.view(),
+                                                    out.local_extents().data());
+    if constexpr (sum_partials) allreduce_local(out, contracted_axes<OutList, A, B>(), reduce_op::sum);
+    return out;
   }
-  if constexpr (sum_partials) allreduce_local(out, axes_mask_of<A, Kt>(), reduce_op::sum);
-  return out;
 }
 
 // contract, with einsum's gradient rule. With sum_partials false, the result is this processor's

@@ -20,8 +20,8 @@ namespace meshtensor {
 
 namespace detail {
 struct tape_node;
-template <class Tensor>
-struct typed_node;
+template <class T, std::size_t R, class ExecSpace>
+struct grad_node;
 
 // Checks the extents and gives this processor's local extents and offsets, from the placement
 // algebra. Not a template on the tensor type: the same code serves every tensor (compile time);
@@ -59,10 +59,11 @@ struct tensor_storage {
   using memory_space = typename ExecSpace::memory_space;
   using view_type = Kokkos::View<T*, memory_space>;
   using extents_type = std::array<std::int64_t, R>;
+  static constexpr std::size_t rank = R;
 
   extents_type extents{}, local_extents{}, offsets{};
   view_type data{};
-  std::shared_ptr<tape_node> node{};  // a typed_node of the tensor's type, when it tracks gradients
+  std::shared_ptr<tape_node> node{};  // a grad_node of the tensor's (T, R, ExecSpace), when it tracks gradients
   std::shared_ptr<void> planned_bytes{};
 
   tensor_storage() = default;
@@ -116,6 +117,13 @@ struct uninitialized_t {
 };
 inline constexpr uninitialized_t uninitialized{};
 
+namespace detail {
+struct from_storage_t {
+  explicit from_storage_t() = default;
+};
+inline constexpr from_storage_t from_storage{};
+}  // namespace detail
+
 template <class T, Layout L, class ExecSpace, Dim... Ds>
 class basic_tensor {
   using checked = detail::placement_check<L, Ds...>;
@@ -131,6 +139,7 @@ class basic_tensor {
   using view_type = Kokkos::View<T*, memory_space>;
   static constexpr std::size_t rank = sizeof...(Ds);
   using extents_type = std::array<std::int64_t, rank>;
+  using storage_type = detail::tensor_storage<T, rank, ExecSpace>;
   // A copy, not a reference to checked::splits: nvcc rejects an in-class constexpr reference member.
   static constexpr std::array<detail::dim_split, rank> splits = checked::splits;
 
@@ -159,10 +168,17 @@ class basic_tensor {
     st_.adopt(std::move(local), dim_name_views.data(), &type_name);
   }
 
+  // A tensor over a storage the tape kept, on the mesh of its communicator (autodiff/tape.hpp).
+  basic_tensor(detail::from_storage_t, const std::shared_ptr<detail::communicator>& comm, const storage_type& st)
+      : mesh_(detail::adopt_communicator_t{}, comm), st_(st) {}
+
   const mesh_type& mesh() const { return mesh_; }
   const extents_type& extents() const { return st_.extents; }
   const extents_type& local_extents() const { return st_.local_extents; }
   const extents_type& offsets() const { return st_.offsets; }
+  // Extents, slice, View and tape node, untyped by layout and dims: what the tape keeps.
+  const storage_type& storage() const& { return st_; }
+  storage_type storage() && { return std::move(st_); }
   template <Dim D>
   std::int64_t extent() const {
     return st_.extents[index_of<D>()];
@@ -201,10 +217,12 @@ class basic_tensor {
   basic_tensor& requires_grad();
   bool tracks_grad() const { return st_.node != nullptr; }
   // The tape's node (null when the tensor does not track gradients), and the same as the tape's
-  // own pointer type; set_node takes a typed_node<basic_tensor>.
-  detail::typed_node<basic_tensor>* node() const { return static_cast<detail::typed_node<basic_tensor>*>(st_.node.get()); }
+  // own pointer type; node_slot holds a grad_node<T, rank, ExecSpace> (the tape sets it).
+  detail::grad_node<T, rank, ExecSpace>* node() const {
+    return static_cast<detail::grad_node<T, rank, ExecSpace>*>(st_.node.get());
+  }
   const std::shared_ptr<detail::tape_node>& shared_node() const { return st_.node; }
-  void set_node(std::shared_ptr<detail::tape_node> n) { st_.node = std::move(n); }
+  std::shared_ptr<detail::tape_node>& node_slot() { return st_.node; }
   // The same values, off the tape.
   basic_tensor detached() const {
     basic_tensor t = *this;
@@ -218,7 +236,7 @@ class basic_tensor {
       : mesh_(m), st_(m.communicator(), m.is_planned(), splits, extents, dim_name_views.data(), &type_name) {}
 
   mesh_type mesh_{};
-  detail::tensor_storage<T, rank, ExecSpace> st_{};
+  storage_type st_{};
 };
 
 // TensorDim, not Dim: a non-dim is an error that names it and says what to change.

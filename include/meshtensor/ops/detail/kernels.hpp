@@ -113,20 +113,44 @@ void check_shared_extents(const char* op, const A& a, const B& b) {
                           &B::type_name);
 }
 
-// Fills the extents e[i] that are still unknown (known[i] false) from an operand holding dim i at
-// pos[i] (ext.size() where it lacks it).
-inline void take_extents(std::span<std::int64_t> e, std::span<bool> known, std::span<const std::size_t> pos,
-                         std::span<const std::int64_t> ext) {
-  for (std::size_t i = 0; i != e.size(); ++i)
-    if (!known[i] && found_at(pos[i], ext.size())) e[i] = ext[pos[i]], known[i] = true;
+// Where each of Out's dims is first found among the operands Ops: {operand, position in it}, or
+// {sizeof...(Ops), 0} where none has it (its extent stays 0).
+struct extent_source {
+  std::uint32_t operand, position;
+};
+template <class Out, class... Ops>
+constexpr std::array<extent_source, Out::rank> extent_sources() {
+  std::array<extent_source, Out::rank> src{};
+  src.fill({sizeof...(Ops), 0});
+  std::size_t k = 0;
+  (
+      [&] {
+        constexpr auto pos = positions_in_v<Out, Ops>;
+        for (std::size_t i = 0; i != Out::rank; ++i)
+          if (src[i].operand == sizeof...(Ops) && pos[i] != Ops::rank)
+            src[i] = {static_cast<std::uint32_t>(k), static_cast<std::uint32_t>(pos[i])};
+        ++k;
+      }(),
+      ...);
+  return src;
+}
+template <class Out, class... Ops>
+inline constexpr auto extent_sources_v = extent_sources<Out, Ops...>();
+
+// e[i] = the extent src[i] names; operand extents by pointer (the typed wrapper below only passes
+// them and the table, so the loop is compiled once: compile time).
+inline void gather_extents(std::int64_t* e, std::size_t rank, const extent_source* src,
+                           const std::int64_t* const* operand_extents, std::size_t n_operands) {
+  for (std::size_t i = 0; i != rank; ++i)
+    if (src[i].operand != n_operands) e[i] = operand_extents[src[i].operand][src[i].position];
 }
 
 // Extents of Out's dims, each taken from the first operand that has it.
 template <Tensor Out, Tensor... Ops>
 typename Out::extents_type result_extents(const Ops&... ops) {
   typename Out::extents_type e{};
-  std::array<bool, Out::rank> known{};
-  (take_extents(e, known, positions_in_v<Out, Ops>, ops.extents()), ...);
+  const std::int64_t* const operand_extents[] = {ops.extents().data()..., nullptr};
+  gather_extents(e.data(), Out::rank, extent_sources_v<Out, Ops...>.data(), operand_extents, sizeof...(Ops));
   return e;
 }
 

@@ -79,13 +79,35 @@ struct map_runs {
   }
 };
 
+// An operand of a map as the typed wrapper hands it over: its View, where each of the output's
+// dims sits in it (its rank where it lacks the dim), and its local extents.
+template <class T, class Mem>
+struct map_input {
+  const Kokkos::View<T*, Mem>& v;
+  const std::size_t* positions;
+  const std::int64_t* local_extents;
+  std::size_t rank;
+};
+
+// The operand broadcast to the output's local extents ext (rank r).
+template <class T, class Mem>
+map_operand<T, Mem> map_operand_at(const map_input<T, Mem>& in, const kidx& ext, int r) {
+  const kidx s = broadcast_strides_at({in.positions, static_cast<std::size_t>(r)}, {in.local_extents, in.rank});
+  return {in.v, s, same_as_out(ext, s, r)};
+}
+
+// out(o) = f(ins(o)...) over a local slice of rank r and local extents out_ext. Per (space,
+// functor, element types): every layout and dim list shares it.
 template <class Exec, class F, class TO, class... TI>
-void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const kidx& ext, int r, std::int64_t n, F f,
-                const map_operand<TI, typename Exec::memory_space>&... ops) {
-  if (n == 0 || skip_kernel()) return;
+void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const std::int64_t* out_ext, int r, F f,
+                const map_input<TI, typename Exec::memory_space>&... ins) {
   using mem = typename Exec::memory_space;
+  kidx ext{};
+  std::int64_t n = 1;
+  for (int i = 0; i != r; ++i) ext[i] = out_ext[i], n *= out_ext[i];
+  if (n == 0 || skip_kernel()) return;
   const std::int64_t len = r > 0 ? ext[r - 1] : 1;
-  const map_runs<F, TO, mem, TI...> runs{out.data(), len, ext, r, f, {{ops}...}};
+  const map_runs<F, TO, mem, TI...> runs{out.data(), len, ext, r, f, {{map_operand_at(ins, ext, r)}...}};
   Kokkos::parallel_for("meshtensor::map", Kokkos::RangePolicy<Exec>(0, n / len), runs);
 }
 
@@ -96,22 +118,17 @@ struct identity_fn {
   }
 };
 
-// An operand of a map to Out, broadcast to Out's local extents ext. A function per (Out, Op), not
-// a lambda inside map_to, which would be compiled again for every functor (compile time).
-template <Tensor Out, Tensor Op>
-map_operand<typename Op::value_type, typename Out::memory_space> map_operand_of(const Op& op, const kidx& ext) {
-  const kidx s = broadcast_strides<Out>(op);
-  return {op.view(), s, same_as_out(ext, s, static_cast<int>(Out::rank))};
-}
-
 // Out (of the given extents) with out(o) = f(ops(o)...), each operand broadcast along the dims it
-// lacks. f is a named functor, not a lambda, so that every layout shares one kernel.
+// lacks. f is a named functor, not a lambda, so that every layout shares one kernel; this wrapper
+// only hands over pointers (compile time).
 template <Tensor Out, class F, Tensor... Ops>
 Out map_to(const typename Out::extents_type& extents, F f, const Ops&... ops) {
+  using mem = typename Out::memory_space;
   Out out((ops.mesh(), ...), extents, uninitialized);
-  const kidx ext = to_kidx<Out::rank>(out.local_extents());
-  map_kernel<typename Out::execution_space>(out.view(), ext, static_cast<int>(Out::rank), out.local_size(), f,
-                                            map_operand_of<Out>(ops, ext)...);
+  map_kernel<typename Out::execution_space>(
+      out.view(), out.local_extents().data(), static_cast<int>(Out::rank), f,
+      map_input<typename Ops::value_type, mem>{ops.view(), positions_in_v<Out, Ops>.data(), ops.local_extents().data(),
+                                               Ops::rank}...);
   return out;
 }
 
