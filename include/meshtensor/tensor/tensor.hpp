@@ -79,6 +79,18 @@ struct tensor_storage {
                                    "op is planned and no kernel runs: plan in a scope of its own, then run"));
     place_slice<R>(comm, splits, extents, names, type_name, local_extents, offsets);
   }
+  // The same, with the slice allocated, zero-filled or not.
+  tensor_storage(const communicator& comm, bool mesh_planned, const std::array<dim_split, R>& splits,
+                 const extents_type& e, const std::string_view* names, std::string (*type_name)(), bool zero_fill)
+      : tensor_storage(comm, mesh_planned, splits, e, names, type_name) {
+    allocate(zero_fill);
+  }
+  // The same, over an existing local slice.
+  tensor_storage(const communicator& comm, bool mesh_planned, const std::array<dim_split, R>& splits,
+                 const extents_type& e, const std::string_view* names, std::string (*type_name)(), view_type local)
+      : tensor_storage(comm, mesh_planned, splits, e, names, type_name) {
+    adopt(std::move(local), names, type_name);
+  }
   std::int64_t local_size() const {
     std::int64_t n = 1;
     for (auto e : local_extents) n *= e;
@@ -152,21 +164,20 @@ class basic_tensor {
   // Allocates a zero-filled slice. An extent need not divide by the processors its dim is split
   // over: parts follow placement's balanced-block rule (layout/placement.hpp). Throws shape_error
   // (on every rank alike: extents and mesh sizes are the same everywhere) on a negative extent.
-  basic_tensor(const mesh_type& m, const extents_type& extents) : basic_tensor(m, extents, no_alloc{}) {
-    st_.allocate(true);
-  }
+  // The constructors only pass the type's names and splits on: the work is the storage's, compiled
+  // once per (element type, rank, space) (compile time).
+  basic_tensor(const mesh_type& m, const extents_type& extents)
+      : mesh_(m), st_(m.communicator(), m.is_planned(), splits, extents, dim_name_views.data(), &type_name, true) {}
 
   // Allocates the slice without the zero fill, for kernels that write every element of their
   // result (the fill would be a full pass over memory for nothing).
-  basic_tensor(const mesh_type& m, const extents_type& extents, uninitialized_t) : basic_tensor(m, extents, no_alloc{}) {
-    st_.allocate(false);
-  }
+  basic_tensor(const mesh_type& m, const extents_type& extents, uninitialized_t)
+      : mesh_(m), st_(m.communicator(), m.is_planned(), splits, extents, dim_name_views.data(), &type_name, false) {}
 
   // Wraps an existing local slice (its size must match this processor's slice).
   basic_tensor(const mesh_type& m, const extents_type& extents, view_type local)
-      : basic_tensor(m, extents, no_alloc{}) {
-    st_.adopt(std::move(local), dim_name_views.data(), &type_name);
-  }
+      : mesh_(m),
+        st_(m.communicator(), m.is_planned(), splits, extents, dim_name_views.data(), &type_name, std::move(local)) {}
 
   // A tensor over a storage the tape kept, on the mesh of its communicator (autodiff/tape.hpp).
   basic_tensor(detail::from_storage_t, const std::shared_ptr<detail::communicator>& comm, const storage_type& st)
@@ -231,9 +242,6 @@ class basic_tensor {
   }
 
  private:
-  struct no_alloc {};
-  basic_tensor(const mesh_type& m, const extents_type& extents, no_alloc)
-      : mesh_(m), st_(m.communicator(), m.is_planned(), splits, extents, dim_name_views.data(), &type_name) {}
 
   mesh_type mesh_{};
   storage_type st_{};
