@@ -36,6 +36,19 @@ macro(meshtensor_use_optimization)
   endif()
 endmacro()
 
+# meshtensor_share_example_pch(<target>...): in a tree built to be tested (MESHTENSOR_EXAMPLE_OPTIMIZATION
+# set, so every example and benchmark compiles with the same flags), these targets reuse transformer_lm's
+# precompiled header instead of each parsing the library again (about 2.5 s per TU). Other trees keep
+# their own parse: there `scripts/run_example.sh`'s matmul alone would otherwise wait for the header of
+# transformer_lm. nvcc has no precompiled headers.
+function(meshtensor_share_example_pch)
+  if(NOT "${MESHTENSOR_EXAMPLE_OPTIMIZATION}" STREQUAL "" AND TARGET transformer_lm AND NOT Kokkos_ENABLE_CUDA)
+    foreach(target IN LISTS ARGN)
+      target_precompile_headers(${target} REUSE_FROM transformer_lm)
+    endforeach()
+  endif()
+endfunction()
+
 # meshtensor_add_mpi_test(NAME <name> TARGET <target> RANKS 1 2 4 LABELS ... [ARGS ...] [ENV VAR=value ...])
 # adds one ctest entry per rank count: <name>.np<N>.
 function(meshtensor_add_mpi_test)
