@@ -242,7 +242,6 @@ class basic_tensor {
   }
 
  private:
-
   mesh_type mesh_{};
   storage_type st_{};
 };
