@@ -1,4 +1,4 @@
-// bf16 (tensor/bf16.hpp): the rounding, checked against a reference computed in double; tensors of
+// bf16 (element/bf16.hpp): the rounding, checked against a reference computed in double; tensors of
 // it under every layout of a line and a 2x2 grid (moved bit for bit, reduced in float); products,
 // sums, softmax and layer norm accumulated in float (a sum of 300 ones is 300, where bf16
 // accumulation stops at 256); NaN-propagating max across processors; the gradient through cast

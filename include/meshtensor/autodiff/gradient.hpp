@@ -15,6 +15,7 @@
 
 #include "../tensor/init.hpp"
 #include "tape.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor {
 // How gradient() reduces the weight gradients that are still partial sums (docs/ops.md,
@@ -120,7 +121,7 @@ class gradient_buckets {
         continue;
       }
       b.buffer->copy_into(b.packed);
-      copy_parts(b, [](const auto& part, const view_type& v) { Kokkos::deep_copy(Exec{}, v, part); });
+      copy_parts(b, [](const auto& part, const view_type& v) { kernels::deep_copy(Exec{}, v, part); });
     }
     Exec{}.fence();
     started_.clear();  // the packed buffers go back to the pool
@@ -142,7 +143,7 @@ class gradient_buckets {
     std::int64_t at = 0;
     for (const auto& v : b.views) {
       const auto len = static_cast<std::int64_t>(v.extent(0));
-      if (!skip_kernel()) copy(Kokkos::subview(b.packed, std::make_pair(at, at + len)), v);
+      copy(Kokkos::subview(b.packed, std::make_pair(at, at + len)), v);
       at += len;
     }
   }
@@ -153,7 +154,7 @@ class gradient_buckets {
       b.buffer = buffer_type::reading(b.views[0]);
     } else {
       b.packed = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(b.n));
-      copy_parts(b, [](const auto& part, const view_type& v) { Kokkos::deep_copy(Exec{}, part, v); });
+      copy_parts(b, [](const auto& part, const view_type& v) { kernels::deep_copy(Exec{}, part, v); });
       b.buffer = buffer_type::reading(b.packed);  // waits for the copies
     }
     if (settings_.overlap) {

@@ -16,6 +16,7 @@
 
 #include "../ops/detail/allreduce_local.hpp"
 #include "../tensor/tensor.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor {
 namespace detail {
@@ -58,16 +59,14 @@ struct tape_node {
 
 template <Tensor TT>
 TT clone(const TT& t) {
-  TT c(t.mesh(), t.extents(), uninitialized);
-  if (!detail::skip_kernel()) Kokkos::deep_copy(c.view(), t.view());
-  return c;
+  return TT(from_storage, t.mesh().shared_communicator(), t.storage().copy());
 }
 
 // acc += add, elementwise. One kernel per (space, element type), not per tensor type: a lambda here
 // would be compiled again for every layout and dim list (compile time).
 template <class Exec, class V>
 void accumulate_kernel(const V& acc, const V& add) {
-  if (!detail::skip_kernel()) Kokkos::parallel_for("meshtensor::grad_accumulate", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(acc.extent(0))),
+  kernels::parallel_for("meshtensor::grad_accumulate", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(acc.extent(0))),
                        KOKKOS_LAMBDA(std::int64_t i) { acc(i) += add(i); });
 }
 
@@ -83,7 +82,7 @@ struct grad_node : tape_node {
   unsigned pending_axes = 0;
 
   void accumulate(const storage_type& g) {
-    if (!has_grad) return take_copy(g);
+    if (!has_grad) return take(g.copy());
     settle();  // a whole gradient added to a partial would be counted once per processor
     add_in_place(g);
   }
@@ -125,15 +124,6 @@ struct grad_node : tape_node {
   void take(storage_type&& g) {
     grad = std::move(g);
     grad.node.reset();
-    has_grad = true;
-  }
-  void take_copy(const storage_type& g) {
-    grad = storage_type{};
-    grad.extents = g.extents;
-    grad.local_extents = g.local_extents;
-    grad.offsets = g.offsets;
-    grad.allocate(false);
-    if (!skip_kernel()) Kokkos::deep_copy(grad.data, g.data);
     has_grad = true;
   }
 };

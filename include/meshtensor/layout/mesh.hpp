@@ -9,7 +9,7 @@
 
 #include "../names/names.hpp"
 #include "../runtime/communicator.hpp"
-#include "mesh_shape.hpp"
+#include "../geometry/mesh_shape.hpp"
 #include "../runtime/environment.hpp"
 
 namespace meshtensor {

@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "mesh_shape.hpp"
+#include "../geometry/mesh_shape.hpp"
 
 namespace meshtensor {
 

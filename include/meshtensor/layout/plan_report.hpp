@@ -11,7 +11,7 @@
 
 #include "../runtime/communicator.hpp"
 #include "../runtime/plan_ledger.hpp"
-#include "mesh_shape.hpp"
+#include "../geometry/mesh_shape.hpp"
 
 namespace meshtensor {
 

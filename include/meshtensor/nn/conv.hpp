@@ -12,8 +12,14 @@
 //     spatial dims: a split spatial dim's statistics are reduced across processors).
 // Communication: unfold's halos (two shifts per spatial dim split over one axis), einsum's allreduce
 // over the axes of split channels in, the reductions' allreduces.
+// Local work: where a convolution provider is built in (oneDNN, kernels/convolution.hpp) and the
+// dims allow it (channels in last in x, whole; batch dims side by side; up to 3 spatial dims), conv
+// runs a direct convolution on each processor's slice with its halos (the same take_halo and
+// return_halo as unfold, so the same collectives) instead of unfold + product: no column buffer,
+// and oneDNN's kernels. Elsewhere (doubles, a GPU, other dim orders) it is unfold + einsum.
 #include <limits>
 
+#include "../kernels/convolution.hpp"
 #include "../ops/einsum.hpp"
 #include "../ops/reductions.hpp"
 #include "../ops/unfold.hpp"
@@ -38,6 +44,172 @@ template <class... Out, Tensor A, Tensor B>
 auto einsum_to(type_list<Out...>, const A& a, const B& b) {
   return einsum<Out...>(a, b);
 }
+
+// Where conv's dims sit, for a direct convolution: x = [batch dims side by side and spatial dims,
+// in any order][channels in], the filter = window dims, channels in side by side in x's order,
+// channels out side by side; the result = x's first dims, then channels out. ok is false where
+// the dims do not allow it (conv then takes unfold + einsum).
+struct direct_conv_layout {
+  bool ok = false;
+  std::size_t prefix = 0;                   // x's dims before channels in (the result's too)
+  std::size_t batch_first = 0, batch_count = 0;
+  std::array<std::size_t, 3> x_spatial{}, f_window{};
+  std::size_t f_in_first = 0;               // channels in, in the filter
+  std::size_t f_out_first = 0, f_out_count = 0;
+  unsigned out_axes = 0, batch_spatial_axes = 0;  // split axes of channels out; of x's first dims
+};
+template <Tensor X, Tensor F, class... S>
+constexpr direct_conv_layout direct_conv_layout_of() {
+  constexpr std::size_t R = X::rank, FR = F::rank, N = sizeof...(S), P = spatial_prefix_v<X, S...>;
+  direct_conv_layout l;
+  if constexpr (N <= 3 && P < R) {
+    const std::array<std::size_t, N> xs{X::template index_of<typename S::dim>()...};
+    const std::array<std::size_t, N> fw{F::template index_of<typename S::window_dim>()...};
+    const auto in_f = []<class... Ds>(type_list<Ds...>) { return std::array<std::size_t, R>{index_of_v<Ds, typename F::dims>...}; }(typename X::dims{});
+    const auto in_x = []<class... Ds>(type_list<Ds...>) { return std::array<bool, FR>{contains_v<Ds, typename X::dims>...}; }(typename F::dims{});
+    const auto x_mask = []<class... Ds>(type_list<Ds...>) { return std::array<unsigned, R>{X::layout_type::template split_of<Ds>().mask()...}; }(typename X::dims{});
+    const auto f_mask = []<class... Ds>(type_list<Ds...>) { return std::array<unsigned, FR>{F::layout_type::template split_of<Ds>().mask()...}; }(typename F::dims{});
+    auto is_spatial = [&](std::size_t i) { for (auto p : xs) if (p == i) return true; return false; };
+    auto is_window = [&](std::size_t i) { for (auto p : fw) if (p == i) return true; return false; };
+    bool ok = true;
+    // Channels in: x's dims from P on, whole, side by side in the filter in the same order.
+    for (std::size_t j = 0; j < N; ++j) ok = ok && in_f[xs[j]] >= FR;
+    for (std::size_t i = P; i < R; ++i) ok = ok && in_f[i] < FR && in_f[i] == in_f[P] + (i - P) && x_mask[i] == 0;
+    // Batch dims: x's other first dims, not the filter's, side by side.
+    std::size_t first = R, last = 0, count = 0;
+    for (std::size_t i = 0; i < P; ++i)
+      if (!is_spatial(i)) {
+        ok = ok && in_f[i] >= FR;
+        first = std::min(first, i), last = i, ++count;
+      }
+    ok = ok && (count == 0 || last + 1 - first == count);
+    // Channels out: the filter's own dims, side by side.
+    std::size_t o_first = FR, o_last = 0, o_count = 0;
+    for (std::size_t i = 0; i < FR; ++i)
+      if (!in_x[i] && !is_window(i)) {
+        o_first = std::min(o_first, i), o_last = i, ++o_count;
+        l.out_axes |= f_mask[i];
+      }
+    ok = ok && (o_count == 0 || o_last + 1 - o_first == o_count);
+    for (std::size_t i = 0; i < P; ++i) l.batch_spatial_axes |= x_mask[i];
+    l.ok = ok;
+    l.prefix = P;
+    l.batch_first = count ? first : 0, l.batch_count = count;
+    for (std::size_t j = 0; j < N; ++j) l.x_spatial[j] = xs[j], l.f_window[j] = fw[j];
+    l.f_in_first = in_f[P];
+    l.f_out_first = o_count ? o_first : 0, l.f_out_count = o_count;
+  }
+  return l;
+}
+template <Tensor X, Tensor F, class... S>
+inline constexpr direct_conv_layout direct_conv_layout_v = direct_conv_layout_of<X, F, S...>();
+
+// The direct convolution of this processor's slice: src is the halo buffer (extents b_ext, its
+// first element at global b_begin), dst the result's slice, weights the filter's slice.
+template <std::size_t R, std::size_t N>
+kernels::conv_problem direct_conv_problem(const direct_conv_layout& l, const std::array<std::int64_t, R>& b_ext,
+                                          const std::array<std::int64_t, R>& b_begin, const std::array<halo_dim, N>& plan,
+                                          std::span<const std::int64_t> y_ext, std::span<const std::int64_t> y_off,
+                                          std::span<const std::int64_t> f_ext) {
+  const kidx sb = row_major_strides_of(b_ext), sy = row_major_strides_of(y_ext), sf = row_major_strides_of(f_ext);
+  auto product = [](std::span<const std::int64_t> e, std::size_t from, std::size_t to) {
+    std::int64_t p = 1;
+    for (std::size_t i = from; i < to; ++i) p *= e[i];
+    return p;
+  };
+  const std::size_t P = l.prefix, nb = l.batch_first, ne = l.batch_first + l.batch_count;
+  kernels::conv_problem p;
+  p.spatial = static_cast<int>(N);
+  p.n = product(b_ext, nb, ne);
+  p.ic = product(b_ext, P, R);
+  p.oc = product(y_ext, P, y_ext.size());
+  // A dim of extent 1 (or none) may have any stride: the whole slice's size keeps it dense.
+  p.src_strides[0] = l.batch_count ? sb[ne - 1] : product(b_ext, 0, R);
+  p.src_strides[1] = 1;
+  p.dst_strides[0] = l.batch_count ? sy[ne - 1] : product(y_ext, 0, y_ext.size());
+  p.dst_strides[1] = 1;
+  p.weights_strides[0] = l.f_out_count ? sf[l.f_out_first + l.f_out_count - 1] : product(f_ext, 0, f_ext.size());
+  p.weights_strides[1] = sf[l.f_in_first + (R - P) - 1];
+  for (std::size_t j = 0; j < N; ++j) {
+    const std::size_t d = l.x_spatial[j];
+    const window_geometry& g = plan[j].geo;
+    p.in[j] = b_ext[d], p.out[j] = y_ext[d], p.taps[j] = f_ext[l.f_window[j]];
+    p.stride[j] = g.stride, p.dilation[j] = g.dilation;
+    p.src_strides[2 + j] = sb[d], p.dst_strides[2 + j] = sy[d], p.weights_strides[2 + j] = sf[l.f_window[j]];
+    // Output o reads global o * stride - pad_lo + k * dilation; the buffer starts at b_begin. A
+    // buffer that starts before the first read, or ends after the last, is cut to the reads.
+    std::int64_t lo = g.pad_lo + b_begin[d] - y_off[d] * g.stride;
+    if (lo < 0) {
+      p.src_offset += -lo * sb[d];
+      p.in[j] += lo;
+      lo = 0;
+    }
+    std::int64_t hi = (p.out[j] - 1) * g.stride + (p.taps[j] - 1) * g.dilation + 1 - p.in[j] - lo;
+    if (hi < 0) {
+      p.in[j] += hi;
+      hi = 0;
+    }
+    p.pad_lo[j] = lo, p.pad_hi[j] = hi;
+  }
+  return p;
+}
+
+// Whether the problem covers the whole buffer (backward data then writes every element of it).
+template <std::size_t R, std::size_t N>
+bool covers_buffer(const kernels::conv_problem& p, const direct_conv_layout& l, const std::array<std::int64_t, R>& b_ext) {
+  bool all = !p.empty() && p.src_offset == 0;
+  for (std::size_t j = 0; j < N; ++j) all = all && p.in[j] == b_ext[l.x_spatial[j]];
+  return all;
+}
+
+// conv as a direct convolution per processor, with unfold's halos; gradient: backward data onto the
+// halo buffer, whose halos go back as fold's do (a partial sum over the split axes of channels
+// out), and backward weights (a partial sum over the split axes of batch and spatial dims).
+template <class... S, Tensor X, Tensor F>
+auto conv_direct(const X& x, const F& filter, const std::array<window, sizeof...(S)>& windows) {
+  using T = typename X::value_type;
+  using Exec = typename X::execution_space;
+  using mem = typename X::memory_space;
+  using Y = with_dims_t<X, conv_dims_t<X, F, S...>>;
+  constexpr std::size_t R = X::rank, N = sizeof...(S);
+  constexpr direct_conv_layout l = direct_conv_layout_v<X, F, S...>;
+  constexpr std::size_t P = l.prefix;
+  constexpr std::array<std::string_view, N> window_names{S::window_dim::name()...};
+  const auto plan = plan_halos<X, S...>("conv", x.mesh(), x.extents(), windows);
+  for (std::size_t j = 0; j < N; ++j)
+    if (filter.extents()[l.f_window[j]] != windows[j].size)
+      throw shape_error(cat("conv: the filter's window dim '", window_names[j], "' has extent ",
+                            filter.extents()[l.f_window[j]], " but the window has size ", windows[j].size));
+  check_shared_extents("conv", x, filter);
+  typename Y::extents_type y_ext{};
+  for (std::size_t i = 0; i < P; ++i) y_ext[i] = x.extents()[i];
+  for (std::size_t j = 0; j < N; ++j) y_ext[l.x_spatial[j]] = plan[j].geo.out;
+  for (std::size_t c = 0; c < l.f_out_count; ++c) y_ext[P + c] = filter.extents()[l.f_out_first + c];
+  Y out(x.mesh(), y_ext, uninitialized);
+  halo_buffer<T, mem, R> b{x.view(), x.local_extents(), x.offsets()};
+  for (const auto& h : plan) take_halo<Exec>(x.mesh().communicator(), b, h);
+  const kernels::conv_problem p = direct_conv_problem<R, N>(l, b.ext, b.begin, plan, out.local_extents(), out.offsets(),
+                                                            filter.local_extents());
+  kernels::convolution_forward<Exec, T>(p, b.v.data(), filter.view().data(), out.view().data());
+  record<Y>(
+      out,
+      [x, filter, b, plan, p, l](const Y& g) {
+        if (x.tracks_grad()) {
+          halo_buffer<T, mem, R> db{view_pool<T, mem>::get().allocate(b.v.extent(0)), b.ext, b.begin};
+          if (!covers_buffer<R, N>(p, l, b.ext)) kernels::deep_copy(db.v, T(0));
+          kernels::convolution_backward_data<Exec, T>(p, g.view().data(), filter.view().data(), db.v.data());
+          for (std::size_t j = N; j-- > 0;) return_halo<Exec>(x.mesh().communicator(), db, plan[j]);
+          push_partial_grad(x, X(x.mesh(), x.extents(), db.v), l.out_axes);
+        }
+        if (filter.tracks_grad()) {
+          F df(filter.mesh(), filter.extents(), uninitialized);
+          kernels::convolution_backward_weights<Exec, T>(p, b.v.data(), g.view().data(), df.view().data());
+          push_partial_grad(filter, std::move(df), l.batch_spatial_axes);
+        }
+      },
+      x, filter);
+  return out;
+}
 }  // namespace meshtensor::detail
 
 namespace meshtensor::nn {
@@ -48,6 +220,11 @@ auto conv(const X& x, const F& filter, meshtensor::detail::window_for<S>... wind
   static_assert((contains_v<typename S::window_dim, typename F::dims> && ...),
                 "meshtensor::nn::conv: the filter needs every window dim (its taps along each spatial dim)");
   meshtensor::detail::plan_op_scope plan_scope("conv");
+  if constexpr (meshtensor::detail::direct_conv_layout_v<X, F, S...>.ok) {
+    static_assert((meshtensor::detail::spatial_checked_v<X, S> && ...));
+    if (kernels::has_convolution<typename X::execution_space, typename X::value_type>())
+      return meshtensor::detail::conv_direct<S...>(x, filter, {windows...});
+  }
   return meshtensor::detail::einsum_to(meshtensor::detail::conv_dims_t<X, F, S...>{}, unfold<S...>(x, windows...), filter);
 }
 

@@ -13,6 +13,7 @@
 #include "../runtime/collectives.hpp"
 #include "detail/along.hpp"
 #include "detail/kernels.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor {
 
@@ -29,7 +30,7 @@ X cumsum_impl(const X& x, bool reverse) {
   const auto src = local_along<D>(x);
   auto ov = out.view();
   const std::int64_t rows = src.outer * src.inner, n = src.n, inner = src.inner;
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::cumsum_local", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
         const std::int64_t o = r / inner, i = r % inner;
         T acc = 0;
@@ -42,7 +43,7 @@ X cumsum_impl(const X& x, bool reverse) {
   if constexpr (s.count > 0) {
     // Slice totals per row: the last element of the running sum.
     Kokkos::View<T*, typename X::memory_space> totals("meshtensor::cumsum_totals", static_cast<std::size_t>(rows));
-    if (!detail::skip_kernel()) Kokkos::parallel_for(
+    kernels::parallel_for(
         "meshtensor::cumsum_totals", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
           totals(r) = n == 0 ? T(0) : ov(src.at(r / inner, reverse ? 0 : n - 1, r % inner));
         });
@@ -62,7 +63,7 @@ X cumsum_impl(const X& x, bool reverse) {
           for (std::int64_t r = 0; r < rows; ++r) before(r) += all[q * rows + r];
     }
     auto add = Kokkos::create_mirror_view_and_copy(typename X::memory_space{}, before);
-    if (!detail::skip_kernel()) Kokkos::parallel_for(
+    kernels::parallel_for(
         "meshtensor::cumsum_offset", Kokkos::RangePolicy<Exec>(0, out.local_size()), KOKKOS_LAMBDA(std::int64_t idx) {
           ov(idx) += add((idx / (n * inner)) * inner + idx % inner);
         });

@@ -2,15 +2,13 @@
 // einsum<OutDims...>(a, b[, c]): products summed over the dims the output lacks, by name.
 // Communication: one allreduce over exactly the axes of the contracted dims that are split (none
 // when none is); dims that only one operand has and the output lacks are summed first, with the
-// allreduce of reduce_sum. Local kernel: a batched matrix product after permutation, by cblas
-// sgemm/dgemm on host spaces, cuBLAS's strided batched gemm on CUDA, a Kokkos kernel elsewhere.
-#include <cblas.h>
-
+// allreduce of reduce_sum. Local kernel: a batched matrix product after permutation
+// (kernels::product: oneDNN, OpenBLAS, cuBLAS or a Kokkos loop, kernels/product.hpp).
 #include <Kokkos_Core.hpp>
 #include <memory>
 #include <optional>
 
-#include "detail/cublas.hpp"
+#include "../kernels/product.hpp"
 #include "elementwise.hpp"
 #include "reduce.hpp"
 
@@ -43,81 +41,6 @@ struct concat_lists<type_list<A...>, type_list<B...>, Rest...> {
 };
 template <class... Lists>
 using concat_t = typename concat_lists<Lists...>::type;
-
-template <class T>
-constexpr bool blas_type_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
-
-template <class Exec, class T>
-void widen_kernel(const Kokkos::View<T*, typename Exec::memory_space>& from,
-                  const Kokkos::View<float*, typename Exec::memory_space>& to) {
-  Kokkos::parallel_for("meshtensor::einsum_widen", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(from.extent(0))),
-                       KOKKOS_LAMBDA(std::int64_t i) { to(i) = from(i); });
-}
-
-// C[b] (m x n) = op(A[b]) * op(B[b]) for every batch b, all row-major and contiguous.
-template <class Exec, class T>
-void batched_gemm(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,
-                  const Kokkos::View<T*, typename Exec::memory_space>& a,
-                  const Kokkos::View<T*, typename Exec::memory_space>& b,
-                  const Kokkos::View<T*, typename Exec::memory_space>& c) {
-  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
-  if (planning()) {  // a multiply and an add per (batch, row, column, contracted index)
-    plan_ledger::get().add_product(nb, m, n, k);
-    plan_ledger::get().add_kernel();
-    return;
-  }
-  if constexpr (host && std::is_same_v<T, bf16>) {
-    // No bf16 GEMM on this host's BLAS (Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is
-    // built without it): the operands widened to float, sgemm, the product rounded once. The same
-    // arithmetic as a bf16 GEMM with float accumulation, at float's speed plus the conversions.
-    using F = Kokkos::View<float*, typename Exec::memory_space>;
-    auto& pool = view_pool<float, typename Exec::memory_space>::get();
-    const F wa = pool.allocate(a.extent(0)), wb = pool.allocate(b.extent(0)), wc = pool.allocate(c.extent(0));
-    widen_kernel<Exec>(a, wa);
-    widen_kernel<Exec>(b, wb);
-    batched_gemm<Exec, float>(nb, m, n, k, trans_a, trans_b, wa, wb, wc);
-    Kokkos::parallel_for("meshtensor::einsum_narrow", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(c.extent(0))),
-                         KOKKOS_LAMBDA(std::int64_t i) { c(i) = wc(i); });
-  } else if constexpr (host && blas_type_v<T>) {
-    if (m == 0 || n == 0) return;
-    if (k == 0) {
-      Kokkos::deep_copy(c, T(0));
-      return;
-    }
-    const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
-    const int lda = static_cast<int>(trans_a ? m : k), ldb = static_cast<int>(trans_b ? k : n);
-    for (std::int64_t i = 0; i < nb; ++i) {
-      const T* pa = a.data() + i * m * k;
-      const T* pb = b.data() + i * k * n;
-      T* pc = c.data() + i * m * n;
-      if constexpr (std::is_same_v<T, float>)
-        cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, pa,
-                    lda, pb, ldb, 0.0f, pc, static_cast<int>(n));
-      else
-        cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, pa,
-                    lda, pb, ldb, 0.0, pc, static_cast<int>(n));
-    }
-  }
-#if defined(KOKKOS_ENABLE_CUDA)
-  else if constexpr (std::is_same_v<Exec, Kokkos::Cuda> && cublas_type_v<T>) {
-    if (nb == 0 || m == 0 || n == 0) return;  // cuBLAS scales C by beta = 0 when k is 0
-    cublas_batched_gemm<T>(Exec{}.cuda_stream(), nb, m, n, k, trans_a, trans_b, a.data(), b.data(), c.data());
-  }
-#endif
-  else {
-    Kokkos::parallel_for(
-        "meshtensor::einsum_kernel", Kokkos::RangePolicy<Exec>(0, nb * m * n), KOKKOS_LAMBDA(std::int64_t idx) {
-          const std::int64_t j = idx % n, i = (idx / n) % m, bi = idx / (m * n);
-          compute_t<T> acc = 0;
-          for (std::int64_t p = 0; p < k; ++p) {
-            const compute_t<T> x = trans_a ? a(bi * m * k + p * m + i) : a(bi * m * k + i * k + p);
-            const compute_t<T> y = trans_b ? b(bi * k * n + j * k + p) : b(bi * k * n + p * n + j);
-            acc += x * y;
-          }
-          c(idx) = acc;
-        });
-  }
-}
 
 // einsum's type checks. Called in an if constexpr condition, so that they are instantiated, and
 // report, before anything else of einsum (a called function's body would be instantiated after
@@ -240,9 +163,9 @@ void contract_slices(const contract_shape& s, const Kokkos::View<T*, typename Ex
   if (!s.b_plain && !s.b_trans) bp.emplace(permuted_slice<Exec, T>(b, b_ext, bo, s.b_rank));
   const auto& av = ap ? ap->v : a;
   const auto& bv = bp ? bp->v : b;
-  if (s.out_plain) return batched_gemm<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, out);
+  if (s.out_plain) return kernels::product<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, out);
   const temporary_view<T, mem> c(static_cast<std::size_t>(nb * m * n));
-  batched_gemm<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, c.v);
+  kernels::product<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, c.v);
   // c's local extents: [batch, m] from a, [n] from b; then c permuted into out's order.
   kidx c_ext{};
   std::size_t i = 0;

@@ -11,6 +11,7 @@
 #include "../layout/plan.hpp"
 #include "detail/along.hpp"
 #include "detail/kernels.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor {
 
@@ -48,7 +49,7 @@ detail::one_hot_result_t<NewDim, V, I> one_hot(const I& indices, std::int64_t de
   const std::int64_t n = out.local_extents()[I::rank], begin = out.offsets()[I::rank];
   auto iv = indices.view();
   auto ov = out.view();
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::one_hot", Kokkos::RangePolicy<typename Out::execution_space>(0, out.local_size()),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const IT id = iv(idx / n);

@@ -14,6 +14,7 @@
 #include "../runtime/collectives.hpp"
 #include "detail/along.hpp"
 #include "detail/kernels.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor {
 
@@ -33,7 +34,7 @@ void shift_from_full(const OutView& ov, const along_view<View>& dst, const along
                      std::int64_t offset, bool wrap) {
   using T = typename View::value_type;
   const std::int64_t n = src.n;
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::shift_local", Kokkos::RangePolicy<Exec>(0, dst.outer * dst.n * dst.inner),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (dst.n * dst.inner), l = (idx / dst.inner) % dst.n, i = idx % dst.inner;
@@ -87,7 +88,7 @@ X shift_impl(const X& x, std::int64_t offset, boundary b) {
   const auto slab = neighbour_slab<D>(x, offset > 0 ? L - reach : 0, reach, offset >= 0 ? 1 : -1, wrap);
   const auto src = local_along<D>(x);
   auto ov = out.view();
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::shift_neighbour", Kokkos::RangePolicy<Exec>(0, out.local_size()), KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (L * dst.inner), l = (idx / dst.inner) % L, i = idx % dst.inner;
         const std::int64_t s = l - offset;
@@ -199,7 +200,7 @@ halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boun
   const auto src = detail::local_along<D>(x);
   auto hv = h.data;
   const std::int64_t n = dst.n, inner = dst.inner, w = width;
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::halo", Kokkos::RangePolicy<Exec>(0, h.size()), KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (n * inner), l = (idx / inner) % n, i = idx % inner;
         T v;

@@ -17,6 +17,7 @@
 #include "../runtime/collectives.hpp"
 #include "detail/along.hpp"
 #include "detail/kernels.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor {
 
@@ -71,7 +72,7 @@ X top_k_grad(const X& x, const Kokkos::View<std::int64_t*, typename X::memory_sp
   dst.v = gx.view();
   const auto gf = full_along<KDim>(g);
   const std::int64_t rows = dst.outer * dst.inner;
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::top_k_grad", Kokkos::RangePolicy<typename X::execution_space>(0, rows * k),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t r = idx / k, j = idx % k;
@@ -116,7 +117,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
   const std::int64_t c = k < longest ? k : longest;
   Kokkos::View<double*, Mem> cv("meshtensor::top_k_values", static_cast<std::size_t>(rows * c));
   Kokkos::View<std::int64_t*, Mem> ci("meshtensor::top_k_indices", static_cast<std::size_t>(rows * c));
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::top_k_local", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
         std::int64_t filled = 0;
         for (std::int64_t l = 0; l < n; ++l)
@@ -131,7 +132,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
     auto& comm = x.mesh().communicator();
     const std::int64_t P = comm.size_over(s.mask());
     Kokkos::View<double*, Mem> packed("meshtensor::top_k_packed", static_cast<std::size_t>(rows * c * 2));
-    if (!detail::skip_kernel()) Kokkos::parallel_for(
+    kernels::parallel_for(
         "meshtensor::top_k_pack", Kokkos::RangePolicy<Exec>(0, rows * c), KOKKOS_LAMBDA(std::int64_t q) {
           packed(2 * q) = cv(q);
           packed(2 * q + 1) = static_cast<double>(ci(q));
@@ -145,7 +146,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
     fi = Kokkos::View<std::int64_t*, Mem>("meshtensor::top_k_indices", static_cast<std::size_t>(rows * k));
     auto fv_ = fv;
     auto fi_ = fi;
-    if (!detail::skip_kernel()) Kokkos::parallel_for(
+    kernels::parallel_for(
         "meshtensor::top_k_merge", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
           std::int64_t filled = 0;
           for (std::int64_t p = 0; p < P; ++p)
@@ -166,7 +167,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
   const std::int64_t kl = out.values.local_extents()[V::rank - 1], kb = out.values.offsets()[V::rank - 1];
   auto ov = out.values.view();
   auto oi = out.indices.view();
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::top_k_out", Kokkos::RangePolicy<Exec>(0, rows * kl), KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t q = (idx / kl) * k + kb + idx % kl;
         ov(idx) = static_cast<T>(fv(q));

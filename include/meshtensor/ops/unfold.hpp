@@ -25,6 +25,7 @@
 #include "../runtime/collectives.hpp"
 #include "detail/along.hpp"
 #include "detail/kernels.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor {
 
@@ -271,7 +272,7 @@ void take_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space, R
       const std::int64_t n = h.buf_hi - h.buf_lo, lo = h.buf_lo, own_lo = h.own_lo, own_hi = h.own_hi;
       const std::int64_t nl = h.from_left, nr = h.from_right, right_lo = std::max(lo, own_hi);
       View next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
-      if (!skip_kernel()) Kokkos::parallel_for(
+      kernels::parallel_for(
           "meshtensor::unfold_halo", Kokkos::RangePolicy<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
             const std::int64_t o = ol / n, g = lo + ol % n;
             const T* from = g < own_lo   ? &lv((o * nl + g - lo) * inner)
@@ -303,7 +304,7 @@ void return_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space,
     allreduce(comm, h.split.mask(), sum.data(), outer * cur_n * inner);
     const View s = sum.view();
     View next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
-    if (!skip_kernel()) Kokkos::parallel_for(
+    kernels::parallel_for(
         "meshtensor::fold_own", Kokkos::RangePolicy<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
           const std::int64_t o = ol / n, l = ol % n;
           const T* from = &s((o * cur_n + own_lo + l) * inner);
@@ -325,7 +326,7 @@ void return_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space,
     View next = b.v;
     if (h.from_left + h.from_right > 0) {
       next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
-      if (!skip_kernel()) Kokkos::parallel_for(
+      kernels::parallel_for(
           "meshtensor::fold_own", Kokkos::RangePolicy<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
             // Own positions that no window here read lie outside the buffer: zeros.
             const std::int64_t o = ol / n, c = own_lo + ol % n - cur_lo;
@@ -339,7 +340,7 @@ void return_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space,
           });
     }
     // What the neighbours read here comes back and is added (two ranges of positions).
-    if (r_n + l_n > 0 && !skip_kernel()) Kokkos::parallel_for(
+    if (r_n + l_n > 0) kernels::parallel_for(
         "meshtensor::fold_halo", Kokkos::RangePolicy<Exec>(0, outer * (r_n + l_n)), KOKKOS_LAMBDA(std::int64_t ol) {
           const std::int64_t o = ol / (r_n + l_n), q = ol % (r_n + l_n);
           const bool from_right = q < r_n;
@@ -402,7 +403,7 @@ void unfold_kernel(const halo_buffer<T, typename Exec::memory_space, R>& b, cons
   for (std::size_t d = 0; d < P + N; ++d) runs *= out_ext[d];
   for (std::size_t d = P + N; d < RO; ++d) inner *= out_ext[d];
   const auto bv = b.v;
-  if (!skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::unfold", Kokkos::RangePolicy<Exec>(0, runs), KOKKOS_LAMBDA(std::int64_t run) {
         Kokkos::Array<std::int64_t, RO> at;
         std::int64_t rest = run;
@@ -445,7 +446,7 @@ void fold_kernel(const Kokkos::View<T*, typename Exec::memory_space>& cv, const 
   for (std::size_t d = P; d < R; ++d) inner *= b.ext[d];
   for (std::size_t j = 0; j < N; ++j) taps *= cols_ext[P + j];
   const auto bv = b.v;
-  if (!skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::fold", Kokkos::RangePolicy<Exec>(0, runs), KOKKOS_LAMBDA(std::int64_t run) {
         Kokkos::Array<std::int64_t, R> at;
         std::int64_t rest = run;

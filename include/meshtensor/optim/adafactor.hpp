@@ -26,6 +26,7 @@
 #include "../ops/reduce.hpp"
 #include "optimizer.hpp"
 #include "../runtime/kokkos_math.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor::optim {
 
@@ -60,7 +61,7 @@ Out mean_onto(const X& x) {
   Out s = detail::reduce_to<Out>(x, reduce_op::sum);
   const T n = static_cast<T>(x.size() / std::max<std::int64_t>(1, s.size()));
   auto sv = s.view();
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::optim::mean", Kokkos::RangePolicy<typename X::execution_space>(0, s.local_size()),
       KOKKOS_LAMBDA(std::int64_t i) { sv(i) /= n; });
   return s;
@@ -174,7 +175,7 @@ class adafactor : public optimizer<adafactor> {
     auto pv = p.view();
     auto uv = u.view();
     auto mv = momentum ? s.m->view() : typename P::view_type{};
-    if (!detail::skip_kernel()) Kokkos::parallel_for(
+    kernels::parallel_for(
         "meshtensor::optim::adafactor", Kokkos::RangePolicy<E>(0, p.local_size()), KOKKOS_LAMBDA(std::int64_t i) {
           T ui = uv(i) * scale;
           if (momentum) {
@@ -191,7 +192,7 @@ class adafactor : public optimizer<adafactor> {
     using T = typename S::value_type;
     auto av = acc.view();
     auto xv = x.view();
-    if (!detail::skip_kernel()) Kokkos::parallel_for(
+    kernels::parallel_for(
         "meshtensor::optim::ema", Kokkos::RangePolicy<typename S::execution_space>(0, acc.local_size()),
         KOKKOS_LAMBDA(std::int64_t i) { av(i) = b * av(i) + (T(1) - b) * xv(i); });
   }

@@ -12,6 +12,7 @@
 
 #include "optimizer.hpp"
 #include "../runtime/kokkos_math.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor::optim {
 
@@ -58,7 +59,7 @@ class adam : public optimizer<adam> {
     auto gv = g.view();
     auto mv = s.m.view();
     auto vv = s.v.view();
-    if (!detail::skip_kernel()) Kokkos::parallel_for(
+    kernels::parallel_for(
         "meshtensor::optim::adam", Kokkos::RangePolicy<typename P::execution_space>(0, p.local_size()),
         KOKKOS_LAMBDA(std::int64_t i) {
           const T pi = pv(i);

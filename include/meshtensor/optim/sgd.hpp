@@ -8,6 +8,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "optimizer.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor::optim {
 
@@ -47,7 +48,7 @@ class sgd : public optimizer<sgd> {
     auto pv = p.view();
     auto gv = g.view();
     auto vv = s.velocity.view();
-    if (!detail::skip_kernel()) Kokkos::parallel_for(
+    kernels::parallel_for(
         "meshtensor::optim::sgd", Kokkos::RangePolicy<typename P::execution_space>(0, p.local_size()),
         KOKKOS_LAMBDA(std::int64_t i) {
           const T gi = gv(i) + wd * pv(i);

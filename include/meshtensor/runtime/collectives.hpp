@@ -9,7 +9,7 @@
 #include <type_traits>
 #include <vector>
 
-#include "../tensor/bf16.hpp"
+#include "../element/bf16.hpp"
 #include "communicator.hpp"
 
 namespace meshtensor {

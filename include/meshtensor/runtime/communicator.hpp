@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "../error.hpp"
-#include "../layout/mesh_shape.hpp"
+#include "../geometry/mesh_shape.hpp"
 #include "plan_ledger.hpp"
 
 namespace meshtensor {

@@ -180,13 +180,6 @@ class plan_ledger {
 // True while a planned mesh exists: kernels, copies and MPI are skipped.
 inline bool planning() { return plan_ledger::get().planned_meshes > 0; }
 
-// At a kernel launch: true (skip it) while planning, after counting it.
-inline bool skip_kernel() {
-  if (!planning()) return false;
-  plan_ledger::get().add_kernel();
-  return true;
-}
-
 // Names the op that the collectives and FLOPs inside it belong to (the outermost op wins: a layer's
 // reductions are counted under the layer). Costs a branch when not planning.
 class plan_op_scope {

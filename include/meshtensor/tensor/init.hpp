@@ -8,6 +8,7 @@
 #include "indexing.hpp"
 #include "tensor.hpp"
 #include "../runtime/kokkos_math.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor {
 
@@ -30,7 +31,7 @@ KOKKOS_INLINE_FUNCTION double uniform01(std::uint64_t seed, std::uint64_t index,
 template <class Exec, class T, std::size_t R, class F>
 void fill_kernel(const Kokkos::View<T*, typename Exec::memory_space>& v, std::int64_t n, const local_to_global<R>& map,
                  F f) {
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::init", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t l) { v(l) = f(map(l)); });
 }
 
@@ -77,7 +78,7 @@ TT zeros(const typename TT::mesh_type& m, const typename TT::extents_type& exten
 template <Tensor TT>
 TT full(const typename TT::mesh_type& m, const typename TT::extents_type& extents, typename TT::value_type value) {
   TT t(m, extents, uninitialized);
-  if (!detail::skip_kernel()) Kokkos::deep_copy(typename TT::execution_space{}, t.view(), value);
+  kernels::deep_copy(typename TT::execution_space{}, t.view(), value);
   return t;
 }
 

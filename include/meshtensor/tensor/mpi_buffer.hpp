@@ -23,6 +23,7 @@
 
 #include "../error.hpp"
 #include "pool.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor {
 namespace detail {
@@ -84,7 +85,7 @@ class mpi_buffer {
       b.own_ = v;
     } else {
       b.staged_ = view_pool<T, staging_space<memory_space>>::get().allocate(v.extent(0));
-      if (!detail::skip_kernel()) Kokkos::deep_copy(b.staged_, v);
+      kernels::deep_copy(b.staged_, v);
     }
     return b;
   }
@@ -116,7 +117,7 @@ class mpi_buffer {
   view_type view() const {
     if (direct_) return own_;
     view_type v = view_pool<T, memory_space>::get().allocate(staged_.extent(0));
-    if (!detail::skip_kernel()) Kokkos::deep_copy(v, staged_);
+    kernels::deep_copy(v, staged_);
     return v;
   }
 
@@ -125,7 +126,7 @@ class mpi_buffer {
     if (direct_) {
       if (own_.data() != dst.data() && !planning()) Kokkos::deep_copy(dst, own_);
     } else {
-      if (!detail::skip_kernel()) Kokkos::deep_copy(dst, staged_);
+      kernels::deep_copy(dst, staged_);
     }
   }
 

@@ -13,8 +13,9 @@
 
 #include "../error.hpp"
 #include "../layout/layout.hpp"
-#include "bf16.hpp"
+#include "../element/bf16.hpp"
 #include "pool.hpp"
+#include "../kernels/launch.hpp"
 
 namespace meshtensor {
 
@@ -96,14 +97,19 @@ struct tensor_storage {
     for (auto e : local_extents) n *= e;
     return n;
   }
+  // A new slice with the same extents and values, off the tape.
+  tensor_storage copy() const {
+    tensor_storage c;
+    c.extents = extents, c.local_extents = local_extents, c.offsets = offsets;
+    c.allocate(false);
+    kernels::deep_copy(c.data, data);
+    return c;
+  }
   // Allocates the slice, zero-filled or not (for kernels that write every element).
   void allocate(bool zero_fill) {
     data = view_pool<T, memory_space>::get().allocate(static_cast<std::size_t>(local_size()));
-    if (claim_planned()) {
-      if (zero_fill) plan_ledger::get().add_kernel();  // the zero fill a real run launches
-      return;
-    }
-    if (zero_fill) Kokkos::deep_copy(ExecSpace{}, data, T{});
+    claim_planned();
+    if (zero_fill) kernels::deep_copy(ExecSpace{}, data, T{});
   }
   // Takes an existing local slice, which must have the slice's size.
   void adopt(view_type local, const std::string_view* names, std::string (*type_name)()) {

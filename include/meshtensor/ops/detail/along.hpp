@@ -10,6 +10,7 @@
 #include "../../runtime/collectives.hpp"
 #include "../reduce.hpp"
 #include "kernels.hpp"
+#include "../../kernels/launch.hpp"
 
 namespace meshtensor::detail {
 
@@ -102,7 +103,7 @@ Kokkos::View<T*, typename Exec::memory_space> allgather_along(communicator& comm
   const auto recv = received.view();
   const auto parts_at = Kokkos::create_mirror_view_and_copy(Mem{}, where);
   Kokkos::View<T*, Mem> full = view_pool<T, Mem>::get().allocate(static_cast<std::size_t>(total));
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::reorder_parts", Kokkos::RangePolicy<Exec>(0, P * outer), KOKKOS_LAMBDA(std::int64_t qo) {
         const std::int64_t q = qo / outer, o = qo % outer;
         const std::int64_t off = parts_at(q, 0), nq = parts_at(q, 1), at = parts_at(q, 2);
@@ -153,7 +154,7 @@ void place_along(Out& out, const along_view<View>& src, std::int64_t start) {
   const auto dst = local_along<D>(out);
   auto ov = out.view();
   const std::int64_t lo = src.begin, hi = src.begin + src.n;
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::place_along", Kokkos::RangePolicy<typename Out::execution_space>(0, out.local_size()),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (dst.n * dst.inner), l = (idx / dst.inner) % dst.n, i = idx % dst.inner;
@@ -170,7 +171,7 @@ Kokkos::View<typename View::value_type*, typename View::memory_space> pack_along
   using T = typename View::value_type;
   Kokkos::View<T*, typename View::memory_space> slab =
       view_pool<T, typename View::memory_space>::get().allocate(static_cast<std::size_t>(src.outer * count * src.inner));
-  if (!detail::skip_kernel()) Kokkos::parallel_for(
+  kernels::parallel_for(
       "meshtensor::pack_along", Kokkos::RangePolicy<Exec>(0, src.outer * count * src.inner),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (count * src.inner), l = (idx / src.inner) % count, i = idx % src.inner;

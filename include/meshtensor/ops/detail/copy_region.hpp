@@ -13,6 +13,7 @@
 
 #include "../../tensor/tensor.hpp"
 #include "kernels.hpp"
+#include "../../kernels/launch.hpp"
 
 namespace meshtensor::detail {
 
@@ -96,7 +97,6 @@ void copy_region(const T* src, std::int64_t soff, const box<R>& sb, T* dst, std:
         ++f.outer;
       }
   }
-  if (skip_kernel()) return;
   // Few long runs: cut them into chunks so that every thread gets work.
   const std::int64_t rows = n / f.run;
   constexpr std::int64_t min_chunk = 1 << 14;
@@ -107,7 +107,7 @@ void copy_region(const T* src, std::int64_t soff, const box<R>& sb, T* dst, std:
     f.chunk = std::max<std::int64_t>(min_chunk, (f.run + want - 1) / want);
   }
   f.chunks = (f.run + f.chunk - 1) / f.chunk;
-  Kokkos::parallel_for("meshtensor::copy_region", Kokkos::RangePolicy<Exec>(0, rows * f.chunks), f);
+  kernels::parallel_for("meshtensor::copy_region", Kokkos::RangePolicy<Exec>(0, rows * f.chunks), f);
 }
 
 }  // namespace meshtensor::detail

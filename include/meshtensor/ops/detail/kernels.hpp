@@ -73,19 +73,6 @@ inline kidx broadcast_strides_at(std::span<const std::size_t> pos, std::span<con
   return s;
 }
 
-// Local strides of In, seen from the local multi-index of Out: 0 along dims In lacks (broadcast).
-template <class Out, class In>
-kidx broadcast_strides(const In& in) {
-  return broadcast_strides_at(positions_in_v<Out, In>, in.local_extents());
-}
-
-template <std::size_t R>
-kidx to_kidx(const std::array<std::int64_t, R>& a) {
-  kidx r{};
-  for (std::size_t i = 0; i != R; ++i) r[i] = a[i];
-  return r;
-}
-
 // Offset of local flat index l of a tensor with local extents ext (rank r) in an operand with
 // broadcast strides s.
 KOKKOS_INLINE_FUNCTION std::int64_t operand_offset(std::int64_t l, const kidx& ext, const kidx& s, int r) {

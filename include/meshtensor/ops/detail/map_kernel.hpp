@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "kernels.hpp"
+#include "../../kernels/launch.hpp"
 
 namespace meshtensor::detail {
 
@@ -105,10 +106,10 @@ void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const
   kidx ext{};
   std::int64_t n = 1;
   for (int i = 0; i != r; ++i) ext[i] = out_ext[i], n *= out_ext[i];
-  if (n == 0 || skip_kernel()) return;
+  if (n == 0) return;
   const std::int64_t len = r > 0 ? ext[r - 1] : 1;
   const map_runs<F, TO, mem, TI...> runs{out.data(), len, ext, r, f, {{map_operand_at(ins, ext, r)}...}};
-  Kokkos::parallel_for("meshtensor::map", Kokkos::RangePolicy<Exec>(0, n / len), runs);
+  kernels::parallel_for("meshtensor::map", Kokkos::RangePolicy<Exec>(0, n / len), runs);
 }
 
 struct identity_fn {

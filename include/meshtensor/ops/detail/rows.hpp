@@ -19,6 +19,7 @@
 #include "../../runtime/nan_ops.hpp"
 #include "kernels.hpp"
 #include "../../runtime/kokkos_math.hpp"
+#include "../../kernels/launch.hpp"
 
 namespace meshtensor::detail {
 
@@ -152,7 +153,6 @@ inline row_walk row_walk_from_environment() {
 // contiguous and long enough to share (inner == 1, n >= 32), one thread per row elsewhere.
 template <class Exec, class F>
 void for_each_row(std::int64_t count, const F& f) {
-  if (skip_kernel()) return;
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
   row_walk walk = row_walk_from_environment();
   if (walk == row_walk::automatic) walk = !host && f.sh.inner == 1 && f.sh.n >= 32 ? row_walk::team : row_walk::serial;
@@ -160,18 +160,17 @@ void for_each_row(std::int64_t count, const F& f) {
     using policy = Kokkos::TeamPolicy<Exec>;
     if (count > INT32_MAX)
       throw error(cat("meshtensor: a row kernel over ", count, " rows exceeds a Kokkos team policy's int league"));
-    Kokkos::parallel_for("meshtensor::rows_team", policy(static_cast<int>(count), Kokkos::AUTO),
+    kernels::parallel_for("meshtensor::rows_team", policy(static_cast<int>(count), Kokkos::AUTO),
                          team_rows_kernel<F, typename policy::member_type>{f});
   } else {
-    Kokkos::parallel_for("meshtensor::rows", Kokkos::RangePolicy<Exec>(0, count), serial_rows_kernel<F>{f});
+    kernels::parallel_for("meshtensor::rows", Kokkos::RangePolicy<Exec>(0, count), serial_rows_kernel<F>{f});
   }
 }
 
 // One work item per index, for kernels that are not one row each (layer_norm_grad_columns).
 template <class Exec, class F>
 void for_each_item(std::int64_t count, const F& f) {
-  if (skip_kernel()) return;
-  Kokkos::parallel_for("meshtensor::items", Kokkos::RangePolicy<Exec>(0, count), f);
+  kernels::parallel_for("meshtensor::items", Kokkos::RangePolicy<Exec>(0, count), f);
 }
 
 // Phases of a row kernel: all at once (D not split), or one at a time with an allreduce between.

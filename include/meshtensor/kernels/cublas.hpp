@@ -11,7 +11,8 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../../error.hpp"
+#include "../element/bf16.hpp"
+#include "../error.hpp"
 
 namespace meshtensor::detail {
 

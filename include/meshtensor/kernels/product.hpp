@@ -1,0 +1,109 @@
+#pragma once
+// kernels::product: C[b] (m x n) = op(A[b]) * op(B[b]) for every batch b, all row-major and
+// contiguous, for einsum (ops/einsum.hpp). The provider is chosen at build time per execution space
+// and element type:
+//   host, bf16      oneDNN's matmul (bf16 in and out, float accumulation; AVX512_BF16 or AMX where
+//                   the CPU has them) when built with it (MESHTENSOR_DNNL), else the operands
+//                   widened to float, OpenBLAS's sgemm, the product rounded once
+//   host, float/double   OpenBLAS (cblas sgemm / dgemm)
+//   CUDA            cuBLAS's strided batched gemm (kernels/cublas.hpp)
+//   elsewhere       a Kokkos loop
+// MESHTENSOR_KERNELS=portable (read once) turns oneDNN off at run time, for comparisons and tests.
+// While planning, the product's multiply-adds are counted instead (runtime/plan_ledger.hpp).
+#include <cblas.h>
+
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <type_traits>
+
+#include "../element/bf16.hpp"
+#include "../tensor/pool.hpp"
+#include "cublas.hpp"
+#include "dnnl.hpp"
+#include "launch.hpp"
+
+namespace meshtensor::kernels {
+
+template <class T>
+constexpr bool blas_type_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
+
+template <class Exec>
+constexpr bool host_space_v = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
+
+namespace detail {
+template <class Exec, class From, class To>
+void convert(const Kokkos::View<From*, typename Exec::memory_space>& from, const Kokkos::View<To*, typename Exec::memory_space>& to) {
+  Kokkos::parallel_for("meshtensor::product_convert", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(from.extent(0))),
+                       KOKKOS_LAMBDA(std::int64_t i) { to(i) = from(i); });
+}
+}  // namespace detail
+
+template <class Exec, class T>
+void product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,
+             const Kokkos::View<T*, typename Exec::memory_space>& a, const Kokkos::View<T*, typename Exec::memory_space>& b,
+             const Kokkos::View<T*, typename Exec::memory_space>& c) {
+  if (meshtensor::detail::planning()) {  // a multiply and an add per (batch, row, column, contracted index)
+    meshtensor::detail::plan_ledger::get().add_product(nb, m, n, k);
+    meshtensor::detail::plan_ledger::get().add_kernel();
+    return;
+  }
+  if (nb == 0 || m == 0 || n == 0) return;
+  if constexpr (host_space_v<Exec> && std::is_same_v<T, bf16>) {
+#if MESHTENSOR_HAVE_DNNL
+    if (dnnl_provider::enabled()) {
+      Exec().fence();  // oneDNN runs on its own threads: Kokkos's writes to a and b come first
+      return dnnl_provider::matmul(nb, m, n, k, trans_a, trans_b, a.data(), b.data(), c.data());
+    }
+#endif
+    // Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it: the operands widened
+    // to float, sgemm, the product rounded once (the arithmetic of a bf16 GEMM with float
+    // accumulation, at float's speed plus the conversions).
+    using F = Kokkos::View<float*, typename Exec::memory_space>;
+    auto& pool = meshtensor::detail::view_pool<float, typename Exec::memory_space>::get();
+    const F wa = pool.allocate(a.extent(0)), wb = pool.allocate(b.extent(0)), wc = pool.allocate(c.extent(0));
+    detail::convert<Exec>(a, wa);
+    detail::convert<Exec>(b, wb);
+    product<Exec, float>(nb, m, n, k, trans_a, trans_b, wa, wb, wc);
+    detail::convert<Exec>(wc, c);
+  } else if constexpr (host_space_v<Exec> && blas_type_v<T>) {
+    if (k == 0) {
+      Kokkos::deep_copy(c, T(0));
+      return;
+    }
+    const auto ta = trans_a ? CblasTrans : CblasNoTrans, tb = trans_b ? CblasTrans : CblasNoTrans;
+    const int lda = static_cast<int>(trans_a ? m : k), ldb = static_cast<int>(trans_b ? k : n);
+    for (std::int64_t i = 0; i < nb; ++i) {
+      const T* pa = a.data() + i * m * k;
+      const T* pb = b.data() + i * k * n;
+      T* pc = c.data() + i * m * n;
+      if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, pa,
+                    lda, pb, ldb, 0.0f, pc, static_cast<int>(n));
+      else
+        cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, pa,
+                    lda, pb, ldb, 0.0, pc, static_cast<int>(n));
+    }
+  }
+#if defined(KOKKOS_ENABLE_CUDA)
+  else if constexpr (std::is_same_v<Exec, Kokkos::Cuda> && meshtensor::detail::cublas_type_v<T>) {
+    // cuBLAS scales C by beta = 0 when k is 0.
+    meshtensor::detail::cublas_batched_gemm<T>(Exec{}.cuda_stream(), nb, m, n, k, trans_a, trans_b, a.data(), b.data(),
+                                               c.data());
+  }
+#endif
+  else {
+    Kokkos::parallel_for(
+        "meshtensor::product", Kokkos::RangePolicy<Exec>(0, nb * m * n), KOKKOS_LAMBDA(std::int64_t idx) {
+          const std::int64_t j = idx % n, i = (idx / n) % m, bi = idx / (m * n);
+          compute_t<T> acc = 0;
+          for (std::int64_t p = 0; p < k; ++p) {
+            const compute_t<T> x = trans_a ? a(bi * m * k + p * m + i) : a(bi * m * k + i * k + p);
+            const compute_t<T> y = trans_b ? b(bi * k * n + j * k + p) : b(bi * k * n + p * n + j);
+            acc += x * y;
+          }
+          c(idx) = acc;
+        });
+  }
+}
+
+}  // namespace meshtensor::kernels
