@@ -1,6 +1,8 @@
 // A 3x3 convolution (padding same), forward and backward (gradients of input and filter), float32:
 //   conv2d/ours/<b>x<hw>x<c>   at 1 rank: the image whole; at P ranks: its height split over P
 //                               (halos from the neighbours), time of the slowest rank
+// Local work: oneDNN's direct convolution where the build has it (the label names the
+// implementations oneDNN chose), else unfold + sgemm.
 // The peer is PyTorch's conv2d on one thread (benchmarks/peers/torch_conv.py, the same shapes;
 // scripts/bench_conv.sh runs both in interleaved rounds and prints medians and ratios).
 #include <meshtensor/meshtensor.hpp>
@@ -46,7 +48,14 @@ void conv_ours(benchmark::State& state, shape s) {
   // multiply-adds: forward, input gradient and filter gradient, 2 FLOPs each
   const double flops = 3.0 * 2 * s.batch * s.hw * s.hw * 9.0 * s.channels * s.channels;
   state.counters["GFLOP/s"] = benchmark::Counter(flops, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel("unfold + sgemm, fold");
+  std::string label = "unfold + sgemm, fold";
+#if MESHTENSOR_HAVE_DNNL
+  if (mt::kernels::has_convolution<X::execution_space, float>()) {
+    label = "oneDNN direct:";
+    for (const auto& name : mt::kernels::dnnl_provider::convolution_implementations()) label += " " + name;
+  }
+#endif
+  state.SetLabel(label);
 }
 
 }  // namespace

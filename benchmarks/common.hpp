@@ -7,6 +7,7 @@
 // of its wall-clock time between two barriers-free points, the time the slowest rank needed.
 // Only rank 0 reports: the others get a reporter that prints nothing and no --benchmark_out.
 #include <benchmark/benchmark.h>
+#include <meshtensor/kernels/dnnl.hpp>
 #include <mpi.h>
 
 #include <algorithm>
@@ -72,6 +73,17 @@ inline int main(int argc, char** argv) {
   benchmark::AddCustomContext("OPENBLAS_NUM_THREADS",
                               std::getenv("OPENBLAS_NUM_THREADS") ? std::getenv("OPENBLAS_NUM_THREADS") : "(unset)");
   benchmark::AddCustomContext("mpi_ranks", std::to_string(world_size()));
+  // The local kernels of this build (kernels/dnnl.hpp): oneDNN and the ISA it dispatches to on this
+  // CPU, or the portable ones.
+#if MESHTENSOR_HAVE_DNNL
+  const auto v = dnnl::version();
+  benchmark::AddCustomContext("kernels", meshtensor::kernels::dnnl_provider::enabled() ? "oneDNN" : "portable (MESHTENSOR_KERNELS)");
+  benchmark::AddCustomContext("onednn_version", std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+                                                    std::to_string(v->patch));
+  benchmark::AddCustomContext("onednn_isa", meshtensor::kernels::dnnl_provider::isa_name());
+#else
+  benchmark::AddCustomContext("kernels", "portable (built without oneDNN)");
+#endif
   if (rank == 0) {
     benchmark::RunSpecifiedBenchmarks();
   } else {

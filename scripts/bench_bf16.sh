@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# bf16 and float32 products, one rank: meshtensor's einsum (benchmarks/bench_bf16.cpp) against
+# PyTorch's matmul on one thread (benchmarks/peers/torch_matmul.py), in interleaved rounds; each
+# figure is the median over the rounds of each run's median. Prints a Markdown table, the CPU's
+# bf16 flags and oneDNN's ISA (also in the benchmark's JSON context).
+#
+#   OPENBLAS_CORETYPE=... scripts/bench_bf16.sh [--rounds N] [BUILD_DIR]
+#
+# BUILD_DIR (default $MESHTENSOR_BUILD_DIR or build/bench) is configured where it is not yet.
+# On a CPU without AVX512_BF16 the table says so: bf16 then runs emulated (or widened to float),
+# and the ratios are those of that fallback.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+rounds=5
+if [ "${1:-}" = "--rounds" ]; then rounds="$2"; shift 2; fi
+build=${1:-${MESHTENSOR_BUILD_DIR:-$root/build/bench}}
+log() { echo "[bench_bf16] $*" >&2; }
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  kokkos=$(bash "$root/scripts/install_deps.sh" | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMESHTENSOR_EXAMPLE_OPTIMIZATION= -DKokkos_ROOT="$kokkos" \
+        -DMESHTENSOR_BUILD_TESTS=OFF >/dev/null
+fi
+cmake --build "$build" -j "${MESHTENSOR_BUILD_JOBS:-$(nproc)}" --target bench_bf16 >&2
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
+log "load average before: $(cut -d' ' -f1-3 /proc/loadavg) (1-minute above 0.5: not a quiet machine)"
+raw=$(mktemp -d)
+trap 'rm -rf "$raw"' EXIT
+for r in $(seq 1 "$rounds"); do
+  log "round $r/$rounds"
+  mpiexec -n 1 "$build/benchmarks/bench_bf16" --benchmark_out="$raw/ours-$r.json" --benchmark_out_format=json >/dev/null
+  /usr/bin/python3 "$root/benchmarks/peers/torch_matmul.py" >"$raw/torch-$r.json"
+done
+flags=$(grep -o -w -E 'avx512_bf16|amx_bf16|avx512f' /proc/cpuinfo | sort -u | tr '\n' ' ')
+/usr/bin/python3 - "$raw" "$rounds" "$flags" <<'PY'
+import glob, json, os, statistics, sys
+raw, rounds, flags = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+ours, labels, context = {}, {}, {}
+for f in glob.glob(f"{raw}/ours-*.json"):
+    d = json.load(open(f))
+    context = d["context"]
+    for b in d["benchmarks"]:
+        _, t, s = b["name"].split("/")[:3]
+        ours.setdefault((t, s), []).append(b["real_time"] / 1e3)
+        labels[(t, s)] = b.get("label", "")
+torch = {}
+for f in glob.glob(f"{raw}/torch-*.json"):
+    for line in open(f):
+        e = json.loads(line)
+        _, t, s = e["name"].split("/")
+        torch.setdefault((t.replace("torch-", ""), s), []).append(e["seconds"])
+print(f"products, one thread, medians of {rounds} rounds; CPU flags: {' '.join(flags) or 'none of avx512f/avx512_bf16/amx_bf16'}; "
+      f"kernels: {context.get('kernels')}, oneDNN ISA: {context.get('onednn_isa', '-')}; "
+      f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
+if "avx512_bf16" not in flags:
+    print("This CPU lacks AVX512_BF16: bf16 runs on a fallback; the ratios below are the fallback's.")
+print()
+print("| m x k x n | float32 ms (GFLOP/s) | bf16 ms (GFLOP/s) | bf16 / float32 speed | PyTorch bf16 ms | ours / PyTorch bf16 | PyTorch float32 ms | ours / PyTorch float32 | bf16 kernel |")
+print("|---|---|---|---|---|---|---|---|---|")
+for s in sorted({k[1] for k in ours}, key=lambda v: [int(x) for x in v.split("x")]):
+    m, k, n = (int(x) for x in s.split("x"))
+    gf = lambda t: 2 * m * k * n / t / 1e9
+    f32 = statistics.median(ours[("float32", s)]); b16 = statistics.median(ours[("bf16", s)])
+    tb = statistics.median(torch.get(("bf16", s), [float("nan")])); tf = statistics.median(torch.get(("float32", s), [float("nan")]))
+    print(f"| {s} | {f32*1e3:.2f} ({gf(f32):.0f}) | {b16*1e3:.2f} ({gf(b16):.0f}) | {f32/b16:.2f}x | {tb*1e3:.2f} | {tb/b16:.2f}x | "
+          f"{tf*1e3:.2f} | {tf/f32:.2f}x | {labels[('bf16', s)]} |")
+PY
+log "load average after: $(cut -d' ' -f1-3 /proc/loadavg); cores: $(nproc --all)"
