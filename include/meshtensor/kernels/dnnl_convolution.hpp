@@ -3,6 +3,7 @@
 // backward data and backward weights on the layouts meshtensor's tensors have (any strides),
 // with the weights in the format the primitive prefers (a reorder each call: a filter is small
 // beside the images). Included by kernels/convolution.hpp after conv_problem.
+#include "conv_problem.hpp"
 #include "dnnl.hpp"
 
 #if MESHTENSOR_HAVE_DNNL
