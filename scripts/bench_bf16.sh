@@ -2,7 +2,8 @@
 # bf16 and float32 products, one rank: meshtensor's einsum (benchmarks/bench_bf16.cpp) against
 # PyTorch's matmul on one thread (benchmarks/peers/torch_matmul.py), in interleaved rounds; each
 # figure is the median over the rounds of each run's median. Prints a Markdown table, the CPU's
-# bf16 flags and oneDNN's ISA (also in the benchmark's JSON context).
+# bf16 flags and oneDNN's ISA (also in the benchmark's JSON context), and a second table: float32
+# products at the Transformer step's shapes through OpenBLAS and through oneDNN.
 #
 #   OPENBLAS_CORETYPE=... scripts/bench_bf16.sh [--rounds N] [BUILD_DIR]
 #
@@ -35,11 +36,15 @@ flags=$(grep -o -w -E 'avx512_bf16|amx_bf16|avx512f' /proc/cpuinfo | sort -u | t
 /usr/bin/python3 - "$raw" "$rounds" "$flags" <<'PY'
 import glob, json, os, statistics, sys
 raw, rounds, flags = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
-ours, labels, context = {}, {}, {}
+ours, labels, context, providers = {}, {}, {}, {}
 for f in glob.glob(f"{raw}/ours-*.json"):
     d = json.load(open(f))
     context = d["context"]
     for b in d["benchmarks"]:
+        if b["name"].startswith("float_provider/"):
+            _, s, ops, prov = b["name"].split("/")[:4]
+            providers.setdefault((s, ops, prov), []).append(b["real_time"] / 1e3)
+            continue
         _, t, s = b["name"].split("/")[:3]
         ours.setdefault((t, s), []).append(b["real_time"] / 1e3)
         labels[(t, s)] = b.get("label", "")
@@ -64,5 +69,18 @@ for s in sorted({k[1] for k in ours}, key=lambda v: [int(x) for x in v.split("x"
     tb = statistics.median(torch.get(("bf16", s), [float("nan")])); tf = statistics.median(torch.get(("float32", s), [float("nan")]))
     print(f"| {s} | {f32*1e3:.2f} ({gf(f32):.0f}) | {b16*1e3:.2f} ({gf(b16):.0f}) | {f32/b16:.2f}x | {tb*1e3:.2f} | {tb/b16:.2f}x | "
           f"{tf*1e3:.2f} | {tf/f32:.2f}x | {labels[('bf16', s)]} |")
+if providers:
+    print()
+    print("float32 products at the Transformer step's shapes, each provider called directly (kernels::product "
+          f"takes oneDNN for float when its ISA is AVX-512; here: {context.get('onednn_isa', '-')}):")
+    print()
+    print("| batch x m x k x n | op(a) op(b) | OpenBLAS ms (GFLOP/s) | oneDNN ms (GFLOP/s) | oneDNN / OpenBLAS speed |")
+    print("|---|---|---|---|---|")
+    for (s, ops) in sorted({(k[0], k[1]) for k in providers}):
+        nb, m, k, n = (int(x) for x in s.split("x"))
+        fl = 2 * nb * m * k * n / 1e9
+        ob = statistics.median(providers.get((s, ops, "openblas"), [float("nan")]))
+        od = statistics.median(providers.get((s, ops, "onednn"), [float("nan")]))
+        print(f"| {s} | {ops} | {ob*1e3:.3f} ({fl/ob:.0f}) | {od*1e3:.3f} ({fl/od:.0f}) | {ob/od:.2f}x |")
 PY
 log "load average after: $(cut -d' ' -f1-3 /proc/loadavg); cores: $(nproc --all)"

@@ -5,12 +5,15 @@
 # layout on 1, 2 and 4 ranks against (split parameters / P + replicated ones) x 3. Prints a
 # Markdown table (docs/performance.md, section "Training step").
 #
-#   OPENBLAS_CORETYPE=SkylakeX scripts/bench_training.sh [--rounds 5] [--steps 10] [--warmup 3]
+#   OPENBLAS_CORETYPE=SkylakeX scripts/bench_training.sh [--rounds 5] [--steps 10] [--warmup 3] [--small-only]
 #
-# Each round runs every configuration once (ours np1, PyTorch, ours np2 data, ours np2 model,
-# interleaved); each run prints the median of its timed steps after its warm-up steps; every
-# number below is the median over the rounds (min and max beside it). Model: batch 8, length 128,
-# d_model 256, heads 4 (d_kv 64), d_ff 1024, vocab 1024 (byte pairs mod 1024), 2 layers, Adam.
+# Each round runs every configuration once, interleaved: ours on 1 rank (local kernels as built,
+# then MESHTENSOR_KERNELS=portable, then --dtype bf16), PyTorch, ours on 2 ranks (data, model), and
+# the larger model, ours and PyTorch; each run prints the median of its timed steps after its
+# warm-up steps; every number below is the median over the rounds (min and max beside it).
+# Model: batch 8, length 128, d_model 256, heads 4 (d_kv 64), d_ff 1024, vocab 1024 (byte pairs mod
+# 1024), 2 layers, Adam. The larger model: length 256, d_model 512, heads 8, d_ff 2048, vocab 8192.
+# --small-only skips the larger model (about half of the time).
 # Threads: OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=1 per process, torch.set_num_threads(1).
 # OPENBLAS_CORETYPE is read, never set. MESHTENSOR_BUILD_DIR (default build/training) and
 # MESHTENSOR_BUILD_JOBS (default nproc) choose where and how transformer_lm is built; PyTorch is
@@ -18,13 +21,14 @@
 set -euo pipefail
 cores=$(getconf _NPROCESSORS_ONLN)
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-rounds=5 steps=10 warmup=3
+rounds=5 steps=10 warmup=3 large=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds) rounds="$2"; shift 2 ;;
     --steps) steps="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --small-only) large=0; shift ;;
+    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
     *) echo "bench_training.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -43,6 +47,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMP_NUM_THREADS=1 OMP_PROC_BIND=false OPENBLAS_NUM_THREADS=1
 B=8 L=128 DM=256 H=4 KV=64 FF=1024 V=1024 NL=2
 model=(--batch $B --length $L --d-model $DM --heads $H --d-kv $KV --d-ff $FF --vocab $V)
+large_model=(--batch 8 --length 256 --d-model 512 --heads 8 --d-kv 64 --d-ff 2048 --vocab 8192)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
@@ -51,6 +56,9 @@ ours() {  # ranks layout mesh_rows mesh_cols [extra args]
   mpiexec -n "$n" "$lm" --layout "$layout" --mesh "$r" "$c" "${model[@]}" --steps $((warmup + steps)) \
     --warmup "$warmup" --log-every 100000 --csv "$tmp/loss.csv" "$@" 2>&1
 }
+torch() {  # [model args]: PyTorch on one thread
+  /usr/bin/python3 "$torch_ref" bench "$@" --warmup "$warmup" --steps "$steps" --threads 1
+}
 median_of() { sed -n 's/^step_time_median_ms \([0-9.]*\).*/\1/p'; }
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -58,10 +66,16 @@ declare -A runs
 for ((round = 1; round <= rounds; round++)); do
   log "round $round/$rounds"
   runs[ours1]+=" $(ours 1 data 1 1 | median_of)"
-  runs[torch1]+=" $(/usr/bin/python3 "$torch_ref" bench --batch $B --length $L --d-model $DM --heads $H --d-kv $KV \
-                      --d-ff $FF --vocab $V --warmup "$warmup" --steps "$steps" --threads 1 | median_of)"
+  runs[portable1]+=" $(MESHTENSOR_KERNELS=portable ours 1 data 1 1 | median_of)"
+  runs[bf16]+=" $(ours 1 data 1 1 --dtype bf16 | median_of)"
+  runs[torch1]+=" $(torch "${model[@]}" | median_of)"
   runs[data2]+=" $(ours 2 data 2 1 | median_of)"
   runs[model2]+=" $(ours 2 model 2 1 | median_of)"
+  if [ "$large" = 1 ]; then
+    runs[large]+=" $(mpiexec -n 1 "$lm" --layout data --mesh 1 1 "${large_model[@]}" --steps $((warmup + steps)) \
+                       --warmup "$warmup" --log-every 100000 --csv "$tmp/loss.csv" 2>&1 | median_of)"
+    runs[torch_large]+=" $(torch "${large_model[@]}" | median_of)"
+  fi
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -72,16 +86,31 @@ read -r o1 o1min o1max <<<"$(stats ${runs[ours1]})"
 read -r t1 t1min t1max <<<"$(stats ${runs[torch1]})"
 read -r d2 d2min d2max <<<"$(stats ${runs[data2]})"
 read -r m2 m2min m2max <<<"$(stats ${runs[model2]})"
+read -r p1 p1min p1max <<<"$(stats ${runs[portable1]})"
+read -r b1 b1min b1max <<<"$(stats ${runs[bf16]})"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
+kernels=$(mpiexec -n 1 "$lm" --layout data --mesh 1 1 "${model[@]}" --steps 1 --log-every 100000 \
+            --csv "$tmp/loss.csv" 2>&1 | sed -n 's/^layout .*; local kernels: //p' | head -n 1)
+bf16_cpu=$(grep -q -w avx512_bf16 /proc/cpuinfo && echo "AVX512_BF16" || echo "no AVX512_BF16: bf16 runs on a fallback, the ratio is the fallback's")
 
 echo "Training step (ms, median of $rounds runs of the median of $steps steps after $warmup warm-up steps; min-max):"
 echo
 echo "| configuration | ms / step | min - max | ratio | goal |"
 echo "|---|---|---|---|---|"
 echo "| PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), 1 thread | $t1 | $t1min - $t1max | | |"
-echo "| meshtensor, 1 rank | $o1 | $o1min - $o1max | PyTorch / ours = $(ratio "$t1" "$o1") | >= 1.5 |"
+echo "| meshtensor, 1 rank | $o1 | $o1min - $o1max | PyTorch / ours = $(ratio "$t1" "$o1") | >= 1.05 |"
+echo "| meshtensor, 1 rank, MESHTENSOR_KERNELS=portable (OpenBLAS, no oneDNN) | $p1 | $p1min - $p1max | portable / as built = $(ratio "$p1" "$o1") | |"
+echo "| meshtensor, 1 rank, --dtype bf16 ($bf16_cpu) | $b1 | $b1min - $b1max | float32 / bf16 = $(ratio "$o1" "$b1") | >= 1.5 |"
 echo "| meshtensor, 2 ranks, data parallel (batch over 2) | $d2 | $d2min - $d2max | 1 rank / 2 ranks = $(ratio "$o1" "$d2") | >= 1.7 |"
 echo "| meshtensor, 2 ranks, model parallel (vocab, heads, d_ff over 2) | $m2 | $m2min - $m2max | 1 rank / 2 ranks = $(ratio "$o1" "$m2") | >= 1.7 |"
+if [ "$large" = 1 ]; then
+  read -r ol olmin olmax <<<"$(stats ${runs[large]})"
+  read -r tl tlmin tlmax <<<"$(stats ${runs[torch_large]})"
+  echo "| PyTorch, larger model (${large_model[*]}) | $tl | $tlmin - $tlmax | | |"
+  echo "| meshtensor, 1 rank, larger model | $ol | $olmin - $olmax | PyTorch / ours = $(ratio "$tl" "$ol") | >= 1.05 |"
+fi
+echo
+echo "Local kernels as built: ${kernels:-unknown}"
 echo
 
 # Memory: parameters + Adam's m and v (laid out like them), float32, model-parallel layout.

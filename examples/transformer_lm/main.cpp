@@ -318,7 +318,7 @@ int main(int argc, char** argv) {
                   (long long)o.d_ff, (long long)o.vocab, (long long)o.batch, (long long)o.length, g.size<rows>(),
                   g.size<cols>(), o.optimizer.c_str(), o.lr, o.dropout);
     if (!o.compare && !o.compare_dtypes) {
-      if (root) std::printf("layout %s\n", o.layout.c_str());
+      if (root) std::printf("layout %s; local kernels: %s\n", o.layout.c_str(), mt::kernels::describe().c_str());
       const auto r = train_layout(o.layout, g, o, text, true);
       if (root) write_curve(o, r.losses, r.first_step);
       return r.generated_ok ? 0 : 3;

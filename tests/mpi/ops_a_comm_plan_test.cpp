@@ -47,6 +47,7 @@ void check_layout(const M& m) {
   constexpr auto lse_j = mt::logsumexp_plan<X, j_>();
   constexpr auto softmax_i = mt::softmax_plan<X, i_>();
   constexpr auto log_softmax_j = mt::log_softmax_plan<X, j_>();
+  constexpr auto causal_j = mt::causal_softmax_plan<X, i_, j_>();
   constexpr auto cast_f = mt::cast_plan<float, X>();
   constexpr auto rename_jl = mt::rename_plan<X, j_, l_>();
   constexpr auto swap = mt::replace_dimensions_plan<X, list<i_, j_>, list<j_, i_>>();
@@ -58,6 +59,7 @@ void check_layout(const M& m) {
   plan_matches(m, x, [](const auto& t) { return mt::reduce_min<j_>(t); }, min_j);
   plan_matches(m, x, [](const auto& t) { return mt::logsumexp<j_>(t); }, lse_j);
   plan_matches(m, x, [](const auto& t) { return mt::softmax<i_>(t); }, softmax_i);
+  plan_matches(m, x, [](const auto& t) { return mt::causal_softmax<i_, j_>(t, 0.5); }, causal_j);
   plan_matches(m, x, [](const auto& t) { return mt::log_softmax<j_>(t); }, log_softmax_j);
   plan_matches(m, x, [](const auto& t) { return mt::cast<float>(t); }, cast_f);
   plan_matches(m, x, [](const auto& t) { return mt::stop_gradient(t); }, mt::stop_gradient_plan<X>());

@@ -1,4 +1,4 @@
-// Ops A (reduce_mean/max/min, logsumexp, softmax, log_softmax, rename, replace_dimensions,
+// Ops A (reduce_mean/max/min, logsumexp, softmax, log_softmax, causal_softmax, rename, replace_dimensions,
 // reshape, cast, stop_gradient) at 1, 2 and 4 ranks: under every layout of line_layouts /
 // grid_layouts, the gathered result equals the result under the replicated layout and an
 // independent host loop over the gathered input. relayout's sweep over pairs of layouts is in
@@ -83,6 +83,23 @@ std::vector<double> host_softmax(const std::vector<double>& x, std::array<bool, 
   return out;
 }
 
+// causal_softmax of scale * x along j (along_i false: query dim i) or along i (query dim j): an
+// element takes part where its position along the softmax's dim is at most the query position,
+// and is 0 where it does not.
+std::vector<double> host_causal_softmax(const std::vector<double>& x, bool along_i, double scale) {
+  std::vector<double> out(x.size(), 0.0);
+  const std::int64_t rows = along_i ? ext[1] : ext[0], n = along_i ? ext[0] : ext[1];
+  for (std::int64_t q = 0; q < rows; ++q) {
+    const auto at = [&](std::int64_t l) { return along_i ? l * ext[1] + q : q * ext[1] + l; };
+    const std::int64_t visible = std::min(q + 1, n);
+    double mx = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (std::int64_t l = 0; l < visible; ++l) mx = std::max(mx, scale * x[at(l)]);
+    for (std::int64_t l = 0; l < visible; ++l) sum += std::exp(scale * x[at(l)] - mx);
+    for (std::int64_t l = 0; l < visible; ++l) out[at(l)] = std::exp(scale * x[at(l)] - mx) / sum;
+  }
+  return out;
+}
+
 // ---- the sweeps ---------------------------------------------------------------------------
 // op(x) under L against op(x) under the replicated layout, and against `want` (host loop).
 template <class F, class X, class Xr>
@@ -109,6 +126,10 @@ void check_reductions_and_softmax(const M& m) {
   same_as_replicated([](const auto& t) { return mt::logsumexp<i_, j_>(t); }, x, xr, host_reduce(h, {1, 1}, h_lse));
   same_as_replicated([](const auto& t) { return mt::softmax<i_>(t); }, x, xr, host_softmax(h, {1, 0}, false));
   same_as_replicated([](const auto& t) { return mt::log_softmax<j_>(t); }, x, xr, host_softmax(h, {0, 1}, true));
+  same_as_replicated([](const auto& t) { return mt::causal_softmax<i_, j_>(t, 0.5); }, x, xr,
+                     host_causal_softmax(h, false, 0.5));
+  same_as_replicated([](const auto& t) { return mt::causal_softmax<j_, i_>(t, 2.0); }, x, xr,
+                     host_causal_softmax(h, true, 2.0));
   // cast: the float results are static_casts of the doubles, exactly; and back, their values.
   const std::vector<float> want(h.begin(), h.end());
   const auto f = mt::cast<float>(x);

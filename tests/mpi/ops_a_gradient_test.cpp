@@ -43,6 +43,8 @@ void check_all(const M& m) {
     check_op<X>(m, [](const X& x) { return mt::softmax<j_>(x); });
     check_op<X>(m, [](const X& x) { return mt::softmax<i_>(x); });
     check_op<X>(m, [](const X& x) { return mt::log_softmax<j_>(x); });
+    check_op<X>(m, [](const X& x) { return mt::causal_softmax<i_, j_>(x, 0.7); });
+    check_op<X>(m, [](const X& x) { return mt::causal_softmax<j_, i_>(x, 1.3); });
   }
   SECTION("relayout, rename, replace_dimensions") {
     check_op<X>(m, [](const X& x) { return mt::relayout<ten<Other, i_, j_>>(x); });

@@ -67,13 +67,26 @@ inline const char* isa_name() {
     default: return "other";
   }
 }
+// Whether oneDNN dispatches to AVX-512 cores here (read once).
+inline bool avx512() {
+  static const bool yes = [] {
+    const auto isa = dnnl::get_effective_cpu_isa();
+    return isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
+           isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  }();
+  return yes;
+}
 // oneDNN computes bf16 on AVX-512 cores (natively with AVX512_BF16 or AMX, emulated on plain
 // AVX-512); below that it has no bf16 convolution.
-inline bool has_bf16() {
-  const auto isa = dnnl::get_effective_cpu_isa();
-  return isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
-         isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
-}
+inline bool has_bf16() { return avx512(); }
+
+// Whether float products go to oneDNN's matmul rather than OpenBLAS's sgemm. On AVX-512 cores its
+// brgemm kernels were faster at every shape of a Transformer step (1.04-1.32x, benchmarks/
+// bench_bf16.cpp, docs/performance.md), the batched ones most (one call, no packing per matrix, no
+// memset of C). Below AVX-512 oneDNN 2.x has no brgemm matmul and OpenBLAS stays. A fixed rule, not
+// a per-shape race at run time: every rank must take the same provider, or the replicas of a
+// parameter would round differently and drift apart.
+inline bool float_products() { return enabled() && avx512(); }
 
 using key_type = std::vector<std::int64_t>;
 struct key_hash {

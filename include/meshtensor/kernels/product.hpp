@@ -5,7 +5,9 @@
 //   host, bf16      oneDNN's matmul (bf16 in and out, float accumulation; AVX512_BF16 or AMX where
 //                   the CPU has them) when built with it (MESHTENSOR_DNNL), else the operands
 //                   widened to float, OpenBLAS's sgemm, the product rounded once
-//   host, float/double   OpenBLAS (cblas sgemm / dgemm)
+//   host, float     oneDNN's matmul on AVX-512 cores when built with it (dnnl_provider::
+//                   float_products: faster there at every measured shape), else OpenBLAS's sgemm
+//   host, double    OpenBLAS (cblas dgemm)
 //   CUDA            cuBLAS's strided batched gemm (kernels/cublas.hpp)
 //   elsewhere       a Kokkos loop
 // MESHTENSOR_KERNELS=portable (read once) turns oneDNN off at run time, for comparisons and tests.
@@ -14,9 +16,11 @@
 
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "../element/bf16.hpp"
+#include "../error.hpp"
 #include "../tensor/pool.hpp"
 #include "cublas.hpp"
 #include "dnnl.hpp"
@@ -66,6 +70,12 @@ void product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bo
     product<Exec, float>(nb, m, n, k, trans_a, trans_b, wa, wb, wc);
     detail::convert<Exec>(wc, c);
   } else if constexpr (host_space_v<Exec> && blas_type_v<T>) {
+#if MESHTENSOR_HAVE_DNNL
+    if (std::is_same_v<T, float> && k > 0 && dnnl_provider::float_products()) {
+      Exec().fence();
+      return dnnl_provider::matmul(nb, m, n, k, trans_a, trans_b, a.data(), b.data(), c.data());
+    }
+#endif
     if (k == 0) {
       Kokkos::deep_copy(c, T(0));
       return;
@@ -104,6 +114,21 @@ void product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bo
           c(idx) = acc;
         });
   }
+}
+
+// What runs the local work of host execution spaces in this build and on this CPU, in words (for
+// programs' and benchmarks' reports), e.g. "oneDNN 2.6.3 on avx512_core_bf16: float and bf16
+// products, convolutions".
+inline std::string describe() {
+#if MESHTENSOR_HAVE_DNNL
+  if (!dnnl_provider::enabled()) return "portable (MESHTENSOR_KERNELS=portable): OpenBLAS products, unfold convolutions";
+  const auto* v = dnnl::version();
+  return meshtensor::detail::cat("oneDNN ", v->major, ".", v->minor, ".", v->patch, " on ", dnnl_provider::isa_name(), ": ",
+                                 dnnl_provider::float_products() ? "float and bf16 products" : "bf16 products (float: OpenBLAS)",
+                                 ", convolutions");
+#else
+  return "portable (built without oneDNN): OpenBLAS products, unfold convolutions";
+#endif
 }
 
 }  // namespace meshtensor::kernels

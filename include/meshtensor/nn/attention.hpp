@@ -2,10 +2,11 @@
 // causal_attention<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, wo): Mesh-TensorFlow's
 // multi-head self-attention with a causal mask. With B the dims of x other than Length and DModel
 // (e.g. batch):
-//   q[B, Heads, Length, DKv]    = x wq[DModel, Heads, DKv] / sqrt(|DKv|)
+//   q[B, Heads, Length, DKv]    = x wq[DModel, Heads, DKv]
 //   k, v[B, Heads, MemLength, DKv] = rename<Length, MemLength>(x) wk, wv
-//   logits[B, Heads, Length, MemLength] = q . k  (+ -1e9 where memory position > query position)
-//   o = softmax_MemLength(logits) . v;   y[x's dims] = o wo[Heads, DKv, DModel]
+//   logits[B, Heads, Length, MemLength] = q . k
+//   o = causal_softmax<Length, MemLength>(logits / sqrt(|DKv|)) . v;   y[x's dims] = o wo[Heads, DKv, DModel]
+// (causal_softmax: weight 0 where the memory position is after the query position).
 // Heads may be split over a mesh axis (model parallelism, as in the paper): then q, k, v, the
 // logits and o need no communication and the output product allreduces over Heads' axes. With B
 // split (data parallelism) nothing is communicated forward; weight gradients allreduce over B's
@@ -39,20 +40,19 @@ namespace meshtensor::detail {
 // causal_attention's heads' outputs [B..., heads, length, d_kv], before the output projection.
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W>
 auto attention_heads(const X& x, const W& wq, const W& wk, const W& wv) {
-  using T = typename X::value_type;
   using B = difference_t<typename X::dims, type_list<Length, DModel>>;
   using QDims = concat_t<B, type_list<Heads, Length, DKv>>;
   using KDims = concat_t<B, type_list<Heads, MemLength, DKv>>;
   using LDims = concat_t<B, type_list<Heads, Length, MemLength>>;
-  const std::int64_t n = x.template extent<Length>();
-  const T scale = static_cast<T>(1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>())));
+  const double scale = 1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>()));
   const auto xm = meshtensor::rename<Length, MemLength>(x);
-  const auto q = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(x, wq); }(QDims{}) * scale;
+  const auto q = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(x, wq); }(QDims{});
   const auto k = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(xm, wk); }(KDims{});
   const auto v = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(xm, wv); }(KDims{});
-  const auto logits = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(q, k); }(LDims{}) +
-                      nn::causal_mask<X, Length, MemLength>(x.mesh(), n);
-  const auto weights = meshtensor::softmax<MemLength>(logits);
+  // The scale and the causal mask inside the softmax's pass (ops/softmax.hpp): no pass for q *
+  // scale, no mask tensor and no add, no exponential of the masked half; the same weights.
+  const auto logits = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(q, k); }(LDims{});
+  const auto weights = meshtensor::causal_softmax<Length, MemLength>(logits, scale);
   return [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(weights, v); }(QDims{});
 }
 }  // namespace meshtensor::detail

@@ -55,8 +55,9 @@ namespace detail {
 // softmax (Log = false) or log_softmax along one dim D by the row kernels of rows.hpp; where D is
 // split, the phases run with logsumexp's allreduces (max, then sum) between them, and the
 // gradient with its one allreduce (sum), as the composed op did.
+// scale and causal: of scale * x, under a causal window (causal_softmax).
 template <bool Log, Dim D, Tensor X>
-X softmax_along(const X& x) {
+X softmax_along(const X& x, compute_t<typename X::value_type> scale = 1, causal_rows causal = {}) {
   using R = reduced_t<X, D>;
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
@@ -65,7 +66,7 @@ X softmax_along(const X& x) {
   const row_shape sh = rows_along<D>(x);
   R m(x.mesh(), result_extents<R>(x), uninitialized), s(x.mesh(), result_extents<R>(x), uninitialized);
   X y(x.mesh(), x.extents(), uninitialized);
-  F f{x.view(), y.view(), m.view(), s.view(), sh, phase_all, Log};
+  F f{x.view(), y.view(), m.view(), s.view(), sh, phase_all, Log, scale, causal};
   if constexpr (axes == 0) {
     for_each_row<Exec>(sh.rows(), f);
   } else {
@@ -80,12 +81,12 @@ X softmax_along(const X& x) {
   }
   record<X>(
       y,
-      [x, y = y.detached()](const X& g) {
+      [x, y = y.detached(), scale, causal](const X& g) {
         using G = softmax_grad_rows<T, typename X::memory_space>;
         const row_shape gs = rows_along<D>(y);
         R s(y.mesh(), result_extents<R>(y), uninitialized);
         X dx(y.mesh(), y.extents(), uninitialized);
-        G k{y.view(), g.view(), dx.view(), s.view(), gs, phase_all, Log};
+        G k{y.view(), g.view(), dx.view(), s.view(), gs, phase_all, Log, scale, causal};
         if constexpr (axes == 0) {
           for_each_row<Exec>(gs.rows(), k);
         } else {
@@ -137,6 +138,26 @@ X softmax(const X& x) {
         x);
     return y;
   }
+}
+
+// causal_softmax<Q, D>(x, scale): softmax along D of scale * x where the elements of D at global
+// positions after the row's position along Q are masked out (weight 0): causal attention's
+// weights, softmax<D>(scale * x + mask) with mask -inf above the diagonal, in one pass with no mask
+// tensor and no exponential of the masked half. Q and D may be split (the same allreduces as
+// softmax's); every row must see position 0 of D, which a causal mask of equal extents gives.
+// Gradient: dx = scale * y * (g - sum_D(g * y)), 0 where masked.
+template <Dim Q, Dim D, Tensor X>
+X causal_softmax(const X& x, double scale = 1.0) {
+  meshtensor::detail::plan_op_scope plan_scope("causal_softmax");
+  static_assert(!std::is_same_v<Q, D>, "meshtensor: causal_softmax<Q, D> needs two different dims");
+  static_assert(contains_v<Q, typename X::dims>, "meshtensor: causal_softmax<Q, D>: x has no dim Q");
+  detail::check_reduced_dims<X, D>();
+  using C = compute_t<typename X::value_type>;
+  return detail::softmax_along<false, D>(x, static_cast<C>(scale), detail::causal_along<Q>(x));
+}
+template <Tensor X, Dim Q, Dim D>
+constexpr comm_plan causal_softmax_plan() {
+  return softmax_plan<X, D>();
 }
 
 // Gradient: dx = g - exp(y) * sum_Ds(g).

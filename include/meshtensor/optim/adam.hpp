@@ -52,8 +52,10 @@ class adam : public optimizer<adam> {
     using T = typename P::value_type;
     const T lr = static_cast<T>(c_.lr), b1 = static_cast<T>(c_.beta1), b2 = static_cast<T>(c_.beta2),
             eps = static_cast<T>(c_.eps), wd = static_cast<T>(c_.weight_decay);
-    const T c1 = static_cast<T>(1.0 - std::pow(c_.beta1, static_cast<double>(t)));
-    const T c2 = static_cast<T>(1.0 - std::pow(c_.beta2, static_cast<double>(t)));
+    // The bias corrections as factors: one division per element instead of three (the loop is
+    // scalar, sqrt's errno keeps g++ from vectorising it, and a division costs as much as the rest).
+    const T inv_c1 = static_cast<T>(1.0 / (1.0 - std::pow(c_.beta1, static_cast<double>(t))));
+    const T inv_c2 = static_cast<T>(1.0 / (1.0 - std::pow(c_.beta2, static_cast<double>(t))));
     const bool decoupled = c_.decoupled;
     auto pv = p.view();
     auto gv = g.view();
@@ -68,7 +70,7 @@ class adam : public optimizer<adam> {
           const T v = b2 * vv(i) + (T(1) - b2) * gi * gi;
           mv(i) = m;
           vv(i) = v;
-          T step = (m / c1) / (kmath::sqrt(v / c2) + eps);
+          T step = (m * inv_c1) / (kmath::sqrt(v * inv_c2) + eps);
           if (decoupled) step += wd * pi;
           pv(i) = pi - lr * step;
         });

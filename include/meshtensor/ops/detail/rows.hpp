@@ -43,6 +43,31 @@ row_shape rows_along(const X& x) {
   return s;
 }
 
+// A causal window over rows along D: the row whose coordinate along a query dim Q is q (global)
+// sees the elements of D at global positions <= q, and the rest are masked out (attention's causal
+// mask, without a mask tensor, its add, or the exponentials of the masked half). Off: every element.
+struct causal_rows {
+  bool on = false;
+  std::int64_t q_stride = 1, q_n = 1, q_begin = 0;  // Q's local stride and extent, its global start
+  // How many of the row's leading elements are visible (a prefix: positions grow along the row).
+  KOKKOS_INLINE_FUNCTION std::int64_t visible(std::int64_t base, const row_shape& sh) const {
+    if (!on || sh.n == 0) return sh.n;  // an empty slice along D: Q's stride may be 0
+    const std::int64_t v = q_begin + (base / q_stride) % q_n - sh.begin + 1;
+    return v < 0 ? 0 : (v > sh.n ? sh.n : v);
+  }
+};
+
+template <Dim Q, Tensor X>
+causal_rows causal_along(const X& x) {
+  constexpr std::size_t a = X::template index_of<Q>();
+  causal_rows c;
+  c.on = true;
+  for (std::size_t i = a + 1; i < X::rank; ++i) c.q_stride *= x.local_extents()[i];
+  c.q_n = x.local_extents()[a];
+  c.q_begin = x.offsets()[a];
+  return c;
+}
+
 // How a row kernel walks the n elements of its row. serial_row: one thread, in order (host
 // spaces; on a GPU, rows strided in memory, where neighbouring threads then read neighbouring
 // rows). team_row: the threads of a team together (a contiguous row on a GPU, whose threads then
@@ -191,8 +216,9 @@ KOKKOS_INLINE_FUNCTION T exp_or_zero(T d) {
   return d < lowest ? T(0) : kmath::exp(d);
 }
 
-// softmax / log_softmax along D: m = row max, s = sum exp(x - shift(m)), then y = exp(x - shift(m))
-// / s, or y = x - lse with lse = shift(m) + log(s).
+// softmax / log_softmax along D of scale * x: m = row max, s = sum exp(scale x - shift(m)), then
+// y = exp(scale x - shift(m)) / s, or y = scale x - lse with lse = shift(m) + log(s). Under a causal
+// window the masked elements take no part and are written 0 (softmax) or -inf (log_softmax).
 template <class T, class Mem>
 struct softmax_rows {
   using C = compute_t<T>;  // what a row computes and accumulates in (float for bf16)
@@ -200,17 +226,19 @@ struct softmax_rows {
   row_shape sh;
   int phase;
   bool log;
+  C scale = 1;
+  causal_rows causal{};
   template <class Row>
   KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
-    const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
+    const std::int64_t b = sh.base(r), st = sh.inner, n = causal.visible(b, sh);
     if (phase == phase_all || phase == phase_max) {
-      const C mx = w.template max<C>(n, [&](std::int64_t l) { return C(x(b + l * st)); });
+      const C mx = w.template max<C>(n, [&](std::int64_t l) { return scale * C(x(b + l * st)); });
       w.single([&] { m(r) = mx; });
     }
     if (phase == phase_all || phase == phase_sum) {
       const C shift = finite_shift(m(r));
       const C acc = w.template sum<C>(n, [&](std::int64_t l) {
-        const C e = exp_or_zero(x(b + l * st) - shift);
+        const C e = exp_or_zero(scale * C(x(b + l * st)) - shift);
         if (!log) y(b + l * st) = e;  // kept for the write phase: one exp per element, not two
         return e;
       });
@@ -219,17 +247,19 @@ struct softmax_rows {
     if (phase == phase_all || phase == phase_write) {
       if (log) {
         const C lse = finite_shift(m(r)) + kmath::log(s(r));
-        w.for_each(n, [&](std::int64_t l) { y(b + l * st) = x(b + l * st) - lse; });
+        w.for_each(n, [&](std::int64_t l) { y(b + l * st) = scale * C(x(b + l * st)) - lse; });
       } else {
         const C inv = C(1) / s(r);
         w.for_each(n, [&](std::int64_t l) { y(b + l * st) *= inv; });
       }
+      const T masked = log ? T(-kmath::infinity<C>()) : T(0);
+      w.for_each(sh.n - n, [&](std::int64_t l) { y(b + (n + l) * st) = masked; });
     }
   }
 };
 
-// Their gradient: s = sum(g * y) (softmax) or sum(g) (log_softmax), then dx = y * (g - s) or
-// g - exp(y) * s.
+// Their gradient: s = sum(g * y) (softmax) or sum(g) (log_softmax), then dx = scale y (g - s) or
+// scale (g - exp(y) s); 0 where a causal window masks x out.
 template <class T, class Mem>
 struct softmax_grad_rows {
   using C = compute_t<T>;  // what a row computes and accumulates in (float for bf16)
@@ -237,9 +267,11 @@ struct softmax_grad_rows {
   row_shape sh;
   int phase;
   bool log;
+  C scale = 1;
+  causal_rows causal{};
   template <class Row>
   KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
-    const std::int64_t b = sh.base(r), st = sh.inner, n = sh.n;
+    const std::int64_t b = sh.base(r), st = sh.inner, n = causal.visible(b, sh);
     if (phase == phase_all || phase == phase_sum) {
       const C acc =
           w.template sum<C>(n, [&](std::int64_t l) { return log ? C(g(b + l * st)) : C(g(b + l * st) * y(b + l * st)); });
@@ -249,8 +281,9 @@ struct softmax_grad_rows {
       const C sr = s(r);
       w.for_each(n, [&](std::int64_t l) {
         const std::int64_t k = b + l * st;
-        dx(k) = log ? g(k) - kmath::exp(y(k)) * sr : y(k) * (g(k) - sr);
+        dx(k) = scale * (log ? g(k) - kmath::exp(y(k)) * sr : y(k) * (g(k) - sr));
       });
+      w.for_each(sh.n - n, [&](std::int64_t l) { dx(b + (n + l) * st) = T(0); });
     }
   }
 };
