@@ -4,7 +4,8 @@
 // layout of conv_equivalence_test (height, width, both, batch or channels split; a height split
 // over two axes: unfold's allgather fallback; channels out split), for windows with stride 2,
 // dilation and both paddings on extents that split unevenly; conv1d and conv3d too, and bf16
-// against float. Where the build has a provider (oneDNN), it must be the one that ran.
+// against float. conv_transpose's direct path (conv's backward data) against fold(einsum(y, f)),
+// the same way. Where the build has a provider (oneDNN), it must be the one that ran.
 // Run with MESHTENSOR_KERNELS=portable as well (tests/CMakeLists.txt): both sides are then the
 // portable path, and the test still holds.
 #include <test_support.hpp>
@@ -67,6 +68,22 @@ void check_layout(const M& g) {
     const auto [gx_p, gf_p] = mt::gradient(weighted_sum(y_portable, 3), x, f);
     require_close(mt::gather_all(gx_d), mt::gather_all(gx_p), 2e-5);
     require_close(mt::gather_all(gf_d), mt::gather_all(gf_p), 2e-5);
+
+    // conv_transpose (conv's backward data on each slice) against fold(einsum(z, f)).
+    auto z = mt::random_normal<Y>(g, y_direct.extents(), 11);
+    z.requires_grad();
+    g.reset_counters();
+    const X t_direct = mt::nn::conv_transpose<sh, sw>(z, f, {H, W}, wh, ww);
+    const auto transpose_calls = calls_of(g);
+    g.reset_counters();
+    const X t_portable =
+        mt::fold<sh, sw>(mt::detail::einsum_to(mt::detail::transpose_cols_dims_t<Y, F, sh, sw>{}, z, f), {H, W}, wh, ww);
+    REQUIRE(transpose_calls == calls_of(g));
+    require_close(mt::gather_all(t_direct), mt::gather_all(t_portable), 2e-5);
+    const auto [gz_d, gtf_d] = mt::gradient(weighted_sum(t_direct, 12), z, f);
+    const auto [gz_p, gtf_p] = mt::gradient(weighted_sum(t_portable, 12), z, f);
+    require_close(mt::gather_all(gz_d), mt::gather_all(gz_p), 2e-5);
+    require_close(mt::gather_all(gtf_d), mt::gather_all(gtf_p), 2e-5);
   }
 }
 
@@ -116,7 +133,8 @@ void check_1d_3d(const M& g) {
 }
 }  // namespace
 
-TEST_CASE("conv's direct path equals unfold + einsum, values, gradients and collectives", "[equivalence]") {
+TEST_CASE("conv's and conv_transpose's direct paths equal unfold + einsum, values, gradients and collectives",
+          "[equivalence]") {
   SECTION("mesh [P]") {
     auto g = world_line();
     check_layout<mt::layout<line>>(g);
@@ -153,4 +171,11 @@ TEST_CASE("conv's direct path is taken where the build has a provider", "[equiva
   const char* kernels = std::getenv("MESHTENSOR_KERNELS");
   const bool portable = kernels && std::string_view(kernels) == "portable";
   REQUIRE((provider_convolutions() > before) == (MESHTENSOR_HAVE_DNNL && !portable));
+  // conv_transpose too (a shape no conv above made a primitive for).
+  using Y = mt::tensor<float, mt::layout<line, mt::split<h_, x_>>, b_, h_, w_, co_>;
+  const mt::window up{.size = 2, .stride = 2};
+  const std::size_t before_transpose = provider_convolutions();
+  (void)mt::nn::conv_transpose<sh, sw>(mt::random_normal<Y>(g, {B, 8, 6, CO}, 3), mt::random_normal<F>(g, {2, 2, C, CO}, 4),
+                                       {16, 12}, up, up);
+  REQUIRE((provider_convolutions() > before_transpose) == (MESHTENSOR_HAVE_DNNL && !portable));
 }

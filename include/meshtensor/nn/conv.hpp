@@ -5,7 +5,7 @@
 //     = einsum(unfold(x), filter), summed over the dims x and the filter share (channels in) and the
 //       window dims; the result has x's other dims and the filter's own (channels out).
 //   conv_transpose<...>(y, filter, {H, W}, windows...): the adjoint in x of conv (a U-Net decoder's
-//     upsampling with stride 2): fold(einsum(y, filter)).
+//     upsampling with stride 2): fold(einsum(y, filter)); with a provider, conv's backward data.
 //   max_pool / avg_pool<...>(x, windows...): the max or mean of each window (avg_pool counts the
 //     padding's zeros, as PyTorch's count_include_pad default does; max_pool pads with -inf).
 //   batch_norm<Ds...>(x, scale, bias, eps): normalised with the mean and variance over Ds (batch and
@@ -17,6 +17,7 @@
 // runs a direct convolution on each processor's slice with its halos (the same take_halo and
 // return_halo as unfold, so the same collectives) instead of unfold + product: no column buffer,
 // and oneDNN's kernels. Elsewhere (doubles, a GPU, other dim orders) it is unfold + einsum.
+// conv_transpose likewise runs the direct conv's backward data where channels out are unsplit.
 #include <limits>
 
 #include "../kernels/convolution.hpp"
@@ -210,6 +211,85 @@ auto conv_direct(const X& x, const F& filter, const std::array<window, sizeof...
       x, filter);
   return out;
 }
+
+// Whether conv_transpose<S...>(y, filter) can run as the direct conv's backward data: the conv from
+// its result X to Y is direct-eligible, has Y's dims in Y's order, and leaves channels out (the
+// dims it contracts) unsplit, so that no sum crosses processors and the collectives are fold's.
+template <Tensor Y, Tensor F, class... S>
+constexpr bool direct_transpose_ok() {
+  using X = transpose_input_t<Y, F, S...>;
+  constexpr direct_conv_layout l = direct_conv_layout_v<X, F, S...>;
+  return l.ok && l.out_axes == 0 && std::is_same_v<typename Y::dims, conv_dims_t<X, F, S...>>;
+}
+
+// conv_transpose as the direct conv's backward data per processor: y's slice to a buffer of the
+// result's slice with its halos, whose halos go back to their owners as fold's do (return_halo).
+// Gradient: to y, the direct forward conv of the gradient's slice with its halos (take_halo, as
+// unfold of the gradient); to the filter, backward weights (a partial sum over the split axes of
+// batch and spatial dims, as einsum's).
+template <class... S, Tensor Y, Tensor F>
+auto conv_transpose_direct(const Y& y, const F& filter, const std::array<std::int64_t, sizeof...(S)>& spatial_extents,
+                           const std::array<window, sizeof...(S)>& windows) {
+  using T = typename Y::value_type;
+  using Exec = typename Y::execution_space;
+  using mem = typename Y::memory_space;
+  using X = transpose_input_t<Y, F, S...>;
+  constexpr std::size_t R = X::rank, N = sizeof...(S);
+  constexpr direct_conv_layout l = direct_conv_layout_v<X, F, S...>;
+  constexpr std::size_t P = l.prefix;
+  constexpr std::array<std::string_view, N> window_names{S::window_dim::name()...};
+  constexpr std::array<std::string_view, N> names{S::dim::name()...};
+  typename X::extents_type x_ext{};
+  for (std::size_t i = 0; i < P; ++i) x_ext[i] = y.extents()[i];
+  for (std::size_t j = 0; j < N; ++j) x_ext[l.x_spatial[j]] = spatial_extents[j];
+  for (std::size_t c = P; c < R; ++c) x_ext[c] = filter.extents()[l.f_in_first + (c - P)];
+  const auto plan = plan_halos<X, S...>("conv_transpose", y.mesh(), x_ext, windows);
+  for (std::size_t j = 0; j < N; ++j) {
+    if (filter.extents()[l.f_window[j]] != windows[j].size)
+      throw shape_error(cat("conv_transpose: the filter's window dim '", window_names[j], "' has extent ",
+                            filter.extents()[l.f_window[j]], " but the window has size ", windows[j].size));
+    if (y.extents()[l.x_spatial[j]] != plan[j].geo.out)
+      throw shape_error(cat("conv_transpose: dim '", names[j], "' of extent ", spatial_extents[j], " has ",
+                            plan[j].geo.out, " window positions, but y has ", y.extents()[l.x_spatial[j]]));
+  }
+  check_shared_extents("conv_transpose", y, filter);
+  X out(y.mesh(), x_ext, uninitialized);
+  // The buffer the forward conv would read: the result's slice and, along each spatial dim, the
+  // range its windows read (plan_halos' buf_lo, buf_hi).
+  std::array<std::int64_t, R> b_ext{}, b_begin{};
+  for (std::size_t i = 0; i < R; ++i) b_ext[i] = out.local_extents()[i], b_begin[i] = out.offsets()[i];
+  for (std::size_t j = 0; j < N; ++j) {
+    const std::size_t d = l.x_spatial[j];
+    if (plan[j].path != halo_path::local) b_ext[d] = plan[j].buf_hi - plan[j].buf_lo, b_begin[d] = plan[j].buf_lo;
+  }
+  std::int64_t b_size = 1;
+  for (auto e : b_ext) b_size *= e;
+  halo_buffer<T, mem, R> db{view_pool<T, mem>::get().allocate(static_cast<std::size_t>(b_size)), b_ext, b_begin};
+  const kernels::conv_problem p = direct_conv_problem<R, N>(l, db.ext, db.begin, plan, y.local_extents(), y.offsets(),
+                                                            filter.local_extents());
+  if (!covers_buffer<R, N>(p, l, db.ext)) kernels::deep_copy(db.v, T(0));
+  kernels::convolution_backward_data<Exec, T>(p, y.view().data(), filter.view().data(), db.v.data());
+  for (std::size_t j = N; j-- > 0;) return_halo<Exec>(y.mesh().communicator(), db, plan[j]);
+  out = X(y.mesh(), x_ext, db.v);
+  record<X>(
+      out,
+      [y, filter, plan, p, l](const X& g) {
+        halo_buffer<T, mem, R> gb{g.view(), g.local_extents(), g.offsets()};
+        for (const auto& h : plan) take_halo<Exec>(g.mesh().communicator(), gb, h);
+        if (y.tracks_grad()) {
+          Y dy(y.mesh(), y.extents(), uninitialized);
+          kernels::convolution_forward<Exec, T>(p, gb.v.data(), filter.view().data(), dy.view().data());
+          push_fresh_grad(y, std::move(dy));
+        }
+        if (filter.tracks_grad()) {
+          F df(filter.mesh(), filter.extents(), uninitialized);
+          kernels::convolution_backward_weights<Exec, T>(p, gb.v.data(), y.view().data(), df.view().data());
+          push_partial_grad(filter, std::move(df), l.batch_spatial_axes);
+        }
+      },
+      y, filter);
+  return out;
+}
 }  // namespace meshtensor::detail
 
 namespace meshtensor::nn {
@@ -248,6 +328,11 @@ template <class... S, Tensor Y, Tensor F>
 auto conv_transpose(const Y& y, const F& filter, const std::array<std::int64_t, sizeof...(S)>& spatial_extents,
                     meshtensor::detail::window_for<S>... windows) {
   meshtensor::detail::plan_op_scope plan_scope("conv_transpose");
+  if constexpr (meshtensor::detail::direct_transpose_ok<Y, F, S...>()) {
+    static_assert((meshtensor::detail::spatial_checked_v<meshtensor::detail::transpose_input_t<Y, F, S...>, S> && ...));
+    if (kernels::has_convolution<typename Y::execution_space, typename Y::value_type>())
+      return meshtensor::detail::conv_transpose_direct<S...>(y, filter, spatial_extents, {windows...});
+  }
   return fold<S...>(meshtensor::detail::einsum_to(meshtensor::detail::transpose_cols_dims_t<Y, F, S...>{}, y, filter), spatial_extents,
                     windows...);
 }
