@@ -9,9 +9,12 @@
 // targets (1 - s) one_hot + s / |Vocab|.
 // Labels over the loss's dims in the same order (the usual case) take fused row kernels
 // (ops/detail/rows.hpp): the same three allreduces, one pass over the logits forward and one
-// backward, and no one_hot tensor. Other label orders are composed of the recording ops.
+// backward, and no one_hot tensor; with Vocab whole and last and a row-softmax provider
+// (kernels/softmax.hpp: oneDNN), its log_softmax forward and softmax backward, vectorised. Other
+// label orders are composed of the recording ops.
 // NaN: the loss is NaN for every example whose logits hold a NaN, under every layout (the max is
 // NaN-propagating and the sum of exponentials takes the NaN; docs/concepts.md, "NaN").
+#include "../kernels/softmax.hpp"
 #include "../ops/detail/rows.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/one_hot.hpp"
@@ -34,6 +37,29 @@ auto softmax_cross_entropy_fused(const Logits& logits, const Labels& labels, typ
       throw shape_error(cat("softmax_cross_entropy: the labels ", Labels::type_name(), labels.shape_string(),
                             " do not match the logits ", Logits::type_name(), logits.shape_string()));
   const row_shape sh = rows_along<Vocab>(logits);
+  if constexpr (axes == 0) {
+    // Vocab whole and last: the provider's vectorised log_softmax forward and softmax backward
+    // (kernels/softmax.hpp) instead of one libm exp per logit in each direction.
+    if (sh.inner == 1 && kernels::has_softmax_rows<Exec, T>()) {
+      R loss(logits.mesh(), ext, uninitialized);
+      {
+        Logits logp(logits.mesh(), logits.extents(), uninitialized);
+        kernels::softmax_rows<Exec, T>(sh.rows(), sh.n, true, logits.view().data(), logp.view().data());
+        for_each_row<Exec>(sh.rows(), xent_logp_rows<T, I, Mem>{logits.view(), logp.view(), loss.view(), labels.view(), sh, on, off});
+      }
+      record<R>(
+          loss,
+          [logits, labels, on, off](const R& g) {
+            const row_shape gs = rows_along<Vocab>(logits);
+            Logits dx(logits.mesh(), logits.extents(), uninitialized);
+            kernels::softmax_rows<Exec, T>(gs.rows(), gs.n, false, logits.view().data(), dx.view().data());
+            for_each_row<Exec>(gs.rows(), xent_prob_grad_rows<T, I, Mem>{g.view(), dx.view(), labels.view(), gs, on, off});
+            push_fresh_grad(logits, std::move(dx));
+          },
+          logits);
+      return loss;
+    }
+  }
   R m(logits.mesh(), ext, uninitialized), s(logits.mesh(), ext, uninitialized), p(logits.mesh(), ext, uninitialized),
       lse(logits.mesh(), ext, uninitialized), loss(logits.mesh(), ext, uninitialized);
   xent_rows<T, I, Mem> f{logits.view(), m.view(), s.view(), p.view(), lse.view(), loss.view(), labels.view(), sh,

@@ -403,6 +403,49 @@ struct xent_rows {
   }
 };
 
+// The loss of rows whose log_softmax a provider wrote (kernels::softmax_rows; D unsplit and
+// contiguous): loss = -sum_l t_l logp_l = -((on - off) logp[label] + off sum_l logp_l). A label
+// outside D's range leaves targets that sum to n off, not 1: then, as xent_rows computes it,
+// loss = lse - off sum_l x_l = (1 - n off) lse - off sum_l logp_l, with lse = x_0 - logp_0.
+template <class T, class I, class Mem>
+struct xent_logp_rows {
+  using C = compute_t<T>;
+  Kokkos::View<T*, Mem> x, logp, loss;
+  Kokkos::View<I*, Mem> ids;
+  row_shape sh;
+  T on, off;
+  template <class Row>
+  KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
+    const std::int64_t b = sh.base(r), n = sh.n;
+    const C total = off != T(0) ? w.template sum<C>(n, [&](std::int64_t l) { return C(logp(b + l)); }) : C(0);
+    const I id = ids(r);
+    const std::int64_t label = static_cast<std::int64_t>(id) - sh.begin;
+    const bool here = static_cast<I>(label + sh.begin) == id && label >= 0 && label < n;
+    w.single([&] {
+      loss(r) = here ? -(C(on) - C(off)) * C(logp(b + label)) - C(off) * total
+                     : (C(1) - C(off) * C(n)) * (n > 0 ? C(x(b)) - C(logp(b)) : C(0)) - C(off) * total;
+    });
+  }
+};
+
+// Its gradient, from the rows' softmax p that a provider wrote into dx: dx = g * (p - t).
+template <class T, class I, class Mem>
+struct xent_prob_grad_rows {
+  Kokkos::View<T*, Mem> g, dx;
+  Kokkos::View<I*, Mem> ids;
+  row_shape sh;
+  T on, off;
+  template <class Row>
+  KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
+    const std::int64_t b = sh.base(r);
+    const T gr = g(r);
+    const I id = ids(r);
+    w.for_each(sh.n, [&](std::int64_t l) {
+      dx(b + l) = gr * (dx(b + l) - (id == static_cast<I>(sh.begin + l) ? on : off));
+    });
+  }
+};
+
 // Its gradient to x: g * (exp(x - lse) - t).
 template <class T, class I, class Mem>
 struct xent_grad_rows {
