@@ -83,8 +83,16 @@ TEST_CASE("recompute: the same loss and gradients, one more forward pass of each
                   const auto acts = [](const stack_run& s) { return s.report->peak_bytes_of(mt::memory_kind::activations); };
                   INFO("activations at the peak: " << acts(planned_plain) << " bytes plain, " << acts(planned_again)
                                                    << " recomputed");
-                  CHECK(acts(planned_again) < acts(planned_plain));
-                  CHECK(planned_again.report->peak_bytes < planned_plain.report->peak_bytes);
+                  // A processor that holds none of the batch (5 over 6) keeps no activations either way.
+                  const bool holds_tokens =
+                      mt::zeros<mt::tensor<float, L, batch, length, d_model>>(g, {B, T, D}).local_size() > 0;
+                  if (holds_tokens) {
+                    CHECK(acts(planned_again) < acts(planned_plain));
+                    CHECK(planned_again.report->peak_bytes < planned_plain.report->peak_bytes);
+                  } else {
+                    CHECK(acts(planned_again) <= acts(planned_plain));
+                    CHECK(planned_again.report->peak_bytes <= planned_plain.report->peak_bytes);
+                  }
                   // The plan names the second forward pass's collectives "(recompute)".
                   const auto& cs = planned_again.report->collectives;
                   if (!plain.block_counters.empty())
