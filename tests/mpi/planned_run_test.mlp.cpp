@@ -72,3 +72,32 @@ TEST_CASE("a planned mesh of 512 processors plans without MPI", "[planned]") {
   CHECK_THROWS_WITH((mt::zeros<mt::tensor<float, L, batch, hidden>>(g, {4, 4})),
                     Catch::Matchers::ContainsSubstring("tensor<batch, hidden>: made on a real mesh while a planned mesh exists"));
 }
+
+// rename, replace_dimensions and reshape relayout (here: allgather the split dim they rename or
+// flatten); their collectives, forward and backward, are named after them in a plan, not "other".
+TEST_CASE("rename, replace_dimensions and reshape name their collectives in a plan", "[planned]") {
+  using L = mt::layout<grid, mt::split<batch, r_>>;
+  using X = mt::tensor<float, L, batch, hidden>;
+  const auto pm = grid::planned({2, 2}, {1, 0});
+  auto x = mt::random_normal<X>(pm, {6, 4}, 1);
+  x.requires_grad();
+  const auto ops_of = [&](auto&& f, const std::string& name) {
+    mt::reset_plan(pm);
+    const auto y = f(x);
+    (void)mt::gradient(sum_all(y), x);
+    const auto r = mt::plan_report_of(pm);
+    INFO(name);
+    std::size_t named = 0;
+    for (const auto& c : r.collectives) {
+      INFO("collective " << c.collective << " credited to '" << c.op << "'");
+      // The op's own, forward and backward; the loss's reduce_sum is the test's.
+      CHECK((c.op.rfind(name, 0) == 0 || c.op.rfind("reduce_sum", 0) == 0));
+      named += c.op.rfind(name, 0) == 0;
+    }
+    CHECK(named > 0);
+  };
+  ops_of([](const X& t) { return mt::rename<batch, classes>(t); }, "rename");
+  ops_of([](const X& t) { return mt::replace_dimensions<list<batch, hidden>, list<hidden, batch>>(t); }, "replace_dimensions");
+  ops_of([](const X& t) { return mt::reshape<classes>(t, {24}); }, "reshape");
+  ops_of([](const X& t) { return mt::replace_dimensions<list<batch>, list<classes, d_model>>(t, {2, 3}); }, "replace_dimensions");
+}

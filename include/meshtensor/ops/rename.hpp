@@ -253,6 +253,7 @@ constexpr comm_plan reshape_plan() {
 // Gradient: renamed back (relayout semantics).
 template <Dim Old, Dim New, Tensor X>
 auto rename(const X& x) {
+  meshtensor::detail::plan_op_scope plan_scope("rename");
   if constexpr (!contains_v<Old, typename X::dims>) {
     (void)sizeof(diagnostic::rename_source_not_in_tensor<Old>);
     return x;
@@ -269,6 +270,7 @@ auto rename(const X& x) {
 // Renames OldList's k-th dim to NewList's k-th, all at once (so dims may swap names).
 template <class OldList, class NewList, Tensor X>
 auto replace_dimensions(const X& x) {
+  meshtensor::detail::plan_op_scope plan_scope("replace_dimensions");
   if constexpr (OldList::size != NewList::size) {
     (void)sizeof(diagnostic::replace_dimensions_counts_differ<OldList, NewList>);
     return x;
@@ -287,6 +289,7 @@ auto replace_dimensions(const X& x) {
 // braced list and make the missing extents 0.
 template <Dim... New, Tensor X, std::size_t N>
 auto reshape(const X& x, const std::array<std::int64_t, N>& extents) {
+  meshtensor::detail::plan_op_scope plan_scope("reshape");
   if constexpr (N != sizeof...(New)) {
     (void)sizeof(diagnostic::reshape_extent_count_differs<type_list<New...>, diagnostic::extents_expected<sizeof...(New)>,
                                                           diagnostic::extents_given<N>>);
@@ -313,6 +316,7 @@ auto reshape(const X& x, const std::int64_t (&extents)[N]) {
 template <class OldList, class NewList, Tensor X, std::size_t N>
 auto replace_dimensions(const X& x, const std::array<std::int64_t, N>& extents) {
   static_assert(OldList::size > 0, "meshtensor: replace_dimensions needs at least one old dim");
+  meshtensor::detail::plan_op_scope plan_scope("replace_dimensions");  // its reshape's collectives are its
   if constexpr (N != NewList::size) {
     (void)sizeof(diagnostic::reshape_extent_count_differs<NewList, diagnostic::extents_expected<NewList::size>,
                                                           diagnostic::extents_given<N>>);
