@@ -195,10 +195,11 @@ void check_reshape(const X& x, const typename Out::extents_type& out_ext, const 
     throw shape_error(cat(op, ": ", X::type_name(), xs, " has ", product(x.extents()), " elements, but ",
                           Out::type_name(), os, " has ", product(out_ext)));
   constexpr auto in_out = positions_in<X, Out>();
+  constexpr auto splits = X::splits;
   for (std::size_t i = 0; i < X::rank; ++i) {
-    if (X::splits[i].count == 0 || in_out[i] >= Out::rank) continue;
+    if (splits[i].count == 0 || in_out[i] >= Out::rank) continue;
     const std::size_t j = in_out[i];
-    const auto before_x = product(x.extents(), i), before_o = product(out_ext, j);
+    const std::int64_t before_x = product(x.extents(), i), before_o = product(out_ext, j);
     if (x.extents()[i] != out_ext[j] || before_x != before_o)
       throw layout_error(cat(op, ": dim '", X::dim_names()[i], "' is split over ", x.split_string(i), " in both ",
                              X::type_name(), xs, " and ", Out::type_name(), os, ", but its extent (", x.extents()[i],
