@@ -1,6 +1,7 @@
 #pragma once
 // softmax<Ds...>(x) = exp(x - logsumexp<Ds...>(x)) and log_softmax<Ds...>(x) = x - logsumexp<Ds...>(x),
-// normalised over the named dims (usually one), which may be split.
+// normalised over the named dims (usually one), which may be split; causal_softmax<Q, D>(x, scale),
+// attention's weights: softmax along D of scale * x with the positions after the row's own masked.
 // Communication: forward, logsumexp's allreduce max then allreduce sum over the axes of the named
 // dims that are split; gradient, one allreduce sum over the same axes (none when none is split).
 // NaN: a row (the elements normalised together) holding a NaN is NaN throughout, under every
