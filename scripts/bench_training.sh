@@ -51,11 +51,13 @@ large_model=(--batch 8 --length 256 --d-model 512 --heads 8 --d-kv 64 --d-ff 204
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-ours() {  # ranks layout mesh_rows mesh_cols [extra args]
-  local n=$1 layout=$2 r=$3 c=$4; shift 4
-  mpiexec -n "$n" "$lm" --layout "$layout" --mesh "$r" "$c" "${model[@]}" --steps $((warmup + steps)) \
+lm_run() {  # model_array_name ranks layout mesh_rows mesh_cols [extra args]
+  local -n spec=$1
+  local n=$2 layout=$3 r=$4 c=$5; shift 5
+  mpiexec -n "$n" "$lm" --layout "$layout" --mesh "$r" "$c" "${spec[@]}" --steps $((warmup + steps)) \
     --warmup "$warmup" --log-every 100000 --csv "$tmp/loss.csv" "$@" 2>&1
 }
+ours() { lm_run model "$@"; }  # ranks layout mesh_rows mesh_cols [extra args], the small model
 torch() {  # [model args]: PyTorch on one thread
   /usr/bin/python3 "$torch_ref" bench "$@" --warmup "$warmup" --steps "$steps" --threads 1
 }
@@ -72,8 +74,7 @@ for ((round = 1; round <= rounds; round++)); do
   runs[data2]+=" $(ours 2 data 2 1 | median_of)"
   runs[model2]+=" $(ours 2 model 2 1 | median_of)"
   if [ "$large" = 1 ]; then
-    runs[large]+=" $(mpiexec -n 1 "$lm" --layout data --mesh 1 1 "${large_model[@]}" --steps $((warmup + steps)) \
-                       --warmup "$warmup" --log-every 100000 --csv "$tmp/loss.csv" 2>&1 | median_of)"
+    runs[large]+=" $(lm_run large_model 1 data 1 1 | median_of)"
     runs[torch_large]+=" $(torch "${large_model[@]}" | median_of)"
   fi
 done

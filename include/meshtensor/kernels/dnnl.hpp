@@ -81,7 +81,7 @@ inline bool avx512() {
 inline bool has_bf16() { return avx512(); }
 
 // Whether float products go to oneDNN's matmul rather than OpenBLAS's sgemm. On AVX-512 cores its
-// brgemm kernels were faster at every shape of a Transformer step (1.04-1.32x, benchmarks/
+// brgemm kernels were faster at every shape of a Transformer step (1.07-1.24x, benchmarks/
 // bench_bf16.cpp, docs/performance.md), the batched ones most (one call, no packing per matrix, no
 // memset of C). Below AVX-512 oneDNN 2.x has no brgemm matmul and OpenBLAS stays. A fixed rule, not
 // a per-shape race at run time: every rank must take the same provider, or the replicas of a

@@ -163,6 +163,28 @@ bool covers_buffer(const kernels::conv_problem& p, const direct_conv_layout& l, 
   return all;
 }
 
+// The filter's window dims must have the windows' sizes (op names the caller in the error).
+template <class... S, Tensor F>
+void check_filter_windows(const char* op, const F& filter, const direct_conv_layout& l,
+                          const std::array<window, sizeof...(S)>& windows) {
+  constexpr std::array<std::string_view, sizeof...(S)> window_names{S::window_dim::name()...};
+  for (std::size_t j = 0; j < sizeof...(S); ++j)
+    if (filter.extents()[l.f_window[j]] != windows[j].size)
+      throw shape_error(cat(op, ": the filter's window dim '", window_names[j], "' has extent ",
+                            filter.extents()[l.f_window[j]], " but the window has size ", windows[j].size));
+}
+
+// The filter's gradient from the direct conv's input buffer (src, its halos in) and the gradient of
+// its output (diff_dst): backward weights, a partial sum over the split axes of batch and spatial dims.
+template <Tensor F>
+void push_filter_grad(const F& filter, const kernels::conv_problem& p, const typename F::value_type* src,
+                      const typename F::value_type* diff_dst, const direct_conv_layout& l) {
+  F df(filter.mesh(), filter.extents(), uninitialized);
+  kernels::convolution_backward_weights<typename F::execution_space, typename F::value_type>(p, src, diff_dst,
+                                                                                            df.view().data());
+  push_partial_grad(filter, std::move(df), l.batch_spatial_axes);
+}
+
 // conv as a direct convolution per processor, with unfold's halos; gradient: backward data onto the
 // halo buffer, whose halos go back as fold's do (a partial sum over the split axes of channels
 // out), and backward weights (a partial sum over the split axes of batch and spatial dims).
@@ -175,12 +197,8 @@ auto conv_direct(const X& x, const F& filter, const std::array<window, sizeof...
   constexpr std::size_t R = X::rank, N = sizeof...(S);
   constexpr direct_conv_layout l = direct_conv_layout_v<X, F, S...>;
   constexpr std::size_t P = l.prefix;
-  constexpr std::array<std::string_view, N> window_names{S::window_dim::name()...};
   const auto plan = plan_halos<X, S...>("conv", x.mesh(), x.extents(), windows);
-  for (std::size_t j = 0; j < N; ++j)
-    if (filter.extents()[l.f_window[j]] != windows[j].size)
-      throw shape_error(cat("conv: the filter's window dim '", window_names[j], "' has extent ",
-                            filter.extents()[l.f_window[j]], " but the window has size ", windows[j].size));
+  check_filter_windows<S...>("conv", filter, l, windows);
   check_shared_extents("conv", x, filter);
   typename Y::extents_type y_ext{};
   for (std::size_t i = 0; i < P; ++i) y_ext[i] = x.extents()[i];
@@ -202,11 +220,7 @@ auto conv_direct(const X& x, const F& filter, const std::array<window, sizeof...
           for (std::size_t j = N; j-- > 0;) return_halo<Exec>(x.mesh().communicator(), db, plan[j]);
           push_partial_grad(x, X(x.mesh(), x.extents(), db.v), l.out_axes);
         }
-        if (filter.tracks_grad()) {
-          F df(filter.mesh(), filter.extents(), uninitialized);
-          kernels::convolution_backward_weights<Exec, T>(p, b.v.data(), g.view().data(), df.view().data());
-          push_partial_grad(filter, std::move(df), l.batch_spatial_axes);
-        }
+        if (filter.tracks_grad()) push_filter_grad(filter, p, b.v.data(), g.view().data(), l);
       },
       x, filter);
   return out;
@@ -237,34 +251,22 @@ auto conv_transpose_direct(const Y& y, const F& filter, const std::array<std::in
   constexpr std::size_t R = X::rank, N = sizeof...(S);
   constexpr direct_conv_layout l = direct_conv_layout_v<X, F, S...>;
   constexpr std::size_t P = l.prefix;
-  constexpr std::array<std::string_view, N> window_names{S::window_dim::name()...};
   constexpr std::array<std::string_view, N> names{S::dim::name()...};
   typename X::extents_type x_ext{};
   for (std::size_t i = 0; i < P; ++i) x_ext[i] = y.extents()[i];
   for (std::size_t j = 0; j < N; ++j) x_ext[l.x_spatial[j]] = spatial_extents[j];
   for (std::size_t c = P; c < R; ++c) x_ext[c] = filter.extents()[l.f_in_first + (c - P)];
   const auto plan = plan_halos<X, S...>("conv_transpose", y.mesh(), x_ext, windows);
+  check_filter_windows<S...>("conv_transpose", filter, l, windows);
   for (std::size_t j = 0; j < N; ++j) {
-    if (filter.extents()[l.f_window[j]] != windows[j].size)
-      throw shape_error(cat("conv_transpose: the filter's window dim '", window_names[j], "' has extent ",
-                            filter.extents()[l.f_window[j]], " but the window has size ", windows[j].size));
     if (y.extents()[l.x_spatial[j]] != plan[j].geo.out)
       throw shape_error(cat("conv_transpose: dim '", names[j], "' of extent ", spatial_extents[j], " has ",
                             plan[j].geo.out, " window positions, but y has ", y.extents()[l.x_spatial[j]]));
   }
   check_shared_extents("conv_transpose", y, filter);
   X out(y.mesh(), x_ext, uninitialized);
-  // The buffer the forward conv would read: the result's slice and, along each spatial dim, the
-  // range its windows read (plan_halos' buf_lo, buf_hi).
-  std::array<std::int64_t, R> b_ext{}, b_begin{};
-  for (std::size_t i = 0; i < R; ++i) b_ext[i] = out.local_extents()[i], b_begin[i] = out.offsets()[i];
-  for (std::size_t j = 0; j < N; ++j) {
-    const std::size_t d = l.x_spatial[j];
-    if (plan[j].path != halo_path::local) b_ext[d] = plan[j].buf_hi - plan[j].buf_lo, b_begin[d] = plan[j].buf_lo;
-  }
-  std::int64_t b_size = 1;
-  for (auto e : b_ext) b_size *= e;
-  halo_buffer<T, mem, R> db{view_pool<T, mem>::get().allocate(static_cast<std::size_t>(b_size)), b_ext, b_begin};
+  // The buffer the forward conv would read: the result's slice with its halos.
+  auto db = halo_buffer_for<T, mem>(out.local_extents(), out.offsets(), plan);
   const kernels::conv_problem p = direct_conv_problem<R, N>(l, db.ext, db.begin, plan, y.local_extents(), y.offsets(),
                                                             filter.local_extents());
   if (!covers_buffer<R, N>(p, l, db.ext)) kernels::deep_copy(db.v, T(0));
@@ -281,11 +283,7 @@ auto conv_transpose_direct(const Y& y, const F& filter, const std::array<std::in
           kernels::convolution_forward<Exec, T>(p, gb.v.data(), filter.view().data(), dy.view().data());
           push_fresh_grad(y, std::move(dy));
         }
-        if (filter.tracks_grad()) {
-          F df(filter.mesh(), filter.extents(), uninitialized);
-          kernels::convolution_backward_weights<Exec, T>(p, gb.v.data(), y.view().data(), df.view().data());
-          push_partial_grad(filter, std::move(df), l.batch_spatial_axes);
-        }
+        if (filter.tracks_grad()) push_filter_grad(filter, p, gb.v.data(), y.view().data(), l);
       },
       y, filter);
   return out;

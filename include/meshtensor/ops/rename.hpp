@@ -317,7 +317,7 @@ auto reshape(const X& x, const std::int64_t (&extents)[N]) {
 template <class OldList, class NewList, Tensor X, std::size_t N>
 auto replace_dimensions(const X& x, const std::array<std::int64_t, N>& extents) {
   static_assert(OldList::size > 0, "meshtensor: replace_dimensions needs at least one old dim");
-  meshtensor::detail::plan_op_scope plan_scope("replace_dimensions");  // its reshape's collectives are its
+  meshtensor::detail::plan_op_scope plan_scope("replace_dimensions");  // outermost: reshape's collectives count here
   if constexpr (N != NewList::size) {
     (void)sizeof(diagnostic::reshape_extent_count_differs<NewList, diagnostic::extents_expected<NewList::size>,
                                                           diagnostic::extents_given<N>>);

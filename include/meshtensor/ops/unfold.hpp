@@ -240,6 +240,24 @@ struct halo_buffer {
   std::array<std::int64_t, R> ext{}, begin{};
 };
 
+// A buffer, from the pool and not filled, shaped as the one take_halo leaves once every halo of plan
+// is in: a slice's extents and offsets (ext, begin) along the other dims; along each spatial dim
+// this processor's part, widened to the range its windows read where halos are exchanged. What
+// fold and conv_transpose's direct path add into before return_halo.
+template <class T, class Mem, std::size_t R, std::size_t N>
+halo_buffer<T, Mem, R> halo_buffer_for(const std::array<std::int64_t, R>& ext, const std::array<std::int64_t, R>& begin,
+                                       const std::array<halo_dim, N>& plan) {
+  halo_buffer<T, Mem, R> b{{}, ext, begin};
+  for (const auto& h : plan) {
+    b.ext[h.index] = h.path == halo_path::local ? h.own_hi - h.own_lo : h.buf_hi - h.buf_lo;
+    b.begin[h.index] = h.path == halo_path::local ? h.own_lo : h.buf_lo;
+  }
+  std::int64_t n = 1;
+  for (auto e : b.ext) n *= e;
+  b.v = view_pool<T, Mem>::get().allocate(static_cast<std::size_t>(n));
+  return b;
+}
+
 // b's data seen as [outer, n, inner] around its dim d.
 template <class T, class Mem, std::size_t R>
 along_view<Kokkos::View<T*, Mem>> along_dim(const halo_buffer<T, Mem, R>& b, std::size_t d) {
@@ -515,23 +533,12 @@ X fold_local(const Cols& cols, const typename X::extents_type& extents, const st
   constexpr std::size_t R = X::rank, N = Cols::rank - X::rank;
   // The result's slice: cols' along the other dims, this processor's part along the spatial ones.
   const std::size_t P = prefix_of(plan);
-  halo_buffer<T, typename X::memory_space, R> b;
+  std::array<std::int64_t, R> ext{}, begin{};
   for (std::size_t d = 0; d < R; ++d) {
-    b.ext[d] = cols.local_extents()[d < P ? d : d + N];
-    b.begin[d] = cols.offsets()[d < P ? d : d + N];
+    ext[d] = cols.local_extents()[d < P ? d : d + N];
+    begin[d] = cols.offsets()[d < P ? d : d + N];
   }
-  for (const auto& h : plan) {
-    b.ext[h.index] = h.own_hi - h.own_lo;
-    b.begin[h.index] = h.own_lo;
-  }
-  for (const auto& h : plan)
-    if (h.path != halo_path::local) {
-      b.ext[h.index] = h.buf_hi - h.buf_lo;
-      b.begin[h.index] = h.buf_lo;
-    }
-  std::int64_t n = 1;
-  for (auto e : b.ext) n *= e;
-  b.v = view_pool<T, typename X::memory_space>::get().allocate(static_cast<std::size_t>(n));
+  auto b = halo_buffer_for<T, typename X::memory_space>(ext, begin, plan);
   fold_kernel<Exec>(cols.view(), cols.local_extents(), cols.offsets(), window_maps<R, N>(plan), P, b);
   for (std::size_t j = N; j-- > 0;) return_halo<Exec>(cols.mesh().communicator(), b, plan[j]);
   return X(cols.mesh(), extents, b.v);
