@@ -11,8 +11,14 @@
 //   unwind     rank 1's exception leaves the environment's scope (caught outside it): as fail.
 //   from_host  the last rank passes a host array of the wrong size: every rank throws the same
 //              shape_error, prints it, and returns env.fail(e); a clean exit with code 1.
+//   stalls     the last rank sleeps 60 s (alive, outside any collective) before a reduce_sum the
+//              others wait in: with MESHTENSOR_COLLECTIVE_TIMEOUT set, the collective watchdog
+//              (runtime/watchdog.hpp) ends the job, naming the op, the tensor, the axes and that
+//              rank; with a timeout that is not a number, every rank fails alike at the mesh.
 #include <cstdio>
 #include <cstring>
+#include <chrono>
+#include <thread>
 #include <meshtensor/meshtensor.hpp>
 #include <stdexcept>
 #include <string>
@@ -47,6 +53,12 @@ int run(int argc, char** argv, const std::string& mode) {
   }
   if (mode == "unwind") {  // the caller catches, outside the environment's scope
     one_rank_fails(g, rank);
+    return 0;
+  }
+  if (mode == "stalls") {
+    const auto t = mt::iota<vec>(g, {n});
+    if (rank == env.world_size() - 1) std::this_thread::sleep_for(std::chrono::seconds(60));
+    std::printf("rank %d: sum %g (must not be reached)\n", rank, static_cast<double>(mt::item(mt::reduce_sum<i_>(t))));
     return 0;
   }
   if (mode == "from_host") {

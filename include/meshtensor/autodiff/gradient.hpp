@@ -112,10 +112,12 @@ class gradient_buckets {
 
   // Starts what is left, waits for every bucket, copies the sums into the gradients.
   void finish() {
+    const collective_subject subject(&bucket_name);
     for (auto& [key, b] : open_)
       if (!b.views.empty()) start(b, key);
     for (auto& b : started_) {
-      if (b.request != MPI_REQUEST_NULL) MPI_Wait(&b.request, MPI_STATUS_IGNORE);
+      if (b.request != MPI_REQUEST_NULL)
+        b.key.first->await(&b.request, 1, collective::allreduce, b.key.second, b.n * static_cast<std::int64_t>(sizeof(T)));
       if (b.views.size() == 1) {
         b.buffer->copy_into(b.views[0]);
         continue;
@@ -136,6 +138,7 @@ class gradient_buckets {
     view_type packed;
     std::optional<buffer_type> buffer;  // what MPI reduces: the gradient itself or packed
     MPI_Request request = MPI_REQUEST_NULL;
+    std::pair<communicator*, unsigned> key{nullptr, 0};  // whose allreduce: the watchdog names it
   };
 
   template <class F>
@@ -149,7 +152,9 @@ class gradient_buckets {
   }
 
   // One gradient is reduced in place; several are copied into one buffer first.
+  static std::string bucket_name() { return "a bucket of parameters' gradients"; }
   void start(bucket& b, const std::pair<communicator*, unsigned>& key) {
+    const collective_subject subject(&bucket_name);
     if (b.views.size() == 1) {
       b.buffer = buffer_type::reading(b.views[0]);
     } else {
@@ -157,6 +162,7 @@ class gradient_buckets {
       copy_parts(b, [](const auto& part, const view_type& v) { kernels::deep_copy(Exec{}, part, v); });
       b.buffer = buffer_type::reading(b.packed);  // waits for the copies
     }
+    b.key = key;
     if (settings_.overlap) {
       b.request = start_allreduce(*key.first, key.second, b.buffer->data(), b.n);
     } else {

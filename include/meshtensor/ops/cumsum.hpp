@@ -22,6 +22,7 @@ namespace detail {
 // Non-recording kernel: running sum along D, from the front or (reverse) from the back.
 template <Dim D, Tensor X>
 X cumsum_impl(const X& x, bool reverse) {
+  const collective_subject subject(&X::type_name);
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   using L = typename X::layout_type;

@@ -243,7 +243,10 @@ Out reduce_to(const X& x, reduce_op op) {
   Out out(x.mesh(), result_extents<Out>(x), uninitialized);
   reduce_local<typename X::execution_space>(x.view(), x.local_extents(), positions_in_v<Out, X>, positions_in_v<X, Out>,
                                             out.view(), out.local_extents(), op);
-  if constexpr (combine) allreduce_local(out, axes_mask_of<X, removed>(), op);
+  if constexpr (combine) {
+    const collective_subject subject(&X::type_name);
+    allreduce_local(out, axes_mask_of<X, removed>(), op);
+  }
   return out;
 }
 

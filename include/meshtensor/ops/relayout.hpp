@@ -214,6 +214,7 @@ Out relayout_kernel(const X& x, const char* op) {
   static_assert(Out::rank == X::rank);
   constexpr auto step = analyze_relayout<X::rank>(X::splits, Out::splits);
   auto& comm = x.mesh().communicator();
+  const collective_subject subject(&X::type_name);
   (void)op;
   auto v = move_slices<typename X::execution_space, typename X::value_type, X::rank>(comm, x.view(), x.extents(),
                                                                                      X::splits, Out::splits, step);
@@ -243,6 +244,7 @@ constexpr bool scatters_over(const std::array<dim_split, R>& from, const std::ar
 // then one MPI_Reduce_scatter. Not recorded.
 template <Tensor Out, Tensor X>
 Out reduce_scatter_kernel(const X& addend, unsigned axes) {
+  const collective_subject subject(&X::type_name);
   using Exec = typename X::execution_space;
   using T = typename X::value_type;
   constexpr std::size_t R = X::rank;

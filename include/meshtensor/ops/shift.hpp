@@ -72,6 +72,7 @@ bool shift_uses_neighbours(const X& x, std::int64_t reach) {
 // Non-recording shift, also the gradient rule's kernel.
 template <Dim D, Tensor X>
 X shift_impl(const X& x, std::int64_t offset, boundary b) {
+  const collective_subject subject(&X::type_name);
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   const bool wrap = b == boundary::wrap;

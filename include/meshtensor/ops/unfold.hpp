@@ -508,6 +508,7 @@ void fold_kernel(const Kokkos::View<T*, typename Exec::memory_space>& cv, const 
 // unfold without recording: the halos in, then every output element read from the buffer.
 template <Tensor Out, Tensor X>
 Out unfold_local(const X& x, const std::array<halo_dim, Out::rank - X::rank>& plan, typename X::value_type fill) {
+  const collective_subject subject(&X::type_name);
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   constexpr std::size_t R = X::rank, N = Out::rank - X::rank;
@@ -528,6 +529,7 @@ Out unfold_local(const X& x, const std::array<halo_dim, Out::rank - X::rank>& pl
 // fold without recording: every tap added onto the buffer element it reads, then the halos back.
 template <Tensor X, Tensor Cols>
 X fold_local(const Cols& cols, const typename X::extents_type& extents, const std::array<halo_dim, Cols::rank - X::rank>& plan) {
+  const collective_subject subject(&Cols::type_name);
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   constexpr std::size_t R = X::rank, N = Cols::rank - X::rank;

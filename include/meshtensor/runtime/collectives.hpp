@@ -49,6 +49,20 @@ inline std::vector<float> widened(const bf16* in, std::int64_t n) {
 inline void narrow_into(const std::vector<float>& wide, bf16* out) {
   for (std::size_t i = 0; i < wide.size(); ++i) out[i] = wide[i];
 }
+// Sends to `to` and receives from `from` (MPI_PROC_NULL: none) in one exchange: a shift's step.
+template <class T>
+void sendrecv(communicator& c, unsigned axes, const T* send, int send_n, int to, T* recv, int recv_n, int from,
+              MPI_Comm sub) {
+  c.run(collective::shift, axes, std::int64_t{send_n} * static_cast<std::int64_t>(sizeof(T)),
+        [&] {
+          MPI_Sendrecv(send, send_n, mpi_type<T>(), to, 0, recv, recv_n, mpi_type<T>(), from, 0, sub,
+                       MPI_STATUS_IGNORE);
+        },
+        [&](MPI_Request* r) {
+          MPI_Irecv(recv, recv_n, mpi_type<T>(), from, 0, sub, &r[0]);
+          MPI_Isend(send, send_n, mpi_type<T>(), to, 0, sub, &r[1]);
+        });
+}
 }  // namespace detail
 
 // In place: every processor along the axes ends with the reduction of all of them.
@@ -63,7 +77,12 @@ void allreduce(detail::communicator& c, unsigned axes, T* data, std::int64_t n, 
   c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
   if (c.size_over(axes) == 1) return;
-  MPI_Allreduce(MPI_IN_PLACE, data, detail::checked_count(n), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes));
+  const int count = detail::checked_count(n);
+  c.run(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)),
+        [&] { MPI_Allreduce(MPI_IN_PLACE, data, count, detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes)); },
+        [&](MPI_Request* r) {
+          MPI_Iallreduce(MPI_IN_PLACE, data, count, detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes), r);
+        });
 }
 
 // allreduce, started: data holds the result once the request returned has completed
@@ -85,8 +104,12 @@ template <class T>
 void allgather(detail::communicator& c, unsigned axes, const T* send, std::int64_t n, T* recv) {
   c.count(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
-  MPI_Allgather(send, detail::checked_count(n), detail::mpi_type<T>(), recv, detail::checked_count(n),
-                detail::mpi_type<T>(), c.over(axes));
+  const int count = detail::checked_count(n);
+  c.run(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)),
+        [&] { MPI_Allgather(send, count, detail::mpi_type<T>(), recv, count, detail::mpi_type<T>(), c.over(axes)); },
+        [&](MPI_Request* r) {
+          MPI_Iallgather(send, count, detail::mpi_type<T>(), recv, count, detail::mpi_type<T>(), c.over(axes), r);
+        });
 }
 
 // Block p of send (n_per_peer elements) goes to sub-rank p; block p of recv comes from it.
@@ -94,8 +117,12 @@ template <class T>
 void alltoall(detail::communicator& c, unsigned axes, const T* send, std::int64_t n_per_peer, T* recv) {
   c.count(collective::alltoall, axes, n_per_peer * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
-  MPI_Alltoall(send, detail::checked_count(n_per_peer), detail::mpi_type<T>(), recv,
-               detail::checked_count(n_per_peer), detail::mpi_type<T>(), c.over(axes));
+  const int count = detail::checked_count(n_per_peer);
+  c.run(collective::alltoall, axes, n_per_peer * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)),
+        [&] { MPI_Alltoall(send, count, detail::mpi_type<T>(), recv, count, detail::mpi_type<T>(), c.over(axes)); },
+        [&](MPI_Request* r) {
+          MPI_Ialltoall(send, count, detail::mpi_type<T>(), recv, count, detail::mpi_type<T>(), c.over(axes), r);
+        });
 }
 
 // As allgather with a count per processor (uneven slices): recv holds counts[p] elements from
@@ -108,8 +135,16 @@ void allgatherv(detail::communicator& c, unsigned axes, const T* send, std::int6
   if (same) return allgather(c, axes, send, n, recv);
   c.count(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
-  MPI_Allgatherv(send, detail::checked_count(n), detail::mpi_type<T>(), recv, counts.data(), displs.data(),
-                 detail::mpi_type<T>(), c.over(axes));
+  const int count = detail::checked_count(n);
+  c.run(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)),
+        [&] {
+          MPI_Allgatherv(send, count, detail::mpi_type<T>(), recv, counts.data(), displs.data(), detail::mpi_type<T>(),
+                         c.over(axes));
+        },
+        [&](MPI_Request* r) {
+          MPI_Iallgatherv(send, count, detail::mpi_type<T>(), recv, counts.data(), displs.data(), detail::mpi_type<T>(),
+                          c.over(axes), r);
+        });
 }
 
 // As alltoall with a count per peer each way (uneven blocks). `uniform` says that every block
@@ -128,8 +163,15 @@ void alltoallv(detail::communicator& c, unsigned axes, bool uniform, const T* se
   for (int q = 0; q < n; ++q) sent += send_counts[q];
   c.count(collective::alltoall, axes, sent * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
-  MPI_Alltoallv(send, send_counts.data(), send_displs.data(), detail::mpi_type<T>(), recv, recv_counts.data(),
-                recv_displs.data(), detail::mpi_type<T>(), c.over(axes));
+  c.run(collective::alltoall, axes, sent * static_cast<std::int64_t>(sizeof(T)),
+        [&] {
+          MPI_Alltoallv(send, send_counts.data(), send_displs.data(), detail::mpi_type<T>(), recv, recv_counts.data(),
+                        recv_displs.data(), detail::mpi_type<T>(), c.over(axes));
+        },
+        [&](MPI_Request* r) {
+          MPI_Ialltoallv(send, send_counts.data(), send_displs.data(), detail::mpi_type<T>(), recv, recv_counts.data(),
+                         recv_displs.data(), detail::mpi_type<T>(), c.over(axes), r);
+        });
 }
 
 // Reduces send (n_per_rank * size elements) and leaves block r of the result on sub-rank r.
@@ -145,8 +187,12 @@ void reduce_scatter(detail::communicator& c, unsigned axes, const T* send, T* re
   }
   c.count(collective::reduce_scatter, axes, n_per_rank * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
-  MPI_Reduce_scatter_block(send, recv, detail::checked_count(n_per_rank), detail::mpi_type<T>(), detail::mpi_op(op),
-                           c.over(axes));
+  const int count = detail::checked_count(n_per_rank);
+  c.run(collective::reduce_scatter, axes, n_per_rank * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)),
+        [&] { MPI_Reduce_scatter_block(send, recv, count, detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes)); },
+        [&](MPI_Request* r) {
+          MPI_Ireduce_scatter_block(send, recv, count, detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes), r);
+        });
 }
 
 // As reduce_scatter with a count per processor (uneven parts): send holds counts[p] elements for
@@ -167,7 +213,11 @@ void reduce_scatter_v(detail::communicator& c, unsigned axes, const T* send, T* 
   }
   c.count(collective::reduce_scatter, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
-  MPI_Reduce_scatter(send, recv, counts.data(), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes));
+  c.run(collective::reduce_scatter, axes, n * static_cast<std::int64_t>(sizeof(T)),
+        [&] { MPI_Reduce_scatter(send, recv, counts.data(), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes)); },
+        [&](MPI_Request* r) {
+          MPI_Ireduce_scatter(send, recv, counts.data(), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes), r);
+        });
 }
 
 // Along one mesh axis: this processor sends to coordinate + offset and receives from
@@ -188,8 +238,7 @@ void shift(detail::communicator& c, int axis, const T* send, T* recv, std::int64
   const int from = from_ok ? wrap_to(from_raw) : MPI_PROC_NULL;
   if (!from_ok)
     for (std::int64_t i = 0; i < n; ++i) recv[i] = T{};
-  MPI_Sendrecv(send, detail::checked_count(n), detail::mpi_type<T>(), to, 0, recv, detail::checked_count(n),
-               detail::mpi_type<T>(), from, 0, sub, MPI_STATUS_IGNORE);
+  detail::sendrecv(c, axes, send, detail::checked_count(n), to, recv, detail::checked_count(n), from, sub);
 }
 
 // Along one mesh axis, without wrap, with counts that differ per processor (windows near uneven
@@ -205,8 +254,8 @@ void shift_v(detail::communicator& c, int axis, const T* send, std::int64_t send
   const int size = c.sizes()[axis], me = c.coords()[axis];
   const int to = me + step >= 0 && me + step < size ? me + step : MPI_PROC_NULL;
   const int from = me - step >= 0 && me - step < size ? me - step : MPI_PROC_NULL;
-  MPI_Sendrecv(send, detail::checked_count(send_n), detail::mpi_type<T>(), to, 0, recv, detail::checked_count(recv_n),
-               detail::mpi_type<T>(), from, 0, c.over(axes), MPI_STATUS_IGNORE);
+  detail::sendrecv(c, axes, send, detail::checked_count(send_n), to, recv, detail::checked_count(recv_n), from,
+                   c.over(axes));
 }
 
 // Exclusive prefix reduction in sub-communicator rank order (row-major over the axes in mesh
@@ -226,8 +275,11 @@ void exscan(detail::communicator& c, unsigned axes, const T* send, T* recv, std:
   MPI_Comm sub = c.over(axes);
   int me = 0;
   MPI_Comm_rank(sub, &me);
+  const int count = detail::checked_count(n);
   if (c.size_over(axes) > 1)
-    MPI_Exscan(send, recv, detail::checked_count(n), detail::mpi_type<T>(), detail::mpi_op(op), sub);
+    c.run(collective::exscan, axes, n * static_cast<std::int64_t>(sizeof(T)),
+          [&] { MPI_Exscan(send, recv, count, detail::mpi_type<T>(), detail::mpi_op(op), sub); },
+          [&](MPI_Request* r) { MPI_Iexscan(send, recv, count, detail::mpi_type<T>(), detail::mpi_op(op), sub, r); });
   if (me == 0)
     for (std::int64_t i = 0; i < n; ++i) recv[i] = T{};
 }
@@ -237,7 +289,10 @@ template <class T>
 void broadcast(detail::communicator& c, unsigned axes, T* data, std::int64_t n, int root = 0) {
   c.count(collective::broadcast, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
-  MPI_Bcast(data, detail::checked_count(n), detail::mpi_type<T>(), root, c.over(axes));
+  const int count = detail::checked_count(n);
+  c.run(collective::broadcast, axes, n * static_cast<std::int64_t>(sizeof(T)),
+        [&] { MPI_Bcast(data, count, detail::mpi_type<T>(), root, c.over(axes)); },
+        [&](MPI_Request* r) { MPI_Ibcast(data, count, detail::mpi_type<T>(), root, c.over(axes), r); });
 }
 
 }  // namespace meshtensor

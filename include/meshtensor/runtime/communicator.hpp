@@ -14,6 +14,7 @@
 #include "../error.hpp"
 #include "../geometry/mesh_shape.hpp"
 #include "plan_ledger.hpp"
+#include "watchdog.hpp"
 
 namespace meshtensor {
 
@@ -62,6 +63,13 @@ class communicator {
     MPI_Cart_create(parent, static_cast<int>(axis_sizes.size()), axis_sizes.data(), periods.data(), 0, &cart_);
     MPI_Comm_rank(cart_, &rank_);
     coords_ = shape_.coords_of(rank_);
+    // The watchdog's notices travel apart from every collective of the program's (watchdog.hpp),
+    // and every sub-communicator is made now: made on first use, inside an op, its creation would
+    // be a collective the watchdog cannot watch.
+    if (collective_timeout() > 0) {
+      MPI_Comm_dup(cart_, &watch_);
+      for (unsigned mask = 1; mask < (1u << axis_sizes.size()); ++mask) over(mask);
+    }
   }
   // A planned communicator: the processor at coords of a mesh of these sizes, with no processes
   // behind it (plan_ledger.hpp). Collectives are counted as a real run counts them, and not sent.
@@ -90,6 +98,7 @@ class communicator {
     MPI_Finalized(&finalized);
     if (finalized) return;
     for (auto& [mask, comm] : subs_) MPI_Comm_free(&comm);
+    if (watch_ != MPI_COMM_NULL) MPI_Comm_free(&watch_);
     MPI_Comm_free(&cart_);
   }
 
@@ -130,7 +139,30 @@ class communicator {
     auto& c = counters_[{kind, mask}];
     c.calls += 1;
     c.bytes += bytes;
+    if (watch_ != MPI_COMM_NULL) ++sequence_[mask];
     if (planned_) plan_ledger::get().count(to_string(kind), mask, bytes);
+  }
+  // A collective over the axes of mask: blocking() calls MPI's blocking form; under the watchdog
+  // (MESHTENSOR_COLLECTIVE_TIMEOUT), start(MPI_Request* two) starts its nonblocking form (one or two
+  // requests; the second stays MPI_REQUEST_NULL if unused) and it is waited on with a time limit.
+  template <class Blocking, class Start>
+  void run(collective kind, unsigned mask, std::int64_t bytes, Blocking blocking, Start start) {
+    if (watch_ == MPI_COMM_NULL) return blocking();
+    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    start(requests);
+    await(requests, 2, kind, mask, bytes);
+  }
+  // Waits for requests of a collective started elsewhere (a started allreduce), under the watchdog
+  // when it is on.
+  void await(MPI_Request* requests, int n, collective kind, unsigned mask, std::int64_t bytes) {
+    if (watch_ == MPI_COMM_NULL) {
+      MPI_Waitall(n, requests, MPI_STATUSES_IGNORE);
+      return;
+    }
+    await_collective(
+        requests, n, over(mask), watch_, watch_ticket{mask, sequence_[mask]},
+        [&] { return cat(to_string(kind), " of ", bytes, " bytes over mesh axes ", axes_string(mask)); },
+        [&](unsigned other) { return axes_string(other); });
   }
   // True for a planned communicator (no processes, no MPI).
   bool planned() const { return planned_; }
@@ -145,6 +177,8 @@ class communicator {
   std::map<unsigned, MPI_Comm> subs_;
   comm_counters counters_;
   bool planned_ = false;
+  MPI_Comm watch_ = MPI_COMM_NULL;
+  std::map<unsigned, std::int64_t> sequence_;  // collectives called per axis set: the watchdog's tickets
 };
 
 }  // namespace detail

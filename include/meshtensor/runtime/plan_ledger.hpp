@@ -13,6 +13,8 @@
 #include <tuple>
 #include <vector>
 
+#include "collective_context.hpp"
+
 namespace meshtensor {
 
 // What a tensor's memory holds, for the memory report. A tensor is counted under the kind in force
@@ -185,6 +187,11 @@ inline bool planning() { return plan_ledger::get().planned_meshes > 0; }
 class plan_op_scope {
  public:
   explicit plan_op_scope(const char* name) {
+    auto& running = collective_context::get();
+    if (!running.op) {  // for the collective watchdog's message, planned or not
+      running.op = name;
+      owns_running_ = true;
+    }
     if (!planning() || plan_ledger::get().op()) return;
     plan_ledger::get().set_op(name);
     owner_ = true;
@@ -193,24 +200,30 @@ class plan_op_scope {
   plan_op_scope& operator=(const plan_op_scope&) = delete;
   ~plan_op_scope() {
     if (owner_) plan_ledger::get().set_op(nullptr);
+    if (owns_running_) collective_context::get().op = nullptr;
   }
 
  private:
-  bool owner_ = false;
+  bool owner_ = false, owns_running_ = false;
 };
 
 // In the backward pass: a node's gradient rule runs under the name of the op that made the node.
 class plan_node_scope {
  public:
-  explicit plan_node_scope(const char* op) : was_(plan_ledger::get().op()) {
+  explicit plan_node_scope(const char* op) : was_(plan_ledger::get().op()), was_running_(collective_context::get().op) {
     if (planning()) plan_ledger::get().set_op(op);
+    collective_context::get().op = op;
   }
   plan_node_scope(const plan_node_scope&) = delete;
   plan_node_scope& operator=(const plan_node_scope&) = delete;
-  ~plan_node_scope() { plan_ledger::get().set_op(was_); }
+  ~plan_node_scope() {
+    plan_ledger::get().set_op(was_);
+    collective_context::get().op = was_running_;
+  }
 
  private:
   const char* was_;
+  const char* was_running_;
 };
 
 // Ops run inside are reported as "op (backward)" or "op (recompute)" (autodiff/gradient.hpp,

@@ -26,6 +26,7 @@ void allreduce_slice(communicator& comm, const Kokkos::View<T*, typename Exec::m
 // The same for a tensor's local slice.
 template <Tensor TT>
 void allreduce_local(TT& t, unsigned axes, reduce_op op) {
+  const collective_subject subject(&TT::type_name);
   allreduce_slice<typename TT::execution_space, typename TT::value_type>(t.mesh().communicator(), t.view(), axes, op);
 }
 

@@ -1,0 +1,216 @@
+#pragma once
+// The collective watchdog (docs/design.md, "Faults"). A rank that stops answering (stopped,
+// swapping, a deadlocked thread) leaves the others waiting in MPI forever: nothing fails, nothing
+// ends. With MESHTENSOR_COLLECTIVE_TIMEOUT=S (seconds, > 0) every collective of collectives.hpp is
+// started nonblocking and polled; one still incomplete after S seconds ends the job (MPI_Abort with
+// exit code 75, EX_TEMPFAIL: worth a restart) with a line on every rank that waited, e.g.
+//
+//   meshtensor: collective watchdog: rank 0 waited 3.0 s in allreduce of 2048 bytes over mesh axes
+//   rows (ranks 0, 2), in op 'einsum' (backward) on tensor<batch, d_model>; did not arrive: rank 2
+//   (waiting in another collective, over mesh axes cols); not answering at all: rank 3 (stopped,
+//   dead, or busy outside any collective); MESHTENSOR_COLLECTIVE_TIMEOUT=3 s; ending the job
+//
+// Who did not arrive cannot be read from a collective that has not completed. So a rank that times
+// out sends a small notice to every rank of the mesh, on a private duplicate of the mesh's
+// communicator, and listens for a grace period; a rank waiting in any collective answers with the
+// axes and number of the collective it waits in (it looks for notices once a collective has waited
+// 100 ms). The line then says, for each member that did not arrive, whether it waits elsewhere, and
+// which ranks of the mesh do not answer at all: stopped, dead, or busy outside any collective.
+// Nothing is sent while collectives complete in time: the cost of the watchdog on is the
+// nonblocking start and the polling (docs/performance.md measures it).
+// Unset or 0: MPI's blocking calls, as without a watchdog (one branch per collective).
+#include <mpi.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdint>
+#include <cstdlib>
+#include <deque>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "../error.hpp"
+#include "collective_context.hpp"
+#include "plan_ledger.hpp"
+
+namespace meshtensor::detail {
+
+inline constexpr int watchdog_exit_code = 75;
+inline constexpr int watchdog_notice_tag = 0x7761;
+
+// MESHTENSOR_COLLECTIVE_TIMEOUT in seconds, read once; 0 when unset (off). A value that is not a
+// non-negative number is an error naming it (every rank reads the same environment from mpiexec).
+inline double collective_timeout() {
+  static const double seconds = [] {
+    const char* text = std::getenv("MESHTENSOR_COLLECTIVE_TIMEOUT");
+    if (!text || !*text) return 0.0;
+    char* end = nullptr;
+    const double s = std::strtod(text, &end);
+    if (end == text || *end != '\0' || !(s >= 0) || s > 1e9)
+      throw error(cat("MESHTENSOR_COLLECTIVE_TIMEOUT='", text,
+                      "' is not a number of seconds (a collective's time limit; 0 or unset: no limit)"));
+    return s;
+  }();
+  return seconds;
+}
+
+inline std::vector<int> translate_ranks(MPI_Comm from, const std::vector<int>& ranks, MPI_Comm to) {
+  MPI_Group a, b;
+  MPI_Comm_group(from, &a);
+  MPI_Comm_group(to, &b);
+  std::vector<int> out(ranks.size(), MPI_UNDEFINED);
+  MPI_Group_translate_ranks(a, static_cast<int>(ranks.size()), ranks.data(), b, out.data());
+  MPI_Group_free(&a);
+  MPI_Group_free(&b);
+  return out;
+}
+
+inline std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+// What a waiting rank says about itself: the axes of the collective it waits in and how many
+// collectives over those axes it had called before (the same on every member of a group, since they
+// call the same collectives in the same order).
+struct watch_ticket {
+  std::int64_t mask = -1;
+  std::int64_t sequence = -1;
+  friend bool operator==(const watch_ticket&, const watch_ticket&) = default;
+};
+
+// Sends this rank's ticket to rank `to` of watch, never waited on: the job ends, or it is delivered.
+inline void send_ticket(const watch_ticket& mine, int to, MPI_Comm watch) {
+  static std::deque<watch_ticket> in_flight;  // stable addresses until MPI has sent them
+  in_flight.push_back(mine);
+  MPI_Request req;
+  MPI_Isend(&in_flight.back(), 2, MPI_INT64_T, to, watchdog_notice_tag, watch, &req);
+  MPI_Request_free(&req);
+}
+
+// The notices that arrived, received: (sender, its ticket).
+inline std::vector<std::pair<int, watch_ticket>> receive_notices(MPI_Comm watch) {
+  std::vector<std::pair<int, watch_ticket>> got;
+  for (;;) {
+    int seen = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, watchdog_notice_tag, watch, &seen, &st);
+    if (!seen) return got;
+    watch_ticket t;
+    MPI_Recv(&t, 2, MPI_INT64_T, st.MPI_SOURCE, watchdog_notice_tag, watch, MPI_STATUS_IGNORE);
+    got.emplace_back(st.MPI_SOURCE, t);
+  }
+}
+
+// Waits for the n requests of one collective over group; past the time limit, finds out who did
+// not arrive and ends the job. A rank that times out sends its ticket to every rank of the mesh
+// and listens for a grace period; every rank waiting in any collective answers the first notice
+// from each sender with its own ticket. So the rank that timed out learns, for each member of its
+// group, whether it waits in another collective (and over which axes) or does not answer at all,
+// and which ranks of the whole mesh do not answer: the ones to look at. what() describes the
+// collective and axes_of(mask) names axes, both used only then.
+template <class What, class AxesOf>
+void await_collective(MPI_Request* requests, int n, MPI_Comm group, MPI_Comm watch, watch_ticket mine, What what,
+                      AxesOf axes_of) {
+  using clock = std::chrono::steady_clock;
+  const double limit = collective_timeout();
+  const auto start = clock::now();
+  const auto deadline = start + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(limit));
+  auto next_look = start + std::chrono::milliseconds(100);
+  int done = 0;
+  int size = 0, me = 0;
+  std::vector<char> answered;
+  std::vector<std::pair<int, watch_ticket>> heard;
+  const auto answer = [&](const std::vector<std::pair<int, watch_ticket>>& notices) {
+    if (answered.empty()) answered.assign(static_cast<std::size_t>(size), 0);
+    for (const auto& [from, ticket] : notices) {
+      heard.emplace_back(from, ticket);
+      if (!answered[static_cast<std::size_t>(from)]) send_ticket(mine, from, watch);
+      answered[static_cast<std::size_t>(from)] = 1;
+    }
+  };
+  for (;;) {
+    MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
+    if (done) return;
+    const auto now = clock::now();
+    if (now >= deadline) break;
+    if (now >= next_look) {  // someone may have timed out and be asking who is here
+      next_look = now + std::chrono::milliseconds(10);
+      if (!size) {
+        MPI_Comm_size(watch, &size);
+        MPI_Comm_rank(watch, &me);
+      }
+      answer(receive_notices(watch));
+    }
+  }
+  const double waited = std::chrono::duration<double>(clock::now() - start).count();
+  if (!size) {
+    MPI_Comm_size(watch, &size);
+    MPI_Comm_rank(watch, &me);
+  }
+  answered.assign(static_cast<std::size_t>(size), 1);  // everyone gets this notice: no answers needed
+  for (int r = 0; r < size; ++r)
+    if (r != me) send_ticket(mine, r, watch);
+  const auto grace_end = clock::now() + std::chrono::milliseconds(1500);
+  while (clock::now() < grace_end) answer(receive_notices(watch));
+
+  // Each rank's last word (none: not answering), in ranks of watch.
+  std::vector<std::optional<watch_ticket>> said(static_cast<std::size_t>(size));
+  for (const auto& [from, ticket] : heard) said[static_cast<std::size_t>(from)] = ticket;
+  said[static_cast<std::size_t>(me)] = mine;
+  int group_size = 0;
+  MPI_Comm_size(group, &group_size);
+  std::vector<int> group_ranks(static_cast<std::size_t>(group_size));
+  for (int i = 0; i < group_size; ++i) group_ranks[static_cast<std::size_t>(i)] = i;
+  const auto members = translate_ranks(group, group_ranks, watch);
+  std::vector<int> all(static_cast<std::size_t>(size));
+  for (int i = 0; i < size; ++i) all[static_cast<std::size_t>(i)] = i;
+  const auto world = translate_ranks(watch, all, MPI_COMM_WORLD);
+  const auto world_of = [&](int r) { return world[static_cast<std::size_t>(r)] == MPI_UNDEFINED ? r : world[static_cast<std::size_t>(r)]; };
+
+  std::string absent;
+  for (const int r : members) {
+    const auto& t = said[static_cast<std::size_t>(r)];
+    if (t && *t == mine) continue;  // waits in this very collective
+    absent += cat(absent.empty() ? "" : ", ", "rank ", world_of(r),
+                  t ? cat(" (waiting in another collective, over mesh axes ", axes_of(static_cast<unsigned>(t->mask)), ")")
+                    : std::string(" (not answering)"));
+  }
+  std::vector<int> silent;
+  for (int r = 0; r < size; ++r)
+    if (!said[static_cast<std::size_t>(r)]) silent.push_back(world_of(r));
+  std::vector<int> member_world;
+  for (const int r : members) member_world.push_back(world_of(r));
+
+  const auto& running = collective_context::get();
+  const plan_phase phase = plan_ledger::get().phase();
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.1f", waited);
+  std::string line = cat("meshtensor: collective watchdog: rank ", world_of(me), " waited ", seconds, " s in ", what(),
+                         " (ranks ", rank_list(member_world), ")");
+  if (running.op)
+    line += cat(", in op '", running.op, "'",
+                phase == plan_phase::backward ? " (backward)" : phase == plan_phase::recompute ? " (recompute)" : "");
+  if (running.tensor) line += cat(" on ", running.tensor());
+  line += absent.empty() ? std::string("; every rank of the group waits in it too (collectives called in different orders?)")
+                         : cat("; did not arrive: ", absent);
+  if (!silent.empty())
+    line += cat("; not answering at all: rank", silent.size() > 1 ? "s " : " ", rank_list(silent),
+                " (stopped, dead, or busy outside any collective)");
+  line += cat("; MESHTENSOR_COLLECTIVE_TIMEOUT=", limit, " s; ending the job\n");
+  std::fflush(stdout);
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+  // The others that waited print theirs too before the abort's kill reaches them: they heard this
+  // rank's notice, and their own grace periods end within moments of this one.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  MPI_Abort(MPI_COMM_WORLD, watchdog_exit_code);
+  std::abort();
+}
+
+}  // namespace meshtensor::detail

@@ -1,0 +1,70 @@
+# shellcheck shell=bash disable=SC2154,SC2034
+# Helpers of the fault tests (kill_restart_test.sh, watchdog_stop_test.sh); sourced, not run.
+# They expect: supervise lm mpiexec work (paths), and common (transformer_lm's arguments).
+
+# A string as an extended regular expression matching itself.
+re_escape() { sed 's/[][\.*^$+?(){}|/]/\\&/g' <<<"$1"; }
+
+# The PIDs of the job's ranks: processes whose command line names CSV and whose environment has
+# OMPI_COMM_WORLD_RANK (mpiexec and the supervisor name CSV too, but are no ranks).
+rank_pids() {
+  local pid
+  for pid in $(pgrep -f -- "--csv $(re_escape "$1")( |$)"); do
+    if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK='; then echo "$pid"; fi
+  done
+}
+rank_of() { tr '\0' '\n' <"/proc/$1/environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p'; }
+
+# wait_line FILE FROM REGEX SECONDS PID: the first line after line FROM of FILE matching REGEX, as
+# "NUMBER:LINE"; fails after SECONDS, or when PID (the supervisor) has ended without it.
+wait_line() {
+  local file=$1 from=$2 regex=$3 seconds=$4 pid=$5 hit end
+  end=$(( $(date +%s) + seconds ))
+  while :; do
+    hit=$(tail -n "+$((from + 1))" "$file" 2>/dev/null | grep -n -m 1 -E -- "$regex" || true)
+    if [ -n "$hit" ]; then echo "$(( ${hit%%:*} + from )):${hit#*:}"; return 0; fi
+    if [ "$(date +%s)" -ge "$end" ]; then echo "no line matching '$regex' within ${seconds}s" >&2; return 1; fi
+    if ! kill -0 "$pid" 2>/dev/null; then
+      hit=$(tail -n "+$((from + 1))" "$file" | grep -n -m 1 -E -- "$regex" || true)
+      if [ -n "$hit" ]; then echo "$(( ${hit%%:*} + from )):${hit#*:}"; return 0; fi
+      echo "the supervisor ended before a line matching '$regex'" >&2; return 1
+    fi
+    sleep 0.02
+  done
+}
+
+# The clean run: the same job, never interrupted, unsupervised.
+clean_run() {
+  if ! "$mpiexec" -n 4 "$lm" "${common[@]}" --checkpoint "$work/clean/ckpt" --csv "$work/clean/loss.csv" \
+       >"$work/clean/out" 2>&1; then
+    echo "the clean run failed:"; cat "$work/clean/out"; exit 1
+  fi
+}
+
+# same_result: the supervised run's final checkpoint equals the clean run's byte for byte
+# (parameters, optimizer state, step, data position; the header holds nothing run-specific), and
+# the losses of the steps its last attempt trained equal the clean run's.
+same_result() {
+  local clean sup
+  clean=$work/clean/ckpt/$(cat "$work/clean/ckpt/latest")
+  sup=$work/ckpt/$(cat "$work/ckpt/latest")
+  if [ "$(basename "$clean")" != "$(basename "$sup")" ]; then
+    echo "the supervised run's last checkpoint is $(basename "$sup"), the clean run's $(basename "$clean")"; return 1
+  fi
+  if ! cmp "$clean/model.safetensors" "$sup/model.safetensors"; then
+    echo "the final checkpoint differs from the clean run's: $sup/model.safetensors, $clean/model.safetensors"; return 1
+  fi
+  awk -F, 'NR == FNR { loss[$1] = $2; next }
+           FNR > 1 { n++; if (!($1 in loss) || loss[$1] != $2) { bad++; if (bad <= 5) print "step " $1 ": loss " $2 ", clean run " loss[$1] } ; if (first == "") first = $1; last = $1 }
+           END { if (n == 0) { print "the last attempt wrote no losses"; exit 1 }
+                 if (bad) { print bad " of the losses of steps " first ".." last " differ from the clean run'"'"'s"; exit 1 }
+                 print "final checkpoint " ckpt " equals the clean run'"'"'s byte for byte; losses of steps " first ".." last " equal" }' \
+      ckpt="$(basename "$sup")" "$work/clean/loss.csv" "$work/supervised.csv"
+}
+
+# draw N: sets drawn to a pseudo-random number in 0..N-1 from random_state (set it to a seed first);
+# the high bits of an LCG (bash's RANDOM, seeded, gave the same rank three times in a row).
+draw() {
+  random_state=$(( (random_state * 1103515245 + 12345) & 0x7fffffff ))
+  drawn=$(( (random_state >> 16) % $1 ))
+}
