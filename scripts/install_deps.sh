@@ -123,7 +123,8 @@ main() {
 
   local packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libboost1.81-dev libopenblas-dev
             dataset-fashion-mnist zlib1g-dev gnuplot-nox libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
-            python3-torch python3-numpy python3-venv libdnnl-dev)   # oneDNN: local kernels (MESHTENSOR_DNNL); PyTorch: the transformer_lm cross-check (ctest label crosscheck)
+            python3-torch python3-numpy python3-venv libdnnl-dev   # oneDNN: local kernels (MESHTENSOR_DNNL); PyTorch: the transformer_lm cross-check (ctest label crosscheck)
+            clang-14 libclang-rt-14-dev libomp-14-dev)   # libFuzzer (ctest label fuzz); LLVM's libomp and Archer (scripts/tsan.sh)
   local backports_packages=(catch2)
   # Optional (--bench): Eigen and ScaLAPACK (C++ peers), matplotlib (plots),
   # venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/bench_venv.sh).

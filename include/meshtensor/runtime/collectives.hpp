@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <complex>
+#include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -63,6 +64,39 @@ void sendrecv(communicator& c, unsigned axes, const T* send, int send_n, int to,
           MPI_Isend(send, send_n, mpi_type<T>(), to, 0, sub, &r[1]);
         });
 }
+
+// In place over the axes: MPI_Allreduce, or under the watchdog its nonblocking form. Where the
+// group's size is a power of two, that form is recursive doubling over point-to-point messages
+// (log2 P exchanges with a partner, each reduced locally): Open MPI's MPI_Iallreduce (libnbc) took
+// twice the blocking call's time on 2 ranks from 4 bytes to 64 KB, and this takes the same as the
+// blocking call (docs/design.md, "Faults"). Partners add the same two values (a + b == b + a), so
+// every rank ends with the same bits.
+template <class T>
+void allreduce_in_place(communicator& c, unsigned axes, T* data, int count, MPI_Op op) {
+  const std::int64_t bytes = std::int64_t{count} * static_cast<std::int64_t>(sizeof(T));
+  const int p = c.size_over(axes);
+  if (!c.watched() || (p & (p - 1)) != 0) {
+    c.run(collective::allreduce, axes, bytes,
+          [&] { MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type<T>(), op, c.over(axes)); },
+          [&](MPI_Request* r) { MPI_Iallreduce(MPI_IN_PLACE, data, count, mpi_type<T>(), op, c.over(axes), r); });
+    return;
+  }
+  constexpr int tag = 0x6172;  // apart from shift's messages on the same communicator
+  MPI_Comm sub = c.over(axes);
+  int me = 0;
+  MPI_Comm_rank(sub, &me);
+  static thread_local std::vector<std::byte> scratch;  // bytes: std::vector<bool> has no data()
+  scratch.resize(static_cast<std::size_t>(bytes));
+  T* theirs = reinterpret_cast<T*>(scratch.data());
+  for (int bit = 1; bit < p; bit <<= 1) {
+    const int partner = me ^ bit;
+    MPI_Request r[2];
+    MPI_Irecv(theirs, count, mpi_type<T>(), partner, tag, sub, &r[0]);
+    MPI_Isend(data, count, mpi_type<T>(), partner, tag, sub, &r[1]);
+    c.await(r, 2, collective::allreduce, axes, bytes);
+    MPI_Reduce_local(theirs, data, count, mpi_type<T>(), op);
+  }
+}
 }  // namespace detail
 
 // In place: every processor along the axes ends with the reduction of all of them.
@@ -77,12 +111,7 @@ void allreduce(detail::communicator& c, unsigned axes, T* data, std::int64_t n, 
   c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
   if (c.size_over(axes) == 1) return;
-  const int count = detail::checked_count(n);
-  c.run(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)),
-        [&] { MPI_Allreduce(MPI_IN_PLACE, data, count, detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes)); },
-        [&](MPI_Request* r) {
-          MPI_Iallreduce(MPI_IN_PLACE, data, count, detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes), r);
-        });
+  detail::allreduce_in_place(c, axes, data, detail::checked_count(n), detail::mpi_op(op));
 }
 
 // allreduce, started: data holds the result once the request returned has completed

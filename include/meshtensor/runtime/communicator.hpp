@@ -164,6 +164,8 @@ class communicator {
         [&] { return cat(to_string(kind), " of ", bytes, " bytes over mesh axes ", axes_string(mask)); },
         [&](unsigned other) { return axes_string(other); });
   }
+  // True under the collective watchdog (MESHTENSOR_COLLECTIVE_TIMEOUT).
+  bool watched() const { return watch_ != MPI_COMM_NULL; }
   // True for a planned communicator (no processes, no MPI).
   bool planned() const { return planned_; }
   const comm_counters& counters() const { return counters_; }

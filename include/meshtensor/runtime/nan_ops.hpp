@@ -105,10 +105,7 @@ void nan_propagating_allreduce(detail::communicator& c, unsigned axes, T* data, 
       c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
       if (c.planned() || c.size_over(axes) == 1) return;
       const MPI_Op mop = op == reduce_op::max ? detail::nan_extremum_op<T, true>() : detail::nan_extremum_op<T, false>();
-      const int count = detail::checked_count(n);
-      c.run(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)),
-            [&] { MPI_Allreduce(MPI_IN_PLACE, data, count, detail::mpi_type<T>(), mop, c.over(axes)); },
-            [&](MPI_Request* r) { MPI_Iallreduce(MPI_IN_PLACE, data, count, detail::mpi_type<T>(), mop, c.over(axes), r); });
+      detail::allreduce_in_place(c, axes, data, detail::checked_count(n), mop);
       return;
     }
   }
