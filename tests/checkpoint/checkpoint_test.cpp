@@ -256,6 +256,19 @@ TEST_CASE("bad files and mismatches are io_errors on every rank, naming file and
     const auto p = damaged("json.safetensors", edit_header("{\"", "[["));
     expect_fail(p, {"json.safetensors", "not valid JSON"});
   }
+  SECTION("a parse error quoting a 100 kB token is cut") {
+    // nlohmann's message quotes the string it read up to the bad character, whole.
+    const auto p = damaged("token.safetensors", edit_header("{\"", "{\"" + std::string(100000, 'x') + "\x01"));
+    expect_fail(p, {"token.safetensors", "not valid JSON", "...)"});
+    io::tensor_set in;
+    in.add("y", target_y).add("x", target);
+    try {
+      io::load(p, in);
+      FAIL("loaded a file whose header is not JSON");
+    } catch (const mt::io_error& e) {
+      REQUIRE(std::string_view(e.what()).size() < 400);
+    }
+  }
   SECTION("offsets past the end") {
     const auto p = damaged("offsets.safetensors", edit_header("\"data_offsets\":[0,96]", "\"data_offsets\":[900,996]"));
     expect_fail(p, {"offsets.safetensors", "tensor 'x'", "outside"});

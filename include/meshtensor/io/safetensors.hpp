@@ -106,6 +106,12 @@ inline std::string json_text(const nlohmann::json& v) {
   if (s.size() > 100) s = s.substr(0, 100) + "...";
   return s;
 }
+// A JSON parser's message, cut at 200 bytes: nlohmann's quotes the token it failed on whole, and a
+// hostile header's token can be 100 MB.
+inline std::string parse_error_text(const std::exception& e) {
+  const std::string_view what = e.what();
+  return what.size() > 200 ? cat(what.substr(0, 200), "...") : std::string(what);
+}
 inline std::string shape_text(const std::vector<std::int64_t>& v) {
   std::string s = "[";
   for (std::size_t i = 0; i < v.size(); ++i) s += cat(i ? ", " : "", v[i]);
@@ -424,7 +430,7 @@ inline parsed_header parse_header(std::string_view header, std::int64_t file_siz
   try {
     h.json = nlohmann::json::parse(header);
   } catch (const nlohmann::json::exception& e) {
-    throw io_error(cat("'", path, "': the header is not valid JSON (", e.what(), ")"));
+    throw io_error(cat("'", path, "': the header is not valid JSON (", parse_error_text(e), ")"));
   }
   if (!h.json.is_object()) throw io_error(cat("'", path, "': the header is not a JSON object"));
   // Named, not a structured binding: clang before 16 cannot capture one in `bad` (the fuzzer's compiler).
@@ -518,7 +524,7 @@ inline file_info info_of(const parsed_header& h, const std::string& path) {
       try {
         dims = nlohmann::json::parse(v.get<std::string>());
       } catch (const nlohmann::json::exception& e) {
-        throw io_error(cat("'", path, "': metadata 'meshtensor.dims' is not valid JSON (", e.what(), ")"));
+        throw io_error(cat("'", path, "': metadata 'meshtensor.dims' is not valid JSON (", parse_error_text(e), ")"));
       }
       if (!dims.is_object()) throw io_error(cat("'", path, "': metadata 'meshtensor.dims' is not a JSON object"));
     }
