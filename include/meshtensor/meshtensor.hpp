@@ -44,6 +44,7 @@
 #include "nn/layer_norm.hpp"
 #include "nn/conv.hpp"
 #include "nn/attention.hpp"
+#include "nn/transformer.hpp"
 #include "nn/feed_forward.hpp"
 #include "nn/cross_entropy.hpp"
 #include "nn/dropout.hpp"

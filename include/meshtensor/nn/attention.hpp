@@ -1,17 +1,22 @@
 #pragma once
-// causal_attention<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, wo): Mesh-TensorFlow's
-// multi-head self-attention with a causal mask. With B the dims of x other than Length and DModel
-// (e.g. batch):
-//   q[B, Heads, Length, DKv]    = x wq[DModel, Heads, DKv]
-//   k, v[B, Heads, MemLength, DKv] = rename<Length, MemLength>(x) wk, wv
-//   logits[B, Heads, Length, MemLength] = q . k
-//   o = causal_softmax<Length, MemLength>(logits / sqrt(|DKv|)) . v;   y[x's dims] = o wo[Heads, DKv, DModel]
-// (causal_softmax: weight 0 where the memory position is after the query position).
+// Multi-head attention, Mesh-TensorFlow's, without biases. With B the dims of x other than Length
+// and DModel (e.g. batch):
+//   q[B, Heads, Length, DKv]       = x wq[DModel, Heads, DKv]
+//   k, v[B, Heads, MemLength, DKv] = memory wk, wv          (memory[B, MemLength, DModel])
+//   logits[B, Heads, Length, MemLength] = q . k (+ key_bias[.., MemLength])
+//   o = softmax_MemLength(logits / sqrt(|DKv|)) . v;   y[x's dims] = o wo[Heads, DKv, DModel]
+// causal_attention<Length, MemLength, ...>(x, wq, wk, wv, wo): self-attention (memory is x renamed)
+// with a causal mask: weight 0 where the memory position is after the query position.
+// attention<Length, MemLength, ...>(x, memory, wq, wk, wv, wo[, key_bias]): no causal mask; memory
+// is the encoder's output for a decoder's cross-attention, or x renamed (self_attention) in an
+// encoder. key_bias (e.g. [batch, MemLength], 0 for a real position and a large negative number for
+// padding: padding_bias) is added to the logits, so padded keys get weight 0 whatever the query.
 // Heads may be split over a mesh axis (model parallelism, as in the paper): then q, k, v, the
 // logits and o need no communication and the output product allreduces over Heads' axes. With B
 // split (data parallelism) nothing is communicated forward; weight gradients allreduce over B's
-// axes. Length must not be split (MemLength takes its place in k and v by a rename).
-// Gradient: through x and every weight.
+// axes. Length and MemLength must not be split (a key's softmax needs every key of its row: a split
+// MemLength would allreduce the softmax's statistics; not supported by causal_attention).
+// Gradient: through x, memory and every weight (not key_bias: a constant).
 #include <cmath>
 
 #include "../ops/einsum.hpp"
@@ -74,6 +79,80 @@ auto causal_attention_partial(const X& x, const W& wq, const W& wk, const W& wv,
   meshtensor::detail::plan_op_scope plan_scope("causal_attention");
   const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum_partial<Ds...>(o, wo); }(typename X::dims{});
+}
+
+}  // namespace meshtensor::nn
+
+namespace meshtensor::detail {
+// attention's heads' outputs [B..., Heads, Length, DKv] before the output projection, with or
+// without a key bias (Bias = no_key_bias: none).
+struct no_key_bias {};
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor M, Tensor W, class Bias>
+auto attention_heads_over(const X& x, const M& memory, const W& wq, const W& wk, const W& wv, const Bias& key_bias) {
+  static_assert(!std::is_same_v<Length, MemLength>,
+                "meshtensor: attention<Length, MemLength, ...>: the queries' and the keys' positions need two "
+                "different dims (rename the memory's: mt::rename<Length, MemLength>(x))");
+  static_assert(contains_v<MemLength, typename M::dims> && !contains_v<Length, typename M::dims>,
+                "meshtensor: attention<Length, MemLength, ...>: the memory (keys and values) must hold MemLength "
+                "in place of Length");
+  using B = difference_t<typename X::dims, type_list<Length, DModel>>;
+  using QDims = concat_t<B, type_list<Heads, Length, DKv>>;
+  using KDims = concat_t<B, type_list<Heads, MemLength, DKv>>;
+  using LDims = concat_t<B, type_list<Heads, Length, MemLength>>;
+  using C = compute_t<typename X::value_type>;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>()));
+  const auto q = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(x, wq); }(QDims{});
+  const auto k = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(memory, wk); }(KDims{});
+  const auto v = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(memory, wv); }(KDims{});
+  const auto logits = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(q, k); }(LDims{});
+  // The scale inside the softmax's row pass (no pass for q * scale); the bias before it (scaled
+  // with the logits: a padding bias of -1e9 stays far below any logit).
+  const auto weights = [&] {
+    if constexpr (std::is_same_v<Bias, no_key_bias>)
+      return softmax_along<false, MemLength>(logits, static_cast<C>(scale));
+    else
+      return softmax_along<false, MemLength>(decltype(logits)(logits + key_bias), static_cast<C>(scale));
+  }();
+  return [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(weights, v); }(QDims{});
+}
+}  // namespace meshtensor::detail
+
+namespace meshtensor::nn {
+
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor M, Tensor W, Tensor WO>
+X attention(const X& x, const M& memory, const W& wq, const W& wk, const W& wv, const WO& wo) {
+  meshtensor::detail::plan_op_scope plan_scope("attention");
+  const auto o = meshtensor::detail::attention_heads_over<Length, MemLength, DModel, Heads, DKv>(
+      x, memory, wq, wk, wv, meshtensor::detail::no_key_bias{});
+  return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
+}
+
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor M, Tensor W, Tensor WO,
+          Tensor Bias>
+X attention(const X& x, const M& memory, const W& wq, const W& wk, const W& wv, const WO& wo, const Bias& key_bias) {
+  static_assert(contains_v<MemLength, typename Bias::dims> && !contains_v<Length, typename Bias::dims>,
+                "meshtensor: attention's key_bias is per key: it holds MemLength (and dims of x such as batch), "
+                "not Length");
+  meshtensor::detail::plan_op_scope plan_scope("attention");
+  const auto o = meshtensor::detail::attention_heads_over<Length, MemLength, DModel, Heads, DKv>(x, memory, wq, wk,
+                                                                                               wv, key_bias);
+  return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
+}
+
+// An encoder's self-attention: every position attends to every (unpadded) position of x.
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO, Tensor Bias>
+X self_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo, const Bias& key_bias) {
+  return attention<Length, MemLength, DModel, Heads, DKv>(x, rename<Length, MemLength>(x), wq, wk, wv, wo, key_bias);
+}
+
+// padding_bias<Length, MemLength>(ids, pad): per key, 0 where ids != pad and `masked` where ids ==
+// pad, with ids' dims and Length renamed MemLength (e.g. ids [batch, length] -> [batch,
+// memory_length]): attention's key_bias for padded sequences. Local (no communication); a
+// constant (no gradient).
+template <Dim Length, Dim MemLength, Tensor Ids>
+auto padding_bias(const Ids& ids, typename Ids::value_type pad, typename Ids::value_type masked = -1e9) {
+  const no_grad constant;
+  return rename<Length, MemLength>(equal(ids, pad) * masked);
 }
 
 }  // namespace meshtensor::nn
