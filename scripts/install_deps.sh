@@ -14,8 +14,8 @@
 #   does not need them.
 # Prints one line per step on stderr; apt's, dpkg's and the Kokkos build's output go to a log
 # (${XDG_CACHE_HOME:-~/.cache}/meshtensor/install_deps.log), whose tail is shown on failure.
-# Prints CHECKPOINT_PYTHON=<python with safetensors> and, on the last line of stdout, the Kokkos
-# prefix as KOKKOS_ROOT=<dir>.
+# Prints CHECKPOINT_PYTHON=<python with safetensors, and sacrebleu where PyPI gave it> and, on the
+# last line of stdout, the Kokkos prefix as KOKKOS_ROOT=<dir>.
 # Sourcing this file only defines its functions (tests/scripts/debian_uri_test.sh uses debian_uri).
 
 log() { echo "[install_deps] $*" >&2; }
@@ -124,6 +124,8 @@ main() {
   local packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libboost1.81-dev libopenblas-dev
             dataset-fashion-mnist zlib1g-dev gnuplot-nox libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
             python3-torch python3-numpy python3-venv libdnnl-dev   # oneDNN: local kernels (MESHTENSOR_DNNL); PyTorch: the transformer_lm cross-check (ctest label crosscheck)
+            libsentencepiece-dev   # examples/translation's tokenizer; the packages below install its corpus's French catalogs (corpus.hpp)
+            libc-l10n git gettext gettext-base libdpkg-perl libglib2.0-data gnupg-l10n iso-codes
             clang-14 libclang-rt-14-dev libomp-14-dev)   # libFuzzer (ctest label fuzz); LLVM's libomp and Archer (scripts/tsan.sh)
   local backports_packages=(catch2)
   # Optional (--bench): Eigen and ScaLAPACK (C++ peers), matplotlib (plots),
@@ -249,21 +251,30 @@ SRC
   fi
 
   # Python's safetensors (PyPI; Debian has none) for the checkpoint test that reads meshtensor's
-  # files from Python, in a virtual environment over Debian's python3 (its numpy and torch).
+  # files from Python, and sacrebleu (PyPI; Debian has none) for the BLEU scores of
+  # examples/translation, in a virtual environment over Debian's python3 (its numpy and torch).
   local venv="$deps_root/python-checkpoint"
-  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import safetensors' 2>/dev/null; then
+  if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import safetensors, sacrebleu' 2>/dev/null; then
     local venv_sudo=""
     if [ ! -w "$(existing_ancestor "$deps_root")" ]; then venv_sudo=$SUDO; fi
     open_log
-    log "creating $venv: Debian's python3 with safetensors from PyPI, for the checkpoint tests (log: $LOG)"
+    log "creating $venv: Debian's python3 with safetensors and sacrebleu from PyPI, for the checkpoint tests and the translation example (log: $LOG)"
     run_logged "creating the Python environment $venv" $venv_sudo /usr/bin/python3 -m venv --system-site-packages "$venv"
-    # One test needs it, nothing else: without PyPI (offline, a proxy pip does not trust) that test
-    # is skipped, the rest installs, and the next run tries again.
+    # One test needs safetensors, nothing else: without PyPI (offline, a proxy pip does not trust)
+    # that test is skipped, the rest installs, and the next run tries again.
     echo "+ $venv/bin/python -m pip install safetensors" >>"$LOG"
     if ! $venv_sudo "$venv/bin/python" -m pip install --disable-pip-version-check safetensors </dev/null >>"$LOG" 2>&1; then
       $venv_sudo rm -rf "$venv"
       log "could not install safetensors from PyPI (see $LOG); the test that reads checkpoints from Python" \
           "(checkpoint.python_reads) will be skipped; run this script again once PyPI can be reached"
+    else
+      # Only the translation example's BLEU scores need sacrebleu: without it the environment is
+      # kept for the checkpoint test, and the next run tries again.
+      echo "+ $venv/bin/python -m pip install sacrebleu" >>"$LOG"
+      if ! $venv_sudo "$venv/bin/python" -m pip install --disable-pip-version-check sacrebleu </dev/null >>"$LOG" 2>&1; then
+        log "could not install sacrebleu from PyPI (see $LOG); examples/translation's PyTorch peer cannot score" \
+            "BLEU without it; run this script again once PyPI can be reached"
+      fi
     fi
   fi
 

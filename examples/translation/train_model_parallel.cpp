@@ -1,0 +1,5 @@
+// train<layout_model_parallel> (model.hpp), in a TU of its own so that the layouts compile in parallel.
+#include "model.hpp"
+
+template translation::train_result translation::train<translation::layout_model_parallel>(const grid&, const options&, const dataset&,
+                                                                             const tokenizer*, bool);
