@@ -333,15 +333,9 @@ int check_plan(const grid& g, options o, const dataset& tr, const dataset& te) {
   const grid pm = grid::planned({g.size<rows>(), g.size<cols>()}, {g.coord<rows>(), g.coord<cols>()});
   train_layout(o.layout, pm, o, tr, te, &planned);
   const auto& p = *planned.plan;
-  const bool ok = p.totals == counted && p.bytes_of(mt::memory_kind::parameters) == real.param_bytes &&
-                  p.bytes_of(mt::memory_kind::optimizer_state) == real.state_bytes;
-  if (!ok)
-    std::printf("rank %d: the plan differs: %zu counted (collective, axes) entries, %zu planned; parameter bytes %lld "
-                "planned, %lld real; optimizer bytes %lld planned, %lld real\n",
-                g.rank(), counted.size(), p.totals.size(), (long long)p.bytes_of(mt::memory_kind::parameters),
-                (long long)real.param_bytes, (long long)p.bytes_of(mt::memory_kind::optimizer_state),
-                (long long)real.state_bytes);
-  int mine = ok, all = 0;
+  const std::string wrong = mt::plan_differences(g, counted, p, real.param_bytes, real.state_bytes);
+  if (!wrong.empty()) std::printf("rank %d: %s", g.rank(), wrong.c_str());
+  int mine = wrong.empty(), all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (g.rank() == 0)
     std::printf("check-plan (layout %s, %s, mesh %s): %s\n", o.layout.c_str(), o.optimizer.c_str(),

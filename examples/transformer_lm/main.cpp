@@ -150,19 +150,7 @@ int check_plan(const grid& g, options o, const std::vector<unsigned char>& text)
   const grid pm = grid::planned({g.size<rows>(), g.size<cols>()}, {g.coord<rows>(), g.coord<cols>()});
   const auto planned = train_layout(o.layout, pm, o, text, false);
   const auto& p = *planned.plan;
-  std::string wrong;
-  if (p.totals != counted) {
-    wrong += "collectives differ:\n";
-    for (const auto& [what, c] : {std::pair{"real", counted}, std::pair{"planned", p.totals}})
-      for (const auto& [key, n] : c)
-        wrong += mt::detail::cat("  ", what, " ", mt::to_string(key.first), " over {", g.axes_string(key.second), "}: ",
-                                 n.calls, " calls, ", n.bytes, " bytes\n");
-  }
-  if (p.bytes_of(mt::memory_kind::parameters) != real.param_bytes)
-    wrong += mt::detail::cat("parameter bytes: planned ", p.bytes_of(mt::memory_kind::parameters), ", real ", real.param_bytes, "\n");
-  if (p.bytes_of(mt::memory_kind::optimizer_state) != real.state_bytes)
-    wrong += mt::detail::cat("optimizer state bytes: planned ", p.bytes_of(mt::memory_kind::optimizer_state), ", real ",
-                             real.state_bytes, "\n");
+  const std::string wrong = mt::plan_differences(g, counted, p, real.param_bytes, real.state_bytes);
   if (!wrong.empty()) std::printf("rank %d: %s", g.rank(), wrong.c_str());
   int ok = wrong.empty(), all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, g.communicator().cart());

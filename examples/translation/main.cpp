@@ -122,19 +122,7 @@ int check_plan(const grid& g, options o, const dataset& d) {
   const grid pm = grid::planned({g.size<rows>(), g.size<cols>()}, {g.coord<rows>(), g.coord<cols>()});
   const auto planned = train_layout(o.layout, pm, o, d, nullptr, false);
   const auto& p = *planned.plan;
-  std::string wrong;
-  if (p.totals != counted) {
-    wrong += "collectives differ:\n";
-    for (const auto& [what, c] : {std::pair{"real", counted}, std::pair{"planned", p.totals}})
-      for (const auto& [key, n] : c)
-        wrong += mt::detail::cat("  ", what, " ", mt::to_string(key.first), " over {", g.axes_string(key.second), "}: ",
-                                 n.calls, " calls, ", n.bytes, " bytes\n");
-  }
-  if (p.bytes_of(mt::memory_kind::parameters) != real.param_bytes)
-    wrong += mt::detail::cat("parameter bytes: planned ", p.bytes_of(mt::memory_kind::parameters), ", real ", real.param_bytes, "\n");
-  if (p.bytes_of(mt::memory_kind::optimizer_state) != real.state_bytes)
-    wrong += mt::detail::cat("optimizer state bytes: planned ", p.bytes_of(mt::memory_kind::optimizer_state), ", real ",
-                             real.state_bytes, "\n");
+  const std::string wrong = mt::plan_differences(g, counted, p, real.param_bytes, real.state_bytes);
   if (!wrong.empty()) std::printf("rank %d: %s", g.rank(), wrong.c_str());
   int ok = wrong.empty(), all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, g.communicator().cart());
@@ -252,6 +240,9 @@ int main(int argc, char** argv) {
   app.add_option("--decode-limit", o.decode_limit, "with --hypotheses: the first N test sentences (0: all)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--decode", o.decode_mode, "beam | greedy")->check(CLI::IsMember({"beam", "greedy"}))->capture_default_str();
+  app.add_option("--decode-batch", o.decode_batch, "sentences decoded together (with beam search, x beam rows)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--beam", o.beam, "beam size")->check(CLI::Range(1, 64))->capture_default_str();
   app.add_option("--alpha", o.alpha, "length penalty's exponent: ((5 + n) / 6)^alpha")->capture_default_str();
   app.add_flag("--check-decode", o.check_decode,

@@ -76,6 +76,7 @@ struct options {
   std::string hypotheses;                    // --decode-test: the test split's translations, one per line
   std::int64_t decode_limit = 0;             // 0: the whole test split
   std::string decode_mode = "beam";          // beam | greedy
+  std::int64_t decode_batch = 64;            // sentences decoded together (beam rows: x beam)
   bool check_decode = false;
   // Checkpoints: the parameters and Adam's state after training; --resume continues from them.
   std::string checkpoint, resume;
@@ -514,11 +515,11 @@ std::vector<std::vector<int>> beam_decode(const model<L>& m, const grid& g, cons
   return best;
 }
 
-// Decodes sentences in chunks of at most `chunk` (beam rows included), with beam search or greedily.
+// Decodes sentences --decode-batch at a time (each a row, or --beam rows), with beam search or greedily.
 template <class L>
 std::vector<std::vector<int>> decode(const model<L>& m, const grid& g, const std::vector<std::vector<int>>& sources,
                                      const options& o, bool greedy) {
-  const std::size_t chunk = static_cast<std::size_t>(std::max<std::int64_t>(1, greedy ? 64 : 64 / o.beam));
+  const auto chunk = static_cast<std::size_t>(o.decode_batch);
   std::vector<std::vector<int>> out;
   for (std::size_t first = 0; first < sources.size(); first += chunk) {
     const std::vector<std::vector<int>> part(sources.begin() + static_cast<std::ptrdiff_t>(first),

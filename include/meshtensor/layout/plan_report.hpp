@@ -158,4 +158,27 @@ void reset_plan(const M& m) {
   detail::plan_ledger::get().reset();
 }
 
+// What one real step and its plan disagree on, empty when nothing: the collectives per (kind,
+// axes) with their calls and bytes, and the bytes of parameters and optimizer state. The examples'
+// --check-plan prints it on each rank that differs (Mesh: the real mesh, which names the axes).
+template <class Mesh>
+std::string plan_differences(const Mesh& m, const comm_counters& counted, const plan_report& planned,
+                             std::int64_t parameter_bytes, std::int64_t optimizer_state_bytes) {
+  std::string wrong;
+  if (planned.totals != counted) {
+    wrong += "collectives differ:\n";
+    for (const auto& [what, c] : {std::pair{"real", &counted}, std::pair{"planned", &planned.totals}})
+      for (const auto& [key, n] : *c)
+        wrong += detail::cat("  ", what, " ", to_string(key.first), " over {", m.axes_string(key.second), "}: ", n.calls,
+                             " calls, ", n.bytes, " bytes\n");
+  }
+  if (planned.bytes_of(memory_kind::parameters) != parameter_bytes)
+    wrong += detail::cat("parameter bytes: planned ", planned.bytes_of(memory_kind::parameters), ", real ",
+                         parameter_bytes, "\n");
+  if (planned.bytes_of(memory_kind::optimizer_state) != optimizer_state_bytes)
+    wrong += detail::cat("optimizer state bytes: planned ", planned.bytes_of(memory_kind::optimizer_state), ", real ",
+                         optimizer_state_bytes, "\n");
+  return wrong;
+}
+
 }  // namespace meshtensor
