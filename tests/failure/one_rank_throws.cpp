@@ -15,6 +15,10 @@
 //              others wait in: with MESHTENSOR_COLLECTIVE_TIMEOUT set, the collective watchdog
 //              (runtime/watchdog.hpp) ends the job, naming the op, the tensor, the axes and that
 //              rank; with a timeout that is not a number, every rank fails alike at the mesh.
+//   stalls_before_from_host  as stalls, before from_host's agreement on the array's size (a step's
+//              first check, before its first collective): the watchdog ends that wait too.
+//   stalls_unpolled  every rank sleeps 60 s inside an unpolled_region_deadline (what a checkpoint's
+//              MPI-IO is under): its thread ends each process past the limit, naming the region.
 #include <cstdio>
 #include <cstring>
 #include <chrono>
@@ -59,6 +63,18 @@ int run(int argc, char** argv, const std::string& mode) {
     const auto t = mt::iota<vec>(g, {n});
     if (rank == env.world_size() - 1) std::this_thread::sleep_for(std::chrono::seconds(60));
     std::printf("rank %d: sum %g (must not be reached)\n", rank, static_cast<double>(mt::item(mt::reduce_sum<i_>(t))));
+    return 0;
+  }
+  if (mode == "stalls_before_from_host") {
+    if (rank == env.world_size() - 1) std::this_thread::sleep_for(std::chrono::seconds(60));
+    const auto t = mt::from_host<vec>(g, {n}, std::vector<float>(n, 1.0f));
+    std::printf("rank %d: from_host returned (must not be reached)\n", rank);
+    return 0;
+  }
+  if (mode == "stalls_unpolled") {
+    const mt::detail::unpolled_region_deadline deadline("a region of one_rank_throws");
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    std::printf("rank %d: left the region (must not be reached)\n", rank);
     return 0;
   }
   if (mode == "from_host") {

@@ -107,6 +107,11 @@ class checkpoints {
   std::string save(const tensor_set& set, std::int64_t step, const metadata& meta = {}) const {
     namespace fs = std::filesystem;
     const MPI_Comm comm = set.comm();
+    // A watched rendezvous first (a no-op without MESHTENSOR_COLLECTIVE_TIMEOUT): the save's
+    // file-system agreements and MPI-IO are not watched, and ranks that reached them while another
+    // is stopped would wait there forever.
+    if (auto& c = set.mesh_communicator(); c.watched()) c.agree_or_throw<io_error>(true, {});
+    const meshtensor::detail::unpolled_region_deadline deadline(meshtensor::detail::cat("checkpoint save to '", dir_, "'"));
     int rank = 0;
     MPI_Comm_rank(comm, &rank);
     char base[32];
@@ -180,6 +185,7 @@ class checkpoints {
   // Loads the current checkpoint into the set (under the tensors' own layouts); returns its
   // metadata. io_error on every rank if there is none or it does not match. Collective.
   metadata load(tensor_set& set) const {
+    const meshtensor::detail::unpolled_region_deadline deadline(meshtensor::detail::cat("checkpoint load from '", dir_, "'"));
     const auto name = current(set.comm());
     if (!name)
       throw io_error(detail::cat("no checkpoint in '", dir_, "' (no '", (std::filesystem::path(dir_) / "latest").string(),

@@ -127,6 +127,7 @@ struct entry {
   std::vector<std::int64_t> shape, offset, extent;  // global extents; this processor's box
   bool writes = false;                                // this processor writes its box (the first replica)
   MPI_Comm comm = MPI_COMM_NULL;                      // the mesh's communicator
+  meshtensor::detail::communicator* mesh_communicator = nullptr;  // and the object (the watchdog's)
   // Calls its argument with the local slice's bytes (row-major) in host memory: the slice itself
   // where the host can read it, else a host copy.
   std::function<void(const std::function<void(const char*)>&)> with_host_bytes;
@@ -250,6 +251,7 @@ class tensor_set {
     e.extent.assign(t.local_extents().begin(), t.local_extents().end());
     auto& comm = t.mesh().communicator();
     e.comm = comm.cart();
+    e.mesh_communicator = &comm;
     // The first replica writes: coordinate 0 on every axis that splits none of t's dims.
     unsigned used = 0;
     for (const auto& s : TT::splits) used |= s.mask();
@@ -280,6 +282,11 @@ class tensor_set {
   MPI_Comm comm() const {
     if (entries_.empty()) throw io_error("tensor_set: the set is empty; add a tensor first");
     return entries_.front().comm;
+  }
+  // The mesh's communicator object of the set's tensors (its watchdog, agreements).
+  meshtensor::detail::communicator& mesh_communicator() const {
+    if (entries_.empty()) throw io_error("tensor_set: the set is empty; add a tensor first");
+    return *entries_.front().mesh_communicator;
   }
   // Bytes of every tensor's global array.
   std::int64_t global_bytes() const {

@@ -27,6 +27,19 @@ inline int world_rank_of(MPI_Comm comm, int r) {
   return w == MPI_UNDEFINED ? r : w;
 }
 
+// The verdict of the ranks' MPI_MIN (first: the lowest failing rank of comm, INT_MAX if none)
+// carried out: nothing, or the failing rank's message on every rank.
+template <class E = shape_error>
+void throw_if_agreed_failure(MPI_Comm comm, int me, int first, const std::string& message_if_not) {
+  if (first == INT_MAX) return;
+  std::string text = me == first ? message_if_not : std::string();
+  long long n = static_cast<long long>(text.size());
+  MPI_Bcast(&n, 1, MPI_LONG_LONG, first, comm);
+  text.resize(static_cast<std::size_t>(n));
+  if (n > 0) MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, first, comm);
+  throw E("rank " + std::to_string(world_rank_of(comm, first)) + ": " + text);
+}
+
 // Every rank of comm calls it, with its own verdict. One MPI_Allreduce (MPI_MIN over the ranks whose
 // ok_here is false) decides. If no rank failed, it returns on every rank. If some did, the lowest
 // of them broadcasts its message_if_not, and every rank throws E("rank R: <that message>"), R being
@@ -43,13 +56,8 @@ void agree_or_throw(MPI_Comm comm, bool ok_here, const std::string& message_if_n
   MPI_Comm_rank(comm, &me);
   int mine = ok_here ? INT_MAX : me, first = INT_MAX;
   MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
-  if (first == INT_MAX) return;
-  std::string text = me == first ? message_if_not : std::string();
-  long long n = static_cast<long long>(text.size());
-  MPI_Bcast(&n, 1, MPI_LONG_LONG, first, comm);
-  text.resize(static_cast<std::size_t>(n));
-  if (n > 0) MPI_Bcast(text.data(), static_cast<int>(n), MPI_CHAR, first, comm);
-  throw E("rank " + std::to_string(world_rank_of(comm, first)) + ": " + text);
+  throw_if_agreed_failure<E>(comm, me, first, message_if_not);
 }
+
 
 }  // namespace meshtensor::detail

@@ -13,6 +13,7 @@
 
 #include "../error.hpp"
 #include "../geometry/mesh_shape.hpp"
+#include "agreement.hpp"
 #include "plan_ledger.hpp"
 #include "watchdog.hpp"
 
@@ -163,6 +164,23 @@ class communicator {
         requests, n, over(mask), watch_, watch_ticket{mask, sequence_[mask]},
         [&] { return cat(to_string(kind), " of ", bytes, " bytes over mesh axes ", axes_string(mask)); },
         [&](unsigned other) { return axes_string(other); });
+  }
+  // agree_or_throw (agreement.hpp) over the whole mesh, its allreduce watched like a collective
+  // under the watchdog: the checks made at a step's start (from_host's) come before its first
+  // collective, and ranks blocked there would neither see a stopped rank nor answer a timed-out
+  // one's notice.
+  template <class E = shape_error>
+  void agree_or_throw(bool ok_here, const std::string& message_if_not) {
+    if (watch_ == MPI_COMM_NULL) return detail::agree_or_throw<E>(cart_, ok_here, message_if_not);
+    const unsigned all = (1u << shape_.sizes().size()) - 1u;
+    ++sequence_[all];  // every rank agrees in the same order: the tickets stay comparable
+    int me = 0;
+    MPI_Comm_rank(over(all), &me);
+    int mine = ok_here ? INT_MAX : me, first = INT_MAX;
+    MPI_Request requests[1];
+    MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, over(all), &requests[0]);
+    await(requests, 1, collective::allreduce, all, sizeof(int));
+    detail::throw_if_agreed_failure<E>(over(all), me, first, message_if_not);
   }
   // True under the collective watchdog (MESHTENSOR_COLLECTIVE_TIMEOUT).
   bool watched() const { return watch_ != MPI_COMM_NULL; }

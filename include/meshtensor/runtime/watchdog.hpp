@@ -23,10 +23,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -137,9 +139,12 @@ void await_collective(MPI_Request* requests, int n, MPI_Comm group, MPI_Comm wat
   for (unsigned spins = 1;; ++spins) {
     MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
     if (done) return;
-    // The clock every 256 tests: read at every one, it took a quarter of the waiting time (perf)
-    // and slowed MPI's progress, which is what the test drives; 256 tests are microseconds.
-    if (spins % 256) continue;
+    // Most collectives complete within the first 256 tests (microseconds), which read no clock: a
+    // clock read at each took a quarter of those short waits (perf) and slowed MPI's progress. A
+    // longer wait reads it at every test: on oversubscribed cores a test can yield the core for a
+    // time slice, and 256 of those would delay the answer to a timed-out rank's notice past its
+    // grace period (faults.watchdog_stop saw the waiting ranks named as not answering).
+    if (spins < 256) continue;
     const auto now = clock::now();
     if (now >= deadline) break;
     if (now >= next_look) {  // someone may have timed out and be asking who is here
@@ -215,5 +220,47 @@ void await_collective(MPI_Request* requests, int n, MPI_Comm group, MPI_Comm wat
   MPI_Abort(MPI_COMM_WORLD, watchdog_exit_code);
   std::abort();
 }
+
+// A blocking MPI region the watchdog cannot poll (a checkpoint's collective MPI-IO and its
+// file-system agreements): under MESHTENSOR_COLLECTIVE_TIMEOUT a thread waits for the region's end
+// and, past the limit, prints the watchdog's line naming the region and ends this process with the
+// watchdog's exit code (mpiexec then ends the job). The thread calls no MPI (MPI is initialised
+// FUNNELED), so it cannot ask who did not arrive. Without a limit: nothing, no thread.
+class unpolled_region_deadline {
+ public:
+  explicit unpolled_region_deadline(std::string what) {
+    const double limit = collective_timeout();
+    if (limit <= 0) return;
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    thread_ = std::thread([this, limit, rank, what = std::move(what)] {
+      std::unique_lock lock(mutex_);
+      if (ended_.wait_for(lock, std::chrono::duration<double>(limit), [this] { return done_; })) return;
+      std::fprintf(stderr,
+                   "meshtensor: collective watchdog: rank %d waited %.1f s in %s (blocking MPI-IO, which cannot be "
+                   "polled: who did not arrive is not known); MESHTENSOR_COLLECTIVE_TIMEOUT=%g s; ending the job\n",
+                   rank, limit, what.c_str(), limit);
+      std::fflush(stderr);
+      std::_Exit(watchdog_exit_code);
+    });
+  }
+  ~unpolled_region_deadline() {
+    if (!thread_.joinable()) return;
+    {
+      const std::lock_guard lock(mutex_);
+      done_ = true;
+    }
+    ended_.notify_one();
+    thread_.join();
+  }
+  unpolled_region_deadline(const unpolled_region_deadline&) = delete;
+  unpolled_region_deadline& operator=(const unpolled_region_deadline&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable ended_;
+  bool done_ = false;
+  std::thread thread_;
+};
 
 }  // namespace meshtensor::detail

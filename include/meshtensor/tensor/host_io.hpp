@@ -128,7 +128,7 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
   } catch (const shape_error& e) {
     wrong_size = e.what();
   }
-  detail::agree_or_throw(m.communicator().cart(), wrong_size.empty(), wrong_size);
+  m.communicator().agree_or_throw(wrong_size.empty(), wrong_size);
   if (m.is_planned()) {
     detail::plan_ledger::get().add_host_bytes(t.local_size() * static_cast<std::int64_t>(sizeof(typename TT::value_type)));
     return t;
