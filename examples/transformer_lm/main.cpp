@@ -7,6 +7,12 @@
 //   model  vocab, heads and d_ff over rows and cols (model parallelism as in the Mesh-TensorFlow
 //          paper: attention and feed-forward outputs and the logits' softmax allreduce over both)
 //   2d     batch over rows; vocab, heads and d_ff over cols (both at once)
+//   fsdp   data, with the parameters, their gradients and the optimizer's state split over rows
+//          and cols as well (d_model, a dim every parameter has): fully sharded data parallelism;
+//          --zero 3 (the default) gathers each parameter where a block uses it, 2 gathers them all
+//          once per step, 1 keeps the parameters whole and splits the optimizer's state only
+//   fsdp_2d  2d, with the parameters' d_model split over rows as well (ZeRO over the data axis,
+//          model parallelism over cols)
 // Parameters are initialised from counter-based random numbers and dropout masks are functions of
 // (seed, step, global index), so every layout computes the same model: --compare-layouts trains
 // each layout in turn from the same start on the same batches and checks their losses agree.
@@ -60,12 +66,18 @@ train_result train_layout(const std::string& name, const grid& g, const options&
                           bool verbose) {
   if (name == "data") return train<layout_data>(g, o, text, verbose);
   if (name == "model") return train<layout_model>(g, o, text, verbose);
+  // --zero 1: the parameters stored as the data or 2d layout has them, the optimizer sharded.
+  if (name == "fsdp") return o.zero == 1 ? train<layout_data>(g, o, text, verbose) : train<layout_data, params_fsdp>(g, o, text, verbose);
+  if (name == "fsdp_2d")
+    return o.zero == 1 ? train<layout_2d>(g, o, text, verbose) : train<layout_2d, params_fsdp_2d>(g, o, text, verbose);
   return train<layout_2d>(g, o, text, verbose);
 }
 
 std::string layout_type(const std::string& name) {
   if (name == "data") return mt::layout_string<layout_data>();
   if (name == "model") return mt::layout_string<layout_model>();
+  if (name == "fsdp") return mt::layout_string<layout_data>() + ", parameters " + mt::layout_string<params_fsdp>();
+  if (name == "fsdp_2d") return mt::layout_string<layout_2d>() + ", parameters " + mt::layout_string<params_fsdp_2d>();
   return mt::layout_string<layout_2d>();
 }
 
@@ -85,17 +97,24 @@ int rank_layouts(const mt::environment& env, const options& o) {
   if (o.calibration.empty()) throw mt::error("--rank-layouts needs --calibration FILE (bench_calibrate writes one)");
   const auto c = mt::machine_calibration::load(o.calibration);
   std::vector<mt::layout_candidate> candidates;
-  for (const std::string name : {"data", "model", "2d"}) {
-    auto r = plan_layout(o, name);
-    candidates.push_back({name, *r.plan, mt::predict(*r.plan, c), true});
-  }
+  // The fsdp layouts at each ZeRO stage: what each stage costs in memory and traffic, side by side.
+  for (const std::string name : {"data", "model", "2d", "fsdp", "fsdp_2d"})
+    for (int zero : {1, 2, 3}) {
+      if (zero != 3 && name.rfind("fsdp", 0) != 0) continue;
+      options oz = o;
+      oz.zero = zero;
+      auto r = plan_layout(oz, name);
+      const std::string label = name.rfind("fsdp", 0) == 0 ? mt::detail::cat(name, " --zero ", zero) : name;
+      candidates.push_back({label, *r.plan, mt::predict(*r.plan, c), true});
+    }
   const std::int64_t budget = static_cast<std::int64_t>(o.memory_budget_gib * 1073741824.0);
   const auto ranked = mt::rank_layouts(candidates, budget);
   if (env.world_rank() != 0) return 0;
   std::printf("layouts on mesh [rows=%d x cols=%d], calibration %s (%d ranks), budget %s per processor:\n", o.mesh[0],
               o.mesh[1], o.calibration.c_str(), c.ranks, mt::detail::cat(o.memory_budget_gib, " GiB").c_str());
   std::printf("%s", mt::ranking_table(ranked).c_str());
-  std::printf("best: --layout %s, that is\n  %s\n", ranked[0].name.c_str(), layout_type(ranked[0].name).c_str());
+  const std::string best = ranked[0].name.substr(0, ranked[0].name.find(' '));
+  std::printf("best: --layout %s, that is\n  %s\n", ranked[0].name.c_str(), layout_type(best).c_str());
   return 0;
 }
 
@@ -221,7 +240,14 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{"meshtensor: a byte-level Transformer language model on a 2-D mesh"};
   app.add_option("--text", o.text, "training text")->capture_default_str();
-  app.add_option("--layout", o.layout, "data | model | 2d")->check(CLI::IsMember({"data", "model", "2d"}))->capture_default_str();
+  app.add_option("--layout", o.layout, "data | model | 2d | fsdp | fsdp_2d")
+      ->check(CLI::IsMember({"data", "model", "2d", "fsdp", "fsdp_2d"}))
+      ->capture_default_str();
+  app.add_option("--zero", o.zero,
+                 "with --layout fsdp or fsdp_2d: 3 parameters, gradients and optimizer state split, each parameter "
+                 "gathered where it is used; 2 the same, gathered once per step; 1 only the optimizer state split")
+      ->check(CLI::Range(1, 3))
+      ->capture_default_str();
   app.add_option("--mesh", o.mesh, "mesh sizes rows cols (their product must be the number of ranks)")->expected(2);
   app.add_option("--steps", o.steps)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--batch", o.batch)->check(CLI::PositiveNumber)->capture_default_str();
@@ -237,6 +263,9 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", o.log_every)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--csv", o.csv, "loss curve output (a PNG next to it when gnuplot is installed)")->capture_default_str();
   app.add_flag("--compare-layouts", o.compare, "train every layout for --steps steps and check the losses agree");
+  app.add_option("--layouts", o.compared, "with --compare-layouts: the layouts compared, the first the reference")
+      ->check(CLI::IsMember({"data", "model", "2d", "fsdp", "fsdp_2d"}))
+      ->capture_default_str();
   app.add_option("--tolerance", o.tolerance, "relative tolerance of --compare-layouts")->capture_default_str();
   app.add_option("--vocab", o.vocab, "vocabulary: 256 = bytes; above, byte pairs mod vocab")
       ->check(CLI::Range(2, 65536))->capture_default_str();
@@ -291,8 +320,10 @@ int main(int argc, char** argv) {
     if (o.compare && (!o.checkpoint.empty() || !o.resume.empty()))
       throw mt::error("--compare-layouts trains every layout from scratch; it takes no --checkpoint or --resume");
     if (o.sequence_parallel && o.dtype != "float32") throw mt::error("--sequence-parallel runs in float32 only");
-    if (o.sequence_parallel && !o.compare && o.layout == "data")
+    if (o.sequence_parallel && !o.compare && (o.layout == "data" || o.fsdp()))
       throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
+    if (o.zero != 3 && !o.fsdp() && !o.compare && !o.rank_layouts)
+      throw mt::error(mt::detail::cat("--zero ", o.zero, " applies to --layout fsdp and fsdp_2d, not ", o.layout));
     if (o.rank_layouts) return rank_layouts(env, o);
     if (o.plan) return plan(env, o);
     const auto text = read_text(o.text, o.length + 3);
@@ -312,21 +343,30 @@ int main(int argc, char** argv) {
       return r.generated_ok ? 0 : 3;
     }
     if (o.compare_dtypes) return compare_dtypes(g, o, text);
-    const std::vector<std::string> names{"data", "model", "2d"};
+    const std::vector<std::string>& names = o.compared;
     std::vector<std::vector<double>> runs;
     for (const auto& n : names) {
       options on = o;
-      on.sequence_parallel = o.sequence_parallel && n != "data";
+      on.layout = n;
+      on.sequence_parallel = o.sequence_parallel && (n == "model" || n == "2d");
       runs.push_back(train_layout(n, g, on, text, false).losses);
     }
     double worst = 0;
-    if (root) std::printf("%5s %12s %12s %12s %10s\n", "step", "data", "model", "2d", "max rel");
+    if (root) {
+      std::printf("%5s", "step");
+      for (const auto& n : names) std::printf(" %12s", n.c_str());
+      std::printf(" %10s   (fsdp: --zero %d)\n", "max rel", o.zero);
+    }
     for (std::size_t s = 0; s < runs[0].size(); ++s) {
       double d = 0;
       for (std::size_t r = 1; r < runs.size(); ++r)
         d = std::max(d, std::abs(runs[r][s] - runs[0][s]) / std::abs(runs[0][s]));
       if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
-      if (root) std::printf("%5zu %12.6f %12.6f %12.6f %10.2e\n", s + 1, runs[0][s], runs[1][s], runs[2][s], d);
+      if (root) {
+        std::printf("%5zu", s + 1);
+        for (const auto& r : runs) std::printf(" %12.6f", r[s]);
+        std::printf(" %10.2e\n", d);
+      }
     }
     const bool falls = runs[0].back() < runs[0].front();
     const bool ok = worst <= o.tolerance && falls;

@@ -56,6 +56,27 @@ struct sequence_layout<layout_2d> {
   using type = mt::layout<grid, mt::split<batch, rows>, mt::split<vocab, cols>, mt::split<heads, cols>,
                           mt::split<d_ff, cols>, mt::split<length, cols>>;
 };
+
+// --layout fsdp and fsdp_2d: fully sharded data parallelism (ops/gather_for_use.hpp). The model
+// computes under layout_data (fsdp) or layout_2d (fsdp_2d); its parameters are stored with d_model
+// (a dim every one of them has) split over the axes that split the batch, on top of the model
+// splits of layout_2d. --zero says what is split (optim/sharded.hpp): 3 (the default) stores the
+// parameters split and gathers each where a block uses it; 2 stores them split and gathers them all
+// once per step; 1 stores them whole and splits only the optimizer's state. In each case the
+// gradients, the optimizer's state and (2, 3) the parameters are split as the same layout says.
+using params_fsdp = mt::layout<grid, mt::split<d_model, rows, cols>>;
+using params_fsdp_2d = mt::layout<grid, mt::split<d_model, rows>, mt::split<vocab, cols>, mt::split<heads, cols>,
+                                  mt::split<d_ff, cols>>;
+template <class L>
+struct shard_layout_of {};
+template <>
+struct shard_layout_of<layout_data> {
+  using type = params_fsdp;
+};
+template <>
+struct shard_layout_of<layout_2d> {
+  using type = params_fsdp_2d;
+};
 struct options {
   std::string text = "/usr/share/common-licenses/GPL-3";
   std::string layout = "2d";
@@ -64,10 +85,12 @@ struct options {
   std::int64_t steps = 300, batch = 8, length = 64, d_model = 64, heads = 4, d_kv = 16, d_ff = 256;
   double lr = 2e-3, dropout = 0.0;
   std::string optimizer = "adam";
+  int zero = 3;  // with --layout fsdp or fsdp_2d: the ZeRO stage (what is split)
   std::uint64_t seed = 1;
   int log_every = 25;
   std::string csv = "transformer_lm_loss.csv";
   bool compare = false;
+  std::vector<std::string> compared{"data", "model", "2d", "fsdp", "fsdp_2d"};
   double tolerance = 1e-4;
   std::int64_t vocab = 256;
   std::string dump;
@@ -91,6 +114,10 @@ struct options {
   std::string prompt = "The GNU General Public License is";
   double temperature = 0.7;  // 0: the most likely byte
   bool check_generate = false;
+
+  bool fsdp() const { return layout.rfind("fsdp", 0) == 0; }
+  // --zero 1: the parameters whole, the optimizer's state split (sharded<Inner, Shard>).
+  bool shard_optimizer_state() const { return fsdp() && zero == 1; }
 };
 
 // The parameter names, in the order of the tensors of model::tie() (a vector param's tensors one
@@ -138,30 +165,35 @@ void dump_tensor(const T& t, const std::string& path) {
   write_npy(path, full, std::vector<std::int64_t>(ext.begin(), ext.end()));
 }
 
-template <class L>
+// The model computes under layout L; its parameters are stored under PL (L itself, or a layout
+// that splits them over the data axes as well: fsdp).
+template <class L, class PL = L>
 struct model {
   template <class... D>
   using t = mt::tensor<float, L, D...>;
+  template <class... D>
+  using param = mt::tensor<float, PL, D...>;
   // The blocks' weights, one vector per kind with an entry per block (--layers): gradient() and the
   // optimizers take a vector as one param.
   template <class... D>
-  using per_block = std::vector<t<D...>>;
-  t<vocab, d_model> embedding;
-  t<length, d_model> positions;
+  using per_block = std::vector<param<D...>>;
+  param<vocab, d_model> embedding;
+  param<length, d_model> positions;
   per_block<d_model> ln1_scale, ln1_bias;
   per_block<d_model, heads, d_kv> wq, wk, wv;
   per_block<heads, d_kv, d_model> wo;
   per_block<d_model> ln2_scale, ln2_bias;
   per_block<d_model, d_ff> w_in;
   per_block<d_ff, d_model> w_out;
-  t<d_model> lnf_scale, lnf_bias;
-  t<d_model, vocab> softmax_weights;
+  param<d_model> lnf_scale, lnf_bias;
+  param<d_model, vocab> softmax_weights;
 
   auto tie() {
     return std::tie(embedding, positions, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out,
                     lnf_scale, lnf_bias, softmax_weights);
   }
 
+  model() = default;
   // In a planned run, the tensors made here count as parameters (no effect on a real run).
   model(const grid& g, const options& o) {
     const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);
@@ -170,20 +202,20 @@ struct model {
     embedding = mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, s++, 0, 0.3);
     positions = mt::random_normal<decltype(positions)>(g, {o.length, dm}, s++, 0, 0.1);
     for (std::int64_t b = 0; b < o.layers; ++b) {
-      ln1_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
-      ln1_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
-      wq.push_back(nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++));
-      wk.push_back(nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++));
-      wv.push_back(nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++));
-      wo.push_back(nn::normal_fan_in<t<heads, d_kv, d_model>, heads, d_kv>(g, {h, kv, dm}, s++));
-      ln2_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
-      ln2_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
-      w_in.push_back(nn::normal_fan_in<t<d_model, d_ff>, d_model>(g, {dm, ff}, s++));
-      w_out.push_back(nn::normal_fan_in<t<d_ff, d_model>, d_ff>(g, {ff, dm}, s++));
+      ln1_scale.push_back(mt::full<param<d_model>>(g, {dm}, 1.0f));
+      ln1_bias.push_back(mt::zeros<param<d_model>>(g, {dm}));
+      wq.push_back(nn::normal_fan_in<param<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++));
+      wk.push_back(nn::normal_fan_in<param<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++));
+      wv.push_back(nn::normal_fan_in<param<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++));
+      wo.push_back(nn::normal_fan_in<param<heads, d_kv, d_model>, heads, d_kv>(g, {h, kv, dm}, s++));
+      ln2_scale.push_back(mt::full<param<d_model>>(g, {dm}, 1.0f));
+      ln2_bias.push_back(mt::zeros<param<d_model>>(g, {dm}));
+      w_in.push_back(nn::normal_fan_in<param<d_model, d_ff>, d_model>(g, {dm, ff}, s++));
+      w_out.push_back(nn::normal_fan_in<param<d_ff, d_model>, d_ff>(g, {ff, dm}, s++));
     }
-    lnf_scale = mt::full<t<d_model>>(g, {dm}, 1.0f);
-    lnf_bias = mt::zeros<t<d_model>>(g, {dm});
-    softmax_weights = nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, s++);
+    lnf_scale = mt::full<param<d_model>>(g, {dm}, 1.0f);
+    lnf_bias = mt::zeros<param<d_model>>(g, {dm});
+    softmax_weights = nn::normal_fan_in<param<d_model, vocab>, d_model>(g, {dm, o.vocab}, s++);
     for_each_param_tensor(tie(), [](std::size_t, auto& p) { p.requires_grad(); });
   }
 
@@ -194,12 +226,42 @@ struct model {
     return n;
   }
 
-  // A parameter as the computation's element type C: itself for float; for bf16, a bf16 copy
-  // whose gradient flows back to the float master weight (what the optimizer updates).
+  // A parameter as the computation uses it: under L (gathered, where stored split: its gradient
+  // comes back split by reduce_scatter) and in the element type C (for bf16, a bf16 copy whose
+  // gradient flows back to the float master weight, what the optimizer updates; cast before the
+  // gather, which then moves half the bytes).
   template <class C, class P>
   static auto as(const P& p) {
-    if constexpr (std::is_same_v<C, float>) return p;
-    else return mt::cast<C>(p);
+    using used = mt::with_layout_t<P, L>;
+    if constexpr (std::is_same_v<P, used>) {
+      if constexpr (std::is_same_v<C, float>) return p;
+      else return mt::cast<C>(p);
+    } else if constexpr (std::is_same_v<C, float>) {
+      return mt::gather_for_use<used>(p);
+    } else {
+      return mt::gather_for_use<typename used::template rebind<C>>(mt::cast<C>(p));
+    }
+  }
+
+  // The parameters gathered once under L, on the tape (--zero 2: every block then uses the
+  // gathered copy; the gradients still come back split).
+  model<L> gathered() const {
+    model<L> whole;
+    auto to = whole.tie();
+    const auto from = const_cast<model&>(*this).tie();
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (gather_into(std::get<I>(to), std::get<I>(from)), ...);
+    }(std::make_index_sequence<std::tuple_size_v<decltype(from)>>{});
+    return whole;
+  }
+  template <class W, class P>
+  static void gather_into(W& whole, const P& stored) {
+    if constexpr (mt::Tensor<P>) {
+      whole = mt::gather_for_use<W>(stored);
+    } else {
+      whole.clear();
+      for (const auto& p : stored) whole.push_back(mt::gather_for_use<typename W::value_type>(p));
+    }
   }
 
   // Logits [batch, length, vocab] of sequences of up to --length tokens, computed in C (float, or
@@ -385,16 +447,52 @@ inline mt::io::metadata run_config(const options& o) {
           {"dropout", mt::detail::cat(o.dropout)}, {"lr", mt::detail::cat(o.lr)}};
 }
 
-// The parameters and the chosen optimizer's state, by name, for checkpoints.
-template <class L>
-mt::io::tensor_set training_state(model<L>& m, mt::optim::adam& adam, mt::optim::adafactor& adafactor,
-                                  const options& o) {
+// Inner with its state split as fsdp splits L's parameters; Inner itself where no layout does.
+template <class Inner, class L>
+struct sharded_or_plain {
+  using type = Inner;
+};
+template <class Inner, class L>
+  requires requires { typename shard_layout_of<L>::type; }
+struct sharded_or_plain<Inner, L> {
+  using type = mt::optim::sharded<Inner, typename shard_layout_of<L>::type>;
+};
+
+// The optimizer --optimizer names; with --zero 1 (parameters stored whole under a layout that
+// fsdp shards), the same with its state split (optim/sharded.hpp). visit calls f with the one
+// in use.
+template <class L, class PL>
+struct optimizers {
+  mt::optim::adam adam;
+  mt::optim::adafactor adafactor;
+  explicit optimizers(const options& o)
+      : adam({.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9}), adafactor({.lr = o.lr}) {}
+  template <class F>
+  decltype(auto) visit(const options& o, F&& f) {
+    if constexpr (std::is_same_v<L, PL> && requires { typename shard_layout_of<L>::type; }) {
+      if (o.shard_optimizer_state()) {
+        if (o.optimizer == "adafactor") return f(sharded_adafactor);
+        return f(sharded_adam);
+      }
+    }
+    if (o.optimizer == "adafactor") return f(adafactor);
+    return f(adam);
+  }
+
+ private:
+  typename sharded_or_plain<mt::optim::adam, L>::type sharded_adam{adam};
+  typename sharded_or_plain<mt::optim::adafactor, L>::type sharded_adafactor{adafactor};
+};
+
+// The parameters and the chosen optimizer's state, by name, for checkpoints (the same names and
+// global tensors whatever the layout or ZeRO stage).
+template <class L, class PL>
+mt::io::tensor_set training_state(model<L, PL>& m, optimizers<L, PL>& opt, const options& o) {
   mt::io::tensor_set set;
   auto params = m.tie();
   const auto names = param_names(o.layers);
   for_each_param_tensor(params, [&](std::size_t i, auto& p) { set.add(names[i], p); });
-  if (o.optimizer == "adafactor") mt::io::add_optimizer_state(set, adafactor, params, names);
-  else mt::io::add_optimizer_state(set, adam, params, names);
+  opt.visit(o, [&](auto& chosen) { mt::io::add_optimizer_state(set, chosen, params, names); });
   return set;
 }
 
@@ -411,8 +509,8 @@ struct train_result {
 // the two computations are the largest part of the example's build, and build in parallel).
 template <class L>
 using ids_of = mt::tensor<float, L, batch, length>;
-template <class L>
-mt::tensor<float, L> bf16_loss(const model<L>& m, const ids_of<L>& ids, const ids_of<L>& labels, const options& o,
+template <class L, class PL>
+mt::tensor<float, L> bf16_loss(const model<L, PL>& m, const ids_of<L>& ids, const ids_of<L>& labels, const options& o,
                                std::uint64_t step) {
   return m.template loss<mt::bf16>(ids, labels, o, step);
 }
@@ -425,10 +523,10 @@ extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_2d);
 
 // The loss with --sequence-parallel, compiled in train_<layout>_sp.cpp (layout_data's, which only
 // refuses, in train_data.cpp).
-template <class L>
-mt::tensor<float, L> sequence_parallel_loss(const model<L>& m, const ids_of<L>& ids, const ids_of<L>& labels,
+template <class L, class PL>
+mt::tensor<float, L> sequence_parallel_loss(const model<L, PL>& m, const ids_of<L>& ids, const ids_of<L>& labels,
                                             const options& o, std::uint64_t step) {
-  if constexpr (requires { typename sequence_layout<L>::type; })
+  if constexpr (std::is_same_v<L, PL> && requires { typename sequence_layout<L>::type; })
     return m.template loss_sequence_parallel<typename sequence_layout<L>::type>(ids, labels, o, step);
   else
     throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
@@ -442,18 +540,17 @@ extern template MESHTENSOR_EXAMPLE_SP_LOSS(layout_2d);
 
 // Trains one layout. On a planned mesh (--plan) the same code runs without data or processes and
 // the result carries the plan's report.
-template <class L>
+template <class L, class PL = L>
 train_result train(const grid& g, const options& o, const std::vector<unsigned char>& text, bool verbose) {
   train_result result;
   using ids_t = mt::tensor<float, L, batch, length>;
-  model<L> m(g, o);
-  mt::optim::adam adam({.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9});
-  mt::optim::adafactor adafactor({.lr = o.lr});
+  model<L, PL> m(g, o);
+  optimizers<L, PL> opt(o);
   std::mt19937_64 rng(o.seed);  // the same batches on every rank and in every layout
   std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
   std::int64_t step0 = 0;
   if (!o.resume.empty()) {
-    auto state = training_state(m, adam, adafactor, o);
+    auto state = training_state(m, opt, o);
     const mt::io::checkpoints from(o.resume);
     const auto meta = from.load(state);
     for (const auto& [k, v] : run_config(o))
@@ -462,8 +559,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
                                            meta.count(k) ? meta.at(k) : "(none)", ", this run ", v));
     step0 = std::stoll(meta.at("step"));
     const auto opt_steps = std::stoll(meta.at("optimizer.steps"));
-    if (o.optimizer == "adafactor") adafactor.set_steps(opt_steps);
-    else adam.set_steps(opt_steps);
+    opt.visit(o, [&](auto& chosen) { chosen.set_steps(opt_steps); });
     // The data position: the batches drawn so far are drawn again, so the next are the same.
     for (std::int64_t k = 0, n = std::stoll(meta.at("data_position")); k < n; ++k) (void)start(rng);
     if (verbose && g.rank() == 0)
@@ -494,9 +590,19 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     }
     const auto x = mt::from_host<ids_t>(g, {o.batch, o.length}, ids);
     const auto y = mt::from_host<ids_t>(g, {o.batch, o.length}, labels);
-    const auto loss = o.dtype == "bf16"       ? bf16_loss(m, x, y, o, static_cast<std::uint64_t>(step))
-                      : o.sequence_parallel ? sequence_parallel_loss(m, x, y, o, static_cast<std::uint64_t>(step))
-                                            : m.loss(x, y, o, static_cast<std::uint64_t>(step));
+    const auto s = static_cast<std::uint64_t>(step);
+    const auto loss = [&] {
+      if constexpr (!std::is_same_v<L, PL>) {
+        // --zero 2: the parameters gathered once, for the whole step; 3: at each use.
+        if (o.zero == 2) {
+          const auto whole = m.gathered();
+          return o.dtype == "bf16" ? bf16_loss(whole, x, y, o, s) : whole.loss(x, y, o, s);
+        }
+      }
+      return o.dtype == "bf16"       ? bf16_loss(m, x, y, o, s)
+             : o.sequence_parallel ? sequence_parallel_loss(m, x, y, o, s)
+                                   : m.loss(x, y, o, s);
+    }();
     auto params = m.tie();
     auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
     if (step == 0 && !o.dump.empty()) {
@@ -514,15 +620,14 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
         std::printf("dumped the initial weights, the first batch, its loss and gradients to %s\n", o.dump.c_str());
       }
     }
-    if (o.optimizer == "adafactor") adafactor.step(params, grads);
-    else adam.step(params, grads);
+    opt.visit(o, [&](auto& chosen) { chosen.step(params, grads); });
     losses.push_back(mt::item(loss));
     if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
-      auto state = training_state(m, adam, adafactor, o);
+      auto state = training_state(m, opt, o);
       auto meta = run_config(o);
       meta["step"] = std::to_string(step + 1);
       meta["data_position"] = std::to_string(drawn);
-      meta["optimizer.steps"] = std::to_string(o.optimizer == "adafactor" ? adafactor.steps() : adam.steps());
+      meta["optimizer.steps"] = std::to_string(opt.visit(o, [](auto& chosen) { return chosen.steps(); }));
       meta["layout"] = o.layout;
       meta["ranks"] = std::to_string(g.nprocs());
       const auto name = mt::io::checkpoints(o.checkpoint).save(state, step + 1, meta);
@@ -558,13 +663,16 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
   }
   result.parameters = m.parameter_count();
   result.param_bytes = mt::local_bytes(m.tie());
-  result.state_bytes = o.optimizer == "adafactor" ? adafactor.state_bytes(m.tie()) : adam.state_bytes(m.tie());
+  result.state_bytes = opt.visit(o, [&](auto& chosen) { return chosen.state_bytes(m.tie()); });
   if (g.is_planned()) {
     result.plan = mt::plan_report_of(g);
     result.losses = std::move(losses);
     return result;
   }
-  if (o.generate > 0) result.generated_ok = generate(m, g, o);
+  if (o.generate > 0) {
+    if constexpr (std::is_same_v<L, PL>) result.generated_ok = generate(m, g, o);
+    else result.generated_ok = generate(m.gathered(), g, o);
+  }
   if (o.memory) {
     // Bytes of the local slices of the parameters and of the optimizer's state (laid out like them).
     const long long with_state = result.param_bytes + result.state_bytes;
@@ -581,7 +689,11 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
 }
 
 
-// Compiled in train_<layout>.cpp.
+// Compiled in train_<layout>.cpp (train_fsdp.cpp: both fsdp layouts).
 extern template train_result train<layout_data>(const grid&, const options&, const std::vector<unsigned char>&, bool);
 extern template train_result train<layout_model>(const grid&, const options&, const std::vector<unsigned char>&, bool);
 extern template train_result train<layout_2d>(const grid&, const options&, const std::vector<unsigned char>&, bool);
+extern template train_result train<layout_data, params_fsdp>(const grid&, const options&, const std::vector<unsigned char>&,
+                                                             bool);
+extern template train_result train<layout_2d, params_fsdp_2d>(const grid&, const options&,
+                                                              const std::vector<unsigned char>&, bool);

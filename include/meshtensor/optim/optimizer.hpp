@@ -143,8 +143,15 @@ class optimizer {
     using S = decltype(derived().init(p));
     if (meshtensor::detail::planning())
       meshtensor::detail::plan_ledger::get().add_optimizer_bytes(
-          p.local_size() * static_cast<std::int64_t>(sizeof(typename P::value_type)));
+          elements_to_update(p) * static_cast<std::int64_t>(sizeof(typename P::value_type)));
     derived().update(p, g, *static_cast<S*>(states_[i].second.get()), t_);
+  }
+  // The elements of p this processor updates: its slice, unless the optimizer says otherwise
+  // (sharded.hpp updates a part of it).
+  template <class P>
+  static std::int64_t elements_to_update(const P& p) {
+    if constexpr (requires { Derived::updated_size(p); }) return Derived::updated_size(p);
+    else return p.local_size();
   }
   std::vector<std::pair<const std::type_info*, std::shared_ptr<void>>> states_;
   std::int64_t t_ = 0;

@@ -1,0 +1,131 @@
+// Sharded parameters (ops/gather_for_use.hpp, optim/sharded.hpp): a weight stored split over the
+// data axes and gathered for its use computes what the whole weight computes; its gradient arrives
+// split, by one reduce_scatter over the batch's axes and no allreduce; it matches finite
+// differences; the optimizers stepping on parts (stage 3: the stored parts; stage 1: the sharded
+// wrapper on whole parameters) give the whole parameters' step, with the state split and the
+// collectives their plans name. On [P], [2x2], [2x3] and [3x2] meshes, extents 7 x 5 x 6: uneven
+// over 2, 3, 4 and 6 parts.
+#include <catch2/catch_template_test_macros.hpp>
+#include <test_support.hpp>
+
+using namespace tst;
+namespace mt = meshtensor;
+
+namespace {
+constexpr std::int64_t I = 7, J = 5, K = 6;
+
+// Data parallelism (i, the batch, over both axes; the weight [j, k] stored with j over them) and
+// data x model parallelism (i over r, k over c; the weight's j stored over r).
+using data = mt::layout<grid, mt::split<i_, r_, c_>>;
+using data_shard = mt::layout<grid, mt::split<j_, r_, c_>>;
+using two_d = mt::layout<grid, mt::split<i_, r_>, mt::split<k_, c_>>;
+using two_d_shard = mt::layout<grid, mt::split<j_, r_>, mt::split<k_, c_>>;
+
+std::int64_t calls_of_kind(const mt::comm_counters& c, mt::collective kind) {
+  std::int64_t n = 0;
+  for (const auto& [key, count] : c)
+    if (key.first == kind) n += count.calls;
+  return n;
+}
+
+template <class Compute, class Shard>
+void check_gather_for_use(const grid& g) {
+  INFO(layout_name<Compute>() << " stored as " << layout_name<Shard>());
+  using X = ten<Compute, i_, j_>;
+  using W = ten<Compute, j_, k_>;
+  using WS = ten<Shard, j_, k_>;
+  STATIC_REQUIRE(std::is_same_v<mt::with_layout_t<WS, Compute>, W>);
+  const auto x = mt::random_normal<X>(g, {I, J}, 1);
+  const auto loss_of = [&](const auto& w) { return weighted_sum(mt::einsum<i_, k_>(x, w), 2); };
+
+  auto ws = mt::random_normal<WS>(g, {J, K}, 3);
+  ws.requires_grad();
+  auto w = mt::random_normal<W>(g, {J, K}, 3);  // the same values, whole
+  w.requires_grad();
+
+  g.reset_counters();
+  const W used = mt::gather_for_use<W>(ws);
+  REQUIRE(calls_of(g) == mt::gather_for_use_plan<W, WS>().as_counts());
+  require_close(mt::gather_all(used), mt::gather_all(w), 0);
+
+  const auto loss = loss_of(used);
+  require_close(std::vector<double>{mt::item(loss)}, std::vector<double>{mt::item(loss_of(w))}, 1e-12);
+  g.reset_counters();
+  const auto [gs] = mt::gradient(loss, ws);
+  const mt::comm_counters backward = g.counters();
+  const std::int64_t scattered = bytes_of(g, mt::collective::reduce_scatter);
+  const auto [gw] = mt::gradient(loss_of(w), w);
+  require_close(mt::gather_all(gs), mt::gather_all(gw), 1e-12);
+  REQUIRE(gs.local_extents() == ws.local_extents());
+  // The batch's axes: the weight gradient's pending sum. Where they hold several processors, it
+  // arrives by one reduce_scatter and never by an allreduce (ZeRO's gradient partitioning).
+  constexpr unsigned batch_axes = mt::detail::axes_mask_of<X, mt::type_list<i_>>();
+  INFO("backward: " << show(backward));
+  REQUIRE(calls_of_kind(backward, mt::collective::allreduce) == 0);
+  REQUIRE(calls_of_kind(backward, mt::collective::reduce_scatter) == 1);
+  REQUIRE(backward.at({mt::collective::reduce_scatter, batch_axes}).calls == 1);
+  if (g.communicator().size_over(batch_axes) > 1)
+    REQUIRE(scattered == W(g, {J, K}).local_size() * 8);  // the whole gradient, once
+  check_grad_at_normal<WS>("gather_for_use", g, {J, K}, 4,
+                           [&](const WS& v) { return loss_of(mt::gather_for_use<W>(v)); });
+}
+
+// An optimizer stepping on parts gives the whole parameter's step: three steps of Inner on a
+// whole parameter, of Inner on the parameter stored as parts (stage 3: the gradient given as
+// parts), and of sharded<Inner, Shard> on a whole parameter (stage 1).
+template <class Compute, class Shard, class Inner>
+void check_steps(const grid& g, const Inner& inner, const char* name) {
+  INFO(name << ": " << layout_name<Compute>() << " stored as " << layout_name<Shard>());
+  using W = ten<Compute, j_, k_>;
+  using WS = ten<Shard, j_, k_>;
+  auto whole = mt::random_normal<W>(g, {J, K}, 5);
+  auto parts = mt::random_normal<WS>(g, {J, K}, 5);
+  auto stage1 = mt::random_normal<W>(g, {J, K}, 5);
+  Inner plain = inner, on_parts = inner;
+  mt::optim::sharded<Inner, Shard> sharded(inner);
+  for (std::uint64_t t = 0; t < 3; ++t) {
+    const auto grad = mt::random_normal<W>(g, {J, K}, 10 + t);
+    plain.step(std::tie(whole), std::make_tuple(grad));
+    on_parts.step(std::tie(parts), std::make_tuple(mt::relayout<WS>(grad)));
+    g.reset_counters();
+    sharded.step(std::tie(stage1), std::make_tuple(grad));
+    // One allgather of the updated parts (plus whatever Inner itself communicates on the parts).
+    const auto counted = g.counters();
+    const auto gather = mt::relayout_plan<W, WS>().as_counts();
+    for (const auto& [key, count] : gather) REQUIRE(counted.at(key).calls >= count.calls);
+  }
+  require_close(mt::gather_all(parts), mt::gather_all(whole), 1e-12);
+  require_close(mt::gather_all(stage1), mt::gather_all(whole), 1e-12);
+  // The state is split: each processor holds the state of its part only.
+  REQUIRE(sharded.state_bytes(std::tie(stage1)) == on_parts.state_bytes(std::tie(parts)));
+  const auto part_size = WS(g, {J, K}).local_size(), whole_size = W(g, {J, K}).local_size();
+  if (part_size < whole_size) REQUIRE(sharded.state_bytes(std::tie(stage1)) < plain.state_bytes(std::tie(whole)));
+  // The ledger's updated elements: the part.
+  REQUIRE(mt::optim::sharded<Inner, Shard>::updated_size(stage1) == part_size);
+}
+
+template <class Compute, class Shard>
+void check_optimizers(const grid& g) {
+  check_steps<Compute, Shard>(g, mt::optim::sgd({.lr = 0.1, .momentum = 0.9}), "sgd");
+  check_steps<Compute, Shard>(g, mt::optim::adam({.lr = 0.01}), "adam");
+  check_steps<Compute, Shard>(g, mt::optim::adafactor({.lr = 0.01}), "adafactor");
+}
+
+}  // namespace
+
+TEST_CASE("gather_for_use: the whole weight's result; its gradient split by one reduce_scatter") {
+  const grid g = world_grid();
+  check_gather_for_use<data, data_shard>(g);
+  check_gather_for_use<two_d, two_d_shard>(g);
+  if (world_size() == 6) {
+    const grid g32(MPI_COMM_WORLD, {3, 2});
+    check_gather_for_use<data, data_shard>(g32);
+    check_gather_for_use<two_d, two_d_shard>(g32);
+  }
+}
+
+TEST_CASE("optimizers on parts (stages 1 and 3) step as on the whole parameter, state split") {
+  const grid g = world_grid();
+  check_optimizers<data, data_shard>(g);
+  check_optimizers<two_d, two_d_shard>(g);
+}
