@@ -281,6 +281,8 @@ int main(int argc, char** argv) {
                "layouts model and 2d: split the residual stream along length over the axes of heads, so that the "
                "blocks' sums arrive by reduce_scatter and the layer norms run on a part of the sequence "
                "(with --compare-layouts: the data layout runs without it, as the reference)");
+  app.add_flag("--tie-embeddings", o.tie_embeddings,
+               "compute the logits with the embedding (GPT-2's and GPT-3's weight tying): no output projection");
   app.add_flag("--recompute", o.recompute,
                "keep only each block's input for the backward pass and compute the block again there (less memory, "
                "one more forward pass)");

@@ -99,6 +99,7 @@ struct options {
   std::string checkpoint, resume;
   std::int64_t save_every = 0;
   std::int64_t layers = 2;
+  bool tie_embeddings = false;  // the logits from the embedding, no output projection of their own
   bool recompute = false;  // each block's activations computed again in the backward pass
   bool sequence_parallel = false;  // the residual stream split along length (layouts model, 2d)
   std::string dtype = "float32";  // or bf16: activations and products in bf16, float master weights
@@ -122,11 +123,12 @@ struct options {
 
 // The parameter names, in the order of the tensors of model::tie() (a vector param's tensors one
 // after another: each block's weight of one kind, then the next kind).
-inline std::vector<std::string> param_names(std::int64_t layers) {
+inline std::vector<std::string> param_names(std::int64_t layers, bool tied_embeddings) {
   std::vector<std::string> names{"embedding", "positions"};
   for (const char* n : {"ln1_scale", "ln1_bias", "wq", "wk", "wv", "wo", "ln2_scale", "ln2_bias", "w_in", "w_out"})
     for (std::int64_t b = 0; b < layers; ++b) names.push_back("blocks." + std::to_string(b) + "." + n);
-  for (const char* n : {"lnf_scale", "lnf_bias", "softmax_weights"}) names.push_back(n);
+  for (const char* n : {"lnf_scale", "lnf_bias"}) names.push_back(n);
+  if (!tied_embeddings) names.push_back("softmax_weights");
   return names;
 }
 
@@ -186,7 +188,9 @@ struct model {
   per_block<d_model, d_ff> w_in;
   per_block<d_ff, d_model> w_out;
   param<d_model> lnf_scale, lnf_bias;
-  param<d_model, vocab> softmax_weights;
+  // The output projection: none with --tie-embeddings (the logits use the embedding, as GPT-2 and
+  // GPT-3 do), else one.
+  std::vector<param<d_model, vocab>> softmax_weights;
 
   auto tie() {
     return std::tie(embedding, positions, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out,
@@ -215,7 +219,8 @@ struct model {
     }
     lnf_scale = mt::full<param<d_model>>(g, {dm}, 1.0f);
     lnf_bias = mt::zeros<param<d_model>>(g, {dm});
-    softmax_weights = nn::normal_fan_in<param<d_model, vocab>, d_model>(g, {dm, o.vocab}, s++);
+    if (!o.tie_embeddings)
+      softmax_weights.push_back(nn::normal_fan_in<param<d_model, vocab>, d_model>(g, {dm, o.vocab}, s++));
     for_each_param_tensor(tie(), [](std::size_t, auto& p) { p.requires_grad(); });
   }
 
@@ -288,8 +293,14 @@ struct model {
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
-    return nn::dense<d_model, vocab>(nn::layer_norm<d_model>(x, as<C>(lnf_scale), as<C>(lnf_bias)),
-                                     as<C>(softmax_weights));
+    return project_out<C>(nn::layer_norm<d_model>(x, as<C>(lnf_scale), as<C>(lnf_bias)));
+  }
+
+  // Logits [batch, length, vocab] of the final normalised stream h.
+  template <class C, class H>
+  auto project_out(const H& h) const {
+    if (softmax_weights.empty()) return mt::einsum<batch, length, vocab>(h, as<C>(embedding));
+    return nn::dense<d_model, vocab>(h, as<C>(softmax_weights[0]));
   }
 
   // Mean next-byte cross-entropy of a batch, in float whatever C is (the logits cast up first).
@@ -327,7 +338,7 @@ struct model {
     }
     const X last = mt::relayout<X>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias));
     return mt::reduce_mean<batch, length>(
-        nn::softmax_cross_entropy<vocab>(nn::dense<d_model, vocab>(last, softmax_weights), labels));
+        nn::softmax_cross_entropy<vocab>(project_out<float>(last), labels));
   }
 
   // Inference with a key-value cache: each block's keys and values of the positions so far.
@@ -362,7 +373,7 @@ struct model {
       const auto f = nn::layer_norm<d_model>(a, ln2_scale[b], ln2_bias[b]);
       x = a + nn::feed_forward<d_model, d_ff>(f, w_in[b], w_out[b]);
     }
-    return nn::dense<d_model, vocab>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias), softmax_weights);
+    return project_out<float>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias));
   }
 };
 
@@ -444,6 +455,7 @@ inline mt::io::metadata run_config(const options& o) {
           {"vocab", std::to_string(o.vocab)},     {"batch", std::to_string(o.batch)},
           {"length", std::to_string(o.length)},   {"layers", std::to_string(o.layers)},
           {"seed", std::to_string(o.seed)},       {"optimizer", o.optimizer},
+          {"tie_embeddings", o.tie_embeddings ? "1" : "0"},
           {"dropout", mt::detail::cat(o.dropout)}, {"lr", mt::detail::cat(o.lr)}};
 }
 
@@ -490,7 +502,7 @@ template <class L, class PL>
 mt::io::tensor_set training_state(model<L, PL>& m, optimizers<L, PL>& opt, const options& o) {
   mt::io::tensor_set set;
   auto params = m.tie();
-  const auto names = param_names(o.layers);
+  const auto names = param_names(o.layers, o.tie_embeddings);
   for_each_param_tensor(params, [&](std::size_t i, auto& p) { set.add(names[i], p); });
   opt.visit(o, [&](auto& chosen) { mt::io::add_optimizer_state(set, chosen, params, names); });
   return set;
@@ -554,7 +566,8 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     const mt::io::checkpoints from(o.resume);
     const auto meta = from.load(state);
     for (const auto& [k, v] : run_config(o))
-      if (k != "lr" && k != "dropout" && (!meta.count(k) || meta.at(k) != v))
+      // (checkpoints from before --tie-embeddings have no such key: they are untied)
+      if (k != "lr" && k != "dropout" && (meta.count(k) ? meta.at(k) != v : !(k == "tie_embeddings" && v == "0")))
         throw mt::io_error(mt::detail::cat("--resume ", o.resume, ": the checkpoint has ", k, " = ",
                                            meta.count(k) ? meta.at(k) : "(none)", ", this run ", v));
     step0 = std::stoll(meta.at("step"));
@@ -606,7 +619,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     auto params = m.tie();
     auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
     if (step == 0 && !o.dump.empty()) {
-      const auto names = param_names(o.layers);
+      const auto names = param_names(o.layers, o.tie_embeddings);
       for_each_param_tensor(params, [&](std::size_t i, auto& p) { dump_tensor(p, o.dump + "/param." + names[i] + ".npy"); });
       for_each_param_tensor(grads, [&](std::size_t i, auto& p) { dump_tensor(p, o.dump + "/grad." + names[i] + ".npy"); });
       dump_tensor(x, o.dump + "/ids.npy");
