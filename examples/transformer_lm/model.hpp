@@ -604,12 +604,14 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     const auto x = mt::from_host<ids_t>(g, {o.batch, o.length}, ids);
     const auto y = mt::from_host<ids_t>(g, {o.batch, o.length}, labels);
     const auto s = static_cast<std::uint64_t>(step);
+    // --zero 2: the parameters gathered once, for the whole step (3: at each use). Alive until the
+    // step's gradient: recompute's blocks refer to the model they ran on.
+    std::optional<model<L>> whole;
     const auto loss = [&] {
       if constexpr (!std::is_same_v<L, PL>) {
-        // --zero 2: the parameters gathered once, for the whole step; 3: at each use.
         if (o.zero == 2) {
-          const auto whole = m.gathered();
-          return o.dtype == "bf16" ? bf16_loss(whole, x, y, o, s) : whole.loss(x, y, o, s);
+          whole.emplace(m.gathered());
+          return o.dtype == "bf16" ? bf16_loss(*whole, x, y, o, s) : whole->loss(x, y, o, s);
         }
       }
       return o.dtype == "bf16"       ? bf16_loss(m, x, y, o, s)
