@@ -204,6 +204,110 @@ void write_curve(const options& o, const std::vector<double>& losses, std::int64
   }
 }
 
+// --pipeline P: the steps on P stages of --mesh each, world ranks in stage-major blocks. Prints the
+// losses, and per stage the measured bubble against the schedule's (p - 1) / (m + p - 1) and the
+// microbatches held at once. --check-pipeline also trains the unpipelined model on each stage's
+// mesh and compares (losses on the last stage, the first step's gradients on every stage).
+int run_pipeline(const mt::environment& env, options o, const std::vector<unsigned char>& text) {
+  namespace pl = mt::pipeline;
+  pl::stages<grid> st(env.world(), o.pipeline, {o.mesh[0], o.mesh[1]});
+  const grid& g = st.mesh();
+  const bool root = env.world_rank() == 0;
+  if (o.check_plan) {
+    o.steps = 1;
+    g.reset_counters();
+    const auto real = train_pipelined(st, o, text, false);
+    const mt::comm_counters counted = g.counters();
+    const auto planned_stage = pl::stages<grid>::planned(o.pipeline, st.index(), {o.mesh[0], o.mesh[1]},
+                                                         {g.coord<rows>(), g.coord<cols>()});
+    const auto planned = train_pipelined(planned_stage, o, text, false);
+    const std::string wrong = mt::plan_differences(g, counted, *planned.plan, real.param_bytes, real.state_bytes);
+    if (!wrong.empty()) std::printf("rank %d (stage %d): %s", env.world_rank(), st.index(), wrong.c_str());
+    int ok = wrong.empty(), all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, env.world());
+    if (root)
+      std::printf("check-plan (--pipeline %d, %s, %d microbatches, stage mesh %s): %s\n", o.pipeline, o.schedule.c_str(),
+                  o.microbatches, g.shape().to_string().c_str(),
+                  all ? "the plan equals the real step on every rank of every stage" : "THE PLAN DIFFERS");
+    return all ? 0 : 3;
+  }
+  const auto r = train_pipelined(st, o, text, true);
+  // The step's loss is known on the last stage: summed over the world, divided by its processors.
+  const int per_stage = g.nprocs();
+  std::vector<double> losses(r.losses.size());
+  for (std::size_t i = 0; i < losses.size(); ++i) losses[i] = st.last() ? r.losses[i] / per_stage : 0.0;
+  MPI_Allreduce(MPI_IN_PLACE, losses.data(), static_cast<int>(losses.size()), MPI_DOUBLE, MPI_SUM, env.world());
+  // Each stage's median bubble over the steps after the first, gathered from its first processor.
+  std::vector<double> bubbles;
+  for (std::size_t i = 1; i < r.stats.size(); ++i) bubbles.push_back(r.stats[i].bubble());
+  if (bubbles.empty()) bubbles.push_back(r.stats[0].bubble());
+  std::sort(bubbles.begin(), bubbles.end());
+  double mine[2] = {bubbles[bubbles.size() / 2], static_cast<double>(r.max_in_flight)};
+  std::vector<double> all(2 * static_cast<std::size_t>(env.world_size()));
+  MPI_Gather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, env.world());
+  if (root) {
+    for (std::size_t i = 0; i < losses.size(); ++i)
+      if ((i + 1) % o.log_every == 0 || i + 1 == losses.size())
+        std::printf("step %5zu/%lld  loss %.4f\n", i + 1, (long long)o.steps, losses[i]);
+    const double formula = pl::bubble_fraction(o.pipeline, o.microbatches);
+    std::printf("pipeline: %d stages of %s, %d microbatches of %lld, schedule %s; formula (p - 1) / (m + p - 1) = %.3f\n",
+                o.pipeline, g.shape().to_string().c_str(), o.microbatches, (long long)(o.batch / o.microbatches),
+                o.schedule.c_str(), formula);
+    for (int s = 0; s < o.pipeline; ++s)
+      std::printf("  stage %d: measured bubble %.3f (median over steps), microbatches held at once %d\n", s,
+                  all[2 * s * per_stage], static_cast<int>(all[2 * s * per_stage + 1]));
+    std::printf("pipeline_bubble_measured_mean %.4f formula %.4f\n",
+                [&] {
+                  double sum = 0;
+                  for (int s = 0; s < o.pipeline; ++s) sum += all[2 * s * per_stage];
+                  return sum / o.pipeline;
+                }(),
+                formula);
+    write_curve(o, losses, 0);
+  }
+  if (!o.check_pipeline) return 0;
+  // The unpipelined model on this stage's mesh, the same steps.
+  options whole = o;
+  whole.layout = "2d";
+  const auto ref = train<layout_2d>(g, whole, text, false).losses;
+  double worst_loss = 0;
+  for (std::size_t i = 0; i < ref.size() && st.last(); ++i)
+    worst_loss = std::max(worst_loss, std::abs(r.losses[i] - ref[i]) / std::abs(ref[i]));
+  double worst[2] = {worst_loss, r.gradient_error};
+  MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_DOUBLE, MPI_MAX, env.world());
+  const bool ok = worst[0] <= o.tolerance && worst[1] <= o.tolerance;
+  if (root)
+    std::printf("check-pipeline: largest relative difference from the unpipelined model: losses %.2e over %lld steps, "
+                "first-step gradients %.2e (tolerance %.0e): %s\n",
+                worst[0], (long long)o.steps, worst[1], o.tolerance, ok ? "agree" : "DISAGREE");
+  return ok ? 0 : 3;
+}
+
+// --plan --pipeline P: one planned step per stage (its first processor), side by side.
+int plan_pipeline(const mt::environment& env, options o) {
+  namespace pl = mt::pipeline;
+  o.steps = 2;
+  const std::vector<unsigned char> text(static_cast<std::size_t>(o.length + 3), ' ');
+  if (env.world_rank() != 0) return 0;
+  std::printf("planned --pipeline %d, schedule %s, %d microbatches of %lld, stage mesh [rows=%d x cols=%d]:\n", o.pipeline,
+              o.schedule.c_str(), o.microbatches, (long long)(o.batch / o.microbatches), o.mesh[0], o.mesh[1]);
+  std::printf("%6s %8s %14s %14s %14s %14s %14s\n", "stage", "held", "parameters", "optimizer", "activations", "peak",
+              "sends (bytes)");
+  for (int s = 0; s < o.pipeline; ++s) {
+    const auto st = pl::stages<grid>::planned(o.pipeline, s, {o.mesh[0], o.mesh[1]});
+    const auto r = train_pipelined(st, o, text, false);
+    const auto& p = *r.plan;
+    std::int64_t sent = 0;
+    for (const auto& c : p.collectives)
+      if (c.collective == "send") sent += c.bytes;
+    std::printf("%6d %8d %14s %14s %14s %14s %14lld\n", s, r.max_in_flight,
+                gib(p.bytes_of(mt::memory_kind::parameters)).c_str(),
+                gib(p.bytes_of(mt::memory_kind::optimizer_state)).c_str(),
+                gib(p.peak_bytes_of(mt::memory_kind::activations)).c_str(), gib(p.peak_bytes).c_str(), (long long)sent);
+  }
+  return 0;
+}
+
 // --compare-dtypes: the same run (weights, batches, layout) in float32 and in bf16. bf16 keeps 8
 // significant bits, so the losses differ from the first step on; the check is that they stay
 // close over the whole run, not that they agree.
@@ -303,6 +407,19 @@ int main(int argc, char** argv) {
   app.add_flag("--rank-layouts", o.rank_layouts,
                "rank the compiled-in layouts on --mesh by predicted step time (needs --calibration)");
   app.add_flag("--check-plan", o.check_plan, "run one step, plan it, and check the plan equals it on every rank");
+  app.add_option("--pipeline", o.pipeline,
+                 "split the blocks over this many pipeline stages of --mesh each (ranks: stages x rows x cols), "
+                 "computing under the 2d layout inside each stage")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--microbatches", o.microbatches, "with --pipeline: microbatches per step (default: the stages)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--schedule", o.schedule, "with --pipeline: gpipe | 1f1b")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+      ->capture_default_str();
+  app.add_flag("--check-pipeline", o.check_pipeline,
+               "with --pipeline: also train the unpipelined model on each stage's mesh and check losses and the first "
+               "step's gradients agree to --tolerance");
   app.add_option("--generate", o.generate, "after training: sample this many bytes after --prompt (key-value cache)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--prompt", o.prompt, "with --generate: the text to continue")->capture_default_str();
@@ -326,6 +443,14 @@ int main(int argc, char** argv) {
       throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
     if (o.zero != 3 && !o.fsdp() && !o.compare && !o.rank_layouts)
       throw mt::error(mt::detail::cat("--zero ", o.zero, " applies to --layout fsdp and fsdp_2d, not ", o.layout));
+    if (o.pipeline > 1 || o.check_pipeline) {
+      if (o.microbatches == 0) o.microbatches = o.pipeline;
+      if (o.compare || o.compare_dtypes || o.rank_layouts || o.generate > 0 || !o.checkpoint.empty() || !o.resume.empty())
+        throw mt::error("--pipeline trains (or plans, or checks) only: no --compare-layouts, --compare-dtypes, "
+                        "--rank-layouts, --generate or checkpoints");
+      if (o.plan) return plan_pipeline(env, o);
+      return run_pipeline(env, o, read_text(o.text, o.length + 3));
+    }
     if (o.rank_layouts) return rank_layouts(env, o);
     if (o.plan) return plan(env, o);
     const auto text = read_text(o.text, o.length + 3);

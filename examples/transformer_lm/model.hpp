@@ -115,6 +115,11 @@ struct options {
   std::string prompt = "The GNU General Public License is";
   double temperature = 0.7;  // 0: the most likely byte
   bool check_generate = false;
+  // --pipeline P: the blocks over P stages of --mesh each (pipeline.cpp).
+  int pipeline = 1;
+  int microbatches = 0;  // 0: as many as stages
+  std::string schedule = "1f1b";
+  bool check_pipeline = false;
 
   bool fsdp() const { return layout.rfind("fsdp", 0) == 0; }
   // --zero 1: the parameters whole, the optimizer's state split (sharded<Inner, Shard>).
@@ -165,6 +170,19 @@ void dump_tensor(const T& t, const std::string& path) {
   if (t.mesh().rank() != 0) return;
   const auto ext = t.extents();
   write_npy(path, full, std::vector<std::int64_t>(ext.begin(), ext.end()));
+}
+
+// One block: pre-norm causal attention and feed-forward, each with dropout (sites site and site + 1)
+// and a residual add. The weights as the computation uses them (gathered, cast).
+template <class X, class S, class Q, class O, class Wi, class Wo>
+X transformer_block(const X& in, const S& ln1_scale, const S& ln1_bias, const Q& wq, const Q& wk, const Q& wv,
+                    const O& wo, const S& ln2_scale, const S& ln2_bias, const Wi& w_in, const Wo& w_out, double rate,
+                    std::uint64_t site, std::uint64_t step) {
+  const auto h = nn::layer_norm<d_model>(in, ln1_scale, ln1_bias);
+  const X a = in + nn::dropout(nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo), rate,
+                               site, step);
+  const auto f = nn::layer_norm<d_model>(a, ln2_scale, ln2_bias);
+  return X(a + nn::dropout(nn::feed_forward<d_model, d_ff>(f, w_in, w_out), rate, site + 1, step));
 }
 
 // The model computes under layout L; its parameters are stored under PL (L itself, or a layout
@@ -283,13 +301,9 @@ struct model {
       const std::uint64_t site = dseed + 2 * b;
       const double rate = o.dropout;
       const auto block = [this, b, site, rate, step](const X& in) {
-        const auto h = nn::layer_norm<d_model>(in, as<C>(ln1_scale[b]), as<C>(ln1_bias[b]));
-        const X a = in + nn::dropout(nn::causal_attention<length, memory_length, d_model, heads, d_kv>(
-                                         h, as<C>(wq[b]), as<C>(wk[b]), as<C>(wv[b]), as<C>(wo[b])),
-                                     rate, site, step);
-        const auto f = nn::layer_norm<d_model>(a, as<C>(ln2_scale[b]), as<C>(ln2_bias[b]));
-        return X(a + nn::dropout(nn::feed_forward<d_model, d_ff>(f, as<C>(w_in[b]), as<C>(w_out[b])), rate, site + 1,
-                                 step));
+        return transformer_block(in, as<C>(ln1_scale[b]), as<C>(ln1_bias[b]), as<C>(wq[b]), as<C>(wk[b]), as<C>(wv[b]),
+                                 as<C>(wo[b]), as<C>(ln2_scale[b]), as<C>(ln2_bias[b]), as<C>(w_in[b]), as<C>(w_out[b]),
+                                 rate, site, step);
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
@@ -704,7 +718,19 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
 }
 
 
-// Compiled in train_<layout>.cpp (train_fsdp.cpp: both fsdp layouts).
+// --pipeline (pipeline.cpp): one stage's run of the steps.
+struct pipeline_result {
+  std::vector<double> losses;                       // the step's loss on the last stage (0 elsewhere)
+  std::vector<mt::pipeline::stage_stats> stats;     // per step
+  std::int64_t param_bytes = 0, state_bytes = 0;    // this processor's
+  int max_in_flight = 0;                            // the schedule's
+  double gradient_error = 0;                        // --check-pipeline: against the unpipelined model
+  std::optional<mt::plan_report> plan;              // on a planned stage
+};
+pipeline_result train_pipelined(const mt::pipeline::stages<grid>& st, const options& o,
+                                const std::vector<unsigned char>& text, bool verbose);
+
+// Compiled in train_<layout>.cpp (train_fsdp.cpp, train_fsdp_2d.cpp: the fsdp layouts).
 extern template train_result train<layout_data>(const grid&, const options&, const std::vector<unsigned char>&, bool);
 extern template train_result train<layout_model>(const grid&, const options&, const std::vector<unsigned char>&, bool);
 extern template train_result train<layout_2d>(const grid&, const options&, const std::vector<unsigned char>&, bool);

@@ -41,6 +41,8 @@
 #include "optim/adam.hpp"
 #include "optim/adafactor.hpp"
 #include "optim/sharded.hpp"
+#include "pipeline/schedule.hpp"
+#include "pipeline/stages.hpp"
 #include "nn/dense.hpp"
 #include "nn/embedding.hpp"
 #include "nn/layer_norm.hpp"

@@ -116,7 +116,7 @@ struct machine_calibration {
         alpha_beta ab;
         ok = static_cast<bool>(s >> name >> size >> ab.alpha >> ab.beta);
         bool known = false;
-        for (int k = 0; k <= static_cast<int>(collective::exscan); ++k)
+        for (int k = 0; k <= static_cast<int>(collective::send); ++k)
           if (name == to_string(static_cast<collective>(k))) {
             c.collectives[{static_cast<collective>(k), size}] = ab;
             known = true;

@@ -19,7 +19,9 @@
 
 namespace meshtensor {
 
-enum class collective { allreduce, allgather, alltoall, reduce_scatter, shift, broadcast, gather, exscan };
+// send: a point-to-point send between neighbouring pipeline stages (pipeline/stages.hpp), counted on
+// the sending stage's mesh over no axes.
+enum class collective { allreduce, allgather, alltoall, reduce_scatter, shift, broadcast, gather, exscan, send };
 
 inline const char* to_string(collective c) {
   switch (c) {
@@ -31,6 +33,7 @@ inline const char* to_string(collective c) {
     case collective::broadcast: return "broadcast";
     case collective::gather: return "gather";
     case collective::exscan: return "exscan";
+    case collective::send: return "send";
   }
   return "?";
 }

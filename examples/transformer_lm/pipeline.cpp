@@ -1,0 +1,218 @@
+// --pipeline P: the blocks split over P stages (pipeline/stages.hpp), each stage a [rows x cols]
+// mesh computing under layout_2d (data parallelism over rows, model parallelism over cols: a 3-D
+// mesh [stage x rows x cols]). Stage s holds blocks [s L / P, (s + 1) L / P); the first also the
+// embedding and positions, the last the final layer norm and the output projection. A step splits
+// the batch into --microbatches microbatches and runs them as --schedule (gpipe or 1f1b) says.
+// Weights are drawn with the seeds model<L> gives them, so the pipelined model is the unpipelined
+// one: --check-pipeline trains both on each stage's mesh and compares losses and gradients.
+#include <mpi.h>
+
+#include "model.hpp"
+
+namespace pl = meshtensor::pipeline;
+
+namespace {
+
+using L = layout_2d;
+template <class... D>
+using t = mt::tensor<float, L, D...>;
+template <class... D>
+using some = std::vector<t<D...>>;  // a stage's tensors of one kind: per block, or none or one
+
+struct pipeline_stage {
+  using activation = t<batch, length, d_model>;
+  const pl::stages<grid>& st;
+  const options& o;
+  std::int64_t first_block = 0, end_block = 0;
+  some<vocab, d_model> embedding;
+  some<length, d_model> positions;
+  some<d_model> ln1_scale, ln1_bias;
+  some<d_model, heads, d_kv> wq, wk, wv;
+  some<heads, d_kv, d_model> wo;
+  some<d_model> ln2_scale, ln2_bias;
+  some<d_model, d_ff> w_in;
+  some<d_ff, d_model> w_out;
+  some<d_model> lnf_scale, lnf_bias;
+  some<d_model, vocab> softmax_weights;
+  // The step's microbatches, and its number.
+  std::vector<t<batch, length>> ids, labels;
+  std::uint64_t step = 0;
+  mutable double step_loss = 0;  // the last stage's: the step's loss, summed from the microbatches'
+  using grads_type = std::tuple<some<vocab, d_model>, some<length, d_model>, some<d_model>, some<d_model>,
+                                some<d_model, heads, d_kv>, some<d_model, heads, d_kv>, some<d_model, heads, d_kv>,
+                                some<heads, d_kv, d_model>, some<d_model>, some<d_model>, some<d_model, d_ff>,
+                                some<d_ff, d_model>, some<d_model>, some<d_model>, some<d_model, vocab>>;
+  std::optional<grads_type> grads;  // this step's, summed over its microbatches
+
+  auto params() {
+    return std::tie(embedding, positions, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out, lnf_scale,
+                    lnf_bias, softmax_weights);
+  }
+
+  pipeline_stage(const pl::stages<grid>& s, const options& opt) : st(s), o(opt) {
+    const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);
+    const grid& g = st.mesh();
+    first_block = o.layers * st.index() / st.count();
+    end_block = o.layers * (st.index() + 1) / st.count();
+    // model<L>'s seeds: embedding, positions, then six per block, then the output projection.
+    const std::uint64_t s0 = o.seed * 1000;
+    const std::int64_t dm = o.d_model, h = o.heads, kv = o.d_kv, ff = o.d_ff;
+    if (st.first()) {
+      embedding.push_back(mt::random_normal<t<vocab, d_model>>(g, {o.vocab, dm}, s0, 0, 0.3));
+      positions.push_back(mt::random_normal<t<length, d_model>>(g, {o.length, dm}, s0 + 1, 0, 0.1));
+    }
+    for (std::int64_t b = first_block; b < end_block; ++b) {
+      const std::uint64_t s = s0 + 2 + 6 * static_cast<std::uint64_t>(b);
+      ln1_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
+      ln1_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
+      wq.push_back(nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s));
+      wk.push_back(nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s + 1));
+      wv.push_back(nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s + 2));
+      wo.push_back(nn::normal_fan_in<t<heads, d_kv, d_model>, heads, d_kv>(g, {h, kv, dm}, s + 3));
+      ln2_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
+      ln2_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
+      w_in.push_back(nn::normal_fan_in<t<d_model, d_ff>, d_model>(g, {dm, ff}, s + 4));
+      w_out.push_back(nn::normal_fan_in<t<d_ff, d_model>, d_ff>(g, {ff, dm}, s + 5));
+    }
+    if (st.last()) {
+      lnf_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
+      lnf_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
+      softmax_weights.push_back(
+          nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, s0 + 2 + 6 * static_cast<std::uint64_t>(o.layers)));
+    }
+    for_each_param_tensor(params(), [](std::size_t, auto& p) { p.requires_grad(); });
+  }
+
+  activation::extents_type extents(int) const { return {o.batch / o.microbatches, o.length, o.d_model}; }
+
+  activation forward(int mb, const activation* in) const {
+    activation x = in ? *in : activation(nn::embedding<vocab>(embedding[0], ids[mb]) + positions[0]);
+    const std::uint64_t dseed = o.seed * 7919;
+    for (std::int64_t b = first_block; b < end_block; ++b) {
+      const std::size_t k = static_cast<std::size_t>(b - first_block);
+      x = transformer_block(x, ln1_scale[k], ln1_bias[k], wq[k], wk[k], wv[k], wo[k], ln2_scale[k], ln2_bias[k], w_in[k],
+                            w_out[k], o.dropout, dseed + 2 * static_cast<std::uint64_t>(b), step);
+    }
+    return x;
+  }
+  // This microbatch's share of the step's mean loss.
+  t<> loss(int mb, const activation& out) const {
+    const auto logits = nn::dense<d_model, vocab>(nn::layer_norm<d_model>(out, lnf_scale[0], lnf_bias[0]), softmax_weights[0]);
+    const t<> share = mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits, labels[mb])) *
+                      static_cast<float>(1.0 / o.microbatches);
+    if (!st.mesh().is_planned()) step_loss += mt::item(share);
+    return share;
+  }
+  template <class G>
+  void accumulate(G&& g) {
+    if (!grads) {
+      grads.emplace(std::forward<G>(g));
+      return;
+    }
+    const mt::no_grad plain;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (add_into(std::get<I>(*grads), std::get<I>(g)), ...);
+    }(std::make_index_sequence<std::tuple_size_v<grads_type>>{});
+  }
+  template <class V>
+  static void add_into(V& sum, const V& g) {
+    for (std::size_t k = 0; k < sum.size(); ++k) sum[k] = sum[k] + g[k];
+  }
+};
+
+// --check-pipeline: the largest difference, relative to each tensor's largest element, between this
+// stage's gradients of the first step and the unpipelined model's (model<L> on this stage's mesh,
+// the whole batch at once) for the same parameters.
+double compare_gradients(pipeline_stage& stage, const grid& g, const options& o, const std::vector<float>& ids,
+                         const std::vector<float>& labels) {
+  model<L> whole(g, o);
+  const auto x = mt::from_host<t<batch, length>>(g, {o.batch, o.length}, ids);
+  const auto y = mt::from_host<t<batch, length>>(g, {o.batch, o.length}, labels);
+  const auto loss = whole.loss(x, y, o, 0);
+  auto params = whole.tie();
+  const auto want = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+  double worst = 0;
+  const auto compare = [&](const auto& a, const auto& b) {
+    const auto av = mt::gather_all(a), bv = mt::gather_all(b);
+    double scale = 1e-30, diff = 0;
+    for (std::size_t i = 0; i < bv.size(); ++i) {
+      scale = std::max(scale, std::abs(double(bv[i])));
+      diff = std::max(diff, std::abs(double(av[i]) - double(bv[i])));
+    }
+    worst = std::max(worst, diff / scale);
+  };
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          const auto& ref = std::get<I>(want);
+          const auto& got = std::get<I>(*stage.grads);
+          if constexpr (mt::Tensor<std::remove_cvref_t<decltype(ref)>>) {
+            if (!got.empty()) compare(got[0], ref);
+          } else if constexpr (I >= 2 && I <= 11) {  // the blocks' kinds
+            for (std::size_t k = 0; k < got.size(); ++k) compare(got[k], ref[stage.first_block + k]);
+          } else if (!got.empty()) {
+            compare(got[0], ref[0]);
+          }
+        }(),
+        ...);
+  }(std::make_index_sequence<std::tuple_size_v<pipeline_stage::grads_type>>{});
+  return worst;
+}
+
+}  // namespace
+
+pipeline_result train_pipelined(const pl::stages<grid>& st_const, const options& o, const std::vector<unsigned char>& text,
+                                bool verbose) {
+  auto& st = const_cast<pl::stages<grid>&>(st_const);
+  const grid& g = st.mesh();
+  if (o.batch % o.microbatches != 0)
+    throw mt::error(mt::detail::cat("--pipeline: --batch ", o.batch, " does not divide into --microbatches ",
+                                    o.microbatches, " equal microbatches"));
+  if (o.tie_embeddings || o.recompute || o.sequence_parallel || o.dtype != "float32" || o.fsdp())
+    throw mt::error("--pipeline runs the 2d layout in float32, without --tie-embeddings, --recompute, "
+                    "--sequence-parallel or fsdp");
+  if (o.check_pipeline && o.dropout > 0)
+    throw mt::error("--check-pipeline compares with the unpipelined model, whose dropout masks are drawn over the "
+                    "whole batch (a microbatch draws its own): use --dropout 0");
+  pipeline_result result;
+  pipeline_stage stage(st, o);
+  optimizers<L, L> opt(o);
+  const auto plan = pl::schedule(pl::schedule_from_string(o.schedule), st.index(), st.count(), o.microbatches);
+  std::mt19937_64 rng(o.seed);  // train()'s batches
+  std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
+  const std::int64_t rows_per = o.batch / o.microbatches;
+  std::vector<float> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
+  for (std::int64_t step = 0; step < o.steps; ++step) {
+    if (g.is_planned()) mt::reset_plan(g);
+    for (std::int64_t b = 0; b < o.batch; ++b) {
+      const std::int64_t s = start(rng);
+      for (std::int64_t l = 0; l < o.length; ++l) {
+        ids[b * o.length + l] = static_cast<float>(text[s + l] % o.vocab);
+        labels[b * o.length + l] = static_cast<float>(text[s + l + 1] % o.vocab);
+      }
+    }
+    stage.ids.clear();
+    stage.labels.clear();
+    for (int m = 0; m < o.microbatches; ++m) {
+      const std::span<const float> part_ids(ids.data() + m * rows_per * o.length, rows_per * o.length);
+      const std::span<const float> part_labels(labels.data() + m * rows_per * o.length, rows_per * o.length);
+      if (st.first()) stage.ids.push_back(mt::from_host<t<batch, length>>(g, {rows_per, o.length}, part_ids));
+      if (st.last()) stage.labels.push_back(mt::from_host<t<batch, length>>(g, {rows_per, o.length}, part_labels));
+    }
+    stage.step = static_cast<std::uint64_t>(step);
+    stage.grads.reset();
+    stage.step_loss = 0;
+    const auto stats = pl::run(plan, st, stage);
+    if (step == 0 && o.check_pipeline) result.gradient_error = compare_gradients(stage, g, o, ids, labels);
+    auto params = stage.params();
+    opt.visit(o, [&](auto& chosen) { chosen.step(params, *stage.grads); });
+    result.stats.push_back(stats);
+    result.losses.push_back(stage.step_loss);
+    (void)verbose;
+  }
+  result.param_bytes = mt::local_bytes(stage.params());
+  result.state_bytes = opt.visit(o, [&](auto& chosen) { return chosen.state_bytes(stage.params()); });
+  result.max_in_flight = pl::max_in_flight(plan);
+  if (g.is_planned()) result.plan = mt::plan_report_of(g);
+  return result;
+}

@@ -1,0 +1,205 @@
+#pragma once
+// Pipeline parallelism: a model's layers split over stages, microbatches flowing through them.
+//
+// The processors form a mesh [stages x ...M's axes]: world ranks in consecutive blocks of
+// M's size, one block per stage, each block a mesh M (data and model parallelism inside a stage, as
+// any layout of M says). A stage's tensors live on its block's mesh; between neighbouring stages
+// each processor sends its local slice to the processor at the same coordinates of the next (or
+// previous) stage, which holds the same slice of the same layout: one point-to-point send per
+// processor, counted on the sending mesh as collective::send (no axes), planned like every
+// collective.
+//
+// Why a list of blocks per stage and explicit sends, rather than GSPMD's stacked `layers` dim with a
+// shift between neighbours: in a single SPMD program every stage computes every slot of every step
+// (the bubble is computed on padding, not idle), and the tape differentiates the whole unrolled
+// loop at once, which is GPipe and only GPipe (every microbatch's activations held). Running each
+// stage's own forward and backward per microbatch, in the order a schedule value says
+// (pipeline/schedule.hpp), gives 1F1B as well, holds only the microbatches in flight, and lets a
+// stage idle (and be measured idle) in the bubble.
+//
+//   pl::stages<grid> st(env.world(), 4, {2, 1});           // 4 stages of [2 x 1]
+//   auto stats = pl::run(pl::schedule(kind, st.index(), 4, m), st, my_stage);
+//
+// run() needs a Stage with: `using activation = tensor type`, `activation::extents_type
+// extents(int microbatch)`, `activation forward(int microbatch, const activation* in)` (in is null
+// on the first stage: it reads its own input), `tensor<rank 0> loss(int microbatch, const
+// activation& out)` (last stage: this microbatch's share of the step's loss), `params()` (a tuple
+// of references, as optimizers take) and `accumulate(grads)` (the tuple gradient() returns for them,
+// added up over the microbatches).
+#include <mpi.h>
+
+#include <any>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+#include "../autodiff/gradient.hpp"
+#include "../ops/elementwise.hpp"
+#include "../ops/reduce.hpp"
+#include "../tensor/mpi_buffer.hpp"
+#include "schedule.hpp"
+
+namespace meshtensor::pipeline {
+
+template <class M>
+class stages {
+ public:
+  // count stages of `sizes` each over the ranks of world (its size must be count * product(sizes)).
+  stages(MPI_Comm world, int count, std::array<int, M::ndims> sizes) : count_(count) {
+    int n = 0, rank = 0;
+    MPI_Comm_size(world, &n);
+    MPI_Comm_rank(world, &rank);
+    int per_stage = 1;
+    for (int s : sizes) per_stage *= s;
+    if (count < 1 || per_stage < 1 || n != count * per_stage)  // the same on every rank: no agreement needed
+      throw shape_error(detail::cat("pipeline::stages: ", count, " stages of ", per_stage, " processors need ",
+                                    count * per_stage, " ranks; the communicator has ", n));
+    index_ = rank / per_stage;
+    MPI_Comm block = MPI_COMM_NULL, across = MPI_COMM_NULL;
+    MPI_Comm_split(world, index_, rank, &block);
+    MPI_Comm_split(world, rank % per_stage, index_, &across);
+    across_ = std::shared_ptr<MPI_Comm>(new MPI_Comm(across), [](MPI_Comm* c) {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Comm_free(c);
+      delete c;
+    });
+    mesh_ = M(block, sizes);
+    MPI_Comm_free(&block);  // the mesh keeps its own (Cartesian) communicator
+  }
+  // Stage `index` of `count`, its mesh planned at coords: no processes, sends only counted.
+  static stages planned(int count, int index, std::array<int, M::ndims> sizes, std::array<int, M::ndims> coords = {}) {
+    stages s;
+    if (count < 1 || index < 0 || index >= count)
+      throw shape_error(detail::cat("pipeline::stages::planned: stage ", index, " of ", count));
+    s.count_ = count;
+    s.index_ = index;
+    s.mesh_ = M::planned(sizes, coords);
+    return s;
+  }
+
+  int index() const { return index_; }
+  int count() const { return count_; }
+  bool first() const { return index_ == 0; }
+  bool last() const { return index_ == count_ - 1; }
+  const M& mesh() const { return mesh_; }
+  bool planned() const { return mesh_.is_planned(); }
+
+  // t's local slice to the same processor of stage `to`, started now; finished by wait_sends().
+  template <Tensor T>
+  void send(const T& t, int to, int tag) {
+    const std::int64_t n = t.local_size();
+    mesh_.communicator().count(collective::send, 0, n * static_cast<std::int64_t>(sizeof(typename T::value_type)));
+    if (planned()) return;
+    auto buffer = std::make_shared<meshtensor::detail::mpi_buffer<typename T::execution_space, typename T::value_type>>(
+        meshtensor::detail::mpi_buffer<typename T::execution_space, typename T::value_type>::reading(t.view()));
+    MPI_Request r = MPI_REQUEST_NULL;
+    MPI_Isend(buffer->data(), detail::checked_count(n), detail::mpi_type<typename T::value_type>(), to, tag, *across_, &r);
+    pending_.push_back({r, t, buffer});
+  }
+  // The slice that stage `from` sent with `tag`, as a tensor of type T and global extents ext.
+  template <Tensor T>
+  T receive(int from, int tag, const typename T::extents_type& ext) {
+    T out(mesh_, ext, uninitialized);
+    if (planned()) return out;
+    const auto into = meshtensor::detail::mpi_buffer<typename T::execution_space, typename T::value_type>::receiving_into(out.view());
+    MPI_Recv(into.data(), detail::checked_count(out.local_size()), detail::mpi_type<typename T::value_type>(), from, tag,
+             *across_, MPI_STATUS_IGNORE);
+    into.copy_into(out.view());
+    return out;
+  }
+  void wait_sends() {
+    for (auto& p : pending_) MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+    pending_.clear();
+  }
+  ~stages() {
+    if (!planned()) wait_sends();
+  }
+  stages(stages&&) = default;
+  stages& operator=(stages&&) = default;
+
+ private:
+  stages() = default;
+  struct in_flight {
+    MPI_Request request;
+    std::any keep_alive, buffer;
+  };
+  int count_ = 1, index_ = 0;
+  M mesh_;
+  std::shared_ptr<MPI_Comm> across_;
+  std::vector<in_flight> pending_;
+};
+
+// What one stage did in a step.
+struct stage_stats {
+  double busy_seconds = 0;   // in its forward and backward passes
+  double total_seconds = 0;  // from the step's start to its last send finished
+  int max_in_flight = 0;     // microbatches whose activations it held at once
+  double bubble() const { return total_seconds > 0 ? 1.0 - busy_seconds / total_seconds : 0.0; }
+};
+
+// sum(y * g): its gradient with respect to y is g, so gradient() of it carries g back through the
+// stage.
+template <Tensor X>
+auto inner_product_objective(const X& y, const X& g) {
+  return [&]<class... Ds>(type_list<Ds...>) { return reduce_sum<Ds...>(y * g); }(typename X::dims{});
+}
+
+// One step of stage st.index() as the schedule says: forwards receive the previous stage's output
+// and send theirs on; backwards receive the gradient of their output, differentiate this stage's
+// part (gradient() of the output's inner product with it, or of the loss on the last stage) and
+// send the gradient of their input back; the parameters' gradients add up over the microbatches.
+// Tags: 2 m for microbatch m's activation, 2 m + 1 for its gradient.
+template <class M, class Stage>
+stage_stats run(const std::vector<action>& plan, stages<M>& st, Stage& stage) {
+  using X = typename Stage::activation;
+  using clock = std::chrono::steady_clock;
+  stage_stats stats;
+  stats.max_in_flight = max_in_flight(plan);
+  struct held {
+    std::optional<X> in, out;
+  };
+  std::vector<held> live(plan.size());
+  const auto t0 = clock::now();
+  const auto busy = [&](auto&& f) {
+    const auto b = clock::now();
+    f();
+    stats.busy_seconds += std::chrono::duration<double>(clock::now() - b).count();
+  };
+  for (const auto& a : plan) {
+    auto& h = live[a.microbatch];
+    const auto ext = stage.extents(a.microbatch);
+    if (a.forward) {
+      if (!st.first()) {
+        h.in = st.template receive<X>(st.index() - 1, 2 * a.microbatch, ext);
+        h.in->requires_grad();
+      }
+      busy([&] { h.out = stage.forward(a.microbatch, h.in ? &*h.in : nullptr); });
+      if (!st.last()) st.send(*h.out, st.index() + 1, 2 * a.microbatch);
+      continue;
+    }
+    std::optional<X> grad_out;
+    if (!st.last()) grad_out = st.template receive<X>(st.index() + 1, 2 * a.microbatch + 1, ext);
+    busy([&] {
+      const auto objective = st.last() ? stage.loss(a.microbatch, *h.out) : inner_product_objective(*h.out, *grad_out);
+      auto params = stage.params();
+      if (st.first()) {
+        stage.accumulate(std::apply([&](auto&... p) { return gradient(objective, p...); }, params));
+      } else {
+        auto grads = std::apply([&](auto&... p) { return gradient(objective, *h.in, p...); }, params);
+        st.send(std::get<0>(grads), st.index() - 1, 2 * a.microbatch + 1);
+        stage.accumulate(std::apply([](auto&&, auto&&... g) { return std::make_tuple(std::move(g)...); }, std::move(grads)));
+      }
+    });
+    h = held{};  // this microbatch's activations go
+  }
+  st.wait_sends();
+  stats.total_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+  return stats;
+}
+
+}  // namespace meshtensor::pipeline
