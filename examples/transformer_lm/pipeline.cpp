@@ -90,8 +90,13 @@ struct pipeline_stage {
     const std::uint64_t dseed = o.seed * 7919;
     for (std::int64_t b = first_block; b < end_block; ++b) {
       const std::size_t k = static_cast<std::size_t>(b - first_block);
-      x = transformer_block(x, ln1_scale[k], ln1_bias[k], wq[k], wk[k], wv[k], wo[k], ln2_scale[k], ln2_bias[k], w_in[k],
-                            w_out[k], o.dropout, dseed + 2 * static_cast<std::uint64_t>(b), step);
+      const std::uint64_t site = dseed + 2 * static_cast<std::uint64_t>(b), at = step;
+      const double rate = o.dropout;
+      const auto block = [this, k, site, at, rate](const activation& in) {
+        return transformer_block(in, ln1_scale[k], ln1_bias[k], wq[k], wk[k], wv[k], wo[k], ln2_scale[k], ln2_bias[k],
+                                 w_in[k], w_out[k], rate, site, at);
+      };
+      x = o.recompute ? mt::recompute(block, x) : block(x);
     }
     return x;
   }
@@ -168,9 +173,8 @@ pipeline_result train_pipelined(const pl::stages<grid>& st_const, const options&
   if (o.batch % o.microbatches != 0)
     throw mt::error(mt::detail::cat("--pipeline: --batch ", o.batch, " does not divide into --microbatches ",
                                     o.microbatches, " equal microbatches"));
-  if (o.tie_embeddings || o.recompute || o.sequence_parallel || o.dtype != "float32" || o.fsdp())
-    throw mt::error("--pipeline runs the 2d layout in float32, without --tie-embeddings, --recompute, "
-                    "--sequence-parallel or fsdp");
+  if (o.tie_embeddings || o.sequence_parallel || o.dtype != "float32" || o.fsdp())
+    throw mt::error("--pipeline runs the 2d layout in float32, without --tie-embeddings, --sequence-parallel or fsdp");
   if (o.check_pipeline && o.dropout > 0)
     throw mt::error("--check-pipeline compares with the unpipelined model, whose dropout masks are drawn over the "
                     "whole batch (a microbatch draws its own): use --dropout 0");
