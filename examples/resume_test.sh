@@ -4,7 +4,9 @@
 # a run of 40 steps equals, bit for bit, a run of 20 steps that saves a checkpoint and a run resumed
 # from it for 20 more (same layout, 4 ranks); resumed on 2 ranks under another layout, the losses
 # agree to 1e-5 relative. ARGS go to every run (transformer_lm's test turns dropout on, so the
-# resumed run must also continue the dropout masks, besides the data position).
+# resumed run must also continue the dropout masks, besides the data position). The layouts and rank
+# counts come from the environment: RESUME_RANKS and RESUME_LAYOUT (default 4, --layout 2d),
+# OTHER_RANKS and OTHER_LAYOUT (default 2, --layout data --mesh 2 1).
 set -euo pipefail
 lm=$1 mpiexec=$2 work=$3
 shift 3
@@ -12,12 +14,15 @@ rm -rf "$work"
 mkdir -p "$work"
 common=(--log-every 1000 "$@")
 run() { local n=$1; shift; "$mpiexec" -n "$n" "$lm" "$@" >"$work/last.log" 2>&1 || { cat "$work/last.log"; exit 1; }; }
+ranks=${RESUME_RANKS:-4} other_ranks=${OTHER_RANKS:-2}
+read -r -a layout <<<"${RESUME_LAYOUT:---layout 2d}"
+read -r -a other <<<"${OTHER_LAYOUT:---layout data --mesh 2 1}"
 
-run 4 --layout 2d "${common[@]}" --steps 40 --csv "$work/full.csv"
-run 4 --layout 2d "${common[@]}" --steps 20 --checkpoint "$work/ckpt" --save-every 20 --csv "$work/first.csv"
-run 4 --layout 2d "${common[@]}" --steps 40 --resume "$work/ckpt" --csv "$work/resumed.csv"
+run "$ranks" "${layout[@]}" "${common[@]}" --steps 40 --csv "$work/full.csv"
+run "$ranks" "${layout[@]}" "${common[@]}" --steps 20 --checkpoint "$work/ckpt" --save-every 20 --csv "$work/first.csv"
+run "$ranks" "${layout[@]}" "${common[@]}" --steps 40 --resume "$work/ckpt" --csv "$work/resumed.csv"
 grep -q "resumed from $work/ckpt at step 20" "$work/last.log" || { echo "the run did not resume:"; cat "$work/last.log"; exit 1; }
-run 2 --layout data --mesh 2 1 "${common[@]}" --steps 40 --resume "$work/ckpt" --csv "$work/other_layout.csv"
+run "$other_ranks" "${other[@]}" "${common[@]}" --steps 40 --resume "$work/ckpt" --csv "$work/other_layout.csv"
 
 # Same layout: the 40-step curve is the 20-step curve followed by the resumed one, exactly.
 if ! diff <(sed -n '2,21p' "$work/full.csv") <(sed -n '2,$p' "$work/first.csv") >/dev/null ||
@@ -29,6 +34,6 @@ fi
 # Another layout and rank count: equal to 1e-5 relative.
 paste -d, <(sed -n '22,41p' "$work/full.csv") <(sed -n '2,$p' "$work/other_layout.csv") |
   awk -F, '{ d = $2 - $4; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > worst) worst = r; if ($1 != $3) bad = 1 }
-           END { printf "resumed on 2 ranks under layout data: largest relative difference %.2e over steps 21..40\n", worst;
+           END { printf "resumed on another layout and rank count: largest relative difference %.2e over steps 21..40\n", worst;
                  exit (bad || worst > 1e-5) }'
 echo "resumed on the same layout: steps 21..40 equal the uninterrupted run bit for bit"
