@@ -185,6 +185,29 @@ X transformer_block(const X& in, const S& ln1_scale, const S& ln1_bias, const Q&
   return X(a + nn::dropout(nn::feed_forward<d_model, d_ff>(f, w_in, w_out), rate, site + 1, step));
 }
 
+// One block's weights, appended to the vectors of its kinds, drawn with model<L>'s seeds for block b
+// (seed * 1000 + 2 + 6 b onwards: after the embedding and positions), so that a pipeline stage
+// holding some blocks draws them as the whole model does.
+template <class S, class Q, class O, class Wi, class Wo>
+void push_block(const typename S::value_type::mesh_type& g, const options& o, std::int64_t b, S& ln1_scale,
+                S& ln1_bias, Q& wq, Q& wk, Q& wv, O& wo, S& ln2_scale, S& ln2_bias, Wi& w_in, Wo& w_out) {
+  using s_t = typename S::value_type;
+  const std::uint64_t s = o.seed * 1000 + 2 + 6 * static_cast<std::uint64_t>(b);
+  const std::int64_t dm = o.d_model, h = o.heads, kv = o.d_kv, ff = o.d_ff;
+  ln1_scale.push_back(mt::full<s_t>(g, {dm}, 1.0f));
+  ln1_bias.push_back(mt::zeros<s_t>(g, {dm}));
+  wq.push_back(nn::normal_fan_in<typename Q::value_type, d_model>(g, {dm, h, kv}, s));
+  wk.push_back(nn::normal_fan_in<typename Q::value_type, d_model>(g, {dm, h, kv}, s + 1));
+  wv.push_back(nn::normal_fan_in<typename Q::value_type, d_model>(g, {dm, h, kv}, s + 2));
+  wo.push_back(nn::normal_fan_in<typename O::value_type, heads, d_kv>(g, {h, kv, dm}, s + 3));
+  ln2_scale.push_back(mt::full<s_t>(g, {dm}, 1.0f));
+  ln2_bias.push_back(mt::zeros<s_t>(g, {dm}));
+  w_in.push_back(nn::normal_fan_in<typename Wi::value_type, d_model>(g, {dm, ff}, s + 4));
+  w_out.push_back(nn::normal_fan_in<typename Wo::value_type, d_ff>(g, {ff, dm}, s + 5));
+}
+// The output projection's seed: after every block's.
+inline std::uint64_t softmax_seed(const options& o) { return o.seed * 1000 + 2 + 6 * static_cast<std::uint64_t>(o.layers); }
+
 // The model computes under layout L; its parameters are stored under PL (L itself, or a layout
 // that splits them over the data axes as well: fsdp).
 template <class L, class PL = L>
@@ -219,26 +242,16 @@ struct model {
   // In a planned run, the tensors made here count as parameters (no effect on a real run).
   model(const grid& g, const options& o) {
     const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);
-    std::uint64_t s = o.seed * 1000;
-    const std::int64_t dm = o.d_model, h = o.heads, kv = o.d_kv, ff = o.d_ff;
-    embedding = mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, s++, 0, 0.3);
-    positions = mt::random_normal<decltype(positions)>(g, {o.length, dm}, s++, 0, 0.1);
-    for (std::int64_t b = 0; b < o.layers; ++b) {
-      ln1_scale.push_back(mt::full<param<d_model>>(g, {dm}, 1.0f));
-      ln1_bias.push_back(mt::zeros<param<d_model>>(g, {dm}));
-      wq.push_back(nn::normal_fan_in<param<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++));
-      wk.push_back(nn::normal_fan_in<param<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++));
-      wv.push_back(nn::normal_fan_in<param<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s++));
-      wo.push_back(nn::normal_fan_in<param<heads, d_kv, d_model>, heads, d_kv>(g, {h, kv, dm}, s++));
-      ln2_scale.push_back(mt::full<param<d_model>>(g, {dm}, 1.0f));
-      ln2_bias.push_back(mt::zeros<param<d_model>>(g, {dm}));
-      w_in.push_back(nn::normal_fan_in<param<d_model, d_ff>, d_model>(g, {dm, ff}, s++));
-      w_out.push_back(nn::normal_fan_in<param<d_ff, d_model>, d_ff>(g, {ff, dm}, s++));
-    }
+    const std::uint64_t s = o.seed * 1000;
+    const std::int64_t dm = o.d_model;
+    embedding = mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, s, 0, 0.3);
+    positions = mt::random_normal<decltype(positions)>(g, {o.length, dm}, s + 1, 0, 0.1);
+    for (std::int64_t b = 0; b < o.layers; ++b)
+      push_block(g, o, b, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out);
     lnf_scale = mt::full<param<d_model>>(g, {dm}, 1.0f);
     lnf_bias = mt::zeros<param<d_model>>(g, {dm});
     if (!o.tie_embeddings)
-      softmax_weights.push_back(nn::normal_fan_in<param<d_model, vocab>, d_model>(g, {dm, o.vocab}, s++));
+      softmax_weights.push_back(nn::normal_fan_in<param<d_model, vocab>, d_model>(g, {dm, o.vocab}, softmax_seed(o)));
     for_each_param_tensor(tie(), [](std::size_t, auto& p) { p.requires_grad(); });
   }
 
@@ -564,6 +577,25 @@ extern template MESHTENSOR_EXAMPLE_SP_LOSS(layout_data);
 extern template MESHTENSOR_EXAMPLE_SP_LOSS(layout_model);
 extern template MESHTENSOR_EXAMPLE_SP_LOSS(layout_2d);
 
+// The next batch of --batch sequences of --length tokens (ids) and the tokens after them (labels),
+// from random starts in text: the same on every rank, in every layout and in the pipeline. The token
+// at p is the byte text[p] mod vocab, or above 256 the byte pair (text[p] * 256 + text[p+1]) mod vocab.
+inline void draw_batch(const options& o, const std::vector<unsigned char>& text, std::mt19937_64& rng,
+                       std::uniform_int_distribution<std::int64_t>& start, std::vector<float>& ids,
+                       std::vector<float>& labels) {
+  const auto token = [&](std::int64_t p) -> float {
+    if (o.vocab <= 256) return static_cast<float>(text[p] % o.vocab);
+    return static_cast<float>((std::int64_t{text[p]} * 256 + text[p + 1]) % o.vocab);
+  };
+  for (std::int64_t b = 0; b < o.batch; ++b) {
+    const std::int64_t s = start(rng);
+    for (std::int64_t l = 0; l < o.length; ++l) {
+      ids[b * o.length + l] = token(s + l);
+      labels[b * o.length + l] = token(s + l + 1);
+    }
+  }
+}
+
 // Trains one layout. On a planned mesh (--plan) the same code runs without data or processes and
 // the result carries the plan's report.
 template <class L, class PL = L>
@@ -595,10 +627,6 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
   }
   result.first_step = step0;
   std::int64_t drawn = step0 * o.batch;
-  const auto token = [&](std::int64_t p) -> float {
-    if (o.vocab <= 256) return static_cast<float>(text[p] % o.vocab);
-    return static_cast<float>((std::int64_t{text[p]} * 256 + text[p + 1]) % o.vocab);
-  };
   std::vector<double> step_seconds;
   std::vector<float> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
   std::vector<double> losses;
@@ -608,13 +636,8 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
   for (std::int64_t step = step0; step < o.steps; ++step) {
     // A plan reports its last step (the second has the optimizer's state from its start).
     if (g.is_planned()) mt::reset_plan(g);
-    for (std::int64_t b = 0; b < o.batch; ++b, ++drawn) {
-      const std::int64_t s = start(rng);
-      for (std::int64_t l = 0; l < o.length; ++l) {
-        ids[b * o.length + l] = token(s + l);
-        labels[b * o.length + l] = token(s + l + 1);
-      }
-    }
+    draw_batch(o, text, rng, start, ids, labels);
+    drawn += o.batch;
     const auto x = mt::from_host<ids_t>(g, {o.batch, o.length}, ids);
     const auto y = mt::from_host<ids_t>(g, {o.batch, o.length}, labels);
     const auto s = static_cast<std::uint64_t>(step);

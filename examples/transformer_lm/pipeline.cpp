@@ -54,31 +54,20 @@ struct pipeline_stage {
     const grid& g = st.mesh();
     first_block = o.layers * st.index() / st.count();
     end_block = o.layers * (st.index() + 1) / st.count();
-    // model<L>'s seeds: embedding, positions, then six per block, then the output projection.
+    // model<L>'s seeds: embedding, positions, then six per block (push_block), then the output
+    // projection.
     const std::uint64_t s0 = o.seed * 1000;
-    const std::int64_t dm = o.d_model, h = o.heads, kv = o.d_kv, ff = o.d_ff;
+    const std::int64_t dm = o.d_model;
     if (st.first()) {
       embedding.push_back(mt::random_normal<t<vocab, d_model>>(g, {o.vocab, dm}, s0, 0, 0.3));
       positions.push_back(mt::random_normal<t<length, d_model>>(g, {o.length, dm}, s0 + 1, 0, 0.1));
     }
-    for (std::int64_t b = first_block; b < end_block; ++b) {
-      const std::uint64_t s = s0 + 2 + 6 * static_cast<std::uint64_t>(b);
-      ln1_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
-      ln1_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
-      wq.push_back(nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s));
-      wk.push_back(nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s + 1));
-      wv.push_back(nn::normal_fan_in<t<d_model, heads, d_kv>, d_model>(g, {dm, h, kv}, s + 2));
-      wo.push_back(nn::normal_fan_in<t<heads, d_kv, d_model>, heads, d_kv>(g, {h, kv, dm}, s + 3));
-      ln2_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
-      ln2_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
-      w_in.push_back(nn::normal_fan_in<t<d_model, d_ff>, d_model>(g, {dm, ff}, s + 4));
-      w_out.push_back(nn::normal_fan_in<t<d_ff, d_model>, d_ff>(g, {ff, dm}, s + 5));
-    }
+    for (std::int64_t b = first_block; b < end_block; ++b)
+      push_block(g, o, b, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out);
     if (st.last()) {
       lnf_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
       lnf_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
-      softmax_weights.push_back(
-          nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, s0 + 2 + 6 * static_cast<std::uint64_t>(o.layers)));
+      softmax_weights.push_back(nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, softmax_seed(o)));
     }
     for_each_param_tensor(params(), [](std::size_t, auto& p) { p.requires_grad(); });
   }
@@ -188,13 +177,7 @@ pipeline_result train_pipelined(const pl::stages<grid>& st_const, const options&
   std::vector<float> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
   for (std::int64_t step = 0; step < o.steps; ++step) {
     if (g.is_planned()) mt::reset_plan(g);
-    for (std::int64_t b = 0; b < o.batch; ++b) {
-      const std::int64_t s = start(rng);
-      for (std::int64_t l = 0; l < o.length; ++l) {
-        ids[b * o.length + l] = static_cast<float>(text[s + l] % o.vocab);
-        labels[b * o.length + l] = static_cast<float>(text[s + l + 1] % o.vocab);
-      }
-    }
+    draw_batch(o, text, rng, start, ids, labels);
     stage.ids.clear();
     stage.labels.clear();
     for (int m = 0; m < o.microbatches; ++m) {

@@ -163,7 +163,7 @@ stage_stats run(const std::vector<action>& plan, stages<M>& st, Stage& stage) {
   struct held {
     std::optional<X> in, out;
   };
-  std::vector<held> live(plan.size());
+  std::vector<held> live(plan.size() / 2);  // one forward and one backward per microbatch
   const auto t0 = clock::now();
   const auto busy = [&](auto&& f) {
     const auto b = clock::now();
