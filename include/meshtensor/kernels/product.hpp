@@ -21,7 +21,7 @@
 
 #include "../element/bf16.hpp"
 #include "../error.hpp"
-#include "../tensor/pool.hpp"
+#include "pool.hpp"
 #include "cublas.hpp"
 #include "dnnl.hpp"
 #include "launch.hpp"

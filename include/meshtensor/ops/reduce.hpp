@@ -14,7 +14,7 @@
 #include "../runtime/nan_ops.hpp"
 #include "../tensor/mpi_buffer.hpp"
 #include "cast.hpp"
-#include "detail/allreduce_local.hpp"
+#include "../tensor/allreduce_local.hpp"
 #include "detail/kernels.hpp"
 #include "detail/map_kernel.hpp"
 #include "detail/rows.hpp"

@@ -17,7 +17,7 @@
 
 #include "../layout/plan.hpp"
 #include "../runtime/collectives.hpp"
-#include "../tensor/pool.hpp"
+#include "../kernels/pool.hpp"
 #include "detail/copy_region.hpp"
 #include "detail/kernels.hpp"
 #include "reduce.hpp"
@@ -88,7 +88,7 @@ constexpr comm_plan plan_of(const relayout_step& s) {
 // contiguous range at its sub-rank's position (checked per block, never assumed: a dim split over
 // axes in an order other than the mesh's numbers its parts unlike the sub-communicator's ranks).
 // The result and the send or receive buffer that remains come from the tensor memory cache
-// (tensor/pool.hpp): the buffers live only during the call, and fresh ones cost page faults and
+// (kernels/pool.hpp): the buffers live only during the call, and fresh ones cost page faults and
 // the kernel's zeroing of every page each call.
 // MPI reads and writes through mpi_buffer (tensor/mpi_buffer.hpp): the data's own memory, or
 // pinned host buffers for a device that the MPI cannot reach.

@@ -22,7 +22,7 @@
 #endif
 
 #include "../error.hpp"
-#include "pool.hpp"
+#include "../kernels/pool.hpp"
 #include "../kernels/launch.hpp"
 
 namespace meshtensor {

@@ -14,7 +14,7 @@
 #include "../error.hpp"
 #include "../layout/layout.hpp"
 #include "../element/bf16.hpp"
-#include "pool.hpp"
+#include "../kernels/pool.hpp"
 #include "../kernels/launch.hpp"
 
 namespace meshtensor {

@@ -1,11 +1,11 @@
 #pragma once
 // allreduce_local: a tensor's local slice summed (or maxed, or minned) over mesh axes, in place.
-// Its own header because the tape (autodiff/tape.hpp) reduces partial gradients with it, and the
-// ops' headers include the tape.
-#include "../../runtime/collectives.hpp"
-#include "../../runtime/nan_ops.hpp"
-#include "../../tensor/mpi_buffer.hpp"
-#include "../../tensor/tensor.hpp"
+// Beside the tensor, below the tape (autodiff/tape.hpp reduces partial gradients with it) and the
+// ops (reduce.hpp), which sit above the tape.
+#include "../runtime/collectives.hpp"
+#include "../runtime/nan_ops.hpp"
+#include "mpi_buffer.hpp"
+#include "tensor.hpp"
 
 namespace meshtensor::detail {
 

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""The library's include graph keeps its layers (docs/design.md, "Layers"): no include cycle, and no
+include from a folder up to a higher layer or across to another folder of the same layer.
+
+    python3 scripts/check_include_graph.py [include/meshtensor]   # exit 1 and the edges when broken
+    python3 scripts/check_include_graph.py --self-test            # the check finds planted faults
+
+Only the library's own quoted includes count (`#include "..."`, resolved against the including file).
+A folder's layer is LAYERS' index; meshtensor.hpp, the umbrella, may include anything and nothing
+includes it. ctest runs both (layers.include_graph, layers.include_graph.self_test).
+"""
+import os
+import re
+import sys
+import tempfile
+
+# Bottom first. A file may include files of its own folder and of lower layers only.
+LAYERS = [
+    ["error.hpp"],  # the exception types and the message builder
+    ["names", "element", "geometry"],  # no MPI, no Kokkos: names, element types, mesh shapes
+    ["runtime"],    # MPI: communicators, collectives, the plan ledger, the environment
+    ["layout"],     # meshes and layouts as types, plans, their reports and the cost model
+    ["kernels"],    # the one door for local work (Kokkos, BLAS, oneDNN, cuBLAS), the memory cache
+    ["tensor"],     # the distributed tensor and its host I/O
+    ["autodiff"],   # the tape and gradient()
+    ["ops"],        # every op: forward, communication plan and gradient rule
+    ["io", "nn", "optim", "pipeline"],  # checkpoints, layers, optimizers, pipeline stages
+]
+UMBRELLA = "meshtensor.hpp"
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def unit_of(path):
+    """The folder a header belongs to (its first component), or the file itself at the top."""
+    return path.split("/")[0]
+
+
+def layer_of(unit):
+    for i, units in enumerate(LAYERS):
+        if unit in units:
+            return i
+    return None
+
+
+def read_graph(root):
+    graph = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if not name.endswith(".hpp"):
+                continue
+            path = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
+            with open(os.path.join(folder, name), encoding="utf-8") as f:
+                text = f.read()
+            graph[path] = [os.path.normpath(os.path.join(os.path.dirname(path), inc)).replace(os.sep, "/")
+                           for inc in INCLUDE.findall(text)]
+    return graph
+
+
+def cycles(graph):
+    """Strongly connected components of more than one file (or a file including itself)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.get(v, []):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph.get(v, []):
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(10000)
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def problems(graph):
+    out = []
+    for path, includes in sorted(graph.items()):
+        for inc in includes:
+            if inc not in graph:
+                out.append(f"{path}: includes {inc}, which is not a header of the library")
+                continue
+            if inc == UMBRELLA:
+                out.append(f"{path}: includes the umbrella {UMBRELLA}")
+                continue
+            if path == UMBRELLA:
+                continue
+            src, dst = unit_of(path), unit_of(inc)
+            if src == dst:
+                continue
+            ls, ld = layer_of(src), layer_of(dst)
+            if ls is None or ld is None:
+                out.append(f"{path} -> {inc}: '{src if ls is None else dst}' has no layer (add it to LAYERS)")
+            elif ld > ls:
+                out.append(f"{path} -> {inc}: upward, from {src} (layer {ls}) to {dst} (layer {ld})")
+            elif ld == ls:
+                out.append(f"{path} -> {inc}: across layer {ls}, from {src} to {dst}")
+    for component in cycles(graph):
+        out.append("include cycle: " + " -> ".join(component))
+    return out
+
+
+def self_test():
+    """Plants each fault in a small tree and checks it is found, and that a clean tree passes."""
+    def tree(files):
+        root = tempfile.mkdtemp()
+        for path, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+            with open(os.path.join(root, path), "w") as f:
+                f.write(text)
+        return root
+
+    clean = {"error.hpp": "", "runtime/a.hpp": '#include "../error.hpp"\n',
+             "tensor/t.hpp": '#include "../runtime/a.hpp"\n', "meshtensor.hpp": '#include "tensor/t.hpp"\n'}
+    cases = {
+        "clean": (clean, None),
+        "upward": ({**clean, "runtime/a.hpp": '#include "../tensor/t.hpp"\n'}, "upward, from runtime"),
+        "across": ({**clean, "nn/n.hpp": '#include "../optim/o.hpp"\n', "optim/o.hpp": ""}, "across layer 8"),
+        "cycle": ({**clean, "tensor/u.hpp": '#include "t.hpp"\n',
+                   "tensor/t.hpp": '#include "u.hpp"\n#include "../runtime/a.hpp"\n'}, "include cycle: tensor/t.hpp -> tensor/u.hpp"),
+        "unknown folder": ({**clean, "extra/x.hpp": '#include "../error.hpp"\n'}, "'extra' has no layer"),
+        "missing": ({**clean, "tensor/t.hpp": '#include "gone.hpp"\n'}, "not a header of the library"),
+        "umbrella": ({**clean, "tensor/t.hpp": '#include "../meshtensor.hpp"\n'}, "includes the umbrella"),
+    }
+    failed = 0
+    for name, (files, expected) in cases.items():
+        found = problems(read_graph(tree(files)))
+        ok = not found if expected is None else any(expected in p for p in found)
+        print(f"{name}: {'ok' if ok else 'NOT FOUND'}: {found}")
+        failed += not ok
+    return 1 if failed else 0
+
+
+def main():
+    if "--self-test" in sys.argv[1:]:
+        return self_test()
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    root = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "meshtensor")
+    graph = read_graph(root)
+    found = problems(graph)
+    edges = sum(len(v) for v in graph.values())
+    for p in found:
+        print(p)
+    print(f"{len(graph)} headers, {edges} includes: {'layers kept' if not found else f'{len(found)} problems'}")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
