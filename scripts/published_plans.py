@@ -3,9 +3,9 @@
 
     python3 scripts/published_plans.py BUILD/examples/transformer_lm [--check]
 
---check (ctest example.transformer_lm.published_plans) exits 1 unless every GPT-3 size is within 1%
-of the closed form and every planned ZeRO row within 0.1% of ZeRO's formula, the 7.5 B and 128 B
-rows all planned. The 1 T model on data axes alone gathers weights of 2.6e9 elements whole, more
+--check (ctest example.transformer_lm.published_plans) exits 1 unless every GPT-3 size and Megatron
+configuration is within 1% of the closed form, every planned ZeRO row within 0.1% of ZeRO's formula
+(the 7.5 B and 128 B rows all planned), and the shapes of 1536 GPUs rank with Megatron's among them. The 1 T model on data axes alone gathers weights of 2.6e9 elements whole, more
 than one MPI call's int count (Open MPI 4.1 has no MPI-4 large-count collectives): those rows say
 so instead of a figure.
 
@@ -24,8 +24,18 @@ so instead of a figure.
    parameters whose state a processor holds. meshtensor's own accounting is float throughout: the
    stored parameters are the master weights (4), gradients float (4), Adam m and v (8), and stage
    2's copy gathered for the step (4 per parameter, whole).
+3. Megatron-LM's Table 1 (Narayanan et al. 2021): each configuration planned as it ran (pipeline,
+   data and tensor parallelism, bf16, recomputation), its parameters against the closed form, its
+   memory and bytes per GPU, and the throughput the cost model predicts from a stated A100
+   calibration (A100 below) against the measured one (reported; the 10% goal is not reached, and
+   docs/scale.md says why). --check requires the parameters within 1% of the closed form.
+4. Korthikanti et al. 2022: the activations one block saves for its backward pass, from the plan
+   ledger's record of the tape when the backward pass began, against their Table 2 formulas, for
+   their Table 3 models, op by op.
+5. --rank-layouts --processors: the shapes of Megatron's 1536 GPUs ranked for its 145.6 B model.
 """
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -48,14 +58,242 @@ ZERO_MODELS = [("7.5B", 7.5e9, 36, 4096, 32), ("128B", 128e9, 159, 8192, 64), ("
 DEGREES = [1, 4, 16, 64, 256, 1024]
 
 
-def plan(binary, *args):
+def plan_json(binary, *args):
     """The plan's JSON, or the error transformer_lm stopped with."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        r = subprocess.run([binary, "--plan", "--plan-json", f.name, "--tie-embeddings", "--vocab", str(VOCAB),
-                            *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        r = subprocess.run([binary, "--plan", "--plan-json", f.name, *map(str, args)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
-            return {"error": r.stderr.strip().splitlines()[-1]}
+            return {"error": (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]}
         return json.load(open(f.name))
+
+
+def plan(binary, *args):
+    """A GPT-3-style plan: embeddings tied, GPT-3's padded vocabulary."""
+    return plan_json(binary, "--tie-embeddings", "--vocab", VOCAB, *args)
+
+
+# Megatron-LM's Table 1 (Narayanan et al. 2021): parameters (billions), heads, hidden size,
+# layers, tensor-parallel size t, pipeline-parallel size p, GPUs, batch, and the achieved teraFLOP/s
+# per GPU they report. Sequence 2048, vocabulary 51200, mixed precision, activation recomputation.
+MEGATRON = [
+    (1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
+    (3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    (7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
+    (18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    (39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
+    (76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    (145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    (310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    (529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    (1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+]
+MEGATRON_VOCAB = 51200
+
+# An A100 (DGX A100, as Selene's nodes), from public specifications: what the cost model
+# (include/meshtensor/layout/cost_model.hpp) reads. Stated, not measured; docs/scale.md says why
+# each is what it is.
+A100 = {
+    "peak_flops": 312e12,       # bf16 dense tensor-core peak
+    "gemm_efficiency": 0.80,    # of the peak, a large bf16 cuBLAS product
+    "hbm_bytes_per_s": 2.039e12,  # A100 80 GB SXM4
+    "kernel_seconds": 5e-6,     # a kernel launch and its host work
+    "nvlink_bytes_per_s": 300e9,  # NVLink 3 through NVSwitch, each direction, per GPU
+    "nvlink_alpha": 10e-6,
+    "ib_bytes_per_s": 25e9,     # one HDR InfiniBand adapter (200 Gb/s) per GPU
+    "ib_hop_seconds": 3e-6,     # per step of a ring across nodes
+}
+
+
+def a100_calibration(t, sizes):
+    """A calibration file for the GPUs of one Megatron run: groups of t GPUs or a divisor of it (the
+    tensor-parallel ones, inside a node of 8) over NVLink, every other group size over InfiniBand
+    (calibrations are keyed by group size; each row gets its own). The model's bytes
+    are those the plan counts: allreduce and reduce_scatter the whole buffer, allgather each part,
+    a send its slice; ring algorithms move 2(n-1)/n, (n-1)/n and (n-1) times them."""
+    a = A100
+    lines = [f"ranks {max(sizes)}", f"gemm_flops_per_s {a['peak_flops'] * a['gemm_efficiency']}",
+             # results written per second: an elementwise kernel reads about two operands per result
+             f"bytes_per_s {a['hbm_bytes_per_s'] / 3}",
+             # an Adam step reads parameter, gradient, m, v and writes three of them: 7 words per word
+             f"optimizer_bytes_per_s {a['hbm_bytes_per_s'] / 7}",
+             "host_bytes_per_s 25e9", f"seconds_per_kernel {a['kernel_seconds']}"]
+    for n in sorted(set(sizes) | {2}):
+        inside = t % n == 0  # a tensor-parallel group (the data-parallel ones span nodes in every row)
+        bw = a["nvlink_bytes_per_s"] if inside else a["ib_bytes_per_s"]
+        alpha = a["nvlink_alpha"] if inside else 2 * (n - 1) * a["ib_hop_seconds"]
+        factor = {"allreduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n, "allgather": n - 1,
+                  "alltoall": (n - 1) / n, "shift": 1, "exscan": 1}
+        for name, f in factor.items():
+            lines.append(f"collective {name} {n} {alpha} {f / bw}")
+    # Pipeline sends: stage to stage, a node apart when a stage fills its node.
+    lines.append(f"collective send 2 {a['nvlink_alpha']} {1 / (a['nvlink_bytes_per_s'] if t < 8 else a['ib_bytes_per_s'])}")
+    return "\n".join(lines) + "\n"
+
+
+def megatron_flops(batch, s, layers, h, vocab):
+    """Narayanan et al.'s eq. 3: the FLOPs of one iteration with activation recomputation."""
+    return 96 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
+
+
+def megatron_rows(binary, failures):
+    print("\n## Megatron-LM's Table 1: planned as they ran, throughput predicted from an A100 calibration\n")
+    print("Each row: `transformer_lm --plan --pipeline p --mesh N_d t --microbatches m --schedule 1f1b --dtype bf16 "
+          "--recompute`, N_d = GPUs / (t p), microbatches of one sequence per data-parallel GPU. Predicted teraFLOP/s "
+          "per GPU = eq. 3's FLOPs / (GPUs x the predicted step time).\n")
+    print("| params (published) | planned (vs closed form) | t | p | N_d | GPUs | m | memory/GPU (peak stage) | bytes/step/GPU (max) | "
+          "predicted step | a microbatch: % products / memory / comm / launches | predicted TFLOP/s | "
+          "without the memory term | published | error | error without the memory term |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for params, heads, h, layers, t, p, gpus, batch, published in MEGATRON:
+        nd = gpus // (t * p)
+        m = batch // nd
+        sizes = sorted({1, t, nd, nd * t})
+        with tempfile.NamedTemporaryFile("w", suffix=".calibration", delete=False) as cal:
+            cal.write(a100_calibration(t, sizes))
+        try:
+            d = plan_json(binary, "--pipeline", p, "--mesh", nd, t, "--microbatches", m, "--schedule", "1f1b",
+                          "--dtype", "bf16", "--recompute", "--layers", layers, "--d-model", h, "--heads", heads,
+                          "--d-kv", h // heads, "--d-ff", 4 * h, "--length", 2048, "--batch", batch,
+                          "--vocab", MEGATRON_VOCAB, "--calibration", cal.name)
+        finally:
+            os.unlink(cal.name)
+        if "error" in d:
+            failures.append(f"Megatron {params} B: {d['error']}")
+            print(f"| {params} B | not planned: {d['error']} |")
+            continue
+        peak = max(st["plan"]["memory"]["peak"] for st in d["stages"])
+        sent = max(st["bytes_per_step"] for st in d["stages"])
+        step = d["predicted_step_seconds"]
+        slowest = max(d["stages"], key=lambda st: st["seconds_per_microbatch"])
+        parts = slowest["microbatch_seconds"]
+        share = {k: v / slowest["seconds_per_microbatch"] for k, v in parts.items()}
+        flops = megatron_flops(batch, 2048, layers, h, MEGATRON_VOCAB) / gpus
+        tflops = flops / step / 1e12
+        # What unfused elementwise kernels cost (the memory term) taken out: an upper bound.
+        unfused = (m + p - 1) * parts["memory"]
+        tflops_fused = flops / (step - unfused) / 1e12
+        err = tflops / published - 1
+        worst = max(worst, abs(err))
+        # The pipeline's output projection is a weight of its own (Megatron keeps a copy of the
+        # embedding on the last stage too, kept equal by an allreduce): counted once, as they count.
+        counted = d["parameters"] - MEGATRON_VOCAB * h
+        closed = 12 * layers * h**2 * (1 + 13 / (12 * h) + (MEGATRON_VOCAB + 2048) / (12 * layers * h))
+        if abs(counted / closed - 1) > 0.01:
+            failures.append(f"Megatron {params} B: planned {counted} parameters (output projection counted once), "
+                            f"closed form {closed:.0f}")
+        print(f"| {params} B | {counted / 1e9:.2f} B ({100 * (counted / closed - 1):+.2f}%) | {t} | {p} | {nd} | {gpus} | {m} | {peak / 2**30:.1f} GiB | "
+              f"{sent / 1e9:.2f} GB | {step:.2f} s | {100 * share['products']:.0f} / {100 * share['memory']:.0f} / "
+              f"{100 * share['communication']:.0f} / {100 * share['kernels']:.0f} | {tflops:.0f} | "
+              f"{tflops_fused:.0f} | {published} | {100 * err:+.1f}% | {100 * (tflops_fused / published - 1):+.1f}% |")
+    print(f"\nlargest error of the predicted throughput: {100 * worst:.1f}%")
+    return worst
+
+
+# Korthikanti et al. 2022, Table 3: heads, hidden size, layers, tensor-parallel size (sequence 2048,
+# micro-batch 1 per GPU, mixed precision).
+KORTHIKANTI = [("22B", 64, 6144, 48, 8), ("175B", 96, 12288, 96, 8), ("530B", 128, 20480, 105, 8),
+               ("1T", 160, 25600, 128, 8)]
+
+
+def korthikanti_formulas(s, b, h, a, t, word=2):
+    """Their Table 2: activation bytes per layer, for activations of `word` bytes (theirs: 2) and
+    1-byte dropout masks. Of sbh x 34: 2 masks, 32 activation bytes; of as^2b x 5: 1 mask, 4 bytes;
+    with tensor parallelism, 10 = 8 + 2 masks stay whole and 24/t is split."""
+    sbh, w = s * b * h, word / 2
+    attention = a * s * s * b * (4 * w + 1)
+    return {"none": sbh * (32 * w + 2) + attention, "tensor": sbh * (8 * w + 2 + 24 * w / t) + attention / t,
+            "tensor+sequence": (sbh * (32 * w + 2) + attention) / t, "full recompute": 2 * w * sbh}
+
+
+def activations_per_layer(binary, heads, h, t, mode):
+    """What the tape saved for the backward pass (the activations alive when it began), by op, with 2
+    blocks minus with 1: one block's saved tensors, what Table 2 counts."""
+    def peak(layers):
+        args = ["--mesh", 1, t, "--layout", "data" if t == 1 else "model", "--layers", layers, "--d-model", h,
+                "--heads", heads, "--d-kv", h // heads, "--d-ff", 4 * h, "--length", 2048, "--batch", 1,
+                "--vocab", MEGATRON_VOCAB, "--dropout", 0.1]
+        if mode == "tensor+sequence":
+            args += ["--sequence-parallel", "--dtype", "float32"]  # --sequence-parallel is float32 only
+        else:
+            args += ["--dtype", "bf16"]
+        if mode == "full recompute":
+            args.append("--recompute")
+        d = plan_json(binary, *args)
+        if "error" in d:
+            raise RuntimeError(d["error"])
+        mem = d["plan"]["memory"]
+        return mem["saved_for_backward"], mem["saved_for_backward_by_op"]
+    one, one_by = peak(1)
+    two, two_by = peak(2)
+    by_op = {op: two_by.get(op, 0) - one_by.get(op, 0) for op in set(one_by) | set(two_by)}
+    return two - one, {op: b for op, b in by_op.items() if b}
+
+
+def korthikanti_rows(binary):
+    print("\n## Activations per layer against Korthikanti et al. 2022 (Table 2's formulas, Table 3's models)\n")
+    print("Planned in bf16 (tensor+sequence in float32: meshtensor's sequence parallelism is float32 only; the "
+          "formula is then taken with 4-byte activations) with dropout 0.1 (their formulas count its 1-byte masks), "
+          "one sequence of 2048 per GPU: "
+          "`transformer_lm --plan --dtype bf16 --dropout 0.1 --length 2048 --batch 1 --layers 1|2 ...` (no "
+          "parallelism: `--mesh 1 1 --layout data`; tensor: `--mesh 1 8 --layout model`; tensor+sequence: "
+          "`--sequence-parallel`; full recompute: `--recompute`). The plan's figure is what the tape saved for the "
+          "backward pass (the activations alive when it began) with 2 blocks minus with 1. GB = 1e9 bytes. "
+          "Selective recomputation (recomputing only attention's s x s part) is not "
+          "in meshtensor: `--recompute` recomputes whole blocks.\n")
+    print("| model | mode | formula GB/layer | plan GB/layer | of which bf16 weight copies | plan less the copies | "
+          "ratio to the formula | the plan's largest parts, in units of sbh/t bytes |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, heads, h, layers, t in KORTHIKANTI:
+        for mode in ("none", "tensor", "tensor+sequence", "full recompute"):
+            tt = 1 if mode == "none" else t
+            word = 4 if mode == "tensor+sequence" else 2
+            want = korthikanti_formulas(2048, 1, h, heads, tt, word)[mode]
+            try:
+                got, by_op = activations_per_layer(binary, heads, h, tt, mode)
+            except RuntimeError as e:
+                print(f"| {name} | {mode} | {want / 1e9:.3f} | not planned: {e} | | | | |")
+                continue
+            unit = 2048 * h / tt  # bytes of s b h / t elements of one byte
+            parts = ", ".join(f"{op} {b / unit:.1f}" for op, b in sorted(by_op.items(), key=lambda kv: -kv[1])[:6])
+            mode_name = mode + (" (float32)" if word == 4 else "")
+            # In bf16 each block's float weights are cast to bf16 copies, made in the step and kept
+            # for the backward products ("other"): 12 h^2 / t elements of 2 bytes. Korthikanti et
+            # al. count 16-bit weights as model state, not activations.
+            copies = 0 if word == 4 or mode == "full recompute" else 2 * 12 * h * h / tt
+            rest = got - copies
+            print(f"| {name} | {mode_name} | {want / 1e9:.3f} | {got / 1e9:.3f} | {copies / 1e9:.3f} | {rest / 1e9:.3f} | "
+                  f"{rest / want:.2f} | {parts} |")
+
+
+def rank_shapes(binary):
+    """--rank-layouts --processors: Megatron's 145.6 B model on its 1536 GPUs, every pipeline x data x
+    tensor shape ranked by the predicted step time among those that fit 80 GiB."""
+    params, heads, h, layers, t, p, gpus, batch, _ = MEGATRON[6]
+    sizes = sorted({n for n in range(1, gpus + 1) if gpus % n == 0})
+    with tempfile.NamedTemporaryFile("w", suffix=".calibration", delete=False) as cal:
+        cal.write(a100_calibration(8, sizes))
+    try:
+        r = subprocess.run([binary, "--rank-layouts", "--processors", str(gpus), "--layers", str(layers), "--d-model",
+                            str(h), "--heads", str(heads), "--d-kv", str(h // heads), "--d-ff", str(4 * h), "--length",
+                            "2048", "--batch", str(batch), "--vocab", str(MEGATRON_VOCAB), "--dtype", "bf16",
+                            "--recompute", "--schedule", "1f1b", "--calibration", cal.name, "--memory-budget", "80"],
+                           capture_output=True, text=True)
+    finally:
+        os.unlink(cal.name)
+    print(f"\n## Ranking the shapes of {gpus} GPUs for the {params} B model (`--rank-layouts --processors {gpus}`)\n")
+    if r.returncode != 0:
+        print("not ranked:", r.stderr.strip())
+        return None
+    lines = r.stdout.splitlines()
+    print("```")
+    print("\n".join(lines[:12] + ["..."] + lines[-2:]))
+    print("```")
+    mine = f"--pipeline {p} --mesh {gpus // (t * p)} {t} "
+    rank = next((i for i, line in enumerate(lines[2:], 1) if mine in line), None)
+    print(f"\nMegatron's shape ({mine.strip()}) ranks {rank} of {len(lines) - 4}.")
+    return rank
 
 
 def zero_formula(stage, psi, n):
@@ -111,6 +349,10 @@ def main():
     print(f"\nlargest error of the plan against ZeRO's formula: {100 * worst:.3f}%")
     if worst > 0.001:
         failures.append(f"a ZeRO row is {100 * worst:.3f}% from the formula")
+    megatron_rows(binary, failures)
+    korthikanti_rows(binary)
+    if rank_shapes(binary) is None:
+        failures.append("--rank-layouts --processors found no shape or not Megatron's")
     for f in failures:
         print("FAILED:", f)
     print("\nGPT-3 XL: Table 2.1 lists 24 heads of 128 (3072, not d_model 2048); its 1.3 B parameters match an "

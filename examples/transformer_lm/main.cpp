@@ -216,11 +216,11 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
   if (o.check_plan) {
     o.steps = 1;
     g.reset_counters();
-    const auto real = train_pipelined(st, o, text, false);
+    const auto real = train_pipelined(st, o, text);
     const mt::comm_counters counted = g.counters();
     const auto planned_stage = pl::stages<grid>::planned(o.pipeline, st.index(), {o.mesh[0], o.mesh[1]},
                                                          {g.coord<rows>(), g.coord<cols>()});
-    const auto planned = train_pipelined(planned_stage, o, text, false);
+    const auto planned = train_pipelined(planned_stage, o, text);
     const std::string wrong = mt::plan_differences(g, counted, *planned.plan, real.param_bytes, real.state_bytes);
     if (!wrong.empty()) std::printf("rank %d (stage %d): %s", env.world_rank(), st.index(), wrong.c_str());
     int ok = wrong.empty(), all = 0;
@@ -231,7 +231,7 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
                   all ? "the plan equals the real step on every rank of every stage" : "THE PLAN DIFFERS");
     return all ? 0 : 3;
   }
-  const auto r = train_pipelined(st, o, text, true);
+  const auto r = train_pipelined(st, o, text);
   // The step's loss is known on the last stage: summed over the world, divided by its processors.
   const int per_stage = g.nprocs();
   std::vector<double> losses(r.losses.size());
@@ -283,28 +283,197 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
   return ok ? 0 : 3;
 }
 
-// --plan --pipeline P: one planned step per stage (its first processor), side by side.
-int plan_pipeline(const mt::environment& env, options o) {
+// --plan --pipeline P: one planned step per stage (its first processor), side by side. Stages that
+// hold the same (first, last, number of blocks) plan alike and are planned once. With 1F1B a stage
+// holds at most P microbatches, so P of them plan its memory exactly (GPipe: all m are planned).
+// With --calibration: each stage's step time from two more plans, of 1 and 2 microbatches,
+// t(m) = t_fixed + m t_microbatch (t_fixed: the weights' gradient reduction and the optimizer),
+// and the step's, (m + P - 1) max t_microbatch + max t_fixed (the slowest stage sets the pace;
+// P - 1 microbatch times of bubble).
+namespace pipeline_planning {
+struct stage_plan {
+  pipeline_result full;  // memory
+  double t_fixed = 0, t_microbatch = 0;
+  mt::step_time microbatch, fixed;  // by part
+  std::int64_t bytes_fixed = 0, bytes_microbatch = 0, flops_fixed = 0, flops_microbatch = 0;
+};
+struct estimate {
+  std::map<std::tuple<bool, bool, std::int64_t>, stage_plan> alike;
+  std::vector<const stage_plan*> per_stage;
+  std::int64_t parameters = 0, peak_bytes = 0;
+  const stage_plan* slowest = nullptr;  // by microbatch time
+  double step_seconds = 0;
+  mt::step_time step;  // by part: (m + p - 1) times the slowest microbatch's, plus the largest fixed part
+};
+
+estimate plan_stages(options o, const mt::machine_calibration* calibration) {
   namespace pl = mt::pipeline;
   o.steps = 2;
   const std::vector<unsigned char> text(static_cast<std::size_t>(o.length + 3), ' ');
-  if (env.world_rank() != 0) return 0;
-  std::printf("planned --pipeline %d, schedule %s, %d microbatches of %lld, stage mesh [rows=%d x cols=%d]:\n", o.pipeline,
-              o.schedule.c_str(), o.microbatches, (long long)(o.batch / o.microbatches), o.mesh[0], o.mesh[1]);
-  std::printf("%6s %8s %14s %14s %14s %14s %14s\n", "stage", "held", "parameters", "optimizer", "activations", "peak",
-              "sends (bytes)");
+  const int m = o.microbatches;
+  const std::int64_t rows_per = o.batch / m;
+  const auto plan_with = [&](int s, int microbatches) {
+    options om = o;
+    om.microbatches = microbatches;
+    om.batch = rows_per * microbatches;
+    return train_pipelined(pl::stages<grid>::planned(o.pipeline, s, {o.mesh[0], o.mesh[1]}), om, text);
+  };
+  const auto total_bytes = [](const mt::plan_report& r) {
+    std::int64_t b = 0;
+    for (const auto& [k, n] : r.totals) b += n.bytes;
+    return b;
+  };
+  const auto minus = [](const mt::step_time& a, const mt::step_time& b) {
+    return mt::step_time{a.kernels - b.kernels, a.memory - b.memory, a.products - b.products,
+                         a.communication - b.communication};
+  };
+  estimate e;
   for (int s = 0; s < o.pipeline; ++s) {
-    const auto st = pl::stages<grid>::planned(o.pipeline, s, {o.mesh[0], o.mesh[1]});
-    const auto r = train_pipelined(st, o, text, false);
-    const auto& p = *r.plan;
-    std::int64_t sent = 0;
-    for (const auto& c : p.collectives)
-      if (c.collective == "send") sent += c.bytes;
-    std::printf("%6d %8d %14s %14s %14s %14s %14lld\n", s, r.max_in_flight,
-                gib(p.bytes_of(mt::memory_kind::parameters)).c_str(),
-                gib(p.bytes_of(mt::memory_kind::optimizer_state)).c_str(),
-                gib(p.peak_bytes_of(mt::memory_kind::activations)).c_str(), gib(p.peak_bytes).c_str(), (long long)sent);
+    const std::int64_t blocks = o.layers * (s + 1) / o.pipeline - o.layers * s / o.pipeline;
+    const auto key = std::make_tuple(s == 0, s == o.pipeline - 1, blocks);
+    auto it = e.alike.find(key);
+    if (it == e.alike.end()) {
+      stage_plan sp;
+      const bool one_f_one_b = pl::schedule_from_string(o.schedule) == pl::schedule_kind::one_f_one_b;
+      sp.full = plan_with(s, one_f_one_b ? std::min(m, o.pipeline) : m);
+      const auto one = plan_with(s, 1), two = plan_with(s, 2);
+      sp.bytes_microbatch = total_bytes(*two.plan) - total_bytes(*one.plan);
+      sp.bytes_fixed = total_bytes(*one.plan) - sp.bytes_microbatch;
+      sp.flops_microbatch = two.plan->total_flops - one.plan->total_flops;
+      sp.flops_fixed = one.plan->total_flops - sp.flops_microbatch;
+      if (calibration) {
+        const auto p1 = mt::predict(*one.plan, *calibration), p2 = mt::predict(*two.plan, *calibration);
+        sp.microbatch = minus(p2, p1);
+        sp.fixed = minus(p1, sp.microbatch);
+        sp.t_microbatch = sp.microbatch.total();
+        sp.t_fixed = sp.fixed.total();
+      }
+      it = e.alike.emplace(key, std::move(sp)).first;
+    }
+    e.per_stage.push_back(&it->second);
+    e.parameters += it->second.full.parameters;
+    e.peak_bytes = std::max(e.peak_bytes, it->second.full.plan->peak_bytes);
+    if (!e.slowest || it->second.t_microbatch > e.slowest->t_microbatch) e.slowest = &it->second;
   }
+  if (calibration) {
+    const auto* fixed = e.per_stage[0];
+    for (const auto* sp : e.per_stage)
+      if (sp->t_fixed > fixed->t_fixed) fixed = sp;
+    const double slots = m + o.pipeline - 1;
+    const auto& mb = e.slowest->microbatch;
+    e.step = {slots * mb.kernels + fixed->fixed.kernels, slots * mb.memory + fixed->fixed.memory,
+              slots * mb.products + fixed->fixed.products, slots * mb.communication + fixed->fixed.communication};
+    e.step_seconds = e.step.total();
+  }
+  return e;
+}
+}  // namespace pipeline_planning
+
+// --plan --pipeline P: one planned step per stage (its first processor), side by side. Stages that
+// hold the same (first, last, number of blocks) plan alike and are planned once. With 1F1B a stage
+// holds at most P microbatches, so P of them plan its memory exactly (GPipe: all m are planned).
+// With --calibration: each stage's step time from two more plans, of 1 and 2 microbatches,
+// t(m) = t_fixed + m t_microbatch (t_fixed: the weights' gradient reduction and the optimizer),
+// and the step's, (m + P - 1) max t_microbatch + max t_fixed (the slowest stage sets the pace;
+// P - 1 microbatch times of bubble).
+int plan_pipeline(const mt::environment& env, const options& o) {
+  namespace pl = mt::pipeline;
+  if (env.world_rank() != 0) return 0;
+  std::optional<mt::machine_calibration> calibration;
+  if (!o.calibration.empty()) calibration = mt::machine_calibration::load(o.calibration);
+  const auto e = pipeline_planning::plan_stages(o, calibration ? &*calibration : nullptr);
+  const int m = o.microbatches;
+  std::printf("planned --pipeline %d, schedule %s, %d microbatches of %lld, stage mesh [rows=%d x cols=%d], %s: "
+              "%lld parameters (%.2f billion); %zu stages planned (the others hold alike)\n",
+              o.pipeline, o.schedule.c_str(), m, (long long)(o.batch / m), o.mesh[0], o.mesh[1], o.dtype.c_str(),
+              (long long)e.parameters, e.parameters / 1e9, e.alike.size());
+  std::printf("%6s %8s %14s %14s %14s %14s %16s%s\n", "stage", "held", "parameters", "optimizer", "activations", "peak",
+              "bytes/step", calibration ? "  step ms: microbatch, fixed" : "");
+  std::string json = "[";
+  for (int s = 0; s < o.pipeline; ++s) {
+    const auto& sp = *e.per_stage[static_cast<std::size_t>(s)];
+    const auto& p = *sp.full.plan;
+    const int held = pl::max_in_flight(pl::schedule(pl::schedule_from_string(o.schedule), s, o.pipeline, m));
+    const std::int64_t bytes = sp.bytes_fixed + m * sp.bytes_microbatch;
+    std::printf("%6d %8d %14s %14s %14s %14s %16lld", s, held, gib(p.bytes_of(mt::memory_kind::parameters)).c_str(),
+                gib(p.bytes_of(mt::memory_kind::optimizer_state)).c_str(),
+                gib(p.peak_bytes_of(mt::memory_kind::activations)).c_str(), gib(p.peak_bytes).c_str(), (long long)bytes);
+    if (calibration) std::printf("  %10.3f %10.3f", 1e3 * sp.t_microbatch, 1e3 * sp.t_fixed);
+    std::printf("\n");
+    json += mt::detail::cat(s ? ", " : "", "{\"stage\": ", s, ", \"held\": ", held, ", \"parameters\": ", sp.full.parameters,
+                            ", \"bytes_per_step\": ", bytes, ", \"flops_per_step\": ", sp.flops_fixed + m * sp.flops_microbatch,
+                            ", \"seconds_per_microbatch\": ", sp.t_microbatch, ", \"seconds_fixed\": ", sp.t_fixed,
+                            ", \"microbatch_seconds\": {\"kernels\": ", sp.microbatch.kernels, ", \"memory\": ",
+                            sp.microbatch.memory, ", \"products\": ", sp.microbatch.products, ", \"communication\": ",
+                            sp.microbatch.communication, "}", ", \"plan\": ", p.json(), "}");
+  }
+  json += "]";
+  if (calibration) {
+    std::printf("predicted step time %.3f s = (m + p - 1) x %.3f ms + %.3f ms (calibration %s)\n", e.step_seconds,
+                1e3 * e.slowest->t_microbatch, 1e3 * (e.step_seconds - (m + o.pipeline - 1) * e.slowest->t_microbatch),
+                o.calibration.c_str());
+    std::printf("the slowest stage's microbatch: %s\n", mt::to_string(e.slowest->microbatch).c_str());
+  }
+  if (!o.plan_json.empty()) {
+    std::ofstream out(o.plan_json);
+    out << "{\"pipeline\": " << o.pipeline << ", \"microbatches\": " << m << ", \"schedule\": \"" << o.schedule
+        << "\", \"dtype\": \"" << o.dtype << "\", \"layers\": " << o.layers << ", \"d_model\": " << o.d_model
+        << ", \"batch\": " << o.batch << ", \"length\": " << o.length << ", \"parameters\": " << e.parameters
+        << ", \"predicted_step_seconds\": " << e.step_seconds << ", \"stages\": " << json << "}\n";
+    if (!out) throw mt::io_error(mt::detail::cat("cannot write '", o.plan_json, "'"));
+    std::printf("plan written to %s\n", o.plan_json.c_str());
+  }
+  return 0;
+}
+
+// --rank-layouts --processors N: every way of running the model on N processors as P pipeline
+// stages of [rows x cols] (the 2d layout inside each: data parallelism over rows, model parallelism
+// over cols), P a divisor of N up to the layers, microbatches of --microbatch-rows rows per
+// data-parallel processor (P = 1: the whole batch at once), ranked by predicted step time among those
+// whose largest stage fits the budget.
+int rank_pipeline_shapes(const mt::environment& env, const options& o) {
+  if (o.calibration.empty()) throw mt::error("--rank-layouts needs --calibration FILE (bench_calibrate writes one)");
+  if (env.world_rank() != 0) return 0;
+  const auto c = mt::machine_calibration::load(o.calibration);
+  std::vector<mt::layout_candidate> candidates;
+  int skipped = 0;
+  for (int p = 1; p <= o.processors; ++p) {
+    if (o.processors % p != 0 || p > o.layers) continue;
+    for (int cols = 1; cols <= o.processors / p; ++cols) {
+      if (o.processors / p % cols != 0) continue;
+      const int rows = o.processors / p / cols;
+      options oc = o;
+      oc.pipeline = p;
+      oc.mesh = {rows, cols};
+      const std::int64_t per_microbatch = std::int64_t{rows} * o.microbatch_rows;
+      if (o.batch % per_microbatch != 0) {
+        ++skipped;  // the batch does not divide into microbatches of this many rows
+        continue;
+      }
+      oc.microbatches = p == 1 ? 1 : static_cast<int>(o.batch / per_microbatch);
+      const auto e = pipeline_planning::plan_stages(oc, &c);
+      mt::plan_report peak = *e.per_stage[0]->full.plan;
+      for (const auto* sp : e.per_stage)
+        if (sp->full.plan->peak_bytes > peak.peak_bytes) peak = *sp->full.plan;
+      candidates.push_back({mt::detail::cat("--pipeline ", p, " --mesh ", rows, " ", cols, " --microbatches ",
+                                            oc.microbatches),
+                            peak, e.step, true});
+    }
+  }
+  if (candidates.empty())
+    throw mt::error(mt::detail::cat("--rank-layouts --processors ", o.processors, ": no shape divides --batch ", o.batch,
+                                    " into microbatches of --microbatch-rows ", o.microbatch_rows, " per row"));
+  const std::int64_t budget = static_cast<std::int64_t>(o.memory_budget_gib * 1073741824.0);
+  const auto ranked = mt::rank_layouts(candidates, budget);
+  std::printf("%d processors as stages x [rows x cols], schedule %s, %s, calibration %s, budget %s per processor "
+              "(peak: the largest stage's):\n",
+              o.processors, o.schedule.c_str(), o.dtype.c_str(), o.calibration.c_str(),
+              mt::detail::cat(o.memory_budget_gib, " GiB").c_str());
+  std::printf("%s", mt::ranking_table(ranked).c_str());
+  if (skipped) std::printf("(%d shapes left out: their rows do not divide --batch into whole microbatches)\n", skipped);
+  const auto& best = ranked[0];
+  std::printf("best: %s (%s)\n", best.name.c_str(),
+              best.fits ? mt::detail::cat("fits; ", mt::to_string(best.time)).c_str() : "NONE FITS: the smallest peak");
   return 0;
 }
 
@@ -404,6 +573,13 @@ int main(int argc, char** argv) {
   app.add_option("--memory-budget", o.memory_budget_gib, "with --plan: memory per processor in GiB (a TPUv2 core: 8)")
       ->capture_default_str();
   app.add_option("--calibration", o.calibration, "with --plan: predict the step time from this bench_calibrate file");
+  app.add_option("--processors", o.processors,
+                 "with --rank-layouts: rank every pipeline x rows x cols shape of this many processors instead")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--microbatch-rows", o.microbatch_rows,
+                 "with --rank-layouts --processors: rows of a microbatch per data-parallel processor")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_flag("--rank-layouts", o.rank_layouts,
                "rank the compiled-in layouts on --mesh by predicted step time (needs --calibration)");
   app.add_flag("--check-plan", o.check_plan, "run one step, plan it, and check the plan equals it on every rank");
@@ -412,7 +588,8 @@ int main(int argc, char** argv) {
                  "computing under the 2d layout inside each stage")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_option("--microbatches", o.microbatches, "with --pipeline: microbatches per step (default: the stages)")
+  app.add_option("--microbatches", o.microbatches,
+                 "with --pipeline: microbatches per step (default: the stages); alone: gradient accumulation over them")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--schedule", o.schedule, "with --pipeline: gpipe | 1f1b")
       ->check(CLI::IsMember({"gpipe", "1f1b"}))
@@ -443,7 +620,8 @@ int main(int argc, char** argv) {
       throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
     if (o.zero != 3 && !o.fsdp() && !o.compare && !o.rank_layouts)
       throw mt::error(mt::detail::cat("--zero ", o.zero, " applies to --layout fsdp and fsdp_2d, not ", o.layout));
-    if (o.pipeline > 1 || o.check_pipeline) {
+    // --microbatches without --pipeline: one stage, its microbatches' gradients accumulated.
+    if (o.pipeline > 1 || o.microbatches > 0 || o.check_pipeline) {
       if (o.microbatches == 0) o.microbatches = o.pipeline;
       if (o.compare || o.compare_dtypes || o.rank_layouts || o.generate > 0 || !o.checkpoint.empty() || !o.resume.empty())
         throw mt::error("--pipeline trains (or plans, or checks) only: no --compare-layouts, --compare-dtypes, "
@@ -451,6 +629,8 @@ int main(int argc, char** argv) {
       if (o.plan) return plan_pipeline(env, o);
       return run_pipeline(env, o, read_text(o.text, o.length + 3));
     }
+    if (o.rank_layouts && o.processors > 0) return rank_pipeline_shapes(env, o);
+    if (o.processors > 0) throw mt::error("--processors N goes with --rank-layouts");
     if (o.rank_layouts) return rank_layouts(env, o);
     if (o.plan) return plan(env, o);
     const auto text = read_text(o.text, o.length + 3);

@@ -118,6 +118,8 @@ struct options {
   // --pipeline P: the blocks over P stages of --mesh each (pipeline.cpp).
   int pipeline = 1;
   int microbatches = 0;  // 0: as many as stages
+  int processors = 0;      // --rank-layouts over pipeline shapes of this many processors
+  int microbatch_rows = 1;
   std::string schedule = "1f1b";
   bool check_pipeline = false;
 
@@ -746,12 +748,13 @@ struct pipeline_result {
   std::vector<double> losses;                       // the step's loss on the last stage (0 elsewhere)
   std::vector<mt::pipeline::stage_stats> stats;     // per step
   std::int64_t param_bytes = 0, state_bytes = 0;    // this processor's
+  std::int64_t parameters = 0;                      // the stage's (global extents)
   int max_in_flight = 0;                            // the schedule's
   double gradient_error = 0;                        // --check-pipeline: against the unpipelined model
   std::optional<mt::plan_report> plan;              // on a planned stage
 };
 pipeline_result train_pipelined(const mt::pipeline::stages<grid>& st, const options& o,
-                                const std::vector<unsigned char>& text, bool verbose);
+                                const std::vector<unsigned char>& text);
 
 // Compiled in train_<layout>.cpp (train_fsdp.cpp, train_fsdp_2d.cpp: the fsdp layouts).
 extern template train_result train<layout_data>(const grid&, const options&, const std::vector<unsigned char>&, bool);

@@ -19,8 +19,12 @@ using t = mt::tensor<float, L, D...>;
 template <class... D>
 using some = std::vector<t<D...>>;  // a stage's tensors of one kind: per block, or none or one
 
+// C: the element type of activations and products (float, or bf16 with --dtype bf16: a bf16 copy
+// of each float weight per microbatch, whose gradient flows back to the float weight, as model<L>
+// computes).
+template <class C>
 struct pipeline_stage {
-  using activation = t<batch, length, d_model>;
+  using activation = mt::tensor<C, L, batch, length, d_model>;
   const pl::stages<grid>& st;
   const options& o;
   std::int64_t first_block = 0, end_block = 0;
@@ -74,16 +78,25 @@ struct pipeline_stage {
 
   activation::extents_type extents(int) const { return {o.batch / o.microbatches, o.length, o.d_model}; }
 
+  template <class P>
+  static auto as_c(const P& p) {
+    if constexpr (std::is_same_v<C, float>) return p;
+    else return mt::cast<C>(p);
+  }
+
   activation forward(int mb, const activation* in) const {
-    activation x = in ? *in : activation(nn::embedding<vocab>(embedding[0], ids[mb]) + positions[0]);
+    // The rows looked up and the positions added in float, then cast: a bf16 copy of the whole table
+    // per microbatch would be held by the lookup's gradient rule until that microbatch's backward.
+    activation x = in ? *in : as_c(t<batch, length, d_model>(nn::embedding<vocab>(embedding[0], ids[mb]) + positions[0]));
     const std::uint64_t dseed = o.seed * 7919;
     for (std::int64_t b = first_block; b < end_block; ++b) {
       const std::size_t k = static_cast<std::size_t>(b - first_block);
       const std::uint64_t site = dseed + 2 * static_cast<std::uint64_t>(b), at = step;
       const double rate = o.dropout;
       const auto block = [this, k, site, at, rate](const activation& in) {
-        return transformer_block(in, ln1_scale[k], ln1_bias[k], wq[k], wk[k], wv[k], wo[k], ln2_scale[k], ln2_bias[k],
-                                 w_in[k], w_out[k], rate, site, at);
+        return transformer_block(in, as_c(ln1_scale[k]), as_c(ln1_bias[k]), as_c(wq[k]), as_c(wk[k]), as_c(wv[k]),
+                                 as_c(wo[k]), as_c(ln2_scale[k]), as_c(ln2_bias[k]), as_c(w_in[k]), as_c(w_out[k]), rate,
+                                 site, at);
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
@@ -91,33 +104,21 @@ struct pipeline_stage {
   }
   // This microbatch's share of the step's mean loss.
   t<> loss(int mb, const activation& out) const {
-    const auto logits = nn::dense<d_model, vocab>(nn::layer_norm<d_model>(out, lnf_scale[0], lnf_bias[0]), softmax_weights[0]);
+    const auto logits = mt::cast<float>(nn::dense<d_model, vocab>(
+        nn::layer_norm<d_model>(out, as_c(lnf_scale[0]), as_c(lnf_bias[0])), as_c(softmax_weights[0])));
     const t<> share = mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits, labels[mb])) *
                       static_cast<float>(1.0 / o.microbatches);
     if (!st.mesh().is_planned()) step_loss += mt::item(share);
     return share;
   }
-  template <class G>
-  void accumulate(G&& g) {
-    if (!grads) {
-      grads.emplace(std::forward<G>(g));
-      return;
-    }
-    const mt::no_grad plain;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (add_into(std::get<I>(*grads), std::get<I>(g)), ...);
-    }(std::make_index_sequence<std::tuple_size_v<grads_type>>{});
-  }
-  template <class V>
-  static void add_into(V& sum, const V& g) {
-    for (std::size_t k = 0; k < sum.size(); ++k) sum[k] = sum[k] + g[k];
-  }
+  void step_gradients(grads_type&& g) { grads.emplace(std::move(g)); }
 };
 
 // --check-pipeline: the largest difference, relative to each tensor's largest element, between this
 // stage's gradients of the first step and the unpipelined model's (model<L> on this stage's mesh,
 // the whole batch at once) for the same parameters.
-double compare_gradients(pipeline_stage& stage, const grid& g, const options& o, const std::vector<float>& ids,
+template <class C>
+double compare_gradients(pipeline_stage<C>& stage, const grid& g, const options& o, const std::vector<float>& ids,
                          const std::vector<float>& labels) {
   model<L> whole(g, o);
   const auto x = mt::from_host<t<batch, length>>(g, {o.batch, o.length}, ids);
@@ -149,26 +150,29 @@ double compare_gradients(pipeline_stage& stage, const grid& g, const options& o,
           }
         }(),
         ...);
-  }(std::make_index_sequence<std::tuple_size_v<pipeline_stage::grads_type>>{});
+  }(std::make_index_sequence<std::tuple_size_v<typename pipeline_stage<C>::grads_type>>{});
   return worst;
 }
 
 }  // namespace
 
-pipeline_result train_pipelined(const pl::stages<grid>& st_const, const options& o, const std::vector<unsigned char>& text,
-                                bool verbose) {
+namespace {
+template <class C>
+pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const options& o, const std::vector<unsigned char>& text) {
   auto& st = const_cast<pl::stages<grid>&>(st_const);
   const grid& g = st.mesh();
   if (o.batch % o.microbatches != 0)
     throw mt::error(mt::detail::cat("--pipeline: --batch ", o.batch, " does not divide into --microbatches ",
                                     o.microbatches, " equal microbatches"));
-  if (o.tie_embeddings || o.sequence_parallel || o.dtype != "float32" || o.fsdp())
-    throw mt::error("--pipeline runs the 2d layout in float32, without --tie-embeddings, --sequence-parallel or fsdp");
+  if (o.tie_embeddings || o.sequence_parallel || o.fsdp())
+    throw mt::error("--pipeline runs the 2d layout, without --tie-embeddings, --sequence-parallel or fsdp");
+  if (o.check_pipeline && !std::is_same_v<C, float>)
+    throw mt::error("--check-pipeline compares gradients to 1e-5, which bf16's 8 bits cannot: use --dtype float32");
   if (o.check_pipeline && o.dropout > 0)
     throw mt::error("--check-pipeline compares with the unpipelined model, whose dropout masks are drawn over the "
                     "whole batch (a microbatch draws its own): use --dropout 0");
   pipeline_result result;
-  pipeline_stage stage(st, o);
+  pipeline_stage<C> stage(st, o);
   optimizers<L, L> opt(o);
   const auto plan = pl::schedule(pl::schedule_from_string(o.schedule), st.index(), st.count(), o.microbatches);
   std::mt19937_64 rng(o.seed);  // train()'s batches
@@ -190,16 +194,23 @@ pipeline_result train_pipelined(const pl::stages<grid>& st_const, const options&
     stage.grads.reset();
     stage.step_loss = 0;
     const auto stats = pl::run(plan, st, stage);
-    if (step == 0 && o.check_pipeline) result.gradient_error = compare_gradients(stage, g, o, ids, labels);
+    if constexpr (std::is_same_v<C, float>)
+      if (step == 0 && o.check_pipeline) result.gradient_error = compare_gradients(stage, g, o, ids, labels);
     auto params = stage.params();
     opt.visit(o, [&](auto& chosen) { chosen.step(params, *stage.grads); });
     result.stats.push_back(stats);
     result.losses.push_back(stage.step_loss);
-    (void)verbose;
   }
   result.param_bytes = mt::local_bytes(stage.params());
+  for_each_param_tensor(stage.params(), [&](std::size_t, const auto& p) { result.parameters += p.size(); });
   result.state_bytes = opt.visit(o, [&](auto& chosen) { return chosen.state_bytes(stage.params()); });
   result.max_in_flight = pl::max_in_flight(plan);
   if (g.is_planned()) result.plan = mt::plan_report_of(g);
   return result;
+}
+}  // namespace
+
+pipeline_result train_pipelined(const pl::stages<grid>& st, const options& o, const std::vector<unsigned char>& text) {
+  if (o.dtype == "bf16") return train_pipelined_as<mt::bf16>(st, o, text);
+  return train_pipelined_as<float>(st, o, text);
 }

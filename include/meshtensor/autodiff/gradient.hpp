@@ -179,17 +179,13 @@ class gradient_buckets {
 
 }  // namespace detail
 
-// Each param is a tensor or a std::vector of tensors (layers stacked at run time); the result holds
-// the same kinds in the same order.
-template <Tensor Loss, Parameter... Params>
-std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
-  static_assert(Loss::rank == 0, "meshtensor: gradient() needs a scalar loss; reduce it with reduce_sum first");
-  if (!loss.tracks_grad())
-    throw error("gradient: the loss does not depend on any tensor that requires gradients");
-  // Every node the loss depends on, newest first: reverse creation order is topological.
-  std::vector<detail::tape_node*> order;
-  std::unordered_set<detail::tape_node*> seen;
-  std::vector<detail::tape_node*> stack{loss.node()};
+namespace detail {
+
+// Every node the loss depends on, newest first: reverse creation order is topological.
+inline std::vector<tape_node*> nodes_newest_first(tape_node* loss) {
+  std::vector<tape_node*> order;
+  std::unordered_set<tape_node*> seen;
+  std::vector<tape_node*> stack{loss};
   while (!stack.empty()) {
     auto* n = stack.back();
     stack.pop_back();
@@ -198,62 +194,51 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
     for (auto& p : n->parents) stack.push_back(p.get());
   }
   std::sort(order.begin(), order.end(), [](auto* x, auto* y) { return x->id > y->id; });
-  for (auto* n : order) n->clear_grad();
-  const auto clear = [](const auto& t) {
-    if (t.tracks_grad()) t.node()->clear_grad();
-  };
-  (detail::for_each_tensor(params, clear), ...);
+  return order;
+}
 
-  struct pause {
-    bool was = detail::recording_paused();
-    pause() { detail::recording_paused() = true; }
-    ~pause() { detail::recording_paused() = was; }
-  } paused;
-  const detail::plan_phase_scope backward(detail::plan_phase::backward);  // a plan's report: "op (backward)"
+// Seeds the loss's gradient with 1 and runs every node's rule in `order`, recording paused.
+// final(p) is called once node p's gradient is final (every node that pushes into it has run).
+template <Tensor Loss, class Final>
+void run_backward(const Loss& loss, const std::vector<tape_node*>& order, Final&& final) {
+  const recording_scope paused(false);
+  const plan_phase_scope backward(plan_phase::backward);  // a plan's report: "op (backward)"
+  if (planning()) plan_ledger::get().note_backward_start();
   loss.node()->accumulate(full<Loss>(loss.mesh(), {}, typename Loss::value_type(1)).storage());
-  // A param's gradient is final once every node that uses it has run: then it joins a bucket
-  // (above), whose allreduce overlaps the rest of the backward pass.
-  detail::gradient_buckets<typename Loss::value_type, typename Loss::execution_space> buckets;
-  std::unordered_map<const detail::tape_node*, std::vector<std::function<void()>>> when_final;
-  const auto watch = [&](const auto& t) {
-    if (t.tracks_grad() && t.node()->parents.empty())
-      when_final[t.node()].push_back([&buckets, &t] {
-        const detail::plan_node_scope op("weight gradients");
-        buckets.add(*t.node(), t.mesh());
-      });
-  };
-  (detail::for_each_tensor(params, watch), ...);
-  std::unordered_map<const detail::tape_node*, int> uses;  // nodes still to run that push into it
+  std::unordered_map<const tape_node*, int> uses;  // nodes still to run that push into it
   for (auto* n : order)
     for (auto& p : n->parents) ++uses[p.get()];
   for (auto* n : order) {
     {
-      const detail::plan_node_scope op(n->plan_op);
+      const plan_node_scope op(n->plan_op);
       n->backward();
     }
     for (auto& p : n->parents)
-      if (--uses[p.get()] == 0)
-        if (const auto f = when_final.find(p.get()); f != when_final.end())
-          for (auto& join : f->second) join();
-    buckets.progress();
+      if (--uses[p.get()] == 0) final(p.get());
   }
-  {
-    const detail::plan_node_scope op("weight gradients");
-    buckets.finish();
-  }
+}
 
+template <Tensor Loss>
+void check_differentiable(const Loss& loss, const char* who) {
+  static_assert(Loss::rank == 0, "meshtensor: gradient() needs a scalar loss; reduce it with reduce_sum first");
+  if (!loss.tracks_grad()) throw error(cat(who, ": the loss does not depend on any tensor that requires gradients"));
+}
+
+// The params' gradients as tensors, in the params' kinds and order (zeros where a param got none).
+// A node's gradient shares its memory with nothing else (tape.hpp: pushes copy, or take over a
+// fresh result), so it is handed out as it is, not copied: one copy of every gradient less at the
+// peak. A param given twice gets a copy the second time.
+template <Parameter... Params>
+std::tuple<Params...> hand_out_gradients(const Params&... params) {
   const plan_kind_scope as_gradients(memory_kind::gradients);
-  // A node's gradient shares its memory with nothing else (tape.hpp: pushes copy, or take over a
-  // fresh result), so it is handed out as it is, not copied: one copy of every gradient less at
-  // the peak. A param given twice gets a copy the second time.
-  std::unordered_set<const detail::tape_node*> handed_out;
+  std::unordered_set<const tape_node*> handed_out;
   const auto gradient_of = [&](const auto& t) {
     using TT = std::remove_cvref_t<decltype(t)>;
     if (!t.tracks_grad() || !t.node()->has_grad) return TT(t.mesh(), t.extents());
-    t.node()->settle();  // reduced by the buckets already, unless of another kind than the loss
-    TT g(detail::from_storage, t.mesh().shared_communicator(), t.node()->grad);
-    if (!handed_out.insert(t.node()).second) return detail::clone(g);
-    if (detail::planning()) detail::plan_ledger::get().reclassify(g.view().data(), memory_kind::gradients);
+    t.node()->settle();  // reduced by the buckets already, unless of another kind than the buckets'
+    TT g(from_storage, t.mesh().shared_communicator(), t.node()->grad);
+    if (!handed_out.insert(t.node()).second) return clone(g);
+    if (planning()) plan_ledger::get().reclassify(g.view().data(), memory_kind::gradients);
     return g;
   };
   const auto gradients_of = [&](const auto& p) {
@@ -267,8 +252,111 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
       return gs;
     }
   };
-  auto result = std::tuple<Params...>{gradients_of(params)...};
+  return std::tuple<Params...>{gradients_of(params)...};
+}
+
+template <class P>
+struct first_tensor_of {
+  using type = typename P::value_type;  // a std::vector of tensors
+};
+template <Tensor P>
+struct first_tensor_of<P> {
+  using type = P;
+};
+
+}  // namespace detail
+
+// Each param is a tensor or a std::vector of tensors (layers stacked at run time); the result holds
+// the same kinds in the same order.
+template <Tensor Loss, Parameter... Params>
+std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
+  detail::check_differentiable(loss, "gradient");
+  const detail::recording_scope paused(false);
+  const detail::plan_phase_scope backward(detail::plan_phase::backward);
+  const auto order = detail::nodes_newest_first(loss.node());
   for (auto* n : order) n->clear_grad();
+  const auto clear = [](const auto& t) {
+    if (t.tracks_grad()) t.node()->clear_grad();
+  };
+  (detail::for_each_tensor(params, clear), ...);
+
+  // A param's gradient is final once every node that uses it has run: then it joins a bucket
+  // (above), whose allreduce overlaps the rest of the backward pass.
+  detail::gradient_buckets<typename Loss::value_type, typename Loss::execution_space> buckets;
+  std::unordered_map<const detail::tape_node*, std::vector<std::function<void()>>> when_final;
+  const auto watch = [&](const auto& t) {
+    if (t.tracks_grad() && t.node()->parents.empty())
+      when_final[t.node()].push_back([&buckets, &t] {
+        const detail::plan_node_scope op("weight gradients");
+        buckets.add(*t.node(), t.mesh());
+      });
+  };
+  (detail::for_each_tensor(params, watch), ...);
+  detail::run_backward(loss, order, [&](const detail::tape_node* p) {
+    if (const auto f = when_final.find(p); f != when_final.end())
+      for (auto& join : f->second) join();
+    buckets.progress();
+  });
+  {
+    const detail::plan_node_scope op("weight gradients");
+    buckets.finish();
+  }
+  auto result = detail::hand_out_gradients(params...);
+  for (auto* n : order) n->clear_grad();
+  return result;
+}
+
+// Gradient accumulation (pipeline microbatches, large batches in parts): adds the gradients of
+// `loss` with respect to the params into what earlier calls left in them, and hands out nothing.
+// Data-parallel partial sums stay partial: the processors' sums are reduced once, by
+// take_gradients, not once per call. The params must be leaves (tensors that requires_grad()
+// marked, not results of ops), whose gradients the tape keeps between calls.
+template <Tensor Loss, Parameter... Params>
+void accumulate_gradient(const Loss& loss, const Params&... params) {
+  detail::check_differentiable(loss, "accumulate_gradient");
+  std::unordered_set<const detail::tape_node*> kept;
+  const auto keep = [&](const auto& t) {
+    if (!t.tracks_grad()) return;
+    if (!t.node()->parents.empty())
+      throw error(detail::cat("accumulate_gradient: the parameter ", std::remove_cvref_t<decltype(t)>::type_name(),
+                              t.shape_string(), " is the result of an op, not a leaf (requires_grad() marks leaves): ",
+                              "what it holds would be pushed on again by every later call"));
+    kept.insert(t.node());
+  };
+  (detail::for_each_tensor(params, keep), ...);
+  const auto order = detail::nodes_newest_first(loss.node());
+  const auto clear_others = [&] {
+    for (auto* n : order)
+      if (!kept.count(n)) n->clear_grad();
+  };
+  clear_others();
+  detail::run_backward(loss, order, [](const detail::tape_node*) {});
+  clear_others();
+}
+
+// The gradients accumulate_gradient summed in the params, reduced where they are still partial
+// sums (in buckets, as gradient() does) and handed out; the params hold none afterwards.
+template <Parameter... Params>
+std::tuple<Params...> take_gradients(const Params&... params) {
+  using First = typename detail::first_tensor_of<std::tuple_element_t<0, std::tuple<Params...>>>::type;
+  const detail::recording_scope paused(false);
+  const detail::plan_phase_scope backward(detail::plan_phase::backward);
+  // bf16 gradients (an activation's) are reduced one by one, in float (collectives.hpp).
+  using T = std::conditional_t<std::is_same_v<typename First::value_type, bf16>, float, typename First::value_type>;
+  detail::gradient_buckets<T, typename First::execution_space> buckets;
+  {
+    const detail::plan_node_scope op("weight gradients");
+    const auto join = [&](const auto& t) {
+      if (t.tracks_grad()) buckets.add(*t.node(), t.mesh());
+    };
+    (detail::for_each_tensor(params, join), ...);
+    buckets.finish();
+  }
+  auto result = detail::hand_out_gradients(params...);
+  const auto clear = [](const auto& t) {
+    if (t.tracks_grad()) t.node()->clear_grad();
+  };
+  (detail::for_each_tensor(params, clear), ...);
   return result;
 }
 

@@ -157,7 +157,8 @@ inline step_time predict(const plan_report& r, const machine_calibration& c) {
   for (const auto& [bucket, flops] : r.product_flops_by_size)  // a bucket holds m n k in [2^b, 2^(b+1))
     t.products += static_cast<double>(flops) / c.gemm_rate(std::ldexp(1.4142135623730951, bucket));
   for (const auto& [key, n] : r.totals) {
-    const int size = r.shape.size_over(key.second);
+    // A send (pipeline stages) goes to one other processor, outside the mesh's axes.
+    const int size = key.first == collective::send ? 2 : r.shape.size_over(key.second);
     if (size <= 1) continue;  // counted, but no message leaves the processor
     const auto ab = c.coefficients(key.first, size);
     t.communication += static_cast<double>(n.calls) * ab.alpha + static_cast<double>(n.bytes) * ab.beta;

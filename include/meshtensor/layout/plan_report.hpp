@@ -2,6 +2,7 @@
 // What a planned run (mesh::planned, docs/scale.md) would cost the processor it stands for: the
 // collectives by op, with calls and exact bytes; the FLOPs of the local products; the bytes of the
 // tensors alive, now and at the peak, by kind. As a table (table()) or JSON (json()).
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <cstdio>
@@ -40,6 +41,11 @@ struct plan_report {
   std::int64_t allocated_bytes = 0;  // bytes of every slice allocated (results and scratch)
   std::int64_t optimizer_bytes = 0;  // bytes of parameters updated in place by optimizers
   std::int64_t host_bytes = 0;       // bytes the host copied into tensors (from_host)
+  std::map<std::string, std::int64_t> activations_at_peak_by_op;  // by the op (and pass) that allocated them
+  // Activations alive when a backward pass started (the largest such moment): what the tape saved
+  // for it, by the op that allocated each (0 when no backward pass ran).
+  std::int64_t saved_for_backward = 0;
+  std::map<std::string, std::int64_t> saved_for_backward_by_op;
   kind_bytes live{};     // tensors alive when the report was taken
   kind_bytes at_peak{};  // at the peak of the bytes alive
   std::int64_t peak_bytes = 0;
@@ -68,6 +74,13 @@ struct plan_report {
     std::int64_t now = 0;
     for (auto b : live) now += b;
     s += padded("  total", 20) + padded(std::to_string(now), 14, true) + padded(std::to_string(peak_bytes), 15, true) + "\n";
+    s += "activations (bytes), by the op that allocated them   when the backward pass began    at the peak\n";
+    std::map<std::string, std::pair<std::int64_t, std::int64_t>> rows;
+    for (const auto& [op, bytes] : saved_for_backward_by_op) rows[op].first = bytes;
+    for (const auto& [op, bytes] : activations_at_peak_by_op) rows[op].second = bytes;
+    for (const auto& [op, b] : rows)
+      s += padded(detail::cat("  ", op), 48) + padded(std::to_string(b.first), 24, true) +
+           padded(std::to_string(b.second), 15, true) + "\n";
     return s;
   }
 
@@ -93,7 +106,14 @@ struct plan_report {
     s += "}, \"at_peak\": {";
     for (int k = 0; k < memory_kind_count; ++k)
       s += detail::cat(k ? ", " : "", quoted(to_string(static_cast<memory_kind>(k))), ": ", at_peak[k]);
-    s += detail::cat("}, \"peak\": ", peak_bytes, "}}");
+    const auto by_op = [&](const std::map<std::string, std::int64_t>& m) {
+      std::string o = "{";
+      for (const auto& [op, bytes] : m) o += detail::cat(o.size() > 1 ? ", " : "", quoted(op), ": ", bytes);
+      return o + "}";
+    };
+    s += detail::cat("}, \"activations_at_peak_by_op\": ", by_op(activations_at_peak_by_op),
+                     ", \"saved_for_backward\": ", saved_for_backward,
+                     ", \"saved_for_backward_by_op\": ", by_op(saved_for_backward_by_op), ", \"peak\": ", peak_bytes, "}}");
     return s;
   }
 
@@ -146,6 +166,9 @@ plan_report plan_report_of(const M& m) {
   r.host_bytes = ledger.host_bytes();
   r.live = ledger.live();
   r.at_peak = ledger.at_peak();
+  r.activations_at_peak_by_op = ledger.activations_at_peak_by_op();
+  r.saved_for_backward = std::max<std::int64_t>(ledger.saved_for_backward(), 0);
+  r.saved_for_backward_by_op = ledger.saved_for_backward_by_op();
   r.peak_bytes = ledger.peak_total();
   return r;
 }

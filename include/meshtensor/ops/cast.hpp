@@ -1,7 +1,7 @@
 #pragma once
 // cast<U>(x): the same tensor with its elements converted to U (static_cast); stop_gradient(x):
 // the same values, cut off the tape.
-// Communication: none, forward or gradient.
+// Communication: none, forward or gradient (a partial gradient is passed on partial, see cast_rule).
 #include <Kokkos_Core.hpp>
 #include <type_traits>
 
@@ -34,6 +34,18 @@ template <class U, Tensor X>
 typename X::template rebind<U> cast_local(const X& x) {
   return map_to<typename X::template rebind<U>>(x.extents(), opsa_fn::convert<U>{}, x);
 }
+// The gradient cast back. Casting is linear, so a gradient that is still a partial sum over some
+// axes goes back as one, reduced where x's gradient is (a bf16 copy of a float weight: once per
+// step in float, in the weights' buckets, instead of once per use in bf16).
+template <class X, class Out>
+struct cast_rule {
+  X x;
+  void operator()(const Out& g) const { push_grad(x, cast_local<typename X::value_type>(g)); }
+  bool partial(const Out& g, unsigned axes) const {
+    push_partial_grad(x, cast_local<typename X::value_type>(g), axes);
+    return true;
+  }
+};
 }  // namespace detail
 
 // Gradient: the result's gradient cast back to x's element type, when both are floating point;
@@ -47,7 +59,7 @@ typename X::template rebind<U> cast(const X& x) {
   } else {
     Out out = detail::cast_local<U>(x);
     if constexpr (is_real_v<T> && is_real_v<U>)
-      detail::record<Out>(out, [x](const Out& g) { detail::push_grad(x, detail::cast_local<T>(g)); }, x);
+      detail::record<Out>(out, detail::cast_rule<X, Out>{x}, x);
     return out;
   }
 }

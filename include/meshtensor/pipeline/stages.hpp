@@ -24,8 +24,8 @@
 // extents(int microbatch)`, `activation forward(int microbatch, const activation* in)` (in is null
 // on the first stage: it reads its own input), `tensor<rank 0> loss(int microbatch, const
 // activation& out)` (last stage: this microbatch's share of the step's loss), `params()` (a tuple
-// of references, as optimizers take) and `accumulate(grads)` (the tuple gradient() returns for them,
-// added up over the microbatches).
+// of references, as optimizers take) and `step_gradients(grads)` (the tuple gradient() would return
+// for them: the step's, summed over its microbatches; called once per step).
 #include <mpi.h>
 
 #include <any>
@@ -39,7 +39,7 @@
 
 #include "../autodiff/gradient.hpp"
 #include "../ops/elementwise.hpp"
-#include "../ops/reduce.hpp"
+#include "../ops/partial_sum.hpp"
 #include "../tensor/mpi_buffer.hpp"
 #include "schedule.hpp"
 
@@ -143,16 +143,19 @@ struct stage_stats {
 };
 
 // sum(y * g): its gradient with respect to y is g, so gradient() of it carries g back through the
-// stage.
+// stage. Only its gradient is used: each processor's own term of the sum (einsum_partial's addend)
+// has the same gradient on its slice of y, without the allreduce the sum's value would cost.
 template <Tensor X>
 auto inner_product_objective(const X& y, const X& g) {
-  return [&]<class... Ds>(type_list<Ds...>) { return reduce_sum<Ds...>(y * g); }(typename X::dims{});
+  return einsum_partial<>(y, g).addend();
 }
 
 // One step of stage st.index() as the schedule says: forwards receive the previous stage's output
 // and send theirs on; backwards receive the gradient of their output, differentiate this stage's
 // part (gradient() of the output's inner product with it, or of the loss on the last stage) and
-// send the gradient of their input back; the parameters' gradients add up over the microbatches.
+// send the gradient of their input back; the parameters' gradients add up over the microbatches
+// (accumulate_gradient: data-parallel partial sums reduced once per step, not once per microbatch)
+// and reach stage.step_gradients once, at the end.
 // Tags: 2 m for microbatch m's activation, 2 m + 1 for its gradient.
 template <class M, class Stage>
 stage_stats run(const std::vector<action>& plan, stages<M>& st, Stage& stage) {
@@ -184,19 +187,25 @@ stage_stats run(const std::vector<action>& plan, stages<M>& st, Stage& stage) {
     }
     std::optional<X> grad_out;
     if (!st.last()) grad_out = st.template receive<X>(st.index() + 1, 2 * a.microbatch + 1, ext);
-    busy([&] {
-      const auto objective = st.last() ? stage.loss(a.microbatch, *h.out) : inner_product_objective(*h.out, *grad_out);
+    // The last stage's loss is float; another's objective has its activation's element type.
+    const auto differentiate = [&](const auto& objective) {
       auto params = stage.params();
       if (st.first()) {
-        stage.accumulate(std::apply([&](auto&... p) { return gradient(objective, p...); }, params));
+        std::apply([&](auto&... p) { accumulate_gradient(objective, p...); }, params);
       } else {
-        auto grads = std::apply([&](auto&... p) { return gradient(objective, *h.in, p...); }, params);
-        st.send(std::get<0>(grads), st.index() - 1, 2 * a.microbatch + 1);
-        stage.accumulate(std::apply([](auto&&, auto&&... g) { return std::make_tuple(std::move(g)...); }, std::move(grads)));
+        std::apply([&](auto&... p) { accumulate_gradient(objective, *h.in, p...); }, params);
+        auto [grad_in] = take_gradients(*h.in);
+        st.send(grad_in, st.index() - 1, 2 * a.microbatch + 1);
       }
+    };
+    busy([&] {
+      if (st.last()) differentiate(stage.loss(a.microbatch, *h.out));
+      else differentiate(inner_product_objective(*h.out, *grad_out));
     });
     h = held{};  // this microbatch's activations go
   }
+  // The weights' gradients, partial sums over the stage's data axes until now: reduced once per step.
+  busy([&] { stage.step_gradients(std::apply([](auto&... p) { return take_gradients(p...); }, stage.params())); });
   st.wait_sends();
   stats.total_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return stats;

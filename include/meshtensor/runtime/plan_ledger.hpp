@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "collective_context.hpp"
@@ -65,13 +66,18 @@ class plan_ledger {
     if (auto live = slot.lock()) return live;
     live_[static_cast<int>(kind_)] += bytes;
     total_live_ += bytes;
+    const op_key made_by{op_, phase_};
+    if (kind_ == memory_kind::activations) activations_by_op_[made_by] += bytes;
     if (total_live_ > peak_total_) {
       peak_total_ = total_live_;
       at_peak_ = live_;
+      peak_is_now_ = true;
     }
-    std::shared_ptr<claim_record> token(new claim_record{bytes, kind_}, [this, a](claim_record* r) {
+    std::shared_ptr<claim_record> token(new claim_record{bytes, kind_, made_by}, [this, a](claim_record* r) {
+      keep_peak_by_op();
       live_[static_cast<int>(r->kind)] -= r->bytes;
       total_live_ -= r->bytes;
+      if (r->kind == memory_kind::activations) forget_activation(r->made_by, r->bytes);
       claims_.erase(a);
       delete r;
     });
@@ -84,8 +90,11 @@ class plan_ledger {
     const auto c = claims_.find(a);
     if (c == claims_.end()) return;
     if (const auto r = c->second.lock()) {
+      keep_peak_by_op();
       live_[static_cast<int>(r->kind)] -= r->bytes;
       live_[static_cast<int>(k)] += r->bytes;
+      if (r->kind == memory_kind::activations) forget_activation(r->made_by, r->bytes);
+      if (k == memory_kind::activations) activations_by_op_[r->made_by] += r->bytes;
       r->kind = k;
     }
   }
@@ -137,6 +146,9 @@ class plan_ledger {
     product_flops_.clear();
     peak_total_ = total_live_;
     at_peak_ = live_;
+    peak_is_now_ = true;
+    saved_for_backward_ = -1;
+    saved_for_backward_by_op_.clear();
   }
 
   const kind_bytes& live() const { return live_; }
@@ -147,6 +159,20 @@ class plan_ledger {
     return collectives_;
   }
   const std::map<std::string, std::int64_t>& flops() const { return flops_; }
+  // A backward pass starts (autodiff/gradient.hpp): the activations alive now are what the tape
+  // saved for it. The largest such moment since reset() is kept, with its split by op.
+  void note_backward_start() {
+    const std::int64_t now = live_[static_cast<int>(memory_kind::activations)];
+    if (now < saved_for_backward_) return;
+    saved_for_backward_ = now;
+    saved_for_backward_by_op_ = activations_by_op_;
+  }
+  std::int64_t saved_for_backward() const { return saved_for_backward_; }
+  std::map<std::string, std::int64_t> saved_for_backward_by_op() const { return by_label(saved_for_backward_by_op_); }
+  // The bytes of activations alive at the peak, by the op (and pass) that allocated them.
+  std::map<std::string, std::int64_t> activations_at_peak_by_op() const {
+    return by_label(peak_is_now_ ? activations_by_op_ : activations_by_op_at_peak_);
+  }
 
   static plan_ledger& get() {
     static plan_ledger l;
@@ -154,9 +180,17 @@ class plan_ledger {
   }
 
  private:
-  std::string op_label() const {
-    const std::string base = op_ ? op_ : "other";
-    switch (phase_) {
+  using op_key = std::pair<const char*, plan_phase>;
+  static std::map<std::string, std::int64_t> by_label(const std::map<op_key, std::int64_t>& by_op) {
+    std::map<std::string, std::int64_t> m;
+    for (const auto& [key, bytes] : by_op)
+      if (bytes) m[label_of(key.first, key.second)] += bytes;
+    return m;
+  }
+  std::string op_label() const { return label_of(op_, phase_); }
+  static std::string label_of(const char* op, plan_phase phase) {
+    const std::string base = op ? op : "other";
+    switch (phase) {
       case plan_phase::backward: return base + " (backward)";
       case plan_phase::recompute: return base + " (recompute)";
       default: return base;
@@ -166,7 +200,23 @@ class plan_ledger {
   struct claim_record {
     std::int64_t bytes;
     memory_kind kind;
+    op_key made_by;
   };
+  void forget_activation(const op_key& made_by, std::int64_t bytes) {
+    const auto it = activations_by_op_.find(made_by);
+    if (it != activations_by_op_.end() && (it->second -= bytes) == 0) activations_by_op_.erase(it);
+  }
+  // The by-op bytes at the peak are copied only when the bytes alive first change after it (a
+  // peak is followed by many larger ones while a forward pass allocates: one copy, not one each).
+  void keep_peak_by_op() {
+    if (!peak_is_now_) return;
+    activations_by_op_at_peak_ = activations_by_op_;
+    peak_is_now_ = false;
+  }
+  std::map<op_key, std::int64_t> activations_by_op_, activations_by_op_at_peak_;
+  bool peak_is_now_ = true;
+  std::int64_t saved_for_backward_ = -1;
+  std::map<op_key, std::int64_t> saved_for_backward_by_op_;
   std::map<const void*, std::weak_ptr<claim_record>> claims_;
   kind_bytes live_{}, at_peak_{};
   std::int64_t total_live_ = 0, peak_total_ = 0;
