@@ -521,6 +521,9 @@ int main(int argc, char** argv) {
                  "gathered where it is used; 2 the same, gathered once per step; 1 only the optimizer state split")
       ->check(CLI::Range(1, 3))
       ->capture_default_str();
+  app.add_flag("--prefetch", o.prefetch,
+               "with --layout fsdp or fsdp_2d --zero 3 (float32, no --recompute): start the next block's gathers "
+               "(nonblocking allgathers) before this block computes");
   app.add_option("--mesh", o.mesh, "mesh sizes rows cols (their product must be the number of ranks)")->expected(2);
   app.add_option("--steps", o.steps)->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--batch", o.batch)->check(CLI::PositiveNumber)->capture_default_str();
@@ -616,6 +619,9 @@ int main(int argc, char** argv) {
     if (o.compare && (!o.checkpoint.empty() || !o.resume.empty()))
       throw mt::error("--compare-layouts trains every layout from scratch; it takes no --checkpoint or --resume");
     if (o.sequence_parallel && o.dtype != "float32") throw mt::error("--sequence-parallel runs in float32 only");
+    if (o.prefetch && (!o.fsdp() || o.zero != 3 || o.recompute || o.dtype != "float32") && !o.compare)
+      throw mt::error("--prefetch starts the gathers of --layout fsdp or fsdp_2d at --zero 3, in float32, without "
+                      "--recompute (whose blocks gather again in the backward pass)");
     if (o.sequence_parallel && !o.compare && (o.layout == "data" || o.fsdp()))
       throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
     if (o.zero != 3 && !o.fsdp() && !o.compare && !o.rank_layouts)

@@ -86,6 +86,7 @@ struct options {
   double lr = 2e-3, dropout = 0.0;
   std::string optimizer = "adam";
   int zero = 3;  // with --layout fsdp or fsdp_2d: the ZeRO stage (what is split)
+  bool prefetch = false;  // --zero 3: the next block's gathers started while this block computes
   std::uint64_t seed = 1;
   int log_every = 25;
   std::string csv = "transformer_lm_loss.csv";
@@ -281,6 +282,12 @@ struct model {
     }
   }
 
+  // A stored parameter's gather for its use under L, started (gather_in_flight: wait() gives it).
+  template <class P>
+  static auto start_use(const P& p) {
+    return mt::start_gather_for_use<mt::with_layout_t<P, L>>(p);
+  }
+
   // The parameters gathered once under L, on the tape (--zero 2: every block then uses the
   // gathered copy; the gradients still come back split).
   model<L> gathered() const {
@@ -311,6 +318,25 @@ struct model {
     const std::int64_t n = ids.template extent<length>();
     X x = nn::embedding<vocab>(as<C>(embedding), ids) +
           as<C>(n == positions.template extent<length>() ? positions : mt::slice<length>(positions, 0, n));
+    if constexpr (!std::is_same_v<PL, L> && std::is_same_v<C, float>) {
+      // --prefetch (--zero 3, no --recompute): block b + 1's gathers are started (nonblocking
+      // allgathers) before block b computes, and waited for when block b + 1 needs them.
+      if (o.prefetch) {
+        const auto start_block = [this](std::size_t b) {
+          return std::make_tuple(start_use(ln1_scale[b]), start_use(ln1_bias[b]), start_use(wq[b]), start_use(wk[b]),
+                                 start_use(wv[b]), start_use(wo[b]), start_use(ln2_scale[b]), start_use(ln2_bias[b]),
+                                 start_use(w_in[b]), start_use(w_out[b]));
+        };
+        std::optional<decltype(start_block(0))> next;
+        if (!wq.empty()) next.emplace(start_block(0));
+        for (std::size_t b = 0; b < wq.size(); ++b) {
+          auto w = std::apply([](auto&... g) { return std::make_tuple(g.wait()...); }, *next);
+          if (b + 1 < wq.size()) next.emplace(start_block(b + 1));
+          x = std::apply([&](const auto&... ws) { return transformer_block(x, ws..., o.dropout, dseed + 2 * b, step); }, w);
+        }
+        return project_out<C>(nn::layer_norm<d_model>(x, as<C>(lnf_scale), as<C>(lnf_bias)));
+      }
+    }
     for (std::size_t b = 0; b < wq.size(); ++b) {
       // Captures by value what dies with this call: the block runs again in gradient() with --recompute.
       const std::uint64_t site = dseed + 2 * b;

@@ -6,6 +6,7 @@
 // collectives their plans name. On [P], [2x2], [2x3] and [3x2] meshes, extents 7 x 5 x 6: uneven
 // over 2, 3, 4 and 6 parts.
 #include <catch2/catch_template_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <test_support.hpp>
 
 using namespace tst;
@@ -70,6 +71,70 @@ void check_gather_for_use(const grid& g) {
                            [&](const WS& v) { return loss_of(mt::gather_for_use<W>(v)); });
 }
 
+// start_gather_for_use: two weights' gathers in flight while a product (with its own collectives)
+// runs, then waited for: the same tensors as gather_for_use, the same collectives counted, the same
+// gradients (one reduce_scatter each), and a planned mesh counts them alike.
+template <class Compute, class Shard>
+void check_started_gathers(const grid& g) {
+  INFO("started: " << layout_name<Compute>() << " stored as " << layout_name<Shard>());
+  using X = ten<Compute, i_, j_>;
+  using W = ten<Compute, j_, k_>;
+  using WS = ten<Shard, j_, k_>;
+  const auto x = mt::random_normal<X>(g, {I, J}, 1);
+  auto w1 = mt::random_normal<WS>(g, {J, K}, 3), w2 = mt::random_normal<WS>(g, {J, K}, 4);
+  w1.requires_grad();
+  w2.requires_grad();
+  const auto loss_of = [&](const W& a, const W& b) {
+    return weighted_sum(mt::einsum<i_, k_>(x, a) + mt::einsum<i_, k_>(x, b), 2);
+  };
+  g.reset_counters();
+  const W a = mt::gather_for_use<W>(w1), b = mt::gather_for_use<W>(w2);
+  const mt::comm_counters blocking = g.counters();
+  g.reset_counters();
+  (void)mt::einsum<i_, k_>(x, a);
+  const mt::comm_counters product = g.counters();
+  const auto want = loss_of(a, b);
+  const auto [want1, want2] = mt::gradient(want, w1, w2);
+
+  g.reset_counters();
+  auto first = mt::start_gather_for_use<W>(w1);
+  auto second = mt::start_gather_for_use<W>(w2);
+  const auto between = mt::einsum<i_, k_>(x, a);  // collectives of its own while both are in flight
+  const W a2 = first.wait(), b2 = second.wait();
+  mt::comm_counters started = g.counters();
+  for (const auto& [key, n] : product) {
+    auto& c = started[key];
+    c.calls -= n.calls;  // the product between, and nothing else
+    c.bytes -= n.bytes;
+  }
+  std::erase_if(started, [](const auto& kv) { return kv.second.calls == 0 && kv.second.bytes == 0; });
+  INFO("blocking " << show(blocking) << " started " << show(started));
+  REQUIRE(started == blocking);
+  require_close(mt::gather_all(a2), mt::gather_all(a), 0);
+  require_close(mt::gather_all(b2), mt::gather_all(b), 0);
+  const auto loss = loss_of(a2, b2);
+  require_close(std::vector<double>{mt::item(loss)}, std::vector<double>{mt::item(want)}, 0);
+  g.reset_counters();
+  const auto [got1, got2] = mt::gradient(loss, w1, w2);
+  REQUIRE(calls_of_kind(g.counters(), mt::collective::allreduce) == 0);
+  REQUIRE(calls_of_kind(g.counters(), mt::collective::reduce_scatter) == 2);
+  require_close(mt::gather_all(got1), mt::gather_all(want1), 1e-12);
+  require_close(mt::gather_all(got2), mt::gather_all(want2), 1e-12);
+  REQUIRE_THROWS_WITH(first.wait(), Catch::Matchers::ContainsSubstring("waited for twice"));
+  // Planned: the same counts as the real gather.
+  const grid planned = grid::planned(g.sizes(), {g.coord<r_>(), g.coord<c_>()});
+  {
+    const auto pw = mt::random_normal<WS>(planned, {J, K}, 3);
+    planned.reset_counters();
+    auto in_flight = mt::start_gather_for_use<W>(pw);
+    (void)in_flight.wait();
+    REQUIRE(calls_of(planned) == mt::gather_for_use_plan<W, WS>().as_counts());
+    mt::comm_counters one = blocking;  // two gathers of one shape: half of them each
+    for (auto& [key, n] : one) n.calls /= 2, n.bytes /= 2;
+    REQUIRE(planned.counters() == one);
+  }
+}
+
 // An optimizer stepping on parts gives the whole parameter's step: three steps of Inner on a
 // whole parameter, of Inner on the parameter stored as parts (stage 3: the gradient given as
 // parts), and of sharded<Inner, Shard> on a whole parameter (stage 1).
@@ -122,6 +187,12 @@ TEST_CASE("gather_for_use: the whole weight's result; its gradient split by one 
     check_gather_for_use<data, data_shard>(g32);
     check_gather_for_use<two_d, two_d_shard>(g32);
   }
+}
+
+TEST_CASE("start_gather_for_use: in flight while other collectives run, then as gather_for_use") {
+  const grid g = world_grid();
+  check_started_gathers<data, data_shard>(g);
+  check_started_gathers<two_d, two_d_shard>(g);
 }
 
 TEST_CASE("optimizers on parts (stages 1 and 3) step as on the whole parameter, state split") {

@@ -21,7 +21,9 @@
 // operands until the backward pass, so a forward pass over every block holds every gathered
 // weight, as ZeRO stage 2 would. Run the block under mt::recompute and only its input is held:
 // its gathers run again in the backward pass (FSDP's reshard_after_forward).
+#include <optional>
 #include <type_traits>
+#include <utility>
 
 #include "relayout.hpp"
 
@@ -78,6 +80,103 @@ Use gather_for_use(const P& p) {
     detail::record<Use>(out, detail::relayout_rule<Use, P>{p}, p);
     return out;
   }
+}
+
+// gather_for_use, started now and finished later: the allgather runs (MPI_Iallgatherv) while the
+// caller computes something else (FSDP's prefetch: the next block's weights while this block
+// runs), and wait() gives what gather_for_use<Use>(p) would have, on the tape alike. Every
+// processor must start and wait in one order relative to its other collectives (MPI's rule for
+// nonblocking collectives). Open MPI moves a nonblocking collective on only inside MPI calls, so
+// the overlap it gets is what the collectives made in between (the block's own) let it progress.
+// Communication: gather_for_use's, counted when started.
+template <Tensor Use, Tensor P>
+class gather_in_flight {
+ public:
+  explicit gather_in_flight(const P& p) : p_(p) {
+    meshtensor::detail::plan_op_scope plan_scope("gather_for_use");
+    if constexpr (!detail::gather_for_use_ok<Use, P>()) {
+      (void)sizeof(diagnostic::gather_for_use_must_only_gather<Use, P>);
+    } else {
+      constexpr auto step = detail::analyze_relayout<P::rank>(P::splits, Use::splits);
+      if constexpr (step.kind != detail::relayout_kind::allgather) {
+        ready_ = gather_for_use<Use>(p);  // nothing to send
+      } else {
+        auto& comm = p.mesh().communicator();
+        const placement<P::rank> from(P::splits, comm.shape(), p.extents()),
+            to(Use::splits, comm.shape(), p.extents());
+        layout_ = detail::gather_layout_of<P::rank>(comm, from, to, step.axes);
+        send_.emplace(exchange::reading(p.view()));
+        received_.emplace(exchange::writing(static_cast<std::size_t>(layout_.total)));
+        const detail::collective_subject subject(&P::type_name);
+        request_ = start_allgatherv(comm, step.axes, send_->data(), layout_.old_box.size(), received_->data(),
+                                    layout_.counts, layout_.displs);
+      }
+    }
+  }
+  gather_in_flight(const gather_in_flight&) = delete;
+  gather_in_flight& operator=(const gather_in_flight&) = delete;
+  gather_in_flight(gather_in_flight&& o) noexcept
+      : p_(std::move(o.p_)), ready_(std::move(o.ready_)), layout_(std::move(o.layout_)), send_(std::move(o.send_)),
+        received_(std::move(o.received_)), request_(std::exchange(o.request_, MPI_REQUEST_NULL)) {}
+  gather_in_flight& operator=(gather_in_flight&& o) noexcept {
+    if (this != &o) {
+      finish_quietly();
+      p_ = std::move(o.p_);
+      ready_ = std::move(o.ready_);
+      layout_ = std::move(o.layout_);
+      send_ = std::move(o.send_);
+      received_ = std::move(o.received_);
+      request_ = std::exchange(o.request_, MPI_REQUEST_NULL);
+    }
+    return *this;
+  }
+  ~gather_in_flight() { finish_quietly(); }
+
+  // The gathered tensor (once).
+  Use wait() {
+    if (ready_) return *std::exchange(ready_, std::nullopt);
+    if (!received_) throw error(detail::cat("gather_in_flight<", Use::type_name(), ">: waited for twice"));
+    meshtensor::detail::plan_op_scope plan_scope("gather_for_use");
+    constexpr auto step = detail::analyze_relayout<P::rank>(P::splits, Use::splits);
+    auto& comm = p_.mesh().communicator();
+    if (request_ != MPI_REQUEST_NULL) {
+      const detail::collective_subject subject(&P::type_name);
+      comm.await(&request_, 1, collective::allgather, step.axes,
+                 layout_.old_box.size() * static_cast<std::int64_t>(sizeof(typename P::value_type)));
+    }
+    view_type dst;
+    if (layout_.direct) {
+      dst = received_->view();  // the new slice itself
+    } else {
+      dst = detail::view_pool<typename P::value_type, typename P::memory_space>::get().allocate(
+          static_cast<std::size_t>(layout_.new_box.size()));
+      detail::unpack_gathered<typename P::execution_space>(layout_, received_->view().data(), dst.data());
+    }
+    send_.reset();
+    received_.reset();
+    Use out(p_.mesh(), p_.extents(), std::move(dst));
+    detail::record<Use>(out, detail::relayout_rule<Use, P>{p_}, p_);
+    return out;
+  }
+
+ private:
+  using exchange = detail::mpi_buffer<typename P::execution_space, typename P::value_type>;
+  using view_type = Kokkos::View<typename P::value_type*, typename P::memory_space>;
+  P p_;
+  std::optional<Use> ready_;
+  detail::gather_layout<P::rank> layout_;
+  std::optional<exchange> send_, received_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+
+  // Only reached unfinished when an error left the caller early: MPI still writes the buffer.
+  void finish_quietly() noexcept {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+};
+
+template <Tensor Use, Tensor P>
+gather_in_flight<Use, P> start_gather_for_use(const P& p) {
+  return gather_in_flight<Use, P>(p);
 }
 
 }  // namespace meshtensor

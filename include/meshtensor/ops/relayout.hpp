@@ -92,6 +92,47 @@ constexpr comm_plan plan_of(const relayout_step& s) {
 // the kernel's zeroing of every page each call.
 // MPI reads and writes through mpi_buffer (tensor/mpi_buffer.hpp): the data's own memory, or
 // pinned host buffers for a device that the MPI cannot reach.
+// An allgather step's geometry: every peer's old slice (uneven slices: their own sizes), where it
+// lands in the received buffer (counts, displacements), and whether the buffer already is the new
+// slice (direct) or each peer's part must be copied into it (unpack_gathered).
+template <std::size_t R>
+struct gather_layout {
+  std::vector<box<R>> peer_boxes;
+  std::vector<int> counts, displs;
+  std::int64_t total = 0;
+  box<R> old_box, new_box;
+  bool direct = false;
+};
+template <std::size_t R>
+gather_layout<R> gather_layout_of(const communicator& comm, const placement<R>& from, const placement<R>& to,
+                                  unsigned axes) {
+  gather_layout<R> g;
+  const auto& shape = comm.shape();
+  g.old_box = from.box_at(comm.coords());
+  g.new_box = to.box_at(comm.coords());
+  const int n = comm.size_over(axes);
+  g.peer_boxes.resize(n);
+  g.counts.resize(n);
+  g.displs.resize(n);
+  for (int p = 0; p < n; ++p) {
+    g.peer_boxes[p] = from.box_at(shape.peer_coords(comm.coords(), axes, p));
+    g.counts[p] = checked_count(g.peer_boxes[p].size());
+    g.displs[p] = checked_count(g.total);
+    g.total += g.peer_boxes[p].size();
+  }
+  g.direct = g.total == g.new_box.size();
+  for (int p = 0; p < n && g.direct; ++p) {
+    const auto part = intersect(g.peer_boxes[p], g.new_box);
+    g.direct = part.size() == g.counts[p] && contiguous_in(g.new_box, part) && offset_in(g.new_box, 0, part) == g.displs[p];
+  }
+  return g;
+}
+template <class Exec, class T, std::size_t R>
+void unpack_gathered(const gather_layout<R>& g, const T* received, T* dst) {
+  for (std::size_t p = 0; p < g.peer_boxes.size(); ++p)
+    copy_region<Exec>(received, g.displs[p], g.peer_boxes[p], dst, 0, g.new_box, intersect(g.peer_boxes[p], g.new_box));
+}
+
 template <class Exec, class T, std::size_t R>
 Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
                                                           const Kokkos::View<T*, typename Exec::memory_space>& src,
@@ -131,27 +172,14 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
   if (step.kind == relayout_kind::local) {
     copy_region<Exec>(src.data(), 0, old_box, dst.data(), 0, new_box, new_box);
   } else if (step.kind == relayout_kind::allgather) {
-    // Every peer's old slice (uneven slices: their own sizes), then the parts of each that fall in
-    // the new slice.
-    const int n = comm.size_over(step.axes);
-    std::vector<box<R>> peer_boxes(n);
-    for (int p = 0; p < n; ++p) peer_boxes[p] = from.box_at(shape.peer_coords(comm.coords(), step.axes, p));
-    std::vector<int> counts, displs;
-    const std::int64_t total = counts_of(peer_boxes, counts, displs);
-    bool direct = total == new_box.size();
-    for (int p = 0; p < n && direct; ++p) {
-      const auto part = intersect(peer_boxes[p], new_box);
-      direct = part.size() == counts[p] && contiguous_in(new_box, part) && offset_in(new_box, 0, part) == displs[p];
-    }
+    const auto g = gather_layout_of<R>(comm, from, to, step.axes);
     const auto send = exchange::reading(src);
-    if (direct) {
-      receive_into_result([&](T* recv) { allgatherv(comm, step.axes, send.data(), old_box.size(), recv, counts, displs); });
+    if (g.direct) {
+      receive_into_result([&](T* recv) { allgatherv(comm, step.axes, send.data(), old_box.size(), recv, g.counts, g.displs); });
     } else {
-      const auto received = exchange::writing(static_cast<std::size_t>(total));
-      allgatherv(comm, step.axes, send.data(), old_box.size(), received.data(), counts, displs);
-      const auto recv = received.view();
-      for (int p = 0; p < n; ++p)
-        copy_region<Exec>(recv.data(), displs[p], peer_boxes[p], dst.data(), 0, new_box, intersect(peer_boxes[p], new_box));
+      const auto received = exchange::writing(static_cast<std::size_t>(g.total));
+      allgatherv(comm, step.axes, send.data(), old_box.size(), received.data(), g.counts, g.displs);
+      unpack_gathered<Exec>(g, received.view().data(), dst.data());
     }
   } else {
     // Sub-rank q gets old slice ∩ its new slice and sends new slice ∩ its old slice; blocks have

@@ -176,6 +176,21 @@ void allgatherv(detail::communicator& c, unsigned axes, const T* send, std::int6
         });
 }
 
+// allgatherv, started: recv holds every part once the request returned has completed (await it
+// with the communicator's await, under the watchdog); MPI_REQUEST_NULL where nothing is sent (a
+// plan). Counted as an allgather, as allgatherv is. Every processor of the group must start its
+// nonblocking collectives in one order, among its blocking ones.
+template <class T>
+MPI_Request start_allgatherv(detail::communicator& c, unsigned axes, const T* send, std::int64_t n, T* recv,
+                             const std::vector<int>& counts, const std::vector<int>& displs) {
+  c.count(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)));
+  MPI_Request r = MPI_REQUEST_NULL;
+  if (c.planned()) return r;
+  MPI_Iallgatherv(send, detail::checked_count(n), detail::mpi_type<T>(), recv, counts.data(), displs.data(),
+                  detail::mpi_type<T>(), c.over(axes), &r);
+  return r;
+}
+
 // As alltoall with a count per peer each way (uneven blocks). `uniform` says that every block
 // between every pair of the sub-communicator has one size and lies back to back: then it is an
 // MPI_Alltoall. It must be the same on every rank of the sub-communicator (derive it from data
