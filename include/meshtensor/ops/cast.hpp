@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "../layout/plan.hpp"
-#include "detail/kernels.hpp"
+#include "detail/op_support.hpp"
 #include "detail/map_kernel.hpp"
 
 namespace meshtensor {

@@ -12,7 +12,7 @@
 #include "../layout/plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "detail/along.hpp"
-#include "detail/kernels.hpp"
+#include "detail/op_support.hpp"
 #include "../kernels/launch.hpp"
 
 namespace meshtensor {

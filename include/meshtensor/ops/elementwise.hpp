@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "../tensor/init.hpp"
-#include "detail/kernels.hpp"
+#include "detail/op_support.hpp"
 #include "detail/map_kernel.hpp"
 #include "reduce.hpp"
 #include "../runtime/kokkos_math.hpp"

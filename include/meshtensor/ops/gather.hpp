@@ -16,7 +16,7 @@
 #include "../layout/plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "detail/along.hpp"
-#include "detail/kernels.hpp"
+#include "detail/op_support.hpp"
 #include "reduce.hpp"
 #include "../kernels/launch.hpp"
 

@@ -15,7 +15,7 @@
 #include "../tensor/mpi_buffer.hpp"
 #include "cast.hpp"
 #include "../tensor/allreduce_local.hpp"
-#include "detail/kernels.hpp"
+#include "detail/op_support.hpp"
 #include "detail/map_kernel.hpp"
 #include "detail/rows.hpp"
 #include "../kernels/launch.hpp"

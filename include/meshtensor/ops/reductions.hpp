@@ -11,7 +11,7 @@
 #include <cstdint>
 
 #include "../layout/plan.hpp"
-#include "detail/kernels.hpp"
+#include "detail/op_support.hpp"
 #include "detail/map_kernel.hpp"
 #include "elementwise.hpp"
 #include "reduce.hpp"

@@ -19,7 +19,7 @@
 #include "../runtime/collectives.hpp"
 #include "../kernels/pool.hpp"
 #include "detail/copy_region.hpp"
-#include "detail/kernels.hpp"
+#include "detail/op_support.hpp"
 #include "reduce.hpp"
 
 namespace meshtensor {

@@ -15,7 +15,7 @@
 #include <type_traits>
 
 #include "../layout/plan.hpp"
-#include "detail/kernels.hpp"
+#include "detail/op_support.hpp"
 #include "relayout.hpp"
 
 namespace meshtensor {

@@ -10,7 +10,7 @@
 
 #include "../layout/plan.hpp"
 #include "detail/along.hpp"
-#include "detail/kernels.hpp"
+#include "detail/op_support.hpp"
 
 namespace meshtensor {
 

@@ -9,7 +9,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "../layout/plan.hpp"
-#include "detail/kernels.hpp"
+#include "detail/op_support.hpp"
 #include "detail/map_kernel.hpp"
 #include "detail/rows.hpp"
 #include "elementwise.hpp"

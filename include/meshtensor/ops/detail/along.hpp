@@ -9,7 +9,7 @@
 
 #include "../../runtime/collectives.hpp"
 #include "../reduce.hpp"
-#include "kernels.hpp"
+#include "op_support.hpp"
 #include "../../kernels/launch.hpp"
 
 namespace meshtensor::detail {

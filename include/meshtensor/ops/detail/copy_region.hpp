@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "../../tensor/tensor.hpp"
-#include "kernels.hpp"
+#include "op_support.hpp"
 #include "../../kernels/launch.hpp"
 
 namespace meshtensor::detail {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "kernels.hpp"
+#include "op_support.hpp"
 #include "../../kernels/launch.hpp"
 
 namespace meshtensor::detail {

@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "../../runtime/nan_ops.hpp"
-#include "kernels.hpp"
+#include "op_support.hpp"
 #include "../../runtime/kokkos_math.hpp"
 #include "../../kernels/launch.hpp"
 

@@ -105,7 +105,7 @@ void run_all(const M& g, Layouts layouts) {
 }
 }  // namespace
 
-TEST_CASE("ops_b communicate exactly their plan", "[comm_plan]") {
+TEST_CASE("data movement ops communicate exactly their plan", "[comm_plan]") {
   SECTION("mesh [P]") { run_all(world_line(), line_layouts<line, i_, j_, k_>{}); }
   SECTION("mesh [2x2] (or [P x 1])") { run_all(world_grid(), grid_layouts<i_, j_, k_>{}); }
 }

@@ -1,9 +1,9 @@
-// Ops A's communication at 1, 2 and 4 ranks. For every layout of the sweeps, the collectives an op
+// The communication of the reductions (reduce_mean, max, min, logsumexp), softmax, rename, reshape and cast at 1, 2 and 4 ranks. For every layout of the sweeps, the collectives an op
 // calls (counted per collective and axis set by the mesh) equal its constexpr plan. The plans of
 // chosen cases equal hand-written expectations (alltoall when a split moves between dims,
 // allgather when it stops, nothing when it only refines), and bytes are checked by hand from local
 // sizes for a few. relayout between every pair of layouts is plan-checked in
-// ops_a_relayout_equivalence_test, where those pairs are instantiated anyway.
+// relayout_equivalence_test, where those pairs are instantiated anyway.
 // Kokkos::DefaultExecutionSpace only: communication does not depend on the space.
 #include <test_support.hpp>
 
@@ -85,7 +85,7 @@ void check_layout(const M& m) {
 }
 }  // namespace
 
-TEST_CASE("ops A call exactly the collectives of their plans, every layout", "[ops_a][comm_plan]") {
+TEST_CASE("reductions, softmax, renames and reshapes call exactly the collectives of their plans, every layout", "[reduction_softmax_reshape][comm_plan]") {
   SECTION("mesh [P]") {
     auto m = world_line();
     for_each_type(line_layouts<line, i_, j_, l_>{}, [&]<class L>() { check_layout<line, L>(m); });
@@ -97,7 +97,7 @@ TEST_CASE("ops A call exactly the collectives of their plans, every layout", "[o
 }
 
 TEST_CASE("relayout plans: alltoall when a split moves, allgather when it stops, nothing when it refines",
-          "[ops_a][comm_plan]") {
+          "[reduction_softmax_reshape][comm_plan]") {
   auto m = world_grid();
   const unsigned r = grid::mask<r_>(), c = grid::mask<c_>();
   using mt::collective;
@@ -141,7 +141,7 @@ TEST_CASE("relayout plans: alltoall when a split moves, allgather when it stops,
 }
 
 TEST_CASE("rename and reshape plans, by hand; bytes of reductions and reshape from local sizes",
-          "[ops_a][comm_plan]") {
+          "[reduction_softmax_reshape][comm_plan]") {
   auto m = world_grid();
   const unsigned r = grid::mask<r_>(), c = grid::mask<c_>();
   using mt::collective;

@@ -1,4 +1,4 @@
-// Gradients of ops A at 1, 2 and 4 ranks, float64: mt::gradient(loss, x) equals central finite
+// Gradients of the reductions (reduce_mean, max, min, logsumexp), softmax, rename, reshape and cast at 1, 2 and 4 ranks, float64: mt::gradient(loss, x) equals central finite
 // differences of loss = reduce_sum over all dims of (op(x) * w), w fixed random weights, under a
 // replicated and split layouts (one dim over two axes included).
 // Kokkos::DefaultExecutionSpace only: the rules call the same kernels on every space, and the
@@ -21,7 +21,7 @@ void check_op(const typename X::mesh_type& m, Op op, double h = 1e-5, double tol
                          [&](const X& x) { return weighted_sum(op(x), 77); }, {.h = h, .tol = tol});
 }
 
-// Every differentiable op of ops A under layout L; Other is a second layout to relayout to.
+// Every differentiable op of this program under layout L; Other is a second layout to relayout to.
 template <class M, class L, class Other>
 void check_all(const M& m) {
   using X = ten<L, i_, j_>;
@@ -75,7 +75,7 @@ void check_all(const M& m) {
 }
 }  // namespace
 
-TEST_CASE("ops A gradients equal central finite differences", "[ops_a][gradient]") {
+TEST_CASE("reduction, softmax and reshape gradients equal central finite differences", "[reduction_softmax_reshape][gradient]") {
   using mt::layout;
   using mt::split;
   SECTION("mesh [P], replicated") {

@@ -1,9 +1,9 @@
-// einsum in every shape under every layout (a TU of mpi_ops_core_equivalence_test: see
-// ops_core_equivalence_test.cpp).
-#include "ops_core_equivalence.hpp"
+// einsum in every shape under every layout (a TU of mpi_elementwise_einsum_equivalence_test: see
+// elementwise_einsum_equivalence_test.cpp).
+#include "elementwise_einsum_equivalence.hpp"
 
 using namespace tst;
-using namespace tst::ops_core;
+using namespace tst::elementwise_einsum;
 
 namespace {
 template <class Exec, class M, class Layouts>

@@ -228,14 +228,14 @@ TEST_CASE("slice/pad/concat/split_along/shift/halo/one_hot/gather/cumsum/top_k a
   }
 }
 
-TEMPLATE_TEST_CASE("ops_b smoke in every execution space", "[equivalence]", MESHTENSOR_TEST_SPACES) {
+TEMPLATE_TEST_CASE("data movement: smoke in every execution space", "[equivalence]", MESHTENSOR_TEST_SPACES) {
   choose_extents(GENERATE(false, true));
   auto g = world_grid();
   require_same(run_ops<TestType, mt::layout<grid, mt::split<j_, c_, r_>, mt::split<l_, r_>>>(g),
                reference_of<TestType>(g), "host loop");
 }
 
-TEST_CASE("ops_b errors are raised on every rank alike, naming dims and extents", "[equivalence]") {
+TEST_CASE("data movement errors are raised on every rank alike, naming dims and extents", "[equivalence]") {
   choose_extents(false);
   auto g = world_line();
   using L = mt::layout<line, mt::split<j_, x_>>;

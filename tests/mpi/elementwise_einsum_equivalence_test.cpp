@@ -2,11 +2,11 @@
 // meshes [P] and [2x2], the gathered result equals the replicated (single-processor) result, and
 // einsum equals a hand-written loop. float64 throughout: tolerance 1e-12 relative. This TU sweeps
 // the unary ops; binary ops, reduce_sum and transpose, and einsum are swept in the program's other
-// TUs (ops_core_equivalence_test.<part>.cpp), which compile in parallel.
-#include "ops_core_equivalence.hpp"
+// TUs (elementwise_einsum_equivalence_test.<part>.cpp), which compile in parallel.
+#include "elementwise_einsum_equivalence.hpp"
 
 using namespace tst;
-using namespace tst::ops_core;
+using namespace tst::elementwise_einsum;
 namespace mt = meshtensor;
 
 namespace {

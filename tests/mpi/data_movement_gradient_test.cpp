@@ -43,7 +43,7 @@ void check_layout(const M& g) {
 }
 }  // namespace
 
-TEST_CASE("ops_b gradients equal central finite differences", "[gradient]") {
+TEST_CASE("data movement gradients equal central finite differences", "[gradient]") {
   SECTION("mesh [P]") {
     auto g = world_line();
     check_layout<mt::layout<line>>(g);

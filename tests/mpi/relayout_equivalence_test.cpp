@@ -1,11 +1,11 @@
 // relayout at 1, 2 and 4 ranks, between every ordered pair of layouts of a list: the gathered
 // result is the gathered input exactly (relayout only moves data), relayouting back restores the
 // input's own slice exactly, and the collectives counted equal relayout_plan (checked here too,
-// because these pairs are instantiated here anyway; ops_a_comm_plan_test checks hand-written plans).
+// because these pairs are instantiated here anyway; reduction_softmax_reshape_comm_plan_test checks hand-written plans).
 // Lists: every layout of line_layouts / grid_layouts over two dims (all pairs), and a
 // representative set of three-dim grid layouts (all pairs) where a third dim stays split while
 // the split moves: the full 19 x 19 three-dim product took minutes to compile, for the same cases.
-// Kokkos::DefaultExecutionSpace only; ops_a_equivalence_test.cpp smoke-tests every space.
+// Kokkos::DefaultExecutionSpace only; reduction_softmax_reshape_equivalence_test.cpp smoke-tests every space.
 #include <test_support.hpp>
 
 using namespace tst;
@@ -59,7 +59,7 @@ using grid3 = list<mt::layout<grid>, mt::layout<grid, mt::split<i_, r_>, mt::spl
                    mt::layout<grid, mt::split<i_, c_>, mt::split<j_, r_>>>;
 }  // namespace
 
-TEST_CASE("relayout between every pair of layouts moves the data exactly", "[ops_a][equivalence]") {
+TEST_CASE("relayout between every pair of layouts moves the data exactly", "[relayout][equivalence]") {
   // Extents divisible by 4 and different, so that a mix-up of dims changes the shape; then uneven
   // ones (over 2, 3, 4 and 6 parts), with a dim (2 or 3) smaller than 4 or 6 parts.
   const bool uneven = GENERATE(false, true);
@@ -82,7 +82,7 @@ TEST_CASE("relayout between every pair of layouts moves the data exactly", "[ops
 
 // Slices of 64 KiB and more come from the tensor memory cache, as do relayout's send and receive
 // buffers: repeated relayouts, with earlier results alive or dropped, must not see each other's data.
-TEST_CASE("relayout of large slices through the memory cache moves the data exactly", "[ops_a][equivalence]") {
+TEST_CASE("relayout of large slices through the memory cache moves the data exactly", "[relayout][equivalence]") {
   auto m = world_line();
   using A = mt::basic_tensor<double, mt::layout<line, mt::split<i_, x_>>, Exec, i_, j_>;
   using B = mt::basic_tensor<double, mt::layout<line, mt::split<j_, x_>>, Exec, i_, j_>;

@@ -1,10 +1,10 @@
 #pragma once
-// Shared by the TUs of mpi_ops_core_equivalence_test (ops_core_equivalence_test.cpp: unary ops;
+// Shared by the TUs of mpi_elementwise_einsum_equivalence_test (elementwise_einsum_equivalence_test.cpp: unary ops;
 // .binary.cpp, .reductions.cpp, .einsum.cpp), split so that they compile in parallel, each in
 // under 2 GB: extents, the sweep, and its two test cases.
 #include <test_support.hpp>
 
-namespace tst::ops_core {
+namespace tst::elementwise_einsum {
 namespace mt = meshtensor;
 constexpr double tol = 1e-12;
 // Set per run (GENERATE): even extents, and uneven ones over 2, 3, 4 and 6 parts, with one (2)
@@ -24,7 +24,7 @@ void check_all_layouts(const M& g, Layouts layouts, Op op) {
   });
 }
 
-}  // namespace tst::ops_core
+}  // namespace tst::elementwise_einsum
 
 // The test cases of one family of ops, RUN<Exec>(mesh, layouts): every layout of meshes [P] and
 // [2x2] on the default space, and one split layout on every space (the same kernels per space).

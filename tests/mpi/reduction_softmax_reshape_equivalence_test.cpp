@@ -1,9 +1,9 @@
-// Ops A (reduce_mean/max/min, logsumexp, softmax, log_softmax, causal_softmax, rename, replace_dimensions,
+// Reductions (reduce_mean/max/min, logsumexp, softmax, log_softmax, causal_softmax, rename, replace_dimensions,
 // reshape, cast, stop_gradient) at 1, 2 and 4 ranks: under every layout of line_layouts /
 // grid_layouts, the gathered result equals the result under the replicated layout and an
 // independent host loop over the gathered input. relayout's sweep over pairs of layouts is in
-// ops_a_relayout_equivalence_test.cpp (a separate program), the rename and reshape sweep in
-// ops_a_equivalence_test.renames.cpp (a second TU of this program): they build in parallel.
+// relayout_equivalence_test.cpp (a separate program), the rename and reshape sweep in
+// reduction_softmax_reshape_equivalence_test.renames.cpp (a second TU of this program): they build in parallel.
 // Compile time: the all-layouts sweeps run on Kokkos::DefaultExecutionSpace only; every space in
 // MESHTENSOR_TEST_SPACES gets a smaller smoke test (one split layout per op), so that the
 // instantiation count stays op x layout, not op x layout x space.
@@ -141,7 +141,7 @@ void check_reductions_and_softmax(const M& m) {
 }  // namespace
 
 TEST_CASE("reductions, softmax and cast equal the replicated result and a host loop, every layout",
-          "[ops_a][equivalence]") {
+          "[reduction_softmax_reshape][equivalence]") {
   choose_extents(GENERATE(false, true));
   INFO("extents " << ext[0] << " x " << ext[1]);
   SECTION("mesh [P]") {
@@ -154,7 +154,7 @@ TEST_CASE("reductions, softmax and cast equal the replicated result and a host l
   }
 }
 
-TEMPLATE_TEST_CASE("ops A smoke on every execution space", "[ops_a][equivalence]", MESHTENSOR_TEST_SPACES) {
+TEMPLATE_TEST_CASE("reductions, softmax and reshapes: smoke on every execution space", "[reduction_softmax_reshape][equivalence]", MESHTENSOR_TEST_SPACES) {
   choose_extents(GENERATE(false, true));
   auto m = world_grid();
   using L = mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>;
@@ -174,7 +174,7 @@ TEMPLATE_TEST_CASE("ops A smoke on every execution space", "[ops_a][equivalence]
   REQUIRE(mt::gather_all(mt::cast<float>(x)) == std::vector<float>(h.begin(), h.end()));
 }
 
-TEST_CASE("logsumexp and softmax are stable for large and infinite inputs", "[ops_a][equivalence]") {
+TEST_CASE("logsumexp and softmax are stable for large and infinite inputs", "[reduction_softmax_reshape][equivalence]") {
   auto m = world_line();
   using T = ten<mt::layout<line, mt::split<j_, x_>>, i_, j_>;
   const double inf = std::numeric_limits<double>::infinity();
@@ -191,7 +191,7 @@ TEST_CASE("logsumexp and softmax are stable for large and infinite inputs", "[op
   REQUIRE(std::abs(s - 1.0) < 1e-12);
 }
 
-TEST_CASE("reshape and rename errors name the dims, extents and axes, on every rank", "[ops_a]") {
+TEST_CASE("reshape and rename errors name the dims, extents and axes, on every rank", "[reduction_softmax_reshape]") {
   auto m = world_grid();
   // Every rank must throw; the allreduce afterwards proves none is left behind.
   auto all_threw = [](int threw) {
