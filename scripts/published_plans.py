@@ -36,6 +36,7 @@ so instead of a figure.
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -290,9 +291,10 @@ def rank_shapes(binary):
     print("```")
     print("\n".join(lines[:12] + ["..."] + lines[-2:]))
     print("```")
+    rows = [line for line in lines if re.match(r"\s+\d+ --pipeline", line)]
     mine = f"--pipeline {p} --mesh {gpus // (t * p)} {t} "
-    rank = next((i for i, line in enumerate(lines[2:], 1) if mine in line), None)
-    print(f"\nMegatron's shape ({mine.strip()}) ranks {rank} of {len(lines) - 4}.")
+    rank = next((i for i, line in enumerate(rows, 1) if mine in line), None)
+    print(f"\nMegatron's shape ({mine.strip()}) ranks {rank} of {len(rows)}.")
     return rank
 
 

@@ -446,7 +446,7 @@ int rank_pipeline_shapes(const mt::environment& env, const options& o) {
       oc.pipeline = p;
       oc.mesh = {rows, cols};
       const std::int64_t per_microbatch = std::int64_t{rows} * o.microbatch_rows;
-      if (o.batch % per_microbatch != 0) {
+      if (p > 1 && o.batch % per_microbatch != 0) {
         ++skipped;  // the batch does not divide into microbatches of this many rows
         continue;
       }
