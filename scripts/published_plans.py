@@ -5,7 +5,8 @@
 
 --check (ctest example.transformer_lm.published_plans) exits 1 unless every GPT-3 size and Megatron
 configuration is within 1% of the closed form, every planned ZeRO row within 0.1% of ZeRO's formula
-(the 7.5 B and 128 B rows all planned), and the shapes of 1536 GPUs rank with Megatron's among them. The 1 T model on data axes alone gathers weights of 2.6e9 elements whole, more
+(the 7.5 B and 128 B rows all planned), the plan ledger's activations by op add up to its total and a
+recomputed block saves exactly 2sbh, and the shapes of 1536 GPUs rank with Megatron's among them. The 1 T model on data axes alone gathers weights of 2.6e9 elements whole, more
 than one MPI call's int count (Open MPI 4.1 has no MPI-4 large-count collectives): those rows say
 so instead of a figure.
 
@@ -232,7 +233,7 @@ def activations_per_layer(binary, heads, h, t, mode):
     return two - one, {op: b for op, b in by_op.items() if b}
 
 
-def korthikanti_rows(binary):
+def korthikanti_rows(binary, failures):
     print("\n## Activations per layer against Korthikanti et al. 2022 (Table 2's formulas, Table 3's models)\n")
     print("Planned in bf16 (tensor+sequence in float32: meshtensor's sequence parallelism is float32 only; the "
           "formula is then taken with 4-byte activations) with dropout 0.1 (their formulas count its 1-byte masks), "
@@ -256,6 +257,13 @@ def korthikanti_rows(binary):
             except RuntimeError as e:
                 print(f"| {name} | {mode} | {want / 1e9:.3f} | not planned: {e} | | | | |")
                 continue
+            # The ledger's split by op adds up to its total, and a recomputed block keeps its input
+            # alone: exactly 2sbh in bf16.
+            if sum(by_op.values()) != got:
+                failures.append(f"Korthikanti {name} {mode}: the parts by op add up to {sum(by_op.values())}, "
+                                f"not {got}")
+            if mode == "full recompute" and got != want:
+                failures.append(f"Korthikanti {name} full recompute: {got} bytes per layer, not 2sbh = {want:.0f}")
             unit = 2048 * h / tt  # bytes of s b h / t elements of one byte
             parts = ", ".join(f"{op} {b / unit:.1f}" for op, b in sorted(by_op.items(), key=lambda kv: -kv[1])[:6])
             mode_name = mode + (" (float32)" if word == 4 else "")
@@ -352,7 +360,7 @@ def main():
     if worst > 0.001:
         failures.append(f"a ZeRO row is {100 * worst:.3f}% from the formula")
     megatron_rows(binary, failures)
-    korthikanti_rows(binary)
+    korthikanti_rows(binary, failures)
     if rank_shapes(binary) is None:
         failures.append("--rank-layouts --processors found no shape or not Megatron's")
     for f in failures:
