@@ -66,6 +66,8 @@ void read_box(const iod::parsed_header& h, const iod::entry& e, const std::uint8
   std::int64_t count = 1;
   for (auto x : e.extent)
     if (__builtin_mul_overflow(count, x, &count)) return;
+  // load checks a header's shape against its tensor's, whose rank is at most max_rank.
+  if (e.shape.size() > static_cast<std::size_t>(meshtensor::detail::max_rank)) return;
   std::vector<char> buffer(static_cast<std::size_t>(count * e.elem_size));
   const auto begin = h.json[e.name]["data_offsets"][0].get<std::int64_t>();  // as load takes it
   const auto end = h.json[e.name]["data_offsets"][1].get<std::int64_t>();

@@ -1,5 +1,7 @@
 // The collectives that elementwise ops, reduce_sum and einsum run equal their static plans, for
 // every layout of meshes [P] and [2x2]; bytes are checked by hand for einsum.
+#include <catch2/matchers/catch_matchers_exception.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <test_support.hpp>
 
 using namespace tst;
@@ -104,4 +106,36 @@ TEST_CASE("collectives move the right data", "[comm_plan]") {
   std::vector<int> bc{g.coord<c_>() + 7};
   mt::broadcast(comm, grid::mask<c_>(), bc.data(), 1, 0);
   REQUIRE(bc[0] == 7);
+}
+
+// The door every op goes through (ops/detail/op_call.hpp) compares what an op ran with the plan its
+// step states where plans are checked (the suite sets MESHTENSOR_CHECK_PLANS): a stand-in op that
+// runs reduce_sum under a step stating another plan fails, naming itself, what it ran and its plan;
+// stating reduce_sum's plan it passes; a composite step checks nothing.
+TEST_CASE("an op whose step states another plan than it runs fails where plans are checked", "[comm_plan]") {
+  using L = mt::layout<grid, mt::split<i_, r_>>;
+  using X = mt::tensor<double, L, i_, j_>;
+  const auto g = world_grid();
+  const auto x = mt::random_normal<X>(g, {4, 6}, 1);
+  bool& checked = mt::detail::plans_checked_switch();
+  const bool before = checked;
+  checked = true;
+  const auto stand_in = [&](mt::comm_plan stated) {
+    const mt::detail::op_call call(mt::detail::planned_step{"stand_in", stated}, x);
+    return mt::reduce_sum<i_>(x);
+  };
+  CHECK_THROWS_WITH(stand_in(mt::comm_plan{}),
+                    Catch::Matchers::ContainsSubstring("stand_in ran 1 x allreduce over r") &&
+                        Catch::Matchers::ContainsSubstring("but its plan says no collective"));
+  CHECK_THROWS_WITH(stand_in(mt::comm_plan{}.then(mt::collective::allgather, 1u)),
+                    Catch::Matchers::ContainsSubstring("its plan says 1 x allgather over r"));
+  CHECK_NOTHROW(stand_in(mt::reduce_plan<mt::tensor<double, L, j_>, X>()));
+  CHECK_NOTHROW([&] {
+    const mt::detail::op_call call(mt::detail::composite_step{"layer"});
+    return mt::reduce_sum<i_>(x);
+  }());
+  // Unchecked, the drifting step passes unnoticed: the suite's setting is what catches it.
+  checked = false;
+  CHECK_NOTHROW(stand_in(mt::comm_plan{}));
+  checked = before;
 }

@@ -2,7 +2,7 @@
 // placement header, which needs no communicator.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
-#include <meshtensor/layout/placement.hpp>
+#include <meshtensor/geometry/placement.hpp>
 
 #include <array>
 #include <cstdint>
@@ -12,12 +12,7 @@ namespace mt = meshtensor;
 
 namespace {
 
-mt::detail::dim_split over(std::vector<int> axes) {
-  mt::detail::dim_split s;
-  s.count = static_cast<int>(axes.size());
-  for (std::size_t k = 0; k < axes.size(); ++k) s.axes[k] = axes[k];
-  return s;
-}
+mt::dim_split over(const std::vector<int>& axes) { return mt::dim_split::over(axes); }
 
 std::int64_t product(const std::vector<int>& v) {
   std::int64_t n = 1;
@@ -27,7 +22,7 @@ std::int64_t product(const std::vector<int>& v) {
 
 struct rank2_case {
   std::vector<int> mesh;
-  std::array<mt::detail::dim_split, 2> splits;
+  std::array<mt::dim_split, 2> splits;
   std::array<std::int64_t, 2> extents;
 };
 
@@ -38,7 +33,7 @@ std::vector<rank2_case> cases() {
   const std::vector<std::vector<int>> meshes{{1}, {3}, {2, 3}, {4, 2}, {16, 32}};
   const std::vector<std::array<std::int64_t, 2>> extents{{12, 6}, {7, 13}, {13, 7}, {2, 1}, {0, 5}};
   for (const auto& m : meshes) {
-    std::vector<std::array<mt::detail::dim_split, 2>> splits{{over({}), over({})}, {over({0}), over({})},
+    std::vector<std::array<mt::dim_split, 2>> splits{{over({}), over({})}, {over({0}), over({})},
                                                                {over({}), over({0})}};
     if (m.size() == 2) {
       splits.push_back({over({0, 1}), over({})});

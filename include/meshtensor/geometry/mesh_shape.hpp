@@ -14,6 +14,15 @@
 
 namespace meshtensor {
 
+// The coordinates of processor `rank` on a mesh of these axis sizes (row-major, last axis fastest),
+// written to coords (as many as sizes).
+constexpr void coords_of(std::int64_t rank, std::span<const int> sizes, std::span<int> coords) {
+  for (std::size_t i = sizes.size(); i-- > 0;) {
+    coords[i] = static_cast<int>(rank % sizes[i]);
+    rank /= sizes[i];
+  }
+}
+
 class mesh_shape {
  public:
   mesh_shape() = default;
@@ -38,10 +47,7 @@ class mesh_shape {
 
   std::vector<int> coords_of(std::int64_t rank) const {
     std::vector<int> c(sizes_.size());
-    for (std::size_t i = sizes_.size(); i-- > 0;) {
-      c[i] = static_cast<int>(rank % sizes_[i]);
-      rank /= sizes_[i];
-    }
+    meshtensor::coords_of(rank, sizes_, c);
     return c;
   }
   std::int64_t rank_of(std::span<const int> coords) const {

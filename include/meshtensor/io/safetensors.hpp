@@ -169,34 +169,13 @@ struct mpi_file {
 };
 
 // Calls f(file_element, local_element, count) for each contiguous run of e's box in the row-major
-// global array (file_element) and in the row-major local slice (local_element). Runs merge the
-// trailing dims the box spans whole.
+// global array (file_element) and in the row-major local slice (local_element): geometry's runs_of.
 template <class F>
 void for_each_run(const entry& e, F&& f) {
-  const std::size_t R = e.shape.size();
-  if (e.local_elements() == 0) return;
-  // Dims from `inner` on form one run: the box spans each of them whole, except maybe `inner`.
-  std::size_t inner = R;
-  std::int64_t run = 1;
-  while (inner > 0) {
-    --inner;
-    run *= e.extent[inner];
-    if (e.extent[inner] != e.shape[inner]) break;
-  }
-  if (R == 0) {
-    f(0, 0, 1);
-    return;
-  }
-  std::vector<std::int64_t> stride(R, 1);  // of the global array
-  for (std::size_t d = R - 1; d-- > 0;) stride[d] = stride[d + 1] * e.shape[d + 1];
-  std::vector<std::int64_t> idx(inner, 0);  // over the box's outer dims
-  for (std::int64_t local = 0;; local += run) {
-    std::int64_t file = 0;
-    for (std::size_t d = 0; d < R; ++d) file += (e.offset[d] + (d < inner ? idx[d] : 0)) * stride[d];
-    f(file, local, run);
-    std::size_t d = inner;
-    while (d > 0 && ++idx[d - 1] == e.extent[d - 1]) idx[--d] = 0;
-    if (d == 0) return;
+  const auto runs = runs_of(e.offset, e.extent, e.shape);
+  for (std::int64_t k = 0; k < runs.count; ++k) {
+    const auto [file, local] = runs.at(k);
+    f(file, local, runs.length);
   }
 }
 

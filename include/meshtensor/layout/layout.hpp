@@ -7,7 +7,7 @@
 
 #include "../names/names.hpp"
 #include "mesh.hpp"
-#include "placement.hpp"
+#include "../geometry/placement.hpp"
 
 namespace meshtensor {
 
@@ -82,13 +82,13 @@ struct layout {
   using axes_of = typename detail::axes_of_rule<typename detail::rule_for<D, Rules...>::type>::type;
 
   template <class D>
-  static constexpr detail::dim_split split_of() {
+  static constexpr dim_split split_of() {
     return make_split(axes_of<D>{});
   }
 
   template <class... As>
-  static constexpr detail::dim_split make_split(type_list<As...>) {
-    detail::dim_split s{};
+  static constexpr dim_split make_split(type_list<As...>) {
+    dim_split s{};
     s.count = sizeof...(As);
     int i = 0;
     ((s.axes[i++] = static_cast<int>(index_of_v<As, typename Mesh::axes>)), ...);

@@ -66,7 +66,7 @@ namespace meshtensor::nn {
 
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
 X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo) {
-  meshtensor::detail::plan_op_scope plan_scope("causal_attention");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"causal_attention"});
   const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
 }
@@ -76,7 +76,7 @@ X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& 
 // parallelism) or a sum with other partials.
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
 auto causal_attention_partial(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo) {
-  meshtensor::detail::plan_op_scope plan_scope("causal_attention");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"causal_attention"});
   const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum_partial<Ds...>(o, wo); }(typename X::dims{});
 }
@@ -121,7 +121,7 @@ namespace meshtensor::nn {
 
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor M, Tensor W, Tensor WO>
 X attention(const X& x, const M& memory, const W& wq, const W& wk, const W& wv, const WO& wo) {
-  meshtensor::detail::plan_op_scope plan_scope("attention");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"attention"});
   const auto o = meshtensor::detail::attention_heads_over<Length, MemLength, DModel, Heads, DKv>(
       x, memory, wq, wk, wv, meshtensor::detail::no_key_bias{});
   return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
@@ -133,7 +133,7 @@ X attention(const X& x, const M& memory, const W& wq, const W& wk, const W& wv, 
   static_assert(contains_v<MemLength, typename Bias::dims> && !contains_v<Length, typename Bias::dims>,
                 "meshtensor: attention's key_bias is per key: it holds MemLength (and dims of x such as batch), "
                 "not Length");
-  meshtensor::detail::plan_op_scope plan_scope("attention");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"attention"});
   const auto o = meshtensor::detail::attention_heads_over<Length, MemLength, DModel, Heads, DKv>(x, memory, wq, wk,
                                                                                                wv, key_bias);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});

@@ -109,7 +109,7 @@ inline constexpr direct_conv_layout direct_conv_layout_v = direct_conv_layout_of
 // first element at global b_begin), dst the result's slice, weights the filter's slice.
 template <std::size_t R, std::size_t N>
 kernels::conv_problem direct_conv_problem(const direct_conv_layout& l, const std::array<std::int64_t, R>& b_ext,
-                                          const std::array<std::int64_t, R>& b_begin, const std::array<halo_dim, N>& plan,
+                                          const std::array<std::int64_t, R>& b_begin, const std::array<halo_dim, N>& halos,
                                           std::span<const std::int64_t> y_ext, std::span<const std::int64_t> y_off,
                                           std::span<const std::int64_t> f_ext) {
   const kidx sb = row_major_strides_of(b_ext), sy = row_major_strides_of(y_ext), sf = row_major_strides_of(f_ext);
@@ -133,7 +133,7 @@ kernels::conv_problem direct_conv_problem(const direct_conv_layout& l, const std
   p.weights_strides[1] = sf[l.f_in_first + (R - P) - 1];
   for (std::size_t j = 0; j < N; ++j) {
     const std::size_t d = l.x_spatial[j];
-    const window_geometry& g = plan[j].geo;
+    const window_geometry& g = halos[j].geo;
     p.in[j] = b_ext[d], p.out[j] = y_ext[d], p.taps[j] = f_ext[l.f_window[j]];
     p.stride[j] = g.stride, p.dilation[j] = g.dilation;
     p.src_strides[2 + j] = sb[d], p.dst_strides[2 + j] = sy[d], p.weights_strides[2 + j] = sf[l.f_window[j]];
@@ -197,27 +197,27 @@ auto conv_direct(const X& x, const F& filter, const std::array<window, sizeof...
   constexpr std::size_t R = X::rank, N = sizeof...(S);
   constexpr direct_conv_layout l = direct_conv_layout_v<X, F, S...>;
   constexpr std::size_t P = l.prefix;
-  const auto plan = plan_halos<X, S...>("conv", x.mesh(), x.extents(), windows);
+  const auto halos = schedule_halos<X, S...>("conv", x.mesh(), x.extents(), windows);
   check_filter_windows<S...>("conv", filter, l, windows);
   check_shared_extents("conv", x, filter);
   typename Y::extents_type y_ext{};
   for (std::size_t i = 0; i < P; ++i) y_ext[i] = x.extents()[i];
-  for (std::size_t j = 0; j < N; ++j) y_ext[l.x_spatial[j]] = plan[j].geo.out;
+  for (std::size_t j = 0; j < N; ++j) y_ext[l.x_spatial[j]] = halos[j].geo.out;
   for (std::size_t c = 0; c < l.f_out_count; ++c) y_ext[P + c] = filter.extents()[l.f_out_first + c];
   Y out(x.mesh(), y_ext, uninitialized);
   halo_buffer<T, mem, R> b{x.view(), x.local_extents(), x.offsets()};
-  for (const auto& h : plan) take_halo<Exec>(x.mesh().communicator(), b, h);
-  const kernels::conv_problem p = direct_conv_problem<R, N>(l, b.ext, b.begin, plan, out.local_extents(), out.offsets(),
+  for (const auto& h : halos) take_halo<Exec>(x.mesh().communicator(), b, h);
+  const kernels::conv_problem p = direct_conv_problem<R, N>(l, b.ext, b.begin, halos, out.local_extents(), out.offsets(),
                                                             filter.local_extents());
   kernels::convolution_forward<Exec, T>(p, b.v.data(), filter.view().data(), out.view().data());
   record<Y>(
       out,
-      [x, filter, b, plan, p, l](const Y& g) {
+      [x, filter, b, halos, p, l](const Y& g) {
         if (x.tracks_grad()) {
           halo_buffer<T, mem, R> db{view_pool<T, mem>::get().allocate(b.v.extent(0)), b.ext, b.begin};
           if (!covers_buffer<R, N>(p, l, b.ext)) kernels::deep_copy(db.v, T(0));
           kernels::convolution_backward_data<Exec, T>(p, g.view().data(), filter.view().data(), db.v.data());
-          for (std::size_t j = N; j-- > 0;) return_halo<Exec>(x.mesh().communicator(), db, plan[j]);
+          for (std::size_t j = N; j-- > 0;) return_halo<Exec>(x.mesh().communicator(), db, halos[j]);
           push_partial_grad(x, X(x.mesh(), x.extents(), db.v), l.out_axes);
         }
         if (filter.tracks_grad()) push_filter_grad(filter, p, b.v.data(), g.view().data(), l);
@@ -256,28 +256,28 @@ auto conv_transpose_direct(const Y& y, const F& filter, const std::array<std::in
   for (std::size_t i = 0; i < P; ++i) x_ext[i] = y.extents()[i];
   for (std::size_t j = 0; j < N; ++j) x_ext[l.x_spatial[j]] = spatial_extents[j];
   for (std::size_t c = P; c < R; ++c) x_ext[c] = filter.extents()[l.f_in_first + (c - P)];
-  const auto plan = plan_halos<X, S...>("conv_transpose", y.mesh(), x_ext, windows);
+  const auto halos = schedule_halos<X, S...>("conv_transpose", y.mesh(), x_ext, windows);
   check_filter_windows<S...>("conv_transpose", filter, l, windows);
   for (std::size_t j = 0; j < N; ++j) {
-    if (y.extents()[l.x_spatial[j]] != plan[j].geo.out)
+    if (y.extents()[l.x_spatial[j]] != halos[j].geo.out)
       throw shape_error(cat("conv_transpose: dim '", names[j], "' of extent ", spatial_extents[j], " has ",
-                            plan[j].geo.out, " window positions, but y has ", y.extents()[l.x_spatial[j]]));
+                            halos[j].geo.out, " window positions, but y has ", y.extents()[l.x_spatial[j]]));
   }
   check_shared_extents("conv_transpose", y, filter);
   X out(y.mesh(), x_ext, uninitialized);
   // The buffer the forward conv would read: the result's slice with its halos.
-  auto db = halo_buffer_for<T, mem>(out.local_extents(), out.offsets(), plan);
-  const kernels::conv_problem p = direct_conv_problem<R, N>(l, db.ext, db.begin, plan, y.local_extents(), y.offsets(),
+  auto db = halo_buffer_for<T, mem>(out.local_extents(), out.offsets(), halos);
+  const kernels::conv_problem p = direct_conv_problem<R, N>(l, db.ext, db.begin, halos, y.local_extents(), y.offsets(),
                                                             filter.local_extents());
   if (!covers_buffer<R, N>(p, l, db.ext)) kernels::deep_copy(db.v, T(0));
   kernels::convolution_backward_data<Exec, T>(p, y.view().data(), filter.view().data(), db.v.data());
-  for (std::size_t j = N; j-- > 0;) return_halo<Exec>(y.mesh().communicator(), db, plan[j]);
+  for (std::size_t j = N; j-- > 0;) return_halo<Exec>(y.mesh().communicator(), db, halos[j]);
   out = X(y.mesh(), x_ext, db.v);
   record<X>(
       out,
-      [y, filter, plan, p, l](const X& g) {
+      [y, filter, halos, p, l](const X& g) {
         halo_buffer<T, mem, R> gb{g.view(), g.local_extents(), g.offsets()};
-        for (const auto& h : plan) take_halo<Exec>(g.mesh().communicator(), gb, h);
+        for (const auto& h : halos) take_halo<Exec>(g.mesh().communicator(), gb, h);
         if (y.tracks_grad()) {
           Y dy(y.mesh(), y.extents(), uninitialized);
           kernels::convolution_forward<Exec, T>(p, gb.v.data(), filter.view().data(), dy.view().data());
@@ -297,7 +297,7 @@ template <class... S, Tensor X, Tensor F>
 auto conv(const X& x, const F& filter, meshtensor::detail::window_for<S>... windows) {
   static_assert((contains_v<typename S::window_dim, typename F::dims> && ...),
                 "meshtensor::nn::conv: the filter needs every window dim (its taps along each spatial dim)");
-  meshtensor::detail::plan_op_scope plan_scope("conv");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"conv"});
   if constexpr (meshtensor::detail::direct_conv_layout_v<X, F, S...>.ok) {
     static_assert((meshtensor::detail::spatial_checked_v<X, S> && ...));
     if (kernels::has_convolution<typename X::execution_space, typename X::value_type>())
@@ -325,7 +325,7 @@ template <class... S, Tensor Y, Tensor F>
   requires(sizeof...(S) > 0)
 auto conv_transpose(const Y& y, const F& filter, const std::array<std::int64_t, sizeof...(S)>& spatial_extents,
                     meshtensor::detail::window_for<S>... windows) {
-  meshtensor::detail::plan_op_scope plan_scope("conv_transpose");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"conv_transpose"});
   if constexpr (meshtensor::detail::direct_transpose_ok<Y, F, S...>()) {
     static_assert((meshtensor::detail::spatial_checked_v<meshtensor::detail::transpose_input_t<Y, F, S...>, S> && ...));
     if (kernels::has_convolution<typename Y::execution_space, typename Y::value_type>())
@@ -339,21 +339,21 @@ template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
 auto max_pool(const X& x, meshtensor::detail::window_for<S>... windows) {
   using T = typename X::value_type;
-  meshtensor::detail::plan_op_scope plan_scope("max_pool");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"max_pool"});
   return reduce_max<typename S::window_dim...>(unfold<S...>(x, -std::numeric_limits<T>::infinity(), windows...));
 }
 
 template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
 auto avg_pool(const X& x, meshtensor::detail::window_for<S>... windows) {
-  meshtensor::detail::plan_op_scope plan_scope("avg_pool");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"avg_pool"});
   return reduce_mean<typename S::window_dim...>(unfold<S...>(x, windows...));
 }
 
 // Training-mode batch normalisation: statistics of this batch over Ds (biased variance).
 template <Dim... Ds, Tensor X, Tensor P>
 X batch_norm(const X& x, const P& scale, const P& bias, typename X::value_type eps = 1e-5) {
-  meshtensor::detail::plan_op_scope plan_scope("batch_norm");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"batch_norm"});
   return normalize<Ds...>(x, eps) * scale + bias;
 }
 

@@ -95,7 +95,7 @@ namespace meshtensor::nn {
 
 template <Dim Vocab, Tensor Logits, Tensor Labels>
 auto softmax_cross_entropy(const Logits& logits, const Labels& labels, double label_smoothing = 0.0) {
-  meshtensor::detail::plan_op_scope plan_scope("softmax_cross_entropy");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"softmax_cross_entropy"});
   using T = typename Logits::value_type;
   static_assert(contains_v<Vocab, typename Logits::dims>, "meshtensor::nn::softmax_cross_entropy: no Vocab dim");
   const std::int64_t n = logits.template extent<Vocab>();

@@ -8,7 +8,7 @@ namespace meshtensor::nn {
 
 template <Dim Vocab, Tensor Table, Tensor Ids>
 auto embedding(const Table& table, const Ids& ids) {
-  meshtensor::detail::plan_op_scope plan_scope("embedding");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"embedding"});
   return gather<Vocab>(table, ids);
 }
 

@@ -61,7 +61,7 @@ template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Dim DFf, Te
           Tensor W, Tensor WO, Tensor WI, Tensor WF>
 X encoder_block(const X& x, const Bias& key_bias, const attention_sublayer<S, W, WO>& self,
                 const feed_forward_sublayer<S, WI, WF>& ff, block_dropout drop = {}) {
-  meshtensor::detail::plan_op_scope plan_scope("encoder_block");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"encoder_block"});
   const auto h = layer_norm<DModel>(x, self.ln_scale, self.ln_bias);
   const X a = x + dropout(self_attention<Length, MemLength, DModel, Heads, DKv>(h, self.wq, self.wk, self.wv, self.wo,
                                                                                 key_bias),
@@ -75,7 +75,7 @@ template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Dim DFf, Te
 Y decoder_block(const Y& y, const M& memory, const Bias& memory_bias, const attention_sublayer<S, W, WO>& self,
                 const attention_sublayer<S, W, WO>& cross, const feed_forward_sublayer<S, WI, WF>& ff,
                 block_dropout drop = {}) {
-  meshtensor::detail::plan_op_scope plan_scope("decoder_block");
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"decoder_block"});
   const auto h = layer_norm<DModel>(y, self.ln_scale, self.ln_bias);
   const Y a = y + dropout(causal_attention<Length, MemLength, DModel, Heads, DKv>(h, self.wq, self.wk, self.wv, self.wo),
                           drop.rate, drop.seed, drop.step);

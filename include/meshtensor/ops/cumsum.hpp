@@ -52,11 +52,11 @@ X cumsum_impl(const X& x, bool reverse) {
     auto ht = host_copy<Exec>(totals);
     Kokkos::View<T*, Kokkos::HostSpace> before("meshtensor::cumsum_before", static_cast<std::size_t>(rows));
     auto& comm = x.mesh().communicator();
-    if (!reverse && rule_in_mesh_order<L, D>()) {
+    if (!reverse && s.in_mesh_order()) {
       exscan(comm, s.mask(), ht.data(), before.data(), rows);
     } else {
-      const auto parts = parts_by_subrank(comm, s);
-      const auto mine = my_part(comm, s);
+      const auto parts = parts_by_subrank(s, comm.shape(), comm.coords());
+      const auto mine = s.part_at(comm.shape().sizes(), comm.coords());
       std::vector<T> all(parts.size() * static_cast<std::size_t>(rows));
       allgather(comm, s.mask(), ht.data(), rows, all.data());
       for (std::size_t q = 0; q < parts.size(); ++q)
@@ -79,13 +79,13 @@ template <Tensor X, Dim D>
 constexpr comm_plan cumsum_plan() {
   using L = typename X::layout_type;
   constexpr auto s = L::template split_of<D>();
-  return comm_plan{}.then(detail::rule_in_mesh_order<L, D>() ? collective::exscan : collective::allgather, s.mask());
+  return comm_plan{}.then(s.in_mesh_order() ? collective::exscan : collective::allgather, s.mask());
 }
 
 // Gradient: the reverse running sum of the gradient.
 template <Dim D, Tensor X>
 X cumsum(const X& x) {
-  meshtensor::detail::plan_op_scope plan_scope("cumsum");
+  const detail::op_call call(detail::planned_step{"cumsum", cumsum_plan<X, D>()}, x);
   X out = detail::cumsum_impl<D>(x, false);
   detail::record<X>(out, [x](const X& g) { detail::push_grad(x, detail::cumsum_impl<D>(g, true)); }, x);
   return out;

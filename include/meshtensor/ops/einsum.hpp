@@ -244,7 +244,6 @@ constexpr comm_plan einsum_plan() {
 // sums partials over the same axes before reducing them once.
 template <Dim... Out, Tensor A, Tensor B>
 detail::with_dims_t<A, type_list<Out...>> einsum(const A& a, const B& b) {
-  meshtensor::detail::plan_op_scope plan_scope("einsum");
   using OutList = type_list<Out...>;
   using Ad = typename A::dims;
   using Bd = typename B::dims;
@@ -254,6 +253,8 @@ detail::with_dims_t<A, type_list<Out...>> einsum(const A& a, const B& b) {
     return {};
   } else {
     detail::check_shared_extents("einsum", a, b);
+    const detail::op_call call(detail::planned_step{"einsum", einsum_plan<OutList, A, B>()}, a);
+
     if constexpr (!std::is_same_v<Ak, Ad>) {
       return einsum<Out...>(sum_to<detail::with_dims_t<A, Ak>>(a), b);
     } else if constexpr (!std::is_same_v<Bk, Bd>) {

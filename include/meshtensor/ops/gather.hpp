@@ -155,9 +155,9 @@ constexpr comm_plan gather_plan() {
 // Throws meshtensor::error on every rank when any id is outside [0, extent of V) or not whole.
 template <Dim V, Tensor Table, Tensor Idx>
 detail::gather_result_t<V, Table, Idx> gather(const Table& table, const Idx& ids) {
-  meshtensor::detail::plan_op_scope plan_scope("gather");
   using Out = detail::gather_result_t<V, Table, Idx>;
   detail::check_gather_types<V, Table, Idx>();
+  const detail::op_call call(detail::planned_step{"gather", gather_plan<Table, Idx, V>()}, table);
   detail::check_ids<V>(ids, table.template extent<V>());
   Out out = detail::gather_local<V>(table, ids);
   detail::allreduce_local(out, Table::layout_type::template split_of<V>().mask(), reduce_op::sum);

@@ -71,11 +71,11 @@ constexpr comm_plan gather_for_use_plan() {
 
 template <Tensor Use, Tensor P>
 Use gather_for_use(const P& p) {
-  meshtensor::detail::plan_op_scope plan_scope("gather_for_use");
   if constexpr (!detail::gather_for_use_ok<Use, P>()) {
     (void)sizeof(diagnostic::gather_for_use_must_only_gather<Use, P>);
     return Use{};
   } else {
+    const detail::op_call call(detail::planned_step{"gather_for_use", gather_for_use_plan<Use, P>()}, p);
     Use out = detail::relayout_kernel<Use>(p, "gather_for_use");
     detail::record<Use>(out, detail::relayout_rule<Use, P>{p}, p);
     return out;
@@ -93,12 +93,12 @@ template <Tensor Use, Tensor P>
 class gather_in_flight {
  public:
   explicit gather_in_flight(const P& p) : p_(p) {
-    meshtensor::detail::plan_op_scope plan_scope("gather_for_use");
     if constexpr (!detail::gather_for_use_ok<Use, P>()) {
       (void)sizeof(diagnostic::gather_for_use_must_only_gather<Use, P>);
     } else {
-      constexpr auto step = detail::analyze_relayout<P::rank>(P::splits, Use::splits);
-      if constexpr (step.kind != detail::relayout_kind::allgather) {
+      const detail::op_call call(detail::planned_step{"gather_for_use", gather_for_use_plan<Use, P>()}, p);
+      constexpr auto step = analyze_relayout<P::rank>(P::splits, Use::splits);
+      if constexpr (step.kind != relayout_kind::allgather) {
         ready_ = gather_for_use<Use>(p);  // nothing to send
       } else {
         auto& comm = p.mesh().communicator();
@@ -136,8 +136,9 @@ class gather_in_flight {
   Use wait() {
     if (ready_) return *std::exchange(ready_, std::nullopt);
     if (!received_) throw error(detail::cat("gather_in_flight<", Use::type_name(), ">: waited for twice"));
-    meshtensor::detail::plan_op_scope plan_scope("gather_for_use");
-    constexpr auto step = detail::analyze_relayout<P::rank>(P::splits, Use::splits);
+    // Finishing counts nothing: the allgather was counted when it started.
+    const detail::op_call call(detail::planned_step{"gather_for_use", comm_plan{}}, p_);
+    constexpr auto step = analyze_relayout<P::rank>(P::splits, Use::splits);
     auto& comm = p_.mesh().communicator();
     if (request_ != MPI_REQUEST_NULL) {
       const detail::collective_subject subject(&P::type_name);

@@ -81,7 +81,6 @@ inline bool at_origin_of(const communicator& c, unsigned mask) {
 // einsum does. Gradient: einsum's (the gradient of a sum reaches every addend whole).
 template <Dim... Out, Tensor A, Tensor B>
 auto einsum_partial(const A& a, const B& b) {
-  meshtensor::detail::plan_op_scope plan_scope("einsum_partial");
   using OutList = type_list<Out...>;
   using Ad = typename A::dims;
   using Bd = typename B::dims;
@@ -93,6 +92,8 @@ auto einsum_partial(const A& a, const B& b) {
     return P{};
   } else {
     detail::check_shared_extents("einsum_partial", a, b);
+    const detail::op_call call(detail::planned_step{"einsum_partial", einsum_partial_plan<OutList, A, B>()}, a);
+
     if constexpr (!std::is_same_v<Ak, Ad>) {
       return einsum_partial<Out...>(sum_to<detail::with_dims_t<A, Ak>>(a), b);
     } else if constexpr (!std::is_same_v<Bk, Bd>) {
@@ -113,7 +114,7 @@ constexpr comm_plan sum_partials_plan() {
 // The sum: one allreduce over Axes. Gradient: the sum's gradient, to the addend, whole.
 template <Tensor X, unsigned Axes>
 X sum_partials(const partial_sum<X, Axes>& p) {
-  meshtensor::detail::plan_op_scope plan_scope("sum_partials");
+  const detail::op_call call(detail::planned_step{"sum_partials", sum_partials_plan<X, Axes>()}, p.addend());
   const X& a = p.addend();
   X out = detail::clone(a);
   detail::allreduce_local(out, Axes, reduce_op::sum);
@@ -131,10 +132,9 @@ constexpr comm_plan relayout_plan_of_partial() {
 // addend.
 template <Tensor Out, Tensor X, unsigned Axes>
 Out relayout(const partial_sum<X, Axes>& p) {
-  meshtensor::detail::plan_op_scope plan_scope("relayout (reduce_scatter)");
   constexpr bool scatters = [] {
     if constexpr (detail::relayout_compatible_v<Out, X>)
-      return detail::scatters_over<X::rank>(X::splits, Out::splits, Axes);
+      return scatters_over<X::rank>(X::splits, Out::splits, Axes);
     else
       return false;
   }();
@@ -142,6 +142,7 @@ Out relayout(const partial_sum<X, Axes>& p) {
     (void)sizeof(diagnostic::relayout_of_partial_sum_not_a_scatter<Out, X>);
     return Out{};
   } else {
+    const detail::op_call call(detail::planned_step{"relayout (reduce_scatter)", relayout_plan_of_partial<Out, X, Axes>()}, p.addend());
     const X& a = p.addend();
     Out out = Axes == 0 ? detail::relayout_kernel<Out>(a, "relayout") : detail::reduce_scatter_kernel<Out>(a, Axes);
     detail::record<Out>(
@@ -202,7 +203,7 @@ partial_sum<X, A> operator/(const partial_sum<X, A>& p, typename X::value_type s
 // processor (the sum depends on x once, wherever it was added).
 template <Tensor X, unsigned A>
 partial_sum<X, A> operator+(const partial_sum<X, A>& p, const X& x) {
-  meshtensor::detail::plan_op_scope plan_scope("partial_sum + tensor");
+  const detail::op_call call(detail::planned_step{"partial_sum + tensor", comm_plan{}}, x);
   const X& a = p.addend();
   X out;
   {

@@ -313,8 +313,8 @@ Out sum_to(const X& x) {
 // Sum over the named dims.
 template <Dim... Ds, Tensor X>
 auto reduce_sum(const X& x) {
-  meshtensor::detail::plan_op_scope plan_scope("reduce_sum");
   detail::check_reduced_dims<X, Ds...>();
+  const detail::op_call call(detail::planned_step{"reduce_sum", reduce_plan<detail::reduced_t<X, Ds...>, X>()}, x);
   return sum_to<detail::reduced_t<X, Ds...>>(x);
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "../geometry/split.hpp"
 #include "../layout/plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "../kernels/pool.hpp"
@@ -34,42 +35,6 @@ struct relayout_changes_more_than_layout {
 }  // namespace diagnostic
 
 namespace detail {
-
-enum class relayout_kind { share, local, allgather, alltoall };
-
-// What moving slices from one placement to another (dim by dim, in position order) needs.
-struct relayout_step {
-  relayout_kind kind = relayout_kind::share;
-  unsigned axes = 0;  // the axes the collective runs over
-};
-
-constexpr int common_prefix(const dim_split& a, const dim_split& b) {
-  int p = 0;
-  while (p < a.count && p < b.count && a.axes[p] == b.axes[p]) ++p;
-  return p;
-}
-
-template <std::size_t R>
-constexpr relayout_step analyze_relayout(const std::array<dim_split, R>& from, const std::array<dim_split, R>& to) {
-  bool same = true, nested = true;
-  unsigned gather = 0, taken = 0;
-  for (std::size_t d = 0; d < R; ++d) {
-    const int p = common_prefix(from[d], to[d]);
-    if (p != from[d].count || p != to[d].count) same = false;
-    // A new part lies inside the old part only when the old axes are a prefix of the new ones
-    // (parts number row-major over the rule's axes); otherwise the axes after the prefix go.
-    for (int k = p; k < from[d].count; ++k) gather |= 1u << from[d].axes[k];
-    for (int k = p; k < to[d].count; ++k) taken |= 1u << to[d].axes[k];
-    // Each dim keeps a prefix of its axes and either drops the rest or appends new ones.
-    if (p != from[d].count && p != to[d].count) nested = false;
-  }
-  if (same) return {relayout_kind::share, 0};
-  if (gather == 0) return {relayout_kind::local, 0};
-  // Every axis a dim drops is taken up by another dim: processors that differ only on those axes
-  // swap equal blocks, one alltoall over them (one axis or several).
-  if (nested && (gather & ~taken) == 0) return {relayout_kind::alltoall, gather};
-  return {relayout_kind::allgather, gather};
-}
 
 constexpr comm_plan plan_of(const relayout_step& s) {
   comm_plan p{};
@@ -249,24 +214,6 @@ Out relayout_kernel(const X& x, const char* op) {
   return Out(x.mesh(), x.extents(), std::move(v));
 }
 
-// Whether splits `to` extend `from` dim by dim, the axes they add being exactly the mask axes, each
-// once: then the relayout of a sum of partials over those axes is one reduce_scatter.
-template <std::size_t R>
-constexpr bool scatters_over(const std::array<dim_split, R>& from, const std::array<dim_split, R>& to, unsigned axes) {
-  unsigned added = 0;
-  for (std::size_t d = 0; d < R; ++d) {
-    if (to[d].count < from[d].count) return false;
-    for (int i = 0; i < from[d].count; ++i)
-      if (to[d].axes[i] != from[d].axes[i]) return false;
-    for (int i = from[d].count; i < to[d].count; ++i) {
-      const unsigned bit = 1u << to[d].axes[i];
-      if (added & bit) return false;
-      added |= bit;
-    }
-  }
-  return added == axes;
-}
-
 // The addends' sum, with each processor along Axes receiving only its part under Out: every
 // processor packs its addend's pieces in the order of the peers that own them (sub-rank order),
 // then one MPI_Reduce_scatter. Not recorded.
@@ -310,15 +257,6 @@ constexpr bool relayout_compatible_v = std::is_same_v<typename Out::value_type, 
                                        std::is_same_v<typename Out::mesh_type, typename X::mesh_type> &&
                                        std::is_same_v<typename Out::dims, typename X::dims>;
 
-// The axes that splits `to` add to `from` where they extend them (local slicing).
-template <std::size_t R>
-constexpr unsigned added_axes(const std::array<dim_split, R>& from, const std::array<dim_split, R>& to) {
-  unsigned added = 0;
-  for (std::size_t d = 0; d < R; ++d)
-    for (int i = from[d].count; i < to[d].count; ++i) added |= 1u << to[d].axes[i];
-  return added;
-}
-
 // The gradient rule of relayout and rename: the result's gradient relayouted back. A gradient that
 // is still a sum of partials over axes (the tape's pending_axes; autodiff/tape.hpp asks rules for
 // `partial`) need not be reduced first where the way back is local and slices nothing over those
@@ -350,17 +288,17 @@ struct relayout_rule {
 // The collectives relayout<Out>(x) runs, for x of type X (dim by dim in position order).
 template <Tensor Out, Tensor X>
 constexpr comm_plan relayout_plan() {
-  return detail::plan_of(detail::analyze_relayout<X::rank>(X::splits, Out::splits));
+  return detail::plan_of(analyze_relayout<X::rank>(X::splits, Out::splits));
 }
 
 // Gradient: the result's gradient relayouted back to x's layout.
 template <Tensor Out, Tensor X>
 Out relayout(const X& x) {
-  meshtensor::detail::plan_op_scope plan_scope("relayout");
   if constexpr (!detail::relayout_compatible_v<Out, X>) {
     (void)sizeof(diagnostic::relayout_changes_more_than_layout<Out, X>);
     return Out{};
   } else {
+    const detail::op_call call(detail::planned_step{"relayout", relayout_plan<Out, X>()}, x);
     Out out = detail::relayout_kernel<Out>(x, "relayout");
     detail::record<Out>(out, detail::relayout_rule<Out, X>{x}, x);
     return out;

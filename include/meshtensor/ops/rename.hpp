@@ -154,20 +154,19 @@ constexpr bool check_distinct_result(type_list<Ds...>) {
 
 // Splits of T's dims, with those of dims Other lacks cleared (replicated).
 template <Tensor T, Tensor Other>
-constexpr std::array<dim_split, T::rank> kept_splits() {
+constexpr std::array<dim_split, T::rank> shared_dim_splits() {
   constexpr auto in_other = positions_in<T, Other>();
-  std::array<dim_split, T::rank> s = T::splits;
-  for (std::size_t i = 0; i < T::rank; ++i)
-    if (in_other[i] >= Other::rank) s[i] = dim_split{};
-  return s;
+  std::array<bool, T::rank> lacked{};
+  for (std::size_t i = 0; i < T::rank; ++i) lacked[i] = in_other[i] >= Other::rank;
+  return kept_splits<T::rank>(T::splits, lacked);
 }
 
 // reshape's steps: gather x's split dims that Out lacks, reinterpret the local slice (the kept
 // split dims cut both the same way), then slice Out's split dims that x lacks.
 template <Tensor Out, Tensor X>
 struct reshape_steps {
-  static constexpr auto x_kept = kept_splits<X, Out>();
-  static constexpr auto out_kept = kept_splits<Out, X>();
+  static constexpr auto x_kept = shared_dim_splits<X, Out>();
+  static constexpr auto out_kept = shared_dim_splits<Out, X>();
   static constexpr relayout_step gather = analyze_relayout<X::rank>(X::splits, x_kept);
   static constexpr relayout_step slice = analyze_relayout<Out::rank>(out_kept, Out::splits);
 };
@@ -254,7 +253,6 @@ constexpr comm_plan reshape_plan() {
 // Gradient: renamed back (relayout semantics).
 template <Dim Old, Dim New, Tensor X>
 auto rename(const X& x) {
-  meshtensor::detail::plan_op_scope plan_scope("rename");
   if constexpr (!contains_v<Old, typename X::dims>) {
     (void)sizeof(diagnostic::rename_source_not_in_tensor<Old>);
     return x;
@@ -264,6 +262,7 @@ auto rename(const X& x) {
     (void)sizeof(diagnostic::rename_target_already_in_tensor<New>);
     return x;
   } else {
+    const detail::op_call call(detail::planned_step{"rename", rename_plan<X, Old, New>()}, x);
     return detail::renamed<detail::renamed_t<X, type_list<Old>, type_list<New>>>(x);
   }
 }
@@ -271,7 +270,6 @@ auto rename(const X& x) {
 // Renames OldList's k-th dim to NewList's k-th, all at once (so dims may swap names).
 template <class OldList, class NewList, Tensor X>
 auto replace_dimensions(const X& x) {
-  meshtensor::detail::plan_op_scope plan_scope("replace_dimensions");
   if constexpr (OldList::size != NewList::size) {
     (void)sizeof(diagnostic::replace_dimensions_counts_differ<OldList, NewList>);
     return x;
@@ -280,6 +278,7 @@ auto replace_dimensions(const X& x) {
                        !detail::check_distinct_result(detail::replaced_t<OldList, NewList, typename X::dims>{})) {
     return x;
   } else {
+    const detail::op_call call(detail::planned_step{"replace_dimensions", replace_dimensions_plan<X, OldList, NewList>()}, x);
     return detail::renamed<detail::renamed_t<X, OldList, NewList>>(x);
   }
 }
@@ -290,7 +289,6 @@ auto replace_dimensions(const X& x) {
 // braced list and make the missing extents 0.
 template <Dim... New, Tensor X, std::size_t N>
 auto reshape(const X& x, const std::array<std::int64_t, N>& extents) {
-  meshtensor::detail::plan_op_scope plan_scope("reshape");
   if constexpr (N != sizeof...(New)) {
     (void)sizeof(diagnostic::reshape_extent_count_differs<type_list<New...>, diagnostic::extents_expected<sizeof...(New)>,
                                                           diagnostic::extents_given<N>>);
@@ -299,6 +297,7 @@ auto reshape(const X& x, const std::array<std::int64_t, N>& extents) {
     return x;
   } else {
     using Out = detail::with_dims_t<X, type_list<New...>>;
+    const detail::op_call call(detail::planned_step{"reshape", reshape_plan<Out, X>()}, x);
     Out out = detail::reshape_kernel<Out>(x, extents, "reshape");
     detail::record<Out>(
         out, [x](const Out& g) { detail::push_grad(x, detail::reshape_kernel<X>(g, x.extents(), "reshape (gradient)")); },
@@ -317,7 +316,6 @@ auto reshape(const X& x, const std::int64_t (&extents)[N]) {
 template <class OldList, class NewList, Tensor X, std::size_t N>
 auto replace_dimensions(const X& x, const std::array<std::int64_t, N>& extents) {
   static_assert(OldList::size > 0, "meshtensor: replace_dimensions needs at least one old dim");
-  meshtensor::detail::plan_op_scope plan_scope("replace_dimensions");  // outermost: reshape's collectives count here
   if constexpr (N != NewList::size) {
     (void)sizeof(diagnostic::reshape_extent_count_differs<NewList, diagnostic::extents_expected<NewList::size>,
                                                           diagnostic::extents_given<N>>);
@@ -335,6 +333,8 @@ auto replace_dimensions(const X& x, const std::array<std::int64_t, N>& extents) 
       return x;
     } else {
       using Dims = typename detail::spliced<X, OldList, NewList>::type;
+      // Outermost: reshape's collectives are credited here.
+      const detail::op_call call(detail::planned_step{"replace_dimensions", reshape_plan<detail::with_dims_t<X, Dims>, X>()}, x);
       return [&]<class... Ds>(type_list<Ds...>) {
         typename detail::with_dims_t<X, Dims>::extents_type e{};
         for (std::size_t i = 0; i < at; ++i) e[i] = x.extents()[i];

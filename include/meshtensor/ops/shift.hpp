@@ -69,17 +69,45 @@ bool shift_uses_neighbours(const X& x, std::int64_t reach) {
     return false;
 }
 
+enum class shift_path { none, neighbours, gathered };
+
+// Which way a shift of x by `reach` along D goes (the same on every processor): nothing to move
+// when D is empty, the neighbours' slabs when every part holds at least |reach| elements and D is
+// split over one axis, else D gathered whole (an allgather over its axes; none when not split).
+template <Dim D, Tensor X>
+shift_path shift_path_of(const X& x, std::int64_t reach) {
+  if (x.template extent<D>() == 0) return shift_path::none;
+  return shift_uses_neighbours<D>(x, reach) ? shift_path::neighbours : shift_path::gathered;
+}
+
+// shift's and halo_exchange's step: the path, read by the op's execution and by its plan (one
+// `shift` per side it reaches on the neighbours path, one allgather over D's axes on the gathered).
+template <Tensor X, Dim D>
+struct shift_step {
+  const char* name;
+  shift_path path;
+  int sides = 1;
+  constexpr comm_plan plan() const {
+    constexpr unsigned axes = X::layout_type::template split_of<D>().mask();
+    comm_plan p{};
+    if (path == shift_path::gathered) p.then(collective::allgather, axes);
+    if (path == shift_path::neighbours)
+      for (int k = 0; k < sides; ++k) p.then(collective::shift, axes);
+    return p;
+  }
+};
+
 // Non-recording shift, also the gradient rule's kernel.
 template <Dim D, Tensor X>
-X shift_impl(const X& x, std::int64_t offset, boundary b) {
+X shift_impl(const X& x, std::int64_t offset, boundary b, shift_path path) {
   const collective_subject subject(&X::type_name);
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   const bool wrap = b == boundary::wrap;
   X out(x.mesh(), x.extents());
   const auto dst = local_along<D>(out);
-  if (x.template extent<D>() == 0) return out;
-  if (!shift_uses_neighbours<D>(x, offset)) {
+  if (path == shift_path::none) return out;
+  if (path == shift_path::gathered) {
     shift_from_full<Exec>(out.view(), dst, full_along<D>(x), offset, wrap);
     return out;
   }
@@ -137,9 +165,12 @@ constexpr comm_plan halo_exchange_general_plan() {
 // with the same boundary (zero-fill's adjoint is the zero-fill shift back).
 template <Dim D, Tensor X>
 X shift(const X& x, std::int64_t offset, boundary b = boundary::zero_fill) {
-  meshtensor::detail::plan_op_scope plan_scope("shift");
-  X out = detail::shift_impl<D>(x, offset, b);
-  detail::record<X>(out, [x, offset, b](const X& g) { detail::push_grad(x, detail::shift_impl<D>(g, -offset, b)); }, x);
+  const detail::op_call call(detail::shift_step<X, D>{"shift", detail::shift_path_of<D>(x, offset)}, x);
+  X out = detail::shift_impl<D>(x, offset, b, call.step().path);
+  detail::record<X>(
+      out,
+      [x, offset, b](const X& g) { detail::push_grad(x, detail::shift_impl<D>(g, -offset, b, detail::shift_path_of<D>(g, -offset))); },
+      x);
   return out;
 }
 
@@ -175,10 +206,13 @@ struct halo_slice {
 // x's local slice with `width` neighbour elements on each side along D.
 template <Dim D, Tensor X>
 halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boundary::zero_fill) {
-  meshtensor::detail::plan_op_scope plan_scope("halo_exchange");
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   if (width < 0) throw shape_error(detail::cat("halo_exchange: negative width ", width, " along dim '", D::name(), "'"));
+  // An empty D still takes the gathered path (every processor's empty halo slice comes from it).
+  const auto path = x.template extent<D>() != 0 && detail::shift_uses_neighbours<D>(x, width) ? detail::shift_path::neighbours
+                                                                                              : detail::shift_path::gathered;
+  const detail::op_call call(detail::shift_step<X, D>{"halo_exchange", path, 2}, x);
   const bool wrap = b == boundary::wrap;
   halo_slice<X, D> h;
   h.width = width;
@@ -192,7 +226,7 @@ halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boun
   dst.v = h.data;
   dst.n = L + 2 * width;
   dst.begin = h.begin;
-  if (x.template extent<D>() == 0 || !detail::shift_uses_neighbours<D>(x, width)) {
+  if (call.step().path != detail::shift_path::neighbours) {
     detail::shift_from_full<Exec>(h.data, dst, detail::full_along<D>(x), 0, wrap);
     return h;
   }

@@ -171,18 +171,18 @@ struct halo_dim {
   std::int64_t buf_lo = 0, buf_hi = 0;
 };
 
-// The halo plan of every spatial dim of an input with these extents under X's layout.
+// The halo schedule of every spatial dim of an input with these extents under X's layout.
 template <Tensor X, class... S>
-std::array<halo_dim, sizeof...(S)> plan_halos(const char* op, const typename X::mesh_type& mesh,
+std::array<halo_dim, sizeof...(S)> schedule_halos(const char* op, const typename X::mesh_type& mesh,
                                               const typename X::extents_type& extents,
                                               const std::array<window, sizeof...(S)>& windows) {
   constexpr std::array<std::size_t, sizeof...(S)> index{X::template index_of<typename S::dim>()...};
   constexpr std::array<dim_split, sizeof...(S)> splits{X::layout_type::template split_of<typename S::dim>()...};
   constexpr std::array<std::string_view, sizeof...(S)> names{S::dim::name()...};
-  std::array<halo_dim, sizeof...(S)> plan{};
+  std::array<halo_dim, sizeof...(S)> halos{};
   auto& comm = mesh.communicator();
   for (std::size_t j = 0; j < sizeof...(S); ++j) {
-    halo_dim& h = plan[j];
+    halo_dim& h = halos[j];
     h.index = index[j];
     h.split = splits[j];
     h.geo = geometry_of(op, names[j], extents[h.index], windows[j]);
@@ -197,7 +197,7 @@ std::array<halo_dim, sizeof...(S)> plan_halos(const char* op, const typename X::
     auto right_of = [&](std::int64_t q) {
       return std::max<std::int64_t>(0, need(q).second - std::max(need(q).first, own(q).second));
     };
-    const std::int64_t me = my_part(comm, h.split);
+    const std::int64_t me = h.split.part_at(comm.shape().sizes(), comm.coords());
     std::tie(h.own_lo, h.own_hi) = own(me);
     std::tie(h.need_lo, h.need_hi) = need(me);
     if (h.split.count == 0) {
@@ -230,7 +230,7 @@ std::array<halo_dim, sizeof...(S)> plan_halos(const char* op, const typename X::
     h.buf_lo = h.from_left + h.from_right == 0 ? h.own_lo : h.need_lo;
     h.buf_hi = h.from_left + h.from_right == 0 ? h.own_hi : h.need_hi;
   }
-  return plan;
+  return halos;
 }
 
 // An input's local data with halos: row-major over ext, element l along dim d at global begin[d] + l.
@@ -240,15 +240,15 @@ struct halo_buffer {
   std::array<std::int64_t, R> ext{}, begin{};
 };
 
-// A buffer, from the pool and not filled, shaped as the one take_halo leaves once every halo of plan
+// A buffer, from the pool and not filled, shaped as the one take_halo leaves once every halo of `halos`
 // is in: a slice's extents and offsets (ext, begin) along the other dims; along each spatial dim
 // this processor's part, widened to the range its windows read where halos are exchanged. What
 // fold and conv_transpose's direct path add into before return_halo.
 template <class T, class Mem, std::size_t R, std::size_t N>
 halo_buffer<T, Mem, R> halo_buffer_for(const std::array<std::int64_t, R>& ext, const std::array<std::int64_t, R>& begin,
-                                       const std::array<halo_dim, N>& plan) {
+                                       const std::array<halo_dim, N>& halos) {
   halo_buffer<T, Mem, R> b{{}, ext, begin};
-  for (const auto& h : plan) {
+  for (const auto& h : halos) {
     b.ext[h.index] = h.path == halo_path::local ? h.own_hi - h.own_lo : h.buf_hi - h.buf_lo;
     b.begin[h.index] = h.path == halo_path::local ? h.own_lo : h.buf_lo;
   }
@@ -379,23 +379,23 @@ template <std::size_t R, std::size_t N>
 struct window_maps {
   Kokkos::Array<int, R> spatial_of;
   Kokkos::Array<std::int64_t, N> stride, dilation, pad_lo, extent;
-  explicit window_maps(const std::array<halo_dim, N>& plan) {
+  explicit window_maps(const std::array<halo_dim, N>& halos) {
     for (std::size_t d = 0; d < R; ++d) spatial_of[d] = -1;
     for (std::size_t j = 0; j < N; ++j) {
-      spatial_of[plan[j].index] = static_cast<int>(j);
-      stride[j] = plan[j].geo.stride;
-      dilation[j] = plan[j].geo.dilation;
-      pad_lo[j] = plan[j].geo.pad_lo;
-      extent[j] = plan[j].geo.extent;
+      spatial_of[halos[j].index] = static_cast<int>(j);
+      stride[j] = halos[j].geo.stride;
+      dilation[j] = halos[j].geo.dilation;
+      pad_lo[j] = halos[j].geo.pad_lo;
+      extent[j] = halos[j].geo.extent;
     }
   }
 };
 
 // Number of input dims up to and including the last spatial one.
 template <std::size_t N>
-std::size_t prefix_of(const std::array<halo_dim, N>& plan) {
+std::size_t prefix_of(const std::array<halo_dim, N>& halos) {
   std::size_t p = 0;
-  for (const auto& h : plan) p = std::max(p, h.index + 1);
+  for (const auto& h : halos) p = std::max(p, h.index + 1);
   return p;
 }
 
@@ -507,42 +507,42 @@ void fold_kernel(const Kokkos::View<T*, typename Exec::memory_space>& cv, const 
 
 // unfold without recording: the halos in, then every output element read from the buffer.
 template <Tensor Out, Tensor X>
-Out unfold_local(const X& x, const std::array<halo_dim, Out::rank - X::rank>& plan, typename X::value_type fill) {
+Out unfold_local(const X& x, const std::array<halo_dim, Out::rank - X::rank>& halos, typename X::value_type fill) {
   const collective_subject subject(&X::type_name);
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   constexpr std::size_t R = X::rank, N = Out::rank - X::rank;
-  const std::size_t P = prefix_of(plan);
+  const std::size_t P = prefix_of(halos);
   typename Out::extents_type oext{};
   for (std::size_t d = 0; d < R; ++d) oext[d < P ? d : d + N] = x.extents()[d];
   for (std::size_t j = 0; j < N; ++j) {
-    oext[plan[j].index] = plan[j].geo.out;
-    oext[P + j] = plan[j].geo.size;
+    oext[halos[j].index] = halos[j].geo.out;
+    oext[P + j] = halos[j].geo.size;
   }
   Out out(x.mesh(), oext, uninitialized);
   halo_buffer<T, typename X::memory_space, R> b{x.view(), x.local_extents(), x.offsets()};
-  for (const auto& h : plan) take_halo<Exec>(x.mesh().communicator(), b, h);
-  unfold_kernel<Exec>(b, window_maps<R, N>(plan), prefix_of(plan), out.view(), out.local_extents(), out.offsets(), fill);
+  for (const auto& h : halos) take_halo<Exec>(x.mesh().communicator(), b, h);
+  unfold_kernel<Exec>(b, window_maps<R, N>(halos), prefix_of(halos), out.view(), out.local_extents(), out.offsets(), fill);
   return out;
 }
 
 // fold without recording: every tap added onto the buffer element it reads, then the halos back.
 template <Tensor X, Tensor Cols>
-X fold_local(const Cols& cols, const typename X::extents_type& extents, const std::array<halo_dim, Cols::rank - X::rank>& plan) {
+X fold_local(const Cols& cols, const typename X::extents_type& extents, const std::array<halo_dim, Cols::rank - X::rank>& halos) {
   const collective_subject subject(&Cols::type_name);
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   constexpr std::size_t R = X::rank, N = Cols::rank - X::rank;
   // The result's slice: cols' along the other dims, this processor's part along the spatial ones.
-  const std::size_t P = prefix_of(plan);
+  const std::size_t P = prefix_of(halos);
   std::array<std::int64_t, R> ext{}, begin{};
   for (std::size_t d = 0; d < R; ++d) {
     ext[d] = cols.local_extents()[d < P ? d : d + N];
     begin[d] = cols.offsets()[d < P ? d : d + N];
   }
-  auto b = halo_buffer_for<T, typename X::memory_space>(ext, begin, plan);
-  fold_kernel<Exec>(cols.view(), cols.local_extents(), cols.offsets(), window_maps<R, N>(plan), P, b);
-  for (std::size_t j = N; j-- > 0;) return_halo<Exec>(cols.mesh().communicator(), b, plan[j]);
+  auto b = halo_buffer_for<T, typename X::memory_space>(ext, begin, halos);
+  fold_kernel<Exec>(cols.view(), cols.local_extents(), cols.offsets(), window_maps<R, N>(halos), P, b);
+  for (std::size_t j = N; j-- > 0;) return_halo<Exec>(cols.mesh().communicator(), b, halos[j]);
   return X(cols.mesh(), extents, b.v);
 }
 
@@ -573,7 +573,7 @@ constexpr comm_plan unfold_gather_plan() {
 template <Tensor X, class... S>
 constexpr comm_plan fold_plan() {
   comm_plan p{};
-  constexpr std::array<detail::dim_split, sizeof...(S)> splits{X::layout_type::template split_of<typename S::dim>()...};
+  constexpr std::array<dim_split, sizeof...(S)> splits{X::layout_type::template split_of<typename S::dim>()...};
   for (std::size_t j = splits.size(); j-- > 0;) {
     if (splits[j].count == 1) p.then(collective::shift, splits[j].mask()).then(collective::shift, splits[j].mask());
     if (splits[j].count > 1) p.then(collective::allreduce, splits[j].mask());
@@ -583,11 +583,34 @@ constexpr comm_plan fold_plan() {
 template <Tensor X, class... S>
 constexpr comm_plan fold_gather_plan() {
   comm_plan p{};
-  constexpr std::array<detail::dim_split, sizeof...(S)> splits{X::layout_type::template split_of<typename S::dim>()...};
+  constexpr std::array<dim_split, sizeof...(S)> splits{X::layout_type::template split_of<typename S::dim>()...};
   for (std::size_t j = splits.size(); j-- > 0;)
     if (splits[j].count > 0) p.then(collective::allreduce, splits[j].mask());
   return p;
 }
+
+// unfold's and fold's step: the halo schedule, and the collectives it runs, per spatial dim (unfold
+// in order, fold in reverse): two shifts on the neighbours path, one allgather (fold: allreduce) on
+// the gather path, nothing where the dim is not split. unfold_plan and unfold_gather_plan (fold_*)
+// are the two uniform cases of it.
+namespace detail {
+template <std::size_t N>
+struct halo_step {
+  const char* name;
+  std::array<halo_dim, N> halos;
+  bool folds = false;
+  comm_plan plan() const {
+    comm_plan p{};
+    for (std::size_t k = 0; k < N; ++k) {
+      const auto& h = halos[folds ? N - 1 - k : k];
+      if (h.path == halo_path::neighbours)
+        p.then(collective::shift, h.split.mask()).then(collective::shift, h.split.mask());
+      if (h.path == halo_path::gather) p.then(folds ? collective::allreduce : collective::allgather, h.split.mask());
+    }
+    return p;
+  }
+};
+}  // namespace detail
 
 // ---- ops --------------------------------------------------------------------------------------
 // x's windows: x's dims (each spatial dim with its number of window positions), then one window dim
@@ -598,12 +621,12 @@ template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
 auto unfold(const X& x, typename X::value_type fill, detail::window_for<S>... windows) {
   static_assert((detail::spatial_checked_v<X, S> && ...));
-  meshtensor::detail::plan_op_scope plan_scope("unfold");
   using Out = detail::unfolded_t<X, S...>;
-  const auto plan = detail::plan_halos<X, S...>("unfold", x.mesh(), x.extents(), {windows...});
-  Out out = detail::unfold_local<Out>(x, plan, fill);
+  const detail::op_call call(detail::halo_step<sizeof...(S)>{"unfold", detail::schedule_halos<X, S...>("unfold", x.mesh(), x.extents(), {windows...})}, x);
+  const auto& halos = call.step().halos;
+  Out out = detail::unfold_local<Out>(x, halos, fill);
   detail::record<Out>(
-      out, [x, plan](const Out& g) { detail::push_grad(x, detail::fold_local<X>(g, x.extents(), plan)); }, x);
+      out, [x, halos](const Out& g) { detail::push_grad(x, detail::fold_local<X>(g, x.extents(), halos)); }, x);
   return out;
 }
 template <class... S, Tensor X>
@@ -624,7 +647,6 @@ detail::folded_t<Cols, S...> fold(const Cols& cols, const std::array<std::int64_
   static_assert(std::is_same_v<typename Cols::dims, detail::unfolded_dims_t<X, S...>>,
                 "meshtensor: fold's columns must have unfold's dim order: the input's dims up to its last spatial "
                 "dim, then the window dims, then the input's other dims");
-  meshtensor::detail::plan_op_scope plan_scope("fold");
   constexpr std::size_t P = detail::spatial_prefix_v<X, S...>, N = sizeof...(S);
   typename X::extents_type ext{};
   for (std::size_t d = 0; d < X::rank; ++d) ext[d] = cols.extents()[d < P ? d : d + N];
@@ -632,17 +654,18 @@ detail::folded_t<Cols, S...> fold(const Cols& cols, const std::array<std::int64_
   constexpr std::array<std::string_view, N> names{S::dim::name()...};
   const std::array<window, N> ws{windows...};
   for (std::size_t j = 0; j < N; ++j) ext[index[j]] = spatial_extents[j];
-  const auto plan = detail::plan_halos<X, S...>("fold", cols.mesh(), ext, ws);
+  const detail::op_call call(detail::halo_step<N>{"fold", detail::schedule_halos<X, S...>("fold", cols.mesh(), ext, ws), true}, cols);
+  const auto& halos = call.step().halos;
   for (std::size_t j = 0; j < N; ++j)
-    if (cols.extents()[index[j]] != plan[j].geo.out || cols.extents()[P + j] != ws[j].size)
-      throw shape_error(detail::cat("fold: dim '", names[j], "' of extent ", spatial_extents[j], " has ", plan[j].geo.out,
+    if (cols.extents()[index[j]] != halos[j].geo.out || cols.extents()[P + j] != ws[j].size)
+      throw shape_error(detail::cat("fold: dim '", names[j], "' of extent ", spatial_extents[j], " has ", halos[j].geo.out,
                                     " window positions of ", ws[j].size, " taps, but the columns have ",
                                     cols.extents()[index[j]], " positions and ", cols.extents()[P + j], " taps"));
-  X out = detail::fold_local<X>(cols, ext, plan);
+  X out = detail::fold_local<X>(cols, ext, halos);
   detail::record<X>(
       out,
-      [cols, plan](const X& g) {
-        detail::push_grad(cols, detail::unfold_local<Cols>(g, plan, typename X::value_type(0)));
+      [cols, halos](const X& g) {
+        detail::push_grad(cols, detail::unfold_local<Cols>(g, halos, typename X::value_type(0)));
       },
       cols);
   return out;

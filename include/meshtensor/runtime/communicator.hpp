@@ -145,7 +145,12 @@ class communicator {
     c.bytes += bytes;
     if (watch_ != MPI_COMM_NULL) ++sequence_[mask];
     if (planned_) plan_ledger::get().count(to_string(kind), mask, bytes);
+    if (call_log_) call_log_->push_back({kind, mask});
   }
+  // Every counted collective, in order, while an op's plan is being checked (ops/detail/op_call.hpp);
+  // null otherwise.
+  std::vector<comm_key>* call_log() const { return call_log_; }
+  void set_call_log(std::vector<comm_key>* log) { call_log_ = log; }
   // A collective over the axes of mask: blocking() calls MPI's blocking form; under the watchdog
   // (MESHTENSOR_COLLECTIVE_TIMEOUT), start(MPI_Request* two) starts its nonblocking form (one or two
   // requests; the second stays MPI_REQUEST_NULL if unused) and it is waited on with a time limit.
@@ -199,6 +204,7 @@ class communicator {
   int rank_ = 0;
   std::map<unsigned, MPI_Comm> subs_;
   comm_counters counters_;
+  std::vector<comm_key>* call_log_ = nullptr;
   bool planned_ = false;
   MPI_Comm watch_ = MPI_COMM_NULL;
   std::map<unsigned, std::int64_t> sequence_;  // collectives called per axis set: the watchdog's tickets

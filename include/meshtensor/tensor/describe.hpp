@@ -24,7 +24,7 @@ std::string describe(const mesh_shape& shape, const typename TT::extents_type& e
       out << "replicated";
       continue;
     }
-    out << detail::split_string(TT::splits[i], shape);
+    out << split_string(TT::splits[i], shape);
     if (!p.even(i)) out << " (uneven: " << p.max_part_extent(i) << " or " << p.min_part_extent(i) << " per part)";
   }
   out << "\n  " << std::setw(5) << "rank";

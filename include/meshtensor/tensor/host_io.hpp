@@ -3,6 +3,7 @@
 #include <mpi.h>
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -15,18 +16,14 @@
 namespace meshtensor {
 
 namespace detail {
-// Calls f(local_flat, global_flat) over a box of a tensor of global extents gext.
+// Calls f(at_in_full, at_in_box, n) for each run of box b in a row-major array of global extents
+// ext and in a buffer holding b alone (geometry/box.hpp's runs_of).
 template <std::size_t R, class F>
-void for_each_in_box(const box<R>& b, const std::array<std::int64_t, R>& gext, F&& f) {
-  const auto gstride = row_major_strides<R>(gext);
-  const std::int64_t n = b.size();
-  for (std::int64_t l = 0; l < n; ++l) {
-    std::int64_t rest = l, g = 0;
-    for (std::size_t i = R; i-- > 0;) {
-      g += (b.offset[i] + rest % b.extent[i]) * gstride[i];
-      rest /= b.extent[i];
-    }
-    f(l, g);
+void for_each_box_run(const box<R>& b, const std::array<std::int64_t, R>& ext, F&& f) {
+  const auto runs = runs_of(b, ext);
+  for (std::int64_t k = 0; k < runs.count; ++k) {
+    const auto [g, l] = runs.at(k);
+    f(g, l, runs.length);
   }
 }
 
@@ -59,7 +56,8 @@ void check_full_size(const TT& t, std::size_t n, const char* what) {
 // instance serves every layout and dim list of that rank (compile time, docs/performance.md).
 template <class T, std::size_t R>
 void copy_box_from_full(const placement<R>& p, std::int64_t mesh_rank, std::span<const T> full, T* local) {
-  for_each_in_box(p.box_of(mesh_rank), p.extents(), [&](std::int64_t l, std::int64_t g) { local[l] = full[g]; });
+  for_each_box_run(p.box_of(mesh_rank), p.extents(),
+                   [&](std::int64_t g, std::int64_t l, std::int64_t n) { std::copy_n(full.data() + g, n, local + l); });
 }
 
 template <class T, std::size_t R>
@@ -75,8 +73,9 @@ void scatter_from_root(communicator& comm, const placement<R>& p, std::span<cons
   if (comm.rank() == root) {
     packed.resize(static_cast<std::size_t>(displs.back() + counts.back()));
     for (int r = 0; r < nprocs; ++r)
-      for_each_in_box(p.box_of(r), p.extents(),
-                      [&](std::int64_t l, std::int64_t g) { packed[displs[r] + l] = full_on_root[g]; });
+      for_each_box_run(p.box_of(r), p.extents(), [&](std::int64_t g, std::int64_t l, std::int64_t n) {
+        std::copy_n(full_on_root.data() + g, n, packed.data() + displs[r] + l);
+      });
   }
   comm.count(collective::gather, all_axes(comm), local_size * sizeof(T));
   MPI_Scatterv(packed.data(), counts.data(), displs.data(), mpi_type<T>(), local, checked_count(local_size),
@@ -110,7 +109,9 @@ std::vector<T> gather_slices(communicator& comm, const placement<R>& p, const T*
     for (auto e : p.extents()) size *= e;
     full.resize(static_cast<std::size_t>(size));
     for (int r = 0; r < nprocs; ++r)
-      for_each_in_box(p.box_of(r), p.extents(), [&](std::int64_t l, std::int64_t g) { full[g] = all[displs[r] + l]; });
+      for_each_box_run(p.box_of(r), p.extents(), [&](std::int64_t g, std::int64_t l, std::int64_t n) {
+        std::copy_n(all.data() + displs[r] + l, n, full.data() + g);
+      });
   }
   return full;
 }

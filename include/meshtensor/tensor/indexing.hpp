@@ -4,6 +4,8 @@
 #include <array>
 #include <cstdint>
 
+#include "../geometry/box.hpp"
+
 namespace meshtensor::detail {
 
 // Kokkos::Array works inside device kernels; rank 0 keeps one unused slot.
@@ -15,17 +17,6 @@ idx_array<R> to_idx(const std::array<std::int64_t, R>& a) {
   idx_array<R> r{};
   for (std::size_t i = 0; i < R; ++i) r[i] = a[i];
   return r;
-}
-
-template <std::size_t R>
-std::array<std::int64_t, R> row_major_strides(const std::array<std::int64_t, R>& ext) {
-  std::array<std::int64_t, R> s{};
-  std::int64_t acc = 1;
-  for (std::size_t i = R; i-- > 0;) {
-    s[i] = acc;
-    acc *= ext[i];
-  }
-  return s;
 }
 
 // Maps a local flat index to the global flat index of the same element.

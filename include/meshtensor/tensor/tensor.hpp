@@ -159,7 +159,7 @@ class basic_tensor {
   using extents_type = std::array<std::int64_t, rank>;
   using storage_type = detail::tensor_storage<T, rank, ExecSpace>;
   // A copy, not a reference to checked::splits: nvcc rejects an in-class constexpr reference member.
-  static constexpr std::array<detail::dim_split, rank> splits = checked::splits;
+  static constexpr std::array<dim_split, rank> splits = checked::splits;
 
   // Same dims, layout and space, other element type.
   template <class U>
@@ -168,7 +168,7 @@ class basic_tensor {
   basic_tensor() = default;
 
   // Allocates a zero-filled slice. An extent need not divide by the processors its dim is split
-  // over: parts follow placement's balanced-block rule (layout/placement.hpp). Throws shape_error
+  // over: parts follow placement's balanced-block rule (geometry/placement.hpp). Throws shape_error
   // (on every rank alike: extents and mesh sizes are the same everywhere) on a negative extent.
   // The constructors only pass the type's names and splits on: the work is the storage's, compiled
   // once per (element type, rank, space) (compile time).
@@ -228,7 +228,7 @@ class basic_tensor {
   static std::string type_name() { return detail::tensor_type_name(dim_name_views); }
   std::string shape_string() const { return detail::tensor_shape_string(dim_name_views, st_.extents); }
   // "rows(2) x cols(2)" for dim i, or "no axis".
-  std::string split_string(std::size_t i) const { return detail::split_string(splits[i], mesh_.shape()); }
+  std::string split_string(std::size_t i) const { return meshtensor::split_string(splits[i], mesh_.shape()); }
 
   // Autodiff: a tensor that requires gradients records the ops applied to it on the tape.
   basic_tensor& requires_grad();

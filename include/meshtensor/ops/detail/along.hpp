@@ -47,31 +47,6 @@ along_view<typename X::view_type> local_along(const X& x) {
   return r;
 }
 
-// Part index (row-major over the rule's axes, in the rule's order) of each rank of the
-// sub-communicator of those axes (row-major over the same axes, in mesh order).
-inline std::vector<int> parts_by_subrank(const communicator& c, const dim_split& s) {
-  const placement<1> p({s}, c.shape(), {0});
-  std::vector<int> parts(static_cast<std::size_t>(p.parts(0)));
-  for (int sub = 0; sub < static_cast<int>(parts.size()); ++sub)
-    parts[sub] = static_cast<int>(p.part_at(0, c.shape().peer_coords(c.coords(), s.mask(), sub)));
-  return parts;
-}
-
-// The part of a dim split by s that this processor holds.
-inline std::int64_t my_part(const communicator& c, const dim_split& s) {
-  return placement<1>({s}, c.shape(), {0}).part_at(0, c.coords());
-}
-
-// True when the rule of D names its axes in mesh order, so that sub-communicator rank order is
-// part order (a scan over the sub-communicator then runs in part order).
-template <class L, class D>
-constexpr bool rule_in_mesh_order() {
-  constexpr auto s = L::template split_of<D>();
-  for (int i = 1; i < s.count; ++i)
-    if (s.axes[i] < s.axes[i - 1]) return false;
-  return true;
-}
-
 // Gathers local data [outer, n, inner] over D's axes (n: this processor's part of D's extent,
 // which differs between parts when the split is uneven) and returns the data of all parts in part
 // order, as [outer, extent, inner] in Exec's memory space.
@@ -81,7 +56,7 @@ Kokkos::View<T*, typename Exec::memory_space> allgather_along(communicator& comm
                                                               std::int64_t outer, std::int64_t n, std::int64_t inner,
                                                               std::int64_t extent) {
   using Mem = typename Exec::memory_space;
-  const auto parts = parts_by_subrank(comm, s);
+  const auto parts = parts_by_subrank(s, comm.shape(), comm.coords());
   const placement<1> p({s}, comm.shape(), {extent});
   const auto P = static_cast<int>(parts.size());
   std::vector<int> counts(P), displs(P);

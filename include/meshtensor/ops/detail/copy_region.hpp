@@ -1,9 +1,8 @@
 #pragma once
 // Copies a box-shaped region between two row-major buffers, in contiguous runs: the packing and
-// unpacking around relayout's collectives.
-// The region's innermost dims are merged with every further dim along which it covers both
-// buffers' boxes entirely, so a run is at least the innermost extent and the whole region when it
-// is contiguous in both. One work item copies (a chunk of) one run; the index division is paid
+// unpacking around relayout's collectives. The runs are geometry's (runs_between in
+// geometry/box.hpp: the innermost dims merged with every dim along which the region covers both
+// buffers whole). One work item copies (a chunk of) one run; the index division is paid
 // once per run, not per element. The kernel is a named functor templated on (execution space,
 // element type) only, so every rank and layout shares it (see docs/design.md, kernels).
 #include <Kokkos_Core.hpp>
@@ -49,28 +48,6 @@ struct copy_runs_functor {
   }
 };
 
-// A region's place in a row-major buffer holding box b from element `base` on.
-template <std::size_t R>
-std::int64_t offset_in(const box<R>& b, std::int64_t base, const box<R>& region) {
-  std::int64_t off = base, stride = 1;
-  for (std::size_t i = R; i-- > 0;) {
-    off += (region.offset[i] - b.offset[i]) * stride;
-    stride *= b.extent[i];
-  }
-  return off;
-}
-
-// Whether `region` (inside b) occupies one contiguous range of b's row-major order: after its
-// first dim of extent > 1, it covers b entirely.
-template <std::size_t R>
-bool contiguous_in(const box<R>& b, const box<R>& region) {
-  std::size_t i = 0;
-  while (i < R && region.extent[i] == 1) ++i;
-  for (std::size_t k = i + 1; k < R; ++k)
-    if (region.extent[k] != b.extent[k]) return false;
-  return true;
-}
-
 // Copies the elements of `region` (global coordinates) from a row-major buffer holding box sb at
 // src[soff...] to one holding box db at dst[doff...]. Both buffers live in Exec's memory space.
 // Does not fence.
@@ -79,26 +56,16 @@ void copy_region(const T* src, std::int64_t soff, const box<R>& sb, T* dst, std:
                  const box<R>& region) {
   const std::int64_t n = region.size();
   if (n == 0) return;
-  copy_runs_functor<T> f{src, dst, offset_in(sb, soff, region), offset_in(db, doff, region), 1, 1, 1, 0, {}, {}, {}};
-  if constexpr (R > 0) {
-    const auto ss = row_major_strides<R>(sb.extent), ds = row_major_strides<R>(db.extent);
-    // The run: the innermost dim, and every dim outside it while the dims inside cover both boxes.
-    std::size_t k = R - 1;
-    f.run = region.extent[k];
-    while (k > 0 && region.extent[k] == sb.extent[k] && region.extent[k] == db.extent[k]) {
-      --k;
-      f.run *= region.extent[k];
-    }
-    for (std::size_t i = 0; i < k; ++i)
-      if (region.extent[i] > 1) {
-        f.ext[f.outer] = region.extent[i];
-        f.sstride[f.outer] = ss[i];
-        f.dstride[f.outer] = ds[i];
-        ++f.outer;
-      }
+  // The runs (geometry/box.hpp): the kernel only walks what they say.
+  const box_runs runs = runs_between(region, sb, db);
+  copy_runs_functor<T> f{src, dst, soff + runs.first_a, doff + runs.first_b, runs.length, 1, 1, runs.outer, {}, {}, {}};
+  for (int i = 0; i < runs.outer; ++i) {
+    f.ext[i] = runs.extent[i];
+    f.sstride[i] = runs.stride_a[i];
+    f.dstride[i] = runs.stride_b[i];
   }
   // Few long runs: cut them into chunks so that every thread gets work.
-  const std::int64_t rows = n / f.run;
+  const std::int64_t rows = runs.count;
   constexpr std::int64_t min_chunk = 1 << 14;
   const std::int64_t threads = Exec().concurrency();
   f.chunk = f.run;

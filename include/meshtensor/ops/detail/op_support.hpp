@@ -10,6 +10,7 @@
 #include "../../autodiff/tape.hpp"
 #include "../../tensor/indexing.hpp"
 #include "../../tensor/tensor.hpp"
+#include "op_call.hpp"
 
 namespace meshtensor {
 
@@ -24,7 +25,6 @@ struct operands_differ_in_layout {
 
 namespace detail {
 
-inline constexpr int max_rank = 8;
 using kidx = Kokkos::Array<std::int64_t, max_rank>;
 
 // The tensor type with the same element type, layout and space as TT, over the dims of a list.
@@ -56,9 +56,9 @@ inline constexpr auto positions_in_v = positions_in<Out, In>();
 
 // Row-major strides of local extents of any rank, for the glue that is not a template on it.
 inline kidx row_major_strides_of(std::span<const std::int64_t> ext) {
+  const auto strides = row_major_strides(ext);
   kidx s{};
-  std::int64_t acc = 1;
-  for (std::size_t i = ext.size(); i-- > 0;) s[i] = acc, acc *= ext[i];
+  for (std::size_t i = 0; i < ext.size(); ++i) s[i] = strides[i];
   return s;
 }
 

@@ -27,33 +27,11 @@
 #include <string>
 #include <vector>
 
-#include "../geometry/mesh_shape.hpp"
+#include "box.hpp"
+#include "mesh_shape.hpp"
+#include "split.hpp"
 
 namespace meshtensor {
-
-namespace detail {
-inline constexpr std::size_t max_axes = 8;
-
-// The axes one dim is split over, as mesh axis indices in the rule's order.
-struct dim_split {
-  int count = 0;
-  std::array<int, max_axes> axes{};
-  constexpr unsigned mask() const {
-    unsigned m = 0;
-    for (int i = 0; i < count; ++i) m |= 1u << axes[i];
-    return m;
-  }
-  friend constexpr bool operator==(const dim_split&, const dim_split&) = default;
-};
-
-// "rows(2) x cols(3)", or "no axis".
-inline std::string split_string(const dim_split& s, const mesh_shape& shape) {
-  std::string r;
-  for (int k = 0; k < s.count; ++k)
-    r += cat(k ? " x " : "", shape.axis_names()[s.axes[k]], "(", shape.sizes()[s.axes[k]], ")");
-  return r.empty() ? "no axis" : r;
-}
-}  // namespace detail
 
 // The balanced-block rule for one dim: n elements in p parts.
 struct block_rule {
@@ -70,53 +48,21 @@ struct block_rule {
   }
 };
 
-// A box of a rank-R tensor: offsets and extents per dim.
-template <std::size_t R>
-struct box {
-  std::array<std::int64_t, R> offset{};
-  std::array<std::int64_t, R> extent{};
-  std::int64_t size() const {
-    std::int64_t n = 1;
-    for (auto e : extent) n *= e;
-    return n;
-  }
-  bool contains(const std::array<std::int64_t, R>& index) const {
-    for (std::size_t i = 0; i < R; ++i)
-      if (index[i] < offset[i] || index[i] >= offset[i] + extent[i]) return false;
-    return true;
-  }
-  friend bool operator==(const box&, const box&) = default;
-};
-
-// The common part of two boxes (extents 0 where they do not meet).
-template <std::size_t R>
-box<R> intersect(const box<R>& a, const box<R>& b) {
-  box<R> r;
-  for (std::size_t i = 0; i < R; ++i) {
-    r.offset[i] = std::max(a.offset[i], b.offset[i]);
-    r.extent[i] = std::max<std::int64_t>(0, std::min(a.offset[i] + a.extent[i], b.offset[i] + b.extent[i]) - r.offset[i]);
-  }
-  return r;
-}
-
 template <std::size_t R>
 class placement {
  public:
   using extents_type = std::array<std::int64_t, R>;
 
   placement() = default;
-  placement(const std::array<detail::dim_split, R>& splits, std::span<const int> mesh_sizes, const extents_type& extents)
+  placement(const std::array<dim_split, R>& splits, std::span<const int> mesh_sizes, const extents_type& extents)
       : splits_(splits), extents_(extents), naxes_(static_cast<int>(mesh_sizes.size())) {
     std::copy(mesh_sizes.begin(), mesh_sizes.end(), sizes_.begin());
-    for (std::size_t d = 0; d != R; ++d) {
-      parts_[d] = 1;
-      for (int k = 0; k < splits_[d].count; ++k) parts_[d] *= sizes_[splits_[d].axes[k]];
-    }
+    for (std::size_t d = 0; d != R; ++d) parts_[d] = splits_[d].parts(mesh_sizes);
   }
-  placement(const std::array<detail::dim_split, R>& splits, const mesh_shape& shape, const extents_type& extents)
+  placement(const std::array<dim_split, R>& splits, const mesh_shape& shape, const extents_type& extents)
       : placement(splits, std::span<const int>(shape.sizes()), extents) {}
 
-  const std::array<detail::dim_split, R>& splits() const { return splits_; }
+  const std::array<dim_split, R>& splits() const { return splits_; }
   const extents_type& extents() const { return extents_; }
   std::span<const int> mesh_sizes() const { return {sizes_.data(), static_cast<std::size_t>(naxes_)}; }
   std::int64_t nprocs() const {
@@ -129,9 +75,7 @@ class placement {
   std::int64_t parts(std::size_t d) const { return parts_[d]; }
   // Which part of dim d the processor at these mesh coordinates holds.
   std::int64_t part_at(std::size_t d, std::span<const int> coords) const {
-    std::int64_t p = 0;
-    for (int k = 0; k < splits_[d].count; ++k) p = p * sizes_[splits_[d].axes[k]] + coords[splits_[d].axes[k]];
-    return p;
+    return splits_[d].part_at(mesh_sizes(), coords);
   }
   // Where part `part` of dim d starts, and how long it is (the nested rule above).
   std::int64_t part_offset(std::size_t d, std::int64_t part) const { return nested_part(d, part).offset[0]; }
@@ -173,11 +117,9 @@ class placement {
   // The box held by the processor of this mesh rank (row-major over the axes, last fastest).
   box<R> box_of(std::int64_t rank) const {
     std::array<int, detail::max_axes> c{};
-    for (int a = naxes_; a-- > 0;) {
-      c[a] = static_cast<int>(rank % sizes_[a]);
-      rank /= sizes_[a];
-    }
-    return box_at({c.data(), static_cast<std::size_t>(naxes_)});
+    const std::span<int> coords(c.data(), static_cast<std::size_t>(naxes_));
+    coords_of(rank, mesh_sizes(), coords);
+    return box_at(coords);
   }
 
   // Every mesh rank whose box holds this global index (one per replica), in rank order.
@@ -194,13 +136,12 @@ class placement {
       }
     }
     std::vector<std::int64_t> ranks;
+    std::array<int, detail::max_axes> c{};
+    const std::span<int> coords(c.data(), static_cast<std::size_t>(naxes_));
     for (std::int64_t r = 0, n = nprocs(); r < n; ++r) {
+      coords_of(r, mesh_sizes(), coords);
       bool match = true;
-      std::int64_t rest = r;
-      for (int a = naxes_; a-- > 0 && match;) {
-        match = fixed[a] < 0 || fixed[a] == rest % sizes_[a];
-        rest /= sizes_[a];
-      }
+      for (int a = 0; a < naxes_ && match; ++a) match = fixed[a] < 0 || fixed[a] == c[a];
       if (match) ranks.push_back(r);
     }
     return ranks;
@@ -225,7 +166,7 @@ class placement {
     return {{at}, {n}};
   }
 
-  std::array<detail::dim_split, R> splits_{};
+  std::array<dim_split, R> splits_{};
   extents_type extents_{};
   std::array<std::int64_t, R> parts_{};
   std::array<int, detail::max_axes> sizes_{};

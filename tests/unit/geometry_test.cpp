@@ -1,0 +1,259 @@
+// The geometry layer's laws, in one process and without MPI (the headers include none): the split
+// algebra that relayout, reshape and the sum-scattering gradients read (analyze_relayout,
+// added_axes, scatters_over, kept_splits), checked against placement's boxes element by element;
+// the runs that host I/O, checkpoints and relayout's packing copy; mesh coordinates.
+#include <catch2/catch_test_macros.hpp>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <meshtensor/geometry/box.hpp>
+#include <meshtensor/geometry/placement.hpp>
+#include <meshtensor/geometry/split.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <set>
+#include <vector>
+
+namespace mt = meshtensor;
+
+namespace {
+
+mt::dim_split over(const std::vector<int>& axes) { return mt::dim_split::over(axes); }
+
+// Every layout of a rank-2 tensor on a mesh of `naxes` axes: each axis splits at most one dim, in
+// any order (a layout rule names an axis once).
+std::vector<std::array<mt::dim_split, 2>> layouts(int naxes) {
+  // Each axis goes to dim 0, dim 1 or none; then every order of each dim's axes.
+  std::vector<std::array<mt::dim_split, 2>> out;
+  int combos = 1;
+  for (int a = 0; a < naxes; ++a) combos *= 3;
+  for (int c = 0; c < combos; ++c) {
+    std::array<std::vector<int>, 2> axes;
+    for (int a = 0, rest = c; a < naxes; ++a, rest /= 3)
+      if (rest % 3 < 2) axes[rest % 3].push_back(a);
+    std::sort(axes[0].begin(), axes[0].end());
+    do {
+      std::sort(axes[1].begin(), axes[1].end());
+      do out.push_back({over(axes[0]), over(axes[1])});
+      while (std::next_permutation(axes[1].begin(), axes[1].end()));
+    } while (std::next_permutation(axes[0].begin(), axes[0].end()));
+  }
+  return out;
+}
+
+bool has_axis(unsigned mask, int a) { return (mask >> a) & 1u; }
+
+}  // namespace
+
+TEST_CASE("a relayout step's collective brings every processor what its new box needs", "[geometry][split]") {
+  // On a 2x3x2 mesh, for every pair of rank-2 layouts and both even and uneven extents: where the
+  // step says share, the boxes are equal; local, the new box lies inside the old one; allgather or
+  // alltoall over axes A, every element of the new box is held under the old layout by a processor
+  // that differs from this one only on A (the collective's group). And the group is no larger than
+  // needed: every axis of A is one some dim stops being split over.
+  const mt::mesh_shape mesh({"a", "b", "c"}, {2, 3, 2});
+  const auto all = layouts(3);
+  REQUIRE(all.size() == 49);  // sum over (i, j) of 3! / (3 - i - j)!: ordered axes for each dim
+  int counted[4] = {0, 0, 0, 0};
+  for (const std::array<std::int64_t, 2> ext : {std::array<std::int64_t, 2>{12, 6}, {7, 5}}) {
+    for (const auto& from : all)
+      for (const auto& to : all) {
+        const auto step = mt::analyze_relayout<2>(from, to);
+        ++counted[static_cast<int>(step.kind)];
+        const mt::placement<2> old_p(from, mesh, ext), new_p(to, mesh, ext);
+        for (std::int64_t r = 0; r < mesh.nprocs(); ++r) {
+          const auto nb = new_p.box_of(r), ob = old_p.box_of(r);
+          if (step.kind == mt::relayout_kind::share) REQUIRE(nb == ob);
+          if (step.kind == mt::relayout_kind::local) REQUIRE(mt::intersect(nb, ob) == nb);
+          if (step.kind == mt::relayout_kind::allgather || step.kind == mt::relayout_kind::alltoall) {
+            REQUIRE(step.axes != 0);
+            std::int64_t covered = 0;
+            const auto me = mesh.coords_of(r);
+            for (int q = 0; q < mesh.size_over(step.axes); ++q)
+              covered += mt::intersect(nb, old_p.box_at(mesh.peer_coords(me, step.axes, q))).size();
+            REQUIRE(covered == nb.size());
+          }
+        }
+        for (int a = 0; a < 3; ++a)
+          if (has_axis(step.axes, a)) {
+            bool dropped = false;
+            for (int d = 0; d < 2; ++d)
+              for (int k = mt::common_prefix(from[d], to[d]); k < from[d].count; ++k) dropped |= from[d].axes[k] == a;
+            REQUIRE(dropped);
+          }
+      }
+  }
+  // Every kind occurs in the sweep, so each law above was exercised.
+  for (int k = 0; k < 4; ++k) CHECK(counted[k] > 0);
+}
+
+TEST_CASE("extending splits is local; the way back gathers exactly the added axes", "[geometry][split]") {
+  const auto all = layouts(3);
+  int extensions = 0;
+  for (const auto& from : all)
+    for (const auto& to : all) {
+      bool extends = true;
+      for (int d = 0; d < 2; ++d) extends = extends && mt::common_prefix(from[d], to[d]) == from[d].count;
+      if (!extends) continue;
+      ++extensions;
+      const unsigned added = mt::added_axes<2>(from, to);
+      const auto there = mt::analyze_relayout<2>(from, to), back = mt::analyze_relayout<2>(to, from);
+      if (added == 0) {
+        REQUIRE(there.kind == mt::relayout_kind::share);
+        REQUIRE(back.kind == mt::relayout_kind::share);
+      } else {
+        REQUIRE(there.kind == mt::relayout_kind::local);
+        REQUIRE(back == mt::relayout_step{mt::relayout_kind::allgather, added});
+      }
+      // A sum of partials over exactly the added axes scatters in one reduce_scatter; over any
+      // other set of axes it does not.
+      for (unsigned axes = 0; axes < 8; ++axes) REQUIRE(mt::scatters_over<2>(from, to, axes) == (axes == added));
+      if (added != 0) REQUIRE_FALSE(mt::scatters_over<2>(to, from, added));
+    }
+  REQUIRE(extensions > 60);
+}
+
+TEST_CASE("a split moving between dims is one alltoall over its axis", "[geometry][split]") {
+  const std::array<mt::dim_split, 2> rows{over({0}), over({})}, cols{over({}), over({0})};
+  CHECK(mt::analyze_relayout<2>(rows, cols) == mt::relayout_step{mt::relayout_kind::alltoall, 1u});
+  // Dropping an axis nobody takes up is an allgather, even when another dim gains an axis.
+  const std::array<mt::dim_split, 2> ab{over({0}), over({})}, cb{over({}), over({1})};
+  CHECK(mt::analyze_relayout<2>(ab, cb) == mt::relayout_step{mt::relayout_kind::allgather, 1u});
+  // Reordering a dim's axes keeps the prefix only: the rest is gathered.
+  const std::array<mt::dim_split, 1> xy{over({0, 1})}, yx{over({1, 0})};
+  CHECK(mt::analyze_relayout<1>(xy, yx) == mt::relayout_step{mt::relayout_kind::allgather, 3u});
+  CHECK(mt::common_prefix(xy[0], yx[0]) == 0);
+  CHECK(mt::common_prefix(xy[0], xy[0]) == 2);
+  CHECK_THROWS_WITH(mt::dim_split::over({0, 1, 2, 3, 4, 5, 6, 7, 8}),
+                    Catch::Matchers::ContainsSubstring("a dim split over 9 axes; meshes have at most 8"));
+}
+
+TEST_CASE("kept_splits replicates the dropped dims and keeps the rest", "[geometry][split]") {
+  const std::array<mt::dim_split, 3> s{over({0}), over({1, 2}), over({})};
+  const auto kept = mt::kept_splits<3>(s, {false, true, false});
+  CHECK(kept[0] == s[0]);
+  CHECK(kept[1] == mt::dim_split{});
+  CHECK(kept[2] == s[2]);
+  CHECK(mt::axes_of(s) == 7u);
+  CHECK(mt::axes_of(kept) == 1u);
+}
+
+TEST_CASE("a split's parts by sub-rank: identity in mesh order, the rule's order otherwise", "[geometry][split]") {
+  const mt::mesh_shape mesh({"x", "y"}, {2, 3});
+  const std::vector<int> me{1, 2};
+  const auto in_order = mt::parts_by_subrank(over({0, 1}), mesh, me);
+  CHECK(in_order == std::vector<int>{0, 1, 2, 3, 4, 5});
+  CHECK(over({0, 1}).in_mesh_order());
+  CHECK_FALSE(over({1, 0}).in_mesh_order());
+  // Rule (y, x): part = y * 2 + x, sub-ranks number x * 3 + y.
+  const auto reversed = mt::parts_by_subrank(over({1, 0}), mesh, me);
+  CHECK(reversed == std::vector<int>{0, 2, 4, 1, 3, 5});
+  // The part a processor holds is the one placement gives it.
+  for (std::int64_t r = 0; r < mesh.nprocs(); ++r) {
+    const auto c = mesh.coords_of(r);
+    const mt::placement<1> p({over({1, 0})}, mesh, {12});
+    CHECK(over({1, 0}).part_at(mesh.sizes(), c) == p.part_at(0, c));
+  }
+}
+
+TEST_CASE("coordinates and ranks are inverse, and placement's boxes and owners follow them", "[geometry][mesh]") {
+  const mt::mesh_shape mesh({"a", "b", "c"}, {2, 3, 2});
+  for (std::int64_t r = 0; r < mesh.nprocs(); ++r) REQUIRE(mesh.rank_of(mesh.coords_of(r)) == r);
+  const std::array<std::int64_t, 2> ext{7, 5};
+  for (const auto& splits : layouts(3)) {
+    const mt::placement<2> p(splits, mesh, ext);
+    for (std::int64_t r = 0; r < mesh.nprocs(); ++r) REQUIRE(p.box_of(r) == p.box_at(mesh.coords_of(r)));
+    for (std::int64_t i = 0; i < ext[0]; ++i)
+      for (std::int64_t j = 0; j < ext[1]; ++j) {
+        std::vector<std::int64_t> holders;
+        for (std::int64_t r = 0; r < mesh.nprocs(); ++r)
+          if (p.box_of(r).contains({i, j})) holders.push_back(r);
+        REQUIRE(p.owners({i, j}) == holders);
+      }
+  }
+}
+
+namespace {
+
+// The global coordinates of element `at` of a row-major buffer holding box b.
+template <std::size_t R>
+std::array<std::int64_t, R> coords_in(const mt::box<R>& b, std::int64_t at) {
+  std::array<std::int64_t, R> c{};
+  for (std::size_t i = R; i-- > 0;) {
+    c[i] = b.offset[i] + at % b.extent[i];
+    at /= b.extent[i];
+  }
+  return c;
+}
+
+// Every box of a rank-3 array of extents ext with offsets and extents from a small grid.
+std::vector<mt::box<3>> boxes_in(const std::array<std::int64_t, 3>& ext) {
+  std::vector<mt::box<3>> out;
+  for (std::int64_t o0 = 0; o0 < ext[0]; o0 += 2)
+    for (std::int64_t e0 = 1; o0 + e0 <= ext[0]; e0 += 2)
+      for (std::int64_t o1 : {0, 1})
+        for (std::int64_t e1 = 0; o1 + e1 <= ext[1]; ++e1)
+          for (std::int64_t o2 : {0, 2})
+            for (std::int64_t e2 = 1; o2 + e2 <= ext[2]; ++e2) out.push_back({{o0, o1, o2}, {e0, e1, e2}});
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("runs_of covers a box once, in its row-major order, each run contiguous in the array", "[geometry][box]") {
+  const std::array<std::int64_t, 3> ext{5, 3, 4};
+  const mt::box<3> whole{{0, 0, 0}, ext};
+  int merged = 0;
+  for (const auto& b : boxes_in(ext)) {
+    const auto runs = mt::runs_of(b, ext);
+    REQUIRE(runs.count * runs.length == b.size());
+    for (std::int64_t k = 0; k < runs.count; ++k) {
+      const auto [g, l] = runs.at(k);
+      REQUIRE(l == k * runs.length);  // the box's own order, back to back
+      for (std::int64_t e = 0; e < runs.length; ++e) REQUIRE(coords_in(whole, g + e) == coords_in(b, l + e));
+    }
+    merged += runs.length > b.extent[2];
+  }
+  CHECK(merged > 0);  // some boxes span trailing dims whole, and their runs merge them
+  // The whole array is one run; a box one element wide is runs of one.
+  CHECK(mt::runs_of(whole, ext).count == 1);
+  CHECK(mt::runs_of(mt::box<3>{{1, 1, 1}, {2, 2, 1}}, ext).length == 1);
+}
+
+TEST_CASE("runs_between pairs the same element in both buffers, whatever boxes they hold", "[geometry][box]") {
+  const std::array<std::int64_t, 3> ext{5, 3, 4};
+  const auto all = boxes_in(ext);
+  for (std::size_t i = 0; i < all.size(); i += 7)
+    for (std::size_t j = 0; j < all.size(); j += 5) {
+      const auto& a = all[i];
+      const auto& b = all[j];
+      const auto region = mt::intersect(a, b);
+      const auto runs = mt::runs_between(region, a, b);
+      REQUIRE(runs.count * runs.length == region.size());
+      std::set<std::array<std::int64_t, 3>> seen;
+      for (std::int64_t k = 0; k < runs.count; ++k) {
+        const auto [at_a, at_b] = runs.at(k);
+        for (std::int64_t e = 0; e < runs.length; ++e) {
+          const auto c = coords_in(a, at_a + e);
+          REQUIRE(c == coords_in(b, at_b + e));
+          REQUIRE(region.contains(c));
+          seen.insert(c);
+        }
+      }
+      REQUIRE(static_cast<std::int64_t>(seen.size()) == region.size());
+      // Where the region is contiguous in both buffers, it is one run.
+      if (region.size() > 0 && mt::contiguous_in(a, region) && mt::contiguous_in(b, region))
+        REQUIRE(runs.count == 1);
+    }
+}
+
+TEST_CASE("runs of rank 0, of empty boxes, and past the rank limit", "[geometry][box]") {
+  const auto scalar = mt::runs_of(mt::box<0>{}, std::array<std::int64_t, 0>{});
+  CHECK(scalar.count == 1);
+  CHECK(scalar.length == 1);
+  CHECK(scalar.at(0) == std::array<std::int64_t, 2>{0, 0});
+  CHECK(mt::runs_of(mt::box<2>{{1, 0}, {0, 3}}, std::array<std::int64_t, 2>{4, 3}).count == 0);
+  const std::vector<std::int64_t> nine(9, 1), zeros(9, 0);
+  CHECK_THROWS_WITH(mt::runs_of(zeros, nine, nine),
+                    Catch::Matchers::ContainsSubstring("a box of rank 9") && Catch::Matchers::ContainsSubstring("at most 8"));
+}
