@@ -1,4 +1,4 @@
-// Measures what the cost model (include/meshtensor/layout/cost_model.hpp) needs, on this machine,
+// Measures what the cost model (include/meshtensor/plan/cost_model.hpp) needs, on this machine,
 // with every rank of the run busy at once (so 4 ranks on 2 cores are measured as they will run):
 //   - the float32 product rate (einsum, m = n = k = 32 to 512, 2 m n k FLOPs per product);
 //   - the bytes per second of results an elementwise op writes (4 Mi elements), of parameters an
@@ -18,7 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <meshtensor/layout/cost_model.hpp>
+#include <meshtensor/plan/cost_model.hpp>
 #include <meshtensor/meshtensor.hpp>
 #include <string>
 #include <vector>

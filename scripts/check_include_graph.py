@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The library's include graph keeps its layers (docs/design.md, "Layers"): no include cycle, and no
-include from a folder up to a higher layer or across to another folder of the same layer.
+include from a folder up to a higher layer or across to another folder of the same layer, and no
+MPI or Kokkos include in the layers of values below the runtime (PURE).
 
     python3 scripts/check_include_graph.py [include/meshtensor]   # exit 1 and the edges when broken
     python3 scripts/check_include_graph.py --self-test            # the check finds planted faults
@@ -17,9 +18,10 @@ import tempfile
 # Bottom first. A file may include files of its own folder and of lower layers only.
 LAYERS = [
     ["error.hpp"],  # the exception types and the message builder
-    ["names", "element", "geometry"],  # no MPI, no Kokkos: names, element types, mesh shapes
-    ["runtime"],    # MPI: communicators, collectives, the plan ledger, the environment
-    ["layout"],     # meshes and layouts as types, plans, their reports and the cost model
+    ["names", "element", "geometry"],  # no MPI, no Kokkos: names, element types, the geometry of slices
+    ["plan"],       # no MPI: collective kinds and counters, comm plans, the ledger, reports, the cost model
+    ["runtime"],    # MPI: communicators, collectives, the environment, the watchdog
+    ["layout"],     # meshes and layouts as types, the candidate layouts
     ["kernels"],    # the one door for local work (Kokkos, BLAS, oneDNN, cuBLAS), the memory cache
     ["tensor"],     # the distributed tensor and its host I/O
     ["autodiff"],   # the tape and gradient()
@@ -28,6 +30,12 @@ LAYERS = [
 ]
 UMBRELLA = "meshtensor.hpp"
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# Layers below the runtime are values: no MPI, no Kokkos (the geometry and the plan vocabulary are
+# unit-tested in one process, and plan mode sizes a run without either). element/ may use Kokkos's
+# function qualifiers (bf16 arithmetic runs in device kernels), not MPI.
+PURE = ["error.hpp", "names", "element", "geometry", "plan"]
+KOKKOS_ALLOWED = ["element"]
+SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<((?:mpi|Kokkos)[^>]*)>', re.M)
 
 
 def unit_of(path):
@@ -53,6 +61,9 @@ def read_graph(root):
                 text = f.read()
             graph[path] = [os.path.normpath(os.path.join(os.path.dirname(path), inc)).replace(os.sep, "/")
                            for inc in INCLUDE.findall(text)]
+            if unit_of(path) in PURE:
+                graph[path] += [f"<{inc}>" for inc in SYSTEM_INCLUDE.findall(text)
+                                if inc.startswith("mpi") or unit_of(path) not in KOKKOS_ALLOWED]
     return graph
 
 
@@ -96,6 +107,10 @@ def problems(graph):
     out = []
     for path, includes in sorted(graph.items()):
         for inc in includes:
+            if inc.startswith("<"):
+                out.append(f"{path}: includes {inc}, but {unit_of(path)} holds values only (no MPI"
+                           f"{'' if unit_of(path) in KOKKOS_ALLOWED else ', no Kokkos'})")
+                continue
             if inc not in graph:
                 out.append(f"{path}: includes {inc}, which is not a header of the library")
                 continue
@@ -134,7 +149,12 @@ def self_test():
     cases = {
         "clean": (clean, None),
         "upward": ({**clean, "runtime/a.hpp": '#include "../tensor/t.hpp"\n'}, "upward, from runtime"),
-        "across": ({**clean, "nn/n.hpp": '#include "../optim/o.hpp"\n', "optim/o.hpp": ""}, "across layer 8"),
+        "across": ({**clean, "nn/n.hpp": '#include "../optim/o.hpp"\n', "optim/o.hpp": ""},
+                   f"across layer {layer_of('nn')}"),
+        "MPI below the runtime": ({**clean, "geometry/g.hpp": '#include <mpi.h>\n'}, "holds values only"),
+        "Kokkos in the plan": ({**clean, "plan/p.hpp": '#include <Kokkos_Core.hpp>\n'}, "holds values only"),
+        "MPI in element": ({**clean, "element/e.hpp": '#include <Kokkos_Core.hpp>\n#include <mpi.h>\n'},
+                           "element/e.hpp: includes <mpi.h>"),
         "cycle": ({**clean, "tensor/u.hpp": '#include "t.hpp"\n',
                    "tensor/t.hpp": '#include "u.hpp"\n#include "../runtime/a.hpp"\n'}, "include cycle: tensor/t.hpp -> tensor/u.hpp"),
         "unknown folder": ({**clean, "extra/x.hpp": '#include "../error.hpp"\n'}, "'extra' has no layer"),

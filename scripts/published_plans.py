@@ -93,7 +93,7 @@ MEGATRON = [
 MEGATRON_VOCAB = 51200
 
 # An A100 (DGX A100, as Selene's nodes), from public specifications: what the cost model
-# (include/meshtensor/layout/cost_model.hpp) reads. Stated, not measured; docs/scale.md says why
+# (include/meshtensor/plan/cost_model.hpp) reads. Stated, not measured; docs/scale.md says why
 # each is what it is.
 A100 = {
     "peak_flops": 312e12,       # bf16 dense tensor-core peak

@@ -15,7 +15,7 @@
 // --calibration FILE from bench_calibrate) predicted time; --rank-layouts ranks the three layouts
 // by predicted step time; --check-plan runs one step and checks its plan equals it on every rank.
 #include <CLI/CLI.hpp>
-#include <meshtensor/layout/cost_model.hpp>
+#include <meshtensor/layout/candidates.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

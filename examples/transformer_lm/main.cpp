@@ -58,7 +58,7 @@
 // every rank that the planned collectives (calls and bytes per collective and axis set) and the
 // bytes of the parameters and optimizer state equal the real step's.
 #include <CLI/CLI.hpp>
-#include <meshtensor/layout/cost_model.hpp>
+#include <meshtensor/layout/candidates.hpp>
 
 #include "model.hpp"
 

@@ -1,11 +1,11 @@
-// Choosing a layout from plans (layout/cost_model.hpp, docs/scale.md): the candidates enumerated
+// Choosing a layout from plans (layout/candidates.hpp and plan/cost_model.hpp, docs/scale.md): the candidates enumerated
 // from the dims, the cost model's arithmetic, the calibration file, and Mesh-TensorFlow's own
 // auto-layout example, all planned in one process.
 #include <catch2/catch_approx.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <cstdio>
-#include <meshtensor/layout/cost_model.hpp>
+#include <meshtensor/layout/candidates.hpp>
 #include <meshtensor/meshtensor.hpp>
 #include <set>
 #include <string>

@@ -2,7 +2,7 @@
 // process: a plan_report and counters are plain values.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
-#include <meshtensor/layout/plan_report.hpp>
+#include <meshtensor/plan/report.hpp>
 
 #include <string>
 

@@ -12,7 +12,7 @@
 #include <Kokkos_Core.hpp>
 #include <utility>
 
-#include "../runtime/plan_ledger.hpp"
+#include "../plan/ledger.hpp"
 
 namespace meshtensor::kernels {
 

@@ -17,7 +17,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "../runtime/plan_ledger.hpp"
+#include "../plan/ledger.hpp"
 
 namespace meshtensor {
 namespace detail {

@@ -11,7 +11,7 @@
 //   CUDA            cuBLAS's strided batched gemm (kernels/cublas.hpp)
 //   elsewhere       a Kokkos loop
 // MESHTENSOR_KERNELS=portable (read once) turns oneDNN off at run time, for comparisons and tests.
-// While planning, the product's multiply-adds are counted instead (runtime/plan_ledger.hpp).
+// While planning, the product's multiply-adds are counted instead (plan/ledger.hpp).
 #include <cblas.h>
 
 #include <Kokkos_Core.hpp>

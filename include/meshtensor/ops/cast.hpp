@@ -5,7 +5,7 @@
 #include <Kokkos_Core.hpp>
 #include <type_traits>
 
-#include "../layout/plan.hpp"
+#include "../plan/comm_plan.hpp"
 #include "detail/op_support.hpp"
 #include "detail/map_kernel.hpp"
 

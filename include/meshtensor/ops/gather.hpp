@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../layout/plan.hpp"
+#include "../plan/comm_plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "detail/along.hpp"
 #include "detail/op_support.hpp"

@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "../layout/plan.hpp"
+#include "../plan/comm_plan.hpp"
 #include "detail/along.hpp"
 #include "detail/op_support.hpp"
 #include "../kernels/launch.hpp"

@@ -9,7 +9,7 @@
 #include <limits>
 #include <span>
 
-#include "../layout/plan.hpp"
+#include "../plan/comm_plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "../runtime/nan_ops.hpp"
 #include "../tensor/mpi_buffer.hpp"

@@ -10,7 +10,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
-#include "../layout/plan.hpp"
+#include "../plan/comm_plan.hpp"
 #include "detail/op_support.hpp"
 #include "detail/map_kernel.hpp"
 #include "elementwise.hpp"

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "../geometry/split.hpp"
-#include "../layout/plan.hpp"
+#include "../plan/comm_plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "../kernels/pool.hpp"
 #include "detail/copy_region.hpp"

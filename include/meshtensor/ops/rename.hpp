@@ -14,7 +14,7 @@
 #include <tuple>
 #include <type_traits>
 
-#include "../layout/plan.hpp"
+#include "../plan/comm_plan.hpp"
 #include "detail/op_support.hpp"
 #include "relayout.hpp"
 

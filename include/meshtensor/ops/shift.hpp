@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "../layout/plan.hpp"
+#include "../plan/comm_plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "detail/along.hpp"
 #include "detail/op_support.hpp"

@@ -8,7 +8,7 @@
 #include <concepts>
 #include <cstdint>
 
-#include "../layout/plan.hpp"
+#include "../plan/comm_plan.hpp"
 #include "detail/along.hpp"
 #include "detail/op_support.hpp"
 

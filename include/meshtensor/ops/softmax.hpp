@@ -8,7 +8,7 @@
 // layout; the max is NaN-propagating (runtime/nan_ops.hpp) and the sum of exponentials takes it.
 #include <Kokkos_Core.hpp>
 
-#include "../layout/plan.hpp"
+#include "../plan/comm_plan.hpp"
 #include "detail/op_support.hpp"
 #include "detail/map_kernel.hpp"
 #include "detail/rows.hpp"

@@ -21,7 +21,7 @@
 #include <tuple>
 #include <utility>
 
-#include "../layout/plan.hpp"
+#include "../plan/comm_plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "detail/along.hpp"
 #include "detail/op_support.hpp"

@@ -14,39 +14,11 @@
 #include "../error.hpp"
 #include "../geometry/mesh_shape.hpp"
 #include "agreement.hpp"
-#include "plan_ledger.hpp"
+#include "../plan/collective.hpp"
+#include "../plan/ledger.hpp"
 #include "watchdog.hpp"
 
 namespace meshtensor {
-
-// send: a point-to-point send between neighbouring pipeline stages (pipeline/stages.hpp), counted on
-// the sending stage's mesh over no axes.
-enum class collective { allreduce, allgather, alltoall, reduce_scatter, shift, broadcast, gather, exscan, send };
-
-inline const char* to_string(collective c) {
-  switch (c) {
-    case collective::allreduce: return "allreduce";
-    case collective::allgather: return "allgather";
-    case collective::alltoall: return "alltoall";
-    case collective::reduce_scatter: return "reduce_scatter";
-    case collective::shift: return "shift";
-    case collective::broadcast: return "broadcast";
-    case collective::gather: return "gather";
-    case collective::exscan: return "exscan";
-    case collective::send: return "send";
-  }
-  return "?";
-}
-
-struct comm_count {
-  std::int64_t calls = 0;
-  std::int64_t bytes = 0;
-  friend bool operator==(const comm_count&, const comm_count&) = default;
-};
-
-// Key: which collective, over which axes (bit i = mesh axis i).
-using comm_key = std::pair<collective, unsigned>;
-using comm_counters = std::map<comm_key, comm_count>;
 
 namespace detail {
 

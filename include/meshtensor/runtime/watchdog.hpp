@@ -36,8 +36,8 @@
 #include <vector>
 
 #include "../error.hpp"
-#include "collective_context.hpp"
-#include "plan_ledger.hpp"
+#include "../plan/collective_context.hpp"
+#include "../plan/ledger.hpp"
 
 namespace meshtensor::detail {
 

@@ -73,7 +73,7 @@ struct tensor_storage {
   tensor_storage(const communicator& comm, bool mesh_planned, const std::array<dim_split, R>& splits,
                  const extents_type& e, const std::string_view* names, std::string (*type_name)())
       : extents(e) {
-    // While a planned mesh exists no kernel runs (runtime/plan_ledger.hpp): a real tensor made
+    // While a planned mesh exists no kernel runs (plan/ledger.hpp): a real tensor made
     // then would silently hold garbage.
     if (planning() && !mesh_planned)
       throw error(cat(type_name(), ": made on a real mesh while a planned mesh exists; while one exists every "
@@ -119,7 +119,7 @@ struct tensor_storage {
     data = std::move(local);
     claim_planned();
   }
-  // Planning (runtime/plan_ledger.hpp): the slice has a fake address and no memory; the claim counts
+  // Planning (plan/ledger.hpp): the slice has a fake address and no memory; the claim counts
   // its bytes while a tensor of that address is alive. Returns whether this is a planned run.
   bool claim_planned() {
     if (!planning()) return false;

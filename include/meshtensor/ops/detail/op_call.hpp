@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "../../layout/plan.hpp"
+#include "../../plan/comm_plan.hpp"
 #include "../../runtime/communicator.hpp"
-#include "../../runtime/plan_ledger.hpp"
+#include "../../plan/ledger.hpp"
 
 namespace meshtensor::detail {
 

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "../runtime/communicator.hpp"
-#include "../runtime/plan_ledger.hpp"
 #include "../geometry/mesh_shape.hpp"
+#include "collective.hpp"
+#include "ledger.hpp"
 
 namespace meshtensor {
 

@@ -4,7 +4,7 @@
 #include <array>
 #include <cstddef>
 
-#include "../runtime/communicator.hpp"
+#include "collective.hpp"
 
 namespace meshtensor {
 

@@ -125,7 +125,7 @@ class plan_ledger {
   }
   const std::map<int, std::int64_t>& product_flops_by_size() const { return product_flops_; }
   // Kernels launched (a product counts one) and bytes allocated (results and scratch, each written
-  // once): what the cost model (layout/cost_model.hpp) charges besides FLOPs and collectives.
+  // once): what the cost model (layout/candidates.hpp) charges besides FLOPs and collectives.
   void add_kernel() { ++kernels_; }
   // Work that allocates nothing, charged at rates of its own: bytes of parameters an optimizer
   // updates in place, and bytes the host copies into tensors (from_host, scatter).
