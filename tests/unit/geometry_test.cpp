@@ -7,6 +7,7 @@
 #include <meshtensor/geometry/box.hpp>
 #include <meshtensor/geometry/placement.hpp>
 #include <meshtensor/geometry/split.hpp>
+#include <meshtensor/geometry/window.hpp>
 
 #include <algorithm>
 #include <array>
@@ -256,4 +257,76 @@ TEST_CASE("runs of rank 0, of empty boxes, and past the rank limit", "[geometry]
   const std::vector<std::int64_t> nine(9, 1), zeros(9, 0);
   CHECK_THROWS_WITH(mt::runs_of(zeros, nine, nine),
                     Catch::Matchers::ContainsSubstring("a box of rank 9") && Catch::Matchers::ContainsSubstring("at most 8"));
+}
+
+TEST_CASE("a window's halo: neighbours send exactly what the next part reads, and the buffer covers it", "[geometry][window]") {
+  // Every processor of a line of 1-5 parts, for windows of 1-4 taps, strides 1-3, dilations 1-2,
+  // both paddings and extents 5-23: where the schedule takes the neighbours path, what part q sends
+  // right is what part q + 1 receives from the left (the same count, starting where q + 1's windows
+  // start reading, inside q's own part), and alike to the left; each processor's buffer covers the
+  // input its windows read. Every processor takes the same path, and a dim split over two axes
+  // always gathers.
+  int neighbour_cases = 0, gather_cases = 0;
+  for (int p = 1; p <= 5; ++p) {
+    const mt::mesh_shape line({"x"}, {p});
+    const auto split = mt::dim_split::over({0});
+    for (std::int64_t extent = 5; extent <= 23; extent += 3)
+      for (std::int64_t size = 1; size <= 4; ++size)
+        for (std::int64_t stride = 1; stride <= 3; ++stride)
+          for (std::int64_t dilation = 1; dilation <= 2; ++dilation)
+            for (const auto pad : {mt::padding::valid, mt::padding::same}) {
+              if (pad == mt::padding::valid && (size - 1) * dilation + 1 > extent) continue;
+              const auto geo = mt::detail::geometry_of("test", "x", extent, {size, stride, dilation, pad});
+              std::vector<mt::detail::halo_dim> h;
+              for (int q = 0; q < p; ++q) h.push_back(mt::detail::schedule_halo(0, split, geo, line, std::vector<int>{q}));
+              for (int q = 0; q < p; ++q) {
+                INFO("p " << p << " extent " << extent << " size " << size << " stride " << stride << " dilation "
+                          << dilation << " part " << q);
+                REQUIRE(h[q].path == h[0].path);
+                if (h[q].need_hi > h[q].need_lo) {
+                  REQUIRE(h[q].buf_lo <= h[q].need_lo);
+                  REQUIRE(h[q].need_hi <= h[q].buf_hi);
+                }
+                if (h[q].path != mt::detail::halo_path::neighbours) continue;
+                REQUIRE(h[q].buf_lo >= h[q].own_lo - h[q].from_left);
+                REQUIRE(h[q].buf_hi <= h[q].own_hi + h[q].from_right);
+                if (q + 1 < p) {
+                  REQUIRE(h[q].to_right == h[q + 1].from_left);
+                  REQUIRE(h[q + 1].to_left == h[q].from_right);
+                  if (h[q].to_right > 0) {
+                    REQUIRE(h[q].to_right_at == h[q + 1].need_lo);
+                    REQUIRE(h[q].own_lo <= h[q].to_right_at);
+                    REQUIRE(h[q].to_right_at + h[q].to_right <= h[q].own_hi);
+                  }
+                  if (h[q + 1].to_left > 0) {
+                    REQUIRE(h[q + 1].own_lo <= h[q + 1].to_left_at);
+                    REQUIRE(h[q + 1].to_left_at + h[q + 1].to_left <= h[q + 1].own_hi);
+                    REQUIRE(h[q + 1].to_left_at + h[q + 1].to_left == h[q].need_hi);
+                  }
+                }
+              }
+              neighbour_cases += h[0].path == mt::detail::halo_path::neighbours;
+              gather_cases += h[0].path == mt::detail::halo_path::gather;
+            }
+  }
+  CHECK(neighbour_cases > 100);
+  CHECK(gather_cases > 10);  // windows reaching past a small neighbour's part
+  const mt::mesh_shape grid({"a", "b"}, {2, 2});
+  const auto geo = mt::detail::geometry_of("test", "x", 16, {3, 1, 1, mt::padding::same});
+  CHECK(mt::detail::schedule_halo(0, mt::dim_split::over({0, 1}), geo, grid, std::vector<int>{1, 0}).path ==
+        mt::detail::halo_path::gather);
+  CHECK(mt::detail::schedule_halo(0, mt::dim_split{}, geo, grid, std::vector<int>{1, 0}).path ==
+        mt::detail::halo_path::local);
+}
+
+TEST_CASE("a malformed or oversized window names the op, the dim and the numbers", "[geometry][window]") {
+  CHECK_THROWS_WITH(mt::detail::geometry_of("conv", "h", 8, {0, 1, 1, mt::padding::valid}),
+                    Catch::Matchers::ContainsSubstring("conv: the window along dim 'h' needs size, stride and dilation of at least 1 (got size 0"));
+  CHECK_THROWS_WITH(mt::detail::geometry_of("unfold", "w", 4, {3, 1, 2, mt::padding::valid}),
+                    Catch::Matchers::ContainsSubstring("unfold: a window spanning 5 elements (size 3, dilation 2) does not fit dim 'w' of extent 4"));
+  // same padding: ceil(extent / stride) positions, the odd padding element at the end.
+  const auto g = mt::detail::geometry_of("unfold", "w", 10, {3, 3, 1, mt::padding::same});
+  CHECK(g.out == 4);
+  CHECK(g.pad_lo == 1);  // (4 - 1) * 3 + 3 - 10 = 2 padding elements, one before
+  CHECK(g.reads(0, 4) == std::pair<std::int64_t, std::int64_t>{0, 10});
 }

@@ -18,7 +18,7 @@
 #include "../ops/detail/rows.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/one_hot.hpp"
-#include "../ops/reduce.hpp"
+#include "../ops/sum_broadcast.hpp"
 #include "../ops/reductions.hpp"
 
 namespace meshtensor::detail {

@@ -36,7 +36,7 @@
 #include "../ops/einsum.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/one_hot.hpp"
-#include "../ops/reduce.hpp"
+#include "../ops/sum_broadcast.hpp"
 #include "../ops/reductions.hpp"
 #include "../ops/rename.hpp"
 #include "../ops/slice.hpp"

@@ -10,7 +10,7 @@
 
 #include "../kernels/product.hpp"
 #include "elementwise.hpp"
-#include "reduce.hpp"
+#include "sum_broadcast.hpp"
 
 namespace meshtensor {
 

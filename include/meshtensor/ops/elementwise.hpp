@@ -9,8 +9,8 @@
 #include "../tensor/init.hpp"
 #include "detail/op_support.hpp"
 #include "detail/map_kernel.hpp"
-#include "reduce.hpp"
-#include "../runtime/kokkos_math.hpp"
+#include "sum_broadcast.hpp"
+#include "../element/kokkos_math.hpp"
 
 namespace meshtensor {
 
@@ -199,7 +199,7 @@ MESHTENSOR_BINARY(subtract, a - b, T(1), T(-1))
 MESHTENSOR_BINARY(multiply, a* b, b, a)
 MESHTENSOR_BINARY(divide, a / b, T(1) / b, -a / (b * b))
 // Ties send the gradient to the first operand, as a subgradient must pick one. NaN propagates
-// (detail::nan_min / nan_max, runtime/nan_ops.hpp): NaN if either operand is, and the gradient
+// (detail::nan_min / nan_max, element/nan.hpp): NaN if either operand is, and the gradient
 // goes to the NaN operand (the first if both are).
 MESHTENSOR_BINARY(minimum, detail::nan_min(a, b), (a <= b || a != a ? T(1) : T(0)), (a <= b || a != a ? T(0) : T(1)))
 MESHTENSOR_BINARY(maximum, detail::nan_max(a, b), (a >= b || a != a ? T(1) : T(0)), (a >= b || a != a ? T(0) : T(1)))

@@ -17,7 +17,7 @@
 #include "../runtime/collectives.hpp"
 #include "detail/along.hpp"
 #include "detail/op_support.hpp"
-#include "reduce.hpp"
+#include "sum_broadcast.hpp"
 #include "../kernels/launch.hpp"
 
 namespace meshtensor {

@@ -14,8 +14,8 @@
 #include "detail/op_support.hpp"
 #include "detail/map_kernel.hpp"
 #include "elementwise.hpp"
-#include "reduce.hpp"
-#include "../runtime/kokkos_math.hpp"
+#include "sum_broadcast.hpp"
+#include "../element/kokkos_math.hpp"
 
 namespace meshtensor {
 

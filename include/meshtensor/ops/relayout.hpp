@@ -21,7 +21,7 @@
 #include "../kernels/pool.hpp"
 #include "detail/copy_region.hpp"
 #include "detail/op_support.hpp"
-#include "reduce.hpp"
+#include "sum_broadcast.hpp"
 
 namespace meshtensor {
 

@@ -5,7 +5,7 @@
 // Communication: forward, logsumexp's allreduce max then allreduce sum over the axes of the named
 // dims that are split; gradient, one allreduce sum over the same axes (none when none is split).
 // NaN: a row (the elements normalised together) holding a NaN is NaN throughout, under every
-// layout; the max is NaN-propagating (runtime/nan_ops.hpp) and the sum of exponentials takes it.
+// layout; the max is NaN-propagating (runtime/nan_allreduce.hpp) and the sum of exponentials takes it.
 #include <Kokkos_Core.hpp>
 
 #include "../plan/comm_plan.hpp"
@@ -13,9 +13,9 @@
 #include "detail/map_kernel.hpp"
 #include "detail/rows.hpp"
 #include "elementwise.hpp"
-#include "reduce.hpp"
+#include "sum_broadcast.hpp"
 #include "reductions.hpp"
-#include "../runtime/kokkos_math.hpp"
+#include "../element/kokkos_math.hpp"
 
 namespace meshtensor {
 

@@ -21,6 +21,7 @@
 #include <tuple>
 #include <utility>
 
+#include "../geometry/window.hpp"
 #include "../plan/comm_plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "detail/along.hpp"
@@ -28,19 +29,6 @@
 #include "../kernels/launch.hpp"
 
 namespace meshtensor {
-
-enum class padding {
-  valid,  // windows lie inside the extent: extent - span + 1 positions (span: (size-1)*dilation+1)
-  same,   // ceil(extent / stride) positions, padded as TensorFlow does (the odd element at the end)
-};
-
-// A kernel's window along one spatial dim.
-struct window {
-  std::int64_t size = 1;
-  std::int64_t stride = 1;
-  std::int64_t dilation = 1;
-  padding pad = padding::valid;
-};
 
 // Spatial dim D of the input, and K: the dim of a window's taps in unfold's result.
 template <Dim D, Dim K>
@@ -121,115 +109,20 @@ constexpr bool check_spatial() {
 template <Tensor X, class S>
 inline constexpr bool spatial_checked_v = check_spatial<X, S>();
 
-// One window's positions along a dim of the given extent: output o, tap k reads input
-// o * stride - pad_lo + k * dilation (outside [0, extent): the fill value).
-struct window_geometry {
-  std::int64_t extent = 0, out = 0, size = 1, stride = 1, dilation = 1, pad_lo = 0;
-
-  // The input [lo, hi) read by outputs [ob, oe), within [0, extent); empty when no output is.
-  std::pair<std::int64_t, std::int64_t> reads(std::int64_t ob, std::int64_t oe) const {
-    if (oe <= ob) return {0, 0};
-    const std::int64_t lo = std::max<std::int64_t>(0, ob * stride - pad_lo);
-    const std::int64_t hi = std::min(extent, (oe - 1) * stride - pad_lo + (size - 1) * dilation + 1);
-    return {lo, std::max(lo, hi)};
-  }
-};
-
-inline window_geometry geometry_of(const char* op, std::string_view dim, std::int64_t extent, const window& w) {
-  if (w.size < 1 || w.stride < 1 || w.dilation < 1)
-    throw shape_error(cat(op, ": the window along dim '", dim, "' needs size, stride and dilation of at least 1 (got size ",
-                          w.size, ", stride ", w.stride, ", dilation ", w.dilation, ")"));
-  window_geometry g{extent, 0, w.size, w.stride, w.dilation, 0};
-  const std::int64_t span = (w.size - 1) * w.dilation + 1;
-  if (w.pad == padding::valid) {
-    if (extent < span)
-      throw shape_error(cat(op, ": a window spanning ", span, " elements (size ", w.size, ", dilation ", w.dilation,
-                            ") does not fit dim '", dim, "' of extent ", extent, " with padding valid"));
-    g.out = (extent - span) / w.stride + 1;
-  } else {
-    g.out = (extent + w.stride - 1) / w.stride;
-    g.pad_lo = std::max<std::int64_t>(0, (g.out - 1) * w.stride + span - extent) / 2;
-  }
-  return g;
-}
-
-enum class halo_path { local, neighbours, gather };
-
-// How one spatial dim's halo moves on this processor, decided from the placement (the same on all).
-struct halo_dim {
-  halo_path path = halo_path::local;
-  std::size_t index = 0;  // position of D in the input
-  dim_split split{};
-  window_geometry geo;
-  std::int64_t own_lo = 0, own_hi = 0;    // this processor's part of D's input
-  std::int64_t need_lo = 0, need_hi = 0;  // the input its windows read
-  // Neighbours path: halo elements received from the left and right neighbours, and sent to them
-  // (the elements their windows read here), with where the sent ones start (global index).
-  std::int64_t from_left = 0, from_right = 0, to_left = 0, to_right = 0;
-  std::int64_t to_left_at = 0, to_right_at = 0;
-  // D's range in the working buffer once this dim's halo is in: [buf_lo, buf_hi).
-  std::int64_t buf_lo = 0, buf_hi = 0;
-};
-
-// The halo schedule of every spatial dim of an input with these extents under X's layout.
+// The halo schedule of every spatial dim of an input with these extents under X's layout
+// (geometry/window.hpp's schedule_halo, per dim).
 template <Tensor X, class... S>
 std::array<halo_dim, sizeof...(S)> schedule_halos(const char* op, const typename X::mesh_type& mesh,
-                                              const typename X::extents_type& extents,
-                                              const std::array<window, sizeof...(S)>& windows) {
+                                                  const typename X::extents_type& extents,
+                                                  const std::array<window, sizeof...(S)>& windows) {
   constexpr std::array<std::size_t, sizeof...(S)> index{X::template index_of<typename S::dim>()...};
   constexpr std::array<dim_split, sizeof...(S)> splits{X::layout_type::template split_of<typename S::dim>()...};
   constexpr std::array<std::string_view, sizeof...(S)> names{S::dim::name()...};
   std::array<halo_dim, sizeof...(S)> halos{};
-  auto& comm = mesh.communicator();
-  for (std::size_t j = 0; j < sizeof...(S); ++j) {
-    halo_dim& h = halos[j];
-    h.index = index[j];
-    h.split = splits[j];
-    h.geo = geometry_of(op, names[j], extents[h.index], windows[j]);
-    const placement<1> in({h.split}, comm.shape(), {h.geo.extent}), out({h.split}, comm.shape(), {h.geo.out});
-    const std::int64_t parts = in.parts(0);
-    auto own = [&](std::int64_t q) { return std::pair{in.part_offset(0, q), in.part_offset(0, q) + in.part_extent(0, q)}; };
-    auto need = [&](std::int64_t q) {
-      return h.geo.reads(out.part_offset(0, q), out.part_offset(0, q) + out.part_extent(0, q));
-    };
-    // Elements part q reads from the part before it, and from the part after it.
-    auto left_of = [&](std::int64_t q) { return std::max<std::int64_t>(0, std::min(need(q).second, own(q).first) - need(q).first); };
-    auto right_of = [&](std::int64_t q) {
-      return std::max<std::int64_t>(0, need(q).second - std::max(need(q).first, own(q).second));
-    };
-    const std::int64_t me = h.split.part_at(comm.shape().sizes(), comm.coords());
-    std::tie(h.own_lo, h.own_hi) = own(me);
-    std::tie(h.need_lo, h.need_hi) = need(me);
-    if (h.split.count == 0) {
-      h.buf_lo = 0;
-      h.buf_hi = h.geo.extent;
-      continue;
-    }
-    bool near = h.split.count == 1;
-    for (std::int64_t q = 0; near && q < parts; ++q)
-      near = (left_of(q) == 0 || need(q).first >= own(q - 1).first) &&
-             (right_of(q) == 0 || need(q).second <= own(q + 1).second);
-    if (!near) {
-      h.path = halo_path::gather;
-      h.buf_lo = 0;
-      h.buf_hi = h.geo.extent;
-      continue;
-    }
-    h.path = halo_path::neighbours;
-    h.from_left = left_of(me);
-    h.from_right = right_of(me);
-    if (me + 1 < parts) {
-      h.to_right = left_of(me + 1);
-      h.to_right_at = need(me + 1).first;
-    }
-    if (me > 0) {
-      h.to_left = right_of(me - 1);
-      h.to_left_at = std::max(need(me - 1).first, own(me - 1).second);
-    }
-    // Nothing to receive: the buffer stays this processor's own slice (the kernels index by range).
-    h.buf_lo = h.from_left + h.from_right == 0 ? h.own_lo : h.need_lo;
-    h.buf_hi = h.from_left + h.from_right == 0 ? h.own_hi : h.need_hi;
-  }
+  const auto& comm = mesh.communicator();
+  for (std::size_t j = 0; j < sizeof...(S); ++j)
+    halos[j] = schedule_halo(index[j], splits[j], geometry_of(op, names[j], extents[index[j]], windows[j]), comm.shape(),
+                             comm.coords());
   return halos;
 }
 

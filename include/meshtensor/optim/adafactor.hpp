@@ -23,9 +23,9 @@
 #include <tuple>
 
 #include "../ops/elementwise.hpp"
-#include "../ops/reduce.hpp"
+#include "../ops/sum_broadcast.hpp"
 #include "optimizer.hpp"
-#include "../runtime/kokkos_math.hpp"
+#include "../element/kokkos_math.hpp"
 #include "../kernels/launch.hpp"
 
 namespace meshtensor::optim {

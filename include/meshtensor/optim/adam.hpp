@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "optimizer.hpp"
-#include "../runtime/kokkos_math.hpp"
+#include "../element/kokkos_math.hpp"
 #include "../kernels/launch.hpp"
 
 namespace meshtensor::optim {

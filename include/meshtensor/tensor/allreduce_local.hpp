@@ -3,7 +3,7 @@
 // Beside the tensor, below the tape (autodiff/tape.hpp reduces partial gradients with it) and the
 // ops (reduce.hpp), which sit above the tape.
 #include "../runtime/collectives.hpp"
-#include "../runtime/nan_ops.hpp"
+#include "../runtime/nan_allreduce.hpp"
 #include "mpi_buffer.hpp"
 #include "tensor.hpp"
 

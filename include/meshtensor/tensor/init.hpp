@@ -7,7 +7,7 @@
 
 #include "indexing.hpp"
 #include "tensor.hpp"
-#include "../runtime/kokkos_math.hpp"
+#include "../element/kokkos_math.hpp"
 #include "../kernels/launch.hpp"
 
 namespace meshtensor {

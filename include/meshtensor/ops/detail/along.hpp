@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "../../runtime/collectives.hpp"
-#include "../reduce.hpp"
+#include "../sum_broadcast.hpp"
 #include "op_support.hpp"
 #include "../../kernels/launch.hpp"
 

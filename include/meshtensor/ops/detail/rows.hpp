@@ -16,9 +16,9 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "../../runtime/nan_ops.hpp"
+#include "../../runtime/nan_allreduce.hpp"
 #include "op_support.hpp"
-#include "../../runtime/kokkos_math.hpp"
+#include "../../element/kokkos_math.hpp"
 #include "../../kernels/launch.hpp"
 
 namespace meshtensor::detail {

@@ -1,9 +1,12 @@
 #pragma once
-// reduce_sum over named dims, and broadcast_to (its gradient).
+// reduce_sum over named dims, and broadcast_to (its gradient), with the reduction kernel every
+// reduction runs (reduce_to). Below elementwise.hpp, whose gradients sum broadcast operands back;
+// the reductions built from elementwise ops (reduce_mean, reduce_max, reduce_min, logsumexp) are
+// reductions.hpp.
 // Communication: reduce_sum allreduces over the axes of the reduced dims that are split (none
 // when none is split); broadcast_to communicates nothing.
 // NaN: reduce_to's max and min propagate NaN, locally and across processors
-// (runtime/nan_ops.hpp), so the result does not depend on the layout or on where the NaN is.
+// (runtime/nan_allreduce.hpp), so the result does not depend on the layout or on where the NaN is.
 #include <Kokkos_Core.hpp>
 #include <cmath>
 #include <limits>
@@ -11,7 +14,7 @@
 
 #include "../plan/comm_plan.hpp"
 #include "../runtime/collectives.hpp"
-#include "../runtime/nan_ops.hpp"
+#include "../runtime/nan_allreduce.hpp"
 #include "../tensor/mpi_buffer.hpp"
 #include "cast.hpp"
 #include "../tensor/allreduce_local.hpp"

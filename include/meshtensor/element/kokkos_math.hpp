@@ -4,7 +4,7 @@
 // numeric traits (infinity) stay in Kokkos::Experimental in every version.
 #include <Kokkos_Core.hpp>
 
-#include "../element/bf16.hpp"
+#include "bf16.hpp"
 
 namespace meshtensor::kmath {
 #if KOKKOS_VERSION >= 30600
