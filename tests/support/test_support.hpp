@@ -150,7 +150,7 @@ void require_close(const std::vector<T>& got, const std::vector<T>& want, double
 inline std::string show(const mt::comm_counters& c) {
   std::string s;
   for (const auto& [k, v] : c)
-    s += mt::detail::cat(mt::to_string(k.first), " over mask ", k.second, ": ", v.calls, " calls, ", v.bytes, " bytes; ");
+    s += mt::detail::cat(mt::to_string(k.first), " over mask ", k.second.mask(), ": ", v.calls, " calls, ", v.bytes, " bytes; ");
   return s.empty() ? "nothing" : s;
 }
 // The calls counted on g's communicator per (collective, axes), without their bytes (as a plan's).

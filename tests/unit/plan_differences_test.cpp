@@ -12,7 +12,8 @@ using Catch::Matchers::ContainsSubstring;
 namespace {
 // Names axis sets as a mesh [rows x cols] does.
 struct two_axes {
-  std::string axes_string(unsigned mask) const {
+  std::string axes_string(mt::axis_set axes) const {
+    const unsigned mask = axes.mask();
     return mask == 1 ? "rows" : mask == 2 ? "cols" : mask == 3 ? "rows, cols" : "none";
   }
 };

@@ -77,10 +77,10 @@ class gradient_buckets {
 
   template <class Node, class M>
   void add(Node& n, const M& mesh) {
-    if (!n.has_grad || !n.pending_axes) return;
+    if (!n.has_grad || n.pending_axes.empty()) return;
     if constexpr (std::is_same_v<Node, grad_node<T, Node::storage_type::rank, Exec>>) {
-      const std::pair<communicator*, unsigned> key{&mesh.communicator(), n.pending_axes};
-      n.pending_axes = 0;  // its sum arrives in finish(), before gradient() reads it
+      const std::pair<communicator*, axis_set> key{&mesh.communicator(), n.pending_axes};
+      n.pending_axes = {};  // its sum arrives in finish(), before gradient() reads it
       const view_type v = n.grad.data;
       const auto bytes = [](std::int64_t elements) { return elements * static_cast<std::int64_t>(sizeof(T)); };
       const std::int64_t len = static_cast<std::int64_t>(v.extent(0));
@@ -138,7 +138,7 @@ class gradient_buckets {
     view_type packed;
     std::optional<buffer_type> buffer;  // what MPI reduces: the gradient itself or packed
     MPI_Request request = MPI_REQUEST_NULL;
-    std::pair<communicator*, unsigned> key{nullptr, 0};  // whose allreduce: the watchdog names it
+    std::pair<communicator*, axis_set> key{nullptr, {}};  // whose allreduce: the watchdog names it
   };
 
   template <class F>
@@ -153,7 +153,7 @@ class gradient_buckets {
 
   // One gradient is reduced in place; several are copied into one buffer first.
   static std::string bucket_name() { return "a bucket of parameters' gradients"; }
-  void start(bucket& b, const std::pair<communicator*, unsigned>& key) {
+  void start(bucket& b, const std::pair<communicator*, axis_set>& key) {
     const collective_subject subject(&bucket_name);
     if (b.views.size() == 1) {
       b.buffer = buffer_type::reading(b.views[0]);
@@ -173,7 +173,7 @@ class gradient_buckets {
   }
 
   const gradient_reduction settings_ = gradient_reduction_settings();
-  std::map<std::pair<communicator*, unsigned>, bucket> open_;
+  std::map<std::pair<communicator*, axis_set>, bucket> open_;
   std::vector<bucket> started_;
 };
 

@@ -79,7 +79,7 @@ struct grad_node : tape_node {
   storage_type grad;
   bool has_grad = false;
   // Axes over which grad is still a sum of per-processor partials (0: grad is the gradient).
-  unsigned pending_axes = 0;
+  axis_set pending_axes;
 
   void accumulate(const storage_type& g) {
     if (!has_grad) return take(g.copy());
@@ -93,7 +93,7 @@ struct grad_node : tape_node {
     add_in_place(g);
   }
   // g is fresh and a partial sum over axes: added locally to partials over the same axes.
-  void accumulate_partial(storage_type&& g, unsigned axes) {
+  void accumulate_partial(storage_type&& g, axis_set axes) {
     if (axes == 0) return accumulate_fresh(std::move(g));
     if (!has_grad) {
       take(std::move(g));
@@ -108,9 +108,9 @@ struct grad_node : tape_node {
   }
   // Reduces a pending partial sum: grad is then the gradient on every processor.
   void settle() {
-    if (!pending_axes || !has_grad) return;
+    if (pending_axes.empty() || !has_grad) return;
     allreduce_slice<Exec, T>(*comm, grad.data, pending_axes, reduce_op::sum);
-    pending_axes = 0;
+    pending_axes = {};
   }
   void add_in_place(const storage_type& g) { accumulate_kernel<Exec>(grad.data, g.data); }
   void backward() override {}  // a leaf: nothing to push further
@@ -142,8 +142,8 @@ struct rule_node final : grad_node_of<TT> {
     if (!this->has_grad) return;
     const TT g(from_storage, this->comm, this->grad);
     // A rule that can take a partial gradient (relayout's: a reduce_scatter) may reduce it itself.
-    if constexpr (requires(const Rule& r) { r.partial(g, 1u); })
-      if (this->pending_axes && rule.partial(g, this->pending_axes)) return;
+    if constexpr (requires(const Rule& r) { r.partial(g, axis_set{}); })
+      if (!this->pending_axes.empty() && rule.partial(g, this->pending_axes)) return;
     this->settle();
     rule(g);
   }
@@ -186,7 +186,7 @@ void push_fresh_grad(const TT& input, TT&& g) {
 // contracted dims split over them, not yet allreduced): the input's node reduces it (tape.hpp's
 // first comment).
 template <Tensor TT>
-void push_partial_grad(const TT& input, TT&& g, unsigned axes) {
+void push_partial_grad(const TT& input, TT&& g, axis_set axes) {
   if (input.tracks_grad()) input.node()->accumulate_partial(std::move(g).storage(), axes);
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../error.hpp"
+#include "axis_set.hpp"
 
 namespace meshtensor {
 
@@ -58,10 +59,10 @@ class mesh_shape {
 
   // The coordinates of sub-rank p of the processors that differ from `base` only on the axes of
   // mask, numbered row-major over those axes in mesh order (MPI_Cart_sub's order).
-  std::vector<int> peer_coords(std::span<const int> base, unsigned mask, int p) const {
+  std::vector<int> peer_coords(std::span<const int> base, axis_set mask, int p) const {
     std::vector<int> c(base.begin(), base.end());
     for (std::size_t i = sizes_.size(); i-- > 0;)
-      if (mask & (1u << i)) {
+      if (mask.contains(static_cast<int>(i))) {
         c[i] = p % sizes_[i];
         p /= sizes_[i];
       }
@@ -69,17 +70,17 @@ class mesh_shape {
   }
 
   // Processors along the axes of a mask (bit i = axis i).
-  int size_over(unsigned mask) const {
+  int size_over(axis_set mask) const {
     int n = 1;
     for (std::size_t i = 0; i < sizes_.size(); ++i)
-      if (mask & (1u << i)) n *= sizes_[i];
+      if (mask.contains(static_cast<int>(i))) n *= sizes_[i];
     return n;
   }
   // "rows,cols", or "(none)" for an empty mask.
-  std::string axes_string(unsigned mask) const {
+  std::string axes_string(axis_set mask) const {
     std::string s;
     for (std::size_t i = 0; i < names_.size(); ++i)
-      if (mask & (1u << i)) s += detail::cat(s.empty() ? "" : ",", names_[i]);
+      if (mask.contains(static_cast<int>(i))) s += detail::cat(s.empty() ? "" : ",", names_[i]);
     return s.empty() ? "(none)" : s;
   }
   // "[rows=2, cols=3]".

@@ -25,7 +25,7 @@ inline constexpr std::size_t max_axes = 8;
 struct dim_split {
   int count = 0;
   std::array<int, detail::max_axes> axes{};
-  // The same axes as a set (bit i = mesh axis i), the form sub-communicators are keyed by.
+  // The same axes as a mask (bit i = mesh axis i; an axis_set converts from it).
   constexpr unsigned mask() const {
     unsigned m = 0;
     for (int i = 0; i < count; ++i) m |= 1u << axes[i];
@@ -89,8 +89,8 @@ constexpr int common_prefix(const dim_split& a, const dim_split& b) {
 
 // The mesh axes a list of splits uses (the union of their masks).
 template <std::size_t N>
-constexpr unsigned axes_of(const std::array<dim_split, N>& splits) {
-  unsigned m = 0;
+constexpr axis_set axes_of(const std::array<dim_split, N>& splits) {
+  axis_set m;
   for (const auto& s : splits) m |= s.mask();
   return m;
 }
@@ -101,7 +101,7 @@ enum class relayout_kind { share, local, allgather, alltoall };
 // (share), local slicing, or one collective over `axes`.
 struct relayout_step {
   relayout_kind kind = relayout_kind::share;
-  unsigned axes = 0;  // the axes the collective runs over
+  axis_set axes;  // the axes the collective runs over
   friend constexpr bool operator==(const relayout_step&, const relayout_step&) = default;
 };
 
@@ -133,17 +133,17 @@ constexpr relayout_step analyze_relayout(const std::array<dim_split, R>& from, c
 
 // The axes that splits `to` add to `from` where they extend them (local slicing).
 template <std::size_t R>
-constexpr unsigned added_axes(const std::array<dim_split, R>& from, const std::array<dim_split, R>& to) {
-  unsigned added = 0;
+constexpr axis_set added_axes(const std::array<dim_split, R>& from, const std::array<dim_split, R>& to) {
+  axis_set added;
   for (std::size_t d = 0; d < R; ++d)
-    for (int i = from[d].count; i < to[d].count; ++i) added |= 1u << to[d].axes[i];
+    for (int i = from[d].count; i < to[d].count; ++i) added = added.with(to[d].axes[i]);
   return added;
 }
 
 // Whether splits `to` extend `from` dim by dim, the axes they add being exactly `axes`, each once:
 // then the relayout of a sum of partials over those axes is one reduce_scatter.
 template <std::size_t R>
-constexpr bool scatters_over(const std::array<dim_split, R>& from, const std::array<dim_split, R>& to, unsigned axes) {
+constexpr bool scatters_over(const std::array<dim_split, R>& from, const std::array<dim_split, R>& to, axis_set axes) {
   unsigned added = 0;
   for (std::size_t d = 0; d < R; ++d) {
     if (to[d].count < from[d].count) return false;

@@ -102,7 +102,7 @@ class mesh {
 
   const comm_counters& counters() const { return comm_->counters(); }
   void reset_counters() const { comm_->reset_counters(); }
-  std::string axes_string(unsigned m) const { return comm_->axes_string(m); }
+  std::string axes_string(axis_set m) const { return comm_->axes_string(m); }
 
   detail::communicator& communicator() const { return *comm_; }
   const std::shared_ptr<detail::communicator>& shared_communicator() const { return comm_; }

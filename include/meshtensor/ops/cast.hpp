@@ -41,7 +41,7 @@ template <class X, class Out>
 struct cast_rule {
   X x;
   void operator()(const Out& g) const { push_grad(x, cast_local<typename X::value_type>(g)); }
-  bool partial(const Out& g, unsigned axes) const {
+  bool partial(const Out& g, axis_set axes) const {
     push_partial_grad(x, cast_local<typename X::value_type>(g), axes);
     return true;
   }

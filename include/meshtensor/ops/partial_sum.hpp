@@ -66,9 +66,9 @@ struct relayout_of_partial_sum_not_a_scatter {
 namespace detail {
 
 // Whether every axis of mask is at coordinate 0 here: of the processors along mask, exactly one.
-inline bool at_origin_of(const communicator& c, unsigned mask) {
+inline bool at_origin_of(const communicator& c, axis_set mask) {
   for (std::size_t i = 0; i < c.coords().size(); ++i)
-    if ((mask & (1u << i)) && c.coords()[i] != 0) return false;
+    if (mask.contains(static_cast<int>(i)) && c.coords()[i] != 0) return false;
   return true;
 }
 

@@ -70,7 +70,7 @@ struct gather_layout {
 };
 template <std::size_t R>
 gather_layout<R> gather_layout_of(const communicator& comm, const placement<R>& from, const placement<R>& to,
-                                  unsigned axes) {
+                                  axis_set axes) {
   gather_layout<R> g;
   const auto& shape = comm.shape();
   g.old_box = from.box_at(comm.coords());
@@ -218,7 +218,7 @@ Out relayout_kernel(const X& x, const char* op) {
 // processor packs its addend's pieces in the order of the peers that own them (sub-rank order),
 // then one MPI_Reduce_scatter. Not recorded.
 template <Tensor Out, Tensor X>
-Out reduce_scatter_kernel(const X& addend, unsigned axes) {
+Out reduce_scatter_kernel(const X& addend, axis_set axes) {
   const collective_subject subject(&X::type_name);
   using Exec = typename X::execution_space;
   using T = typename X::value_type;
@@ -267,7 +267,7 @@ template <Tensor Out, Tensor X>
 struct relayout_rule {
   X x;
   void operator()(const Out& g) const { push_grad(x, relayout_kernel<X>(g, "relayout (gradient)")); }
-  bool partial(const Out& g, unsigned axes) const {
+  bool partial(const Out& g, axis_set axes) const {
     constexpr auto back = analyze_relayout<X::rank>(Out::splits, X::splits);
     if constexpr (back.kind == relayout_kind::share || back.kind == relayout_kind::local) {
       if ((added_axes<X::rank>(Out::splits, X::splits) & axes) == 0) {

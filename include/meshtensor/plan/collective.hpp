@@ -5,6 +5,8 @@
 #include <map>
 #include <utility>
 
+#include "../geometry/axis_set.hpp"
+
 namespace meshtensor {
 
 // send: a point-to-point send between neighbouring pipeline stages (pipeline/stages.hpp), counted on
@@ -32,8 +34,8 @@ struct comm_count {
   friend bool operator==(const comm_count&, const comm_count&) = default;
 };
 
-// Key: which collective, over which axes (bit i = mesh axis i).
-using comm_key = std::pair<collective, unsigned>;
+// Key: which collective, over which axes.
+using comm_key = std::pair<collective, axis_set>;
 using comm_counters = std::map<comm_key, comm_count>;
 
 }  // namespace meshtensor

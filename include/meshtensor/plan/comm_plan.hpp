@@ -10,7 +10,7 @@ namespace meshtensor {
 
 struct planned_collective {
   collective kind = collective::allreduce;
-  unsigned axes = 0;  // bit i = mesh axis i
+  axis_set axes;
   friend constexpr bool operator==(const planned_collective&, const planned_collective&) = default;
 };
 
@@ -20,7 +20,7 @@ struct comm_plan {
   std::array<planned_collective, capacity> steps{};
 
   // Adds a step unless its axis set is empty (no communication).
-  constexpr comm_plan& then(collective kind, unsigned axes) {
+  constexpr comm_plan& then(collective kind, axis_set axes) {
     if (axes != 0) steps[size++] = {kind, axes};
     return *this;
   }

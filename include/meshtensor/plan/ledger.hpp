@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "../geometry/axis_set.hpp"
 #include "collective_context.hpp"
 
 namespace meshtensor {
@@ -108,8 +109,8 @@ class plan_ledger {
   void set_phase(plan_phase p) { phase_ = p; }
 
   // Collectives and FLOPs by op ("einsum", "einsum (backward)", ...).
-  void count(const char* kind, unsigned axes, std::int64_t bytes) {
-    auto& r = collectives_[{op_label(), kind, axes}];
+  void count(const char* kind, axis_set axes, std::int64_t bytes) {
+    auto& r = collectives_[{op_label(), kind, axes.mask()}];
     r.calls += 1;
     r.bytes += bytes;
   }

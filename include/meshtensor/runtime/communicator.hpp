@@ -87,35 +87,35 @@ class communicator {
   const std::vector<std::string>& axis_names() const { return shape_.axis_names(); }
   std::vector<int> coords_of(int rank) const { return shape_.coords_of(rank); }
   // Number of processors along the axes of a mask.
-  int size_over(unsigned mask) const { return shape_.size_over(mask); }
+  int size_over(axis_set mask) const { return shape_.size_over(mask); }
 
   // The communicator of the processors that differ only in the axes of mask. Its ranks run
   // row-major over those axes in mesh order (MPI_Cart_sub keeps the Cartesian order).
-  MPI_Comm over(unsigned mask) {
+  MPI_Comm over(axis_set mask) {
     if (planned_)
       throw error(cat("meshtensor: an MPI call over axes ", shape_.axes_string(mask), " of the planned mesh ",
                       shape_.to_string(), " (a planned run sends nothing; this call site should be skipped)"));
-    auto it = subs_.find(mask);
+    auto it = subs_.find(mask.mask());
     if (it != subs_.end()) return it->second;
     const auto& axis_sizes = shape_.sizes();
     std::vector<int> keep(axis_sizes.size());
-    for (std::size_t i = 0; i < axis_sizes.size(); ++i) keep[i] = (mask >> i) & 1u;
+    for (std::size_t i = 0; i < axis_sizes.size(); ++i) keep[i] = mask.contains(static_cast<int>(i));
     MPI_Comm sub = MPI_COMM_NULL;
     if (axis_sizes.empty())
       MPI_Comm_dup(cart_, &sub);
     else
       MPI_Cart_sub(cart_, keep.data(), &sub);
-    subs_.emplace(mask, sub);
+    subs_.emplace(mask.mask(), sub);
     return sub;
   }
 
-  std::string axes_string(unsigned mask) const { return shape_.axes_string(mask); }
+  std::string axes_string(axis_set mask) const { return shape_.axes_string(mask); }
 
-  void count(collective kind, unsigned mask, std::int64_t bytes) {
+  void count(collective kind, axis_set mask, std::int64_t bytes) {
     auto& c = counters_[{kind, mask}];
     c.calls += 1;
     c.bytes += bytes;
-    if (watch_ != MPI_COMM_NULL) ++sequence_[mask];
+    if (watch_ != MPI_COMM_NULL) ++sequence_[mask.mask()];
     if (planned_) plan_ledger::get().count(to_string(kind), mask, bytes);
     if (call_log_) call_log_->push_back({kind, mask});
   }
@@ -127,7 +127,7 @@ class communicator {
   // (MESHTENSOR_COLLECTIVE_TIMEOUT), start(MPI_Request* two) starts its nonblocking form (one or two
   // requests; the second stays MPI_REQUEST_NULL if unused) and it is waited on with a time limit.
   template <class Blocking, class Start>
-  void run(collective kind, unsigned mask, std::int64_t bytes, Blocking blocking, Start start) {
+  void run(collective kind, axis_set mask, std::int64_t bytes, Blocking blocking, Start start) {
     if (watch_ == MPI_COMM_NULL) return blocking();
     MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
     start(requests);
@@ -135,15 +135,15 @@ class communicator {
   }
   // Waits for requests of a collective started elsewhere (a started allreduce), under the watchdog
   // when it is on.
-  void await(MPI_Request* requests, int n, collective kind, unsigned mask, std::int64_t bytes) {
+  void await(MPI_Request* requests, int n, collective kind, axis_set mask, std::int64_t bytes) {
     if (watch_ == MPI_COMM_NULL) {
       MPI_Waitall(n, requests, MPI_STATUSES_IGNORE);
       return;
     }
     await_collective(
-        requests, n, over(mask), watch_, watch_ticket{mask, sequence_[mask]},
+        requests, n, over(mask), watch_, watch_ticket{mask.mask(), sequence_[mask.mask()]},
         [&] { return cat(to_string(kind), " of ", bytes, " bytes over mesh axes ", axes_string(mask)); },
-        [&](unsigned other) { return axes_string(other); });
+        [&](axis_set other) { return axes_string(other); });
   }
   // agree_or_throw (agreement.hpp) over the whole mesh, its allreduce watched like a collective
   // under the watchdog: the checks made at a step's start (from_host's) come before its first

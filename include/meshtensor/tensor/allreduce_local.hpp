@@ -14,7 +14,7 @@ namespace meshtensor::detail {
 // runs on the host, so their buffer is host memory even with a device-aware MPI. Per (space,
 // element type), not per tensor type (compile time).
 template <class Exec, class T>
-void allreduce_slice(communicator& comm, const Kokkos::View<T*, typename Exec::memory_space>& v, unsigned axes,
+void allreduce_slice(communicator& comm, const Kokkos::View<T*, typename Exec::memory_space>& v, axis_set axes,
                      reduce_op op) {
   if (axes == 0) return;
   using buffer = mpi_buffer<Exec, T>;
@@ -25,7 +25,7 @@ void allreduce_slice(communicator& comm, const Kokkos::View<T*, typename Exec::m
 
 // The same for a tensor's local slice.
 template <Tensor TT>
-void allreduce_local(TT& t, unsigned axes, reduce_op op) {
+void allreduce_local(TT& t, axis_set axes, reduce_op op) {
   const collective_subject subject(&TT::type_name);
   allreduce_slice<typename TT::execution_space, typename TT::value_type>(t.mesh().communicator(), t.view(), axes, op);
 }
