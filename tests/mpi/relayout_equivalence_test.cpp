@@ -15,7 +15,7 @@ namespace {
 using Exec = Kokkos::DefaultExecutionSpace;
 
 // The counted calls per (collective, axes) equal the plan's (bytes are not part of a plan).
-void require_plan(const mt::detail::communicator& comm, const mt::comm_plan& plan) {
+void require_plan(const mt::communicator& comm, const mt::comm_plan& plan) {
   require_counts(comm.counters(), plan.as_counts());
 }
 

@@ -101,7 +101,7 @@ void allreduce_in_place(communicator& c, axis_set axes, T* data, int count, MPI_
 
 // In place: every processor along the axes ends with the reduction of all of them.
 template <class T>
-void allreduce(detail::communicator& c, axis_set axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
+void allreduce(communicator& c, axis_set axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
   if constexpr (std::is_same_v<T, bf16>) {
     if (c.planned() || c.size_over(axes) == 1) return allreduce(c, axes, static_cast<float*>(nullptr), n, op);
     auto wide = detail::widened(data, n);
@@ -118,7 +118,7 @@ void allreduce(detail::communicator& c, axis_set axes, T* data, std::int64_t n, 
 // (MPI_Wait/MPI_Test); MPI_REQUEST_NULL where nothing is sent (a plan, one processor). Counted as
 // an allreduce. Every processor of the group must start its nonblocking collectives in one order.
 template <class T>
-MPI_Request start_allreduce(detail::communicator& c, axis_set axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
+MPI_Request start_allreduce(communicator& c, axis_set axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
   static_assert(!std::is_same_v<T, bf16>, "meshtensor: a started allreduce of bf16 would need its float copy kept alive; use allreduce");
   c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
   MPI_Request r = MPI_REQUEST_NULL;
@@ -130,7 +130,7 @@ MPI_Request start_allreduce(detail::communicator& c, axis_set axes, T* data, std
 // recv holds n elements from each processor along the axes, in sub-communicator rank order
 // (row-major over the axes in mesh order).
 template <class T>
-void allgather(detail::communicator& c, axis_set axes, const T* send, std::int64_t n, T* recv) {
+void allgather(communicator& c, axis_set axes, const T* send, std::int64_t n, T* recv) {
   c.count(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
   const int count = detail::checked_count(n);
@@ -143,7 +143,7 @@ void allgather(detail::communicator& c, axis_set axes, const T* send, std::int64
 
 // Block p of send (n_per_peer elements) goes to sub-rank p; block p of recv comes from it.
 template <class T>
-void alltoall(detail::communicator& c, axis_set axes, const T* send, std::int64_t n_per_peer, T* recv) {
+void alltoall(communicator& c, axis_set axes, const T* send, std::int64_t n_per_peer, T* recv) {
   c.count(collective::alltoall, axes, n_per_peer * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
   const int count = detail::checked_count(n_per_peer);
@@ -157,7 +157,7 @@ void alltoall(detail::communicator& c, axis_set axes, const T* send, std::int64_
 // As allgather with a count per processor (uneven slices): recv holds counts[p] elements from
 // sub-rank p at displs[p]. Falls back to MPI_Allgather when every count is the same.
 template <class T>
-void allgatherv(detail::communicator& c, axis_set axes, const T* send, std::int64_t n, T* recv,
+void allgatherv(communicator& c, axis_set axes, const T* send, std::int64_t n, T* recv,
                 const std::vector<int>& counts, const std::vector<int>& displs) {
   bool same = true;
   for (std::size_t p = 0; p < counts.size(); ++p) same = same && counts[p] == counts[0] && displs[p] == counts[0] * static_cast<int>(p);
@@ -181,7 +181,7 @@ void allgatherv(detail::communicator& c, axis_set axes, const T* send, std::int6
 // plan). Counted as an allgather, as allgatherv is. Every processor of the group must start its
 // nonblocking collectives in one order, among its blocking ones.
 template <class T>
-MPI_Request start_allgatherv(detail::communicator& c, axis_set axes, const T* send, std::int64_t n, T* recv,
+MPI_Request start_allgatherv(communicator& c, axis_set axes, const T* send, std::int64_t n, T* recv,
                              const std::vector<int>& counts, const std::vector<int>& displs) {
   c.count(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)));
   MPI_Request r = MPI_REQUEST_NULL;
@@ -198,7 +198,7 @@ MPI_Request start_allgatherv(detail::communicator& c, axis_set axes, const T* se
 // happen to be equal (all empty, say) must not call MPI_Alltoall while its peers call
 // MPI_Alltoallv.
 template <class T>
-void alltoallv(detail::communicator& c, axis_set axes, bool uniform, const T* send, const std::vector<int>& send_counts,
+void alltoallv(communicator& c, axis_set axes, bool uniform, const T* send, const std::vector<int>& send_counts,
                const std::vector<int>& send_displs, T* recv, const std::vector<int>& recv_counts,
                const std::vector<int>& recv_displs) {
   const int n = static_cast<int>(send_counts.size());
@@ -220,7 +220,7 @@ void alltoallv(detail::communicator& c, axis_set axes, bool uniform, const T* se
 
 // Reduces send (n_per_rank * size elements) and leaves block r of the result on sub-rank r.
 template <class T>
-void reduce_scatter(detail::communicator& c, axis_set axes, const T* send, T* recv, std::int64_t n_per_rank,
+void reduce_scatter(communicator& c, axis_set axes, const T* send, T* recv, std::int64_t n_per_rank,
                     reduce_op op = reduce_op::sum) {
   if constexpr (std::is_same_v<T, bf16>) {
     const std::int64_t n = n_per_rank * c.size_over(axes);
@@ -243,7 +243,7 @@ void reduce_scatter(detail::communicator& c, axis_set axes, const T* send, T* re
 // sub-rank p, back to back; recv gets counts[this sub-rank] elements of the sum. Counted as the
 // bytes sent.
 template <class T>
-void reduce_scatter_v(detail::communicator& c, axis_set axes, const T* send, T* recv, const std::vector<int>& counts,
+void reduce_scatter_v(communicator& c, axis_set axes, const T* send, T* recv, const std::vector<int>& counts,
                       reduce_op op = reduce_op::sum) {
   std::int64_t n = 0;
   for (const int k : counts) n += k;
@@ -267,7 +267,7 @@ void reduce_scatter_v(detail::communicator& c, axis_set axes, const T* send, T* 
 // Along one mesh axis: this processor sends to coordinate + offset and receives from
 // coordinate - offset. Without wrap, processors whose source falls off the edge get zeros.
 template <class T>
-void shift(detail::communicator& c, int axis, const T* send, T* recv, std::int64_t n, int offset, bool wrap) {
+void shift(communicator& c, int axis, const T* send, T* recv, std::int64_t n, int offset, bool wrap) {
   const unsigned axes = 1u << axis;
   c.count(collective::shift, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
@@ -290,7 +290,7 @@ void shift(detail::communicator& c, int axis, const T* send, T* recv, std::int64
 // The caller computes both counts from the placement, so each sender's count is its receiver's.
 // Counted as a shift of the bytes sent.
 template <class T>
-void shift_v(detail::communicator& c, int axis, const T* send, std::int64_t send_n, T* recv, std::int64_t recv_n,
+void shift_v(communicator& c, int axis, const T* send, std::int64_t send_n, T* recv, std::int64_t recv_n,
              int step) {
   const unsigned axes = 1u << axis;
   c.count(collective::shift, axes, send_n * static_cast<std::int64_t>(sizeof(T)));
@@ -306,7 +306,7 @@ void shift_v(detail::communicator& c, int axis, const T* send, std::int64_t send
 // order): sub-rank r receives op over the send buffers of sub-ranks 0..r-1; sub-rank 0 receives
 // zeros (T{}).
 template <class T>
-void exscan(detail::communicator& c, axis_set axes, const T* send, T* recv, std::int64_t n,
+void exscan(communicator& c, axis_set axes, const T* send, T* recv, std::int64_t n,
             reduce_op op = reduce_op::sum) {
   if constexpr (std::is_same_v<T, bf16>) {
     if (c.planned()) return exscan(c, axes, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), n, op);
@@ -330,7 +330,7 @@ void exscan(detail::communicator& c, axis_set axes, const T* send, T* recv, std:
 
 // From sub-rank root to every processor along the axes.
 template <class T>
-void broadcast(detail::communicator& c, axis_set axes, T* data, std::int64_t n, int root = 0) {
+void broadcast(communicator& c, axis_set axes, T* data, std::int64_t n, int root = 0) {
   c.count(collective::broadcast, axes, n * static_cast<std::int64_t>(sizeof(T)));
   if (c.planned()) return;
   const int count = detail::checked_count(n);

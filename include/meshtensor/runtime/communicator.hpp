@@ -20,8 +20,6 @@
 
 namespace meshtensor {
 
-namespace detail {
-
 class communicator {
  public:
   communicator(MPI_Comm parent, std::vector<std::string> axis_names, std::vector<int> sizes)
@@ -29,7 +27,7 @@ class communicator {
     int world = 0;
     MPI_Comm_size(parent, &world);
     if (shape_.nprocs() != world)
-      throw mesh_error(cat("mesh ", shape_.to_string(), " needs ", shape_.nprocs(), " processes, but the communicator has ",
+      throw mesh_error(detail::cat("mesh ", shape_.to_string(), " needs ", shape_.nprocs(), " processes, but the communicator has ",
                            world, "; run with mpiexec -n ", shape_.nprocs(), " or choose sizes whose product is ",
                            world));
     const auto& axis_sizes = shape_.sizes();
@@ -42,32 +40,32 @@ class communicator {
     // The watchdog's notices travel apart from every collective of the program's (watchdog.hpp),
     // and every sub-communicator is made now: made on first use, inside an op, its creation would
     // be a collective the watchdog cannot watch.
-    if (collective_timeout() > 0) {
+    if (detail::collective_timeout() > 0) {
       MPI_Comm_dup(cart_, &watch_);
       for (unsigned mask = 1; mask < (1u << axis_sizes.size()); ++mask) over(mask);
     }
   }
   // A planned communicator: the processor at coords of a mesh of these sizes, with no processes
-  // behind it (plan_ledger.hpp). Collectives are counted as a real run counts them, and not sent.
+  // behind it (detail::plan_ledger.hpp). Collectives are counted as a real run counts them, and not sent.
   communicator(std::vector<std::string> axis_names, std::vector<int> sizes, const std::vector<int>& coords)
       : shape_(std::move(axis_names), std::move(sizes)), planned_(true) {
     const auto& axis_sizes = shape_.sizes();
     if (coords.size() != axis_sizes.size())
-      throw mesh_error(cat("planned mesh ", shape_.to_string(), ": ", coords.size(), " coordinates given for ",
+      throw mesh_error(detail::cat("planned mesh ", shape_.to_string(), ": ", coords.size(), " coordinates given for ",
                            axis_sizes.size(), " axes"));
     for (std::size_t i = 0; i < coords.size(); ++i)
       if (coords[i] < 0 || coords[i] >= axis_sizes[i])
-        throw mesh_error(cat("planned mesh ", shape_.to_string(), ": coordinate ", coords[i], " is outside axis '",
+        throw mesh_error(detail::cat("planned mesh ", shape_.to_string(), ": coordinate ", coords[i], " is outside axis '",
                              shape_.axis_names()[i], "' of size ", axis_sizes[i]));
     coords_ = coords;
     rank_ = static_cast<int>(shape_.rank_of(coords_));
-    if (plan_ledger::get().planned_meshes++ == 0) plan_ledger::get().reset();
+    if (detail::plan_ledger::get().planned_meshes++ == 0) detail::plan_ledger::get().reset();
   }
   communicator(const communicator&) = delete;
   communicator& operator=(const communicator&) = delete;
   ~communicator() {
     if (planned_) {
-      --plan_ledger::get().planned_meshes;
+      --detail::plan_ledger::get().planned_meshes;
       return;
     }
     int finalized = 0;
@@ -93,7 +91,7 @@ class communicator {
   // row-major over those axes in mesh order (MPI_Cart_sub keeps the Cartesian order).
   MPI_Comm over(axis_set mask) {
     if (planned_)
-      throw error(cat("meshtensor: an MPI call over axes ", shape_.axes_string(mask), " of the planned mesh ",
+      throw error(detail::cat("meshtensor: an MPI call over axes ", shape_.axes_string(mask), " of the planned mesh ",
                       shape_.to_string(), " (a planned run sends nothing; this call site should be skipped)"));
     auto it = subs_.find(mask.mask());
     if (it != subs_.end()) return it->second;
@@ -116,7 +114,7 @@ class communicator {
     c.calls += 1;
     c.bytes += bytes;
     if (watch_ != MPI_COMM_NULL) ++sequence_[mask.mask()];
-    if (planned_) plan_ledger::get().count(to_string(kind), mask, bytes);
+    if (planned_) detail::plan_ledger::get().count(to_string(kind), mask, bytes);
     if (call_log_) call_log_->push_back({kind, mask});
   }
   // Every counted collective, in order, while an op's plan is being checked (ops/detail/op_call.hpp);
@@ -140,9 +138,9 @@ class communicator {
       MPI_Waitall(n, requests, MPI_STATUSES_IGNORE);
       return;
     }
-    await_collective(
-        requests, n, over(mask), watch_, watch_ticket{mask.mask(), sequence_[mask.mask()]},
-        [&] { return cat(to_string(kind), " of ", bytes, " bytes over mesh axes ", axes_string(mask)); },
+    detail::await_collective(
+        requests, n, over(mask), watch_, detail::watch_ticket{mask.mask(), sequence_[mask.mask()]},
+        [&] { return detail::cat(to_string(kind), " of ", bytes, " bytes over mesh axes ", axes_string(mask)); },
         [&](axis_set other) { return axes_string(other); });
   }
   // agree_or_throw (agreement.hpp) over the whole mesh, its allreduce watched like a collective
@@ -182,5 +180,8 @@ class communicator {
   std::map<unsigned, std::int64_t> sequence_;  // collectives called per axis set: the watchdog's tickets
 };
 
+namespace detail {
+// The name the library's own code has used for it; the class is public (the collectives take it).
+using communicator = meshtensor::communicator;
 }  // namespace detail
 }  // namespace meshtensor

@@ -53,7 +53,7 @@ MPI_Op nan_extremum_op() {
 // would use MPI_MAX on integers, but adds two passes over the buffer and makes the NaN's payload
 // a choice of the encoding.
 template <class T>
-void nan_propagating_allreduce(detail::communicator& c, axis_set axes, T* data, std::int64_t n, reduce_op op) {
+void nan_propagating_allreduce(communicator& c, axis_set axes, T* data, std::int64_t n, reduce_op op) {
   if constexpr (std::is_same_v<T, bf16>) {
     if (c.planned() || c.size_over(axes) == 1)
       return nan_propagating_allreduce(c, axes, static_cast<float*>(nullptr), n, op);

@@ -62,6 +62,45 @@ inline std::string counts_string(const communicator& comm, const comm_counters& 
   return s.empty() ? "no collective" : s;
 }
 
+// The check itself, not a template: every op's door shares one copy of it (compile time).
+class plan_check {
+ public:
+  plan_check() = default;
+  plan_check(const plan_check&) = delete;
+  plan_check& operator=(const plan_check&) = delete;
+  bool active() const { return comm_ != nullptr; }
+
+  [[gnu::noinline]] void begin(communicator& comm) {
+    comm_ = &comm;
+    if (comm.call_log() == nullptr) {
+      comm.set_call_log(&log_);
+      owns_log_ = true;
+    }
+    start_ = comm.call_log()->size();
+    uncaught_ = std::uncaught_exceptions();
+  }
+  // Throws only when the op returned normally: every rank counts the same collectives (a
+  // collective is called on all ranks of its group), so all throw alike.
+  [[gnu::noinline]] void end(const char* op, const comm_plan& plan) {
+    const auto& log = *comm_->call_log();
+    comm_counters got;
+    for (std::size_t i = start_; i < log.size(); ++i) got[log[i]].calls += 1;
+    if (owns_log_) comm_->set_call_log(nullptr);
+    if (std::uncaught_exceptions() > uncaught_) return;
+    const comm_counters want = plan.as_counts();
+    if (got != want)
+      throw error(cat("meshtensor: ", op, " ran ", counts_string(*comm_, got), ", but its plan says ",
+                      counts_string(*comm_, want), " (a bug in meshtensor: the op and its plan disagree)"));
+  }
+
+ private:
+  communicator* comm_ = nullptr;
+  std::vector<comm_key> log_;
+  std::size_t start_ = 0;
+  bool owns_log_ = false;
+  int uncaught_ = 0;
+};
+
 template <op_step Step>
 class op_call {
  public:
@@ -72,35 +111,14 @@ class op_call {
   template <class AnyTensor>
   op_call(const Step& step, const AnyTensor& operand) : op_call(step, operand.mesh().communicator()) {}
   op_call(const Step& step, communicator& comm) : step_(step), scope_(step.name) {
-    if constexpr (planned_op_step<Step>) {
-      if (!plans_checked()) return;
-      comm_ = &comm;
-      if (comm.call_log() == nullptr) {
-        comm.set_call_log(&log_);
-        owns_log_ = true;
-      }
-      start_ = comm.call_log()->size();
-      uncaught_ = std::uncaught_exceptions();
-    }
+    if constexpr (planned_op_step<Step>)
+      if (plans_checked()) check_.begin(comm);
   }
   op_call(const op_call&) = delete;
   op_call& operator=(const op_call&) = delete;
-
-  // Throws only where plans are checked, and only when the op returned normally: every rank counts
-  // the same collectives (a collective is called on all ranks of its group), so all throw alike.
   ~op_call() noexcept(false) {
-    if (comm_ == nullptr) return;
-    const auto& log = *comm_->call_log();
-    comm_counters got;
-    for (std::size_t i = start_; i < log.size(); ++i) got[log[i]].calls += 1;
-    if (owns_log_) comm_->set_call_log(nullptr);
-    if (std::uncaught_exceptions() > uncaught_) return;
-    if constexpr (planned_op_step<Step>) {
-      const comm_counters want = step_.plan().as_counts();
-      if (got != want)
-        throw error(cat("meshtensor: ", step_.name, " ran ", counts_string(*comm_, got), ", but its plan says ",
-                        counts_string(*comm_, want), " (a bug in meshtensor: the op and its plan disagree)"));
-    }
+    if constexpr (planned_op_step<Step>)
+      if (check_.active()) check_.end(step_.name, step_.plan());
   }
 
   const Step& step() const { return step_; }
@@ -108,11 +126,7 @@ class op_call {
  private:
   Step step_;
   plan_op_scope scope_;
-  communicator* comm_ = nullptr;
-  std::vector<comm_key> log_;
-  std::size_t start_ = 0;
-  bool owns_log_ = false;
-  int uncaught_ = 0;
+  plan_check check_;
 };
 
 }  // namespace meshtensor::detail
