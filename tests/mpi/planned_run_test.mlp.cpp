@@ -74,8 +74,9 @@ TEST_CASE("a planned mesh of 512 processors plans without MPI", "[planned]") {
 }
 
 // rename, replace_dimensions and reshape relayout (here: allgather the split dim they rename or
-// flatten); their collectives, forward and backward, are named after them in a plan, not "other".
-TEST_CASE("rename, replace_dimensions and reshape name their collectives in a plan", "[planned]") {
+// flatten), sum_to allreduces; their collectives, forward and backward, are named after them in a
+// plan, not "other".
+TEST_CASE("rename, replace_dimensions, reshape and sum_to name their collectives in a plan", "[planned]") {
   using L = mt::layout<grid, mt::split<batch, r_>>;
   using X = mt::tensor<float, L, batch, hidden>;
   const auto pm = grid::planned({2, 2}, {1, 0});
@@ -100,4 +101,6 @@ TEST_CASE("rename, replace_dimensions and reshape name their collectives in a pl
   ops_of([](const X& t) { return mt::replace_dimensions<list<batch, hidden>, list<hidden, batch>>(t); }, "replace_dimensions");
   ops_of([](const X& t) { return mt::reshape<classes>(t, {24}); }, "reshape");
   ops_of([](const X& t) { return mt::replace_dimensions<list<batch>, list<classes, d_model>>(t, {2, 3}); }, "replace_dimensions");
+  // sum_to, public beside reduce_sum, allreduces the split batch under its own name too.
+  ops_of([](const X& t) { return mt::sum_to<mt::tensor<float, L, hidden>>(t); }, "sum_to");
 }

@@ -308,6 +308,7 @@ template <Tensor Out, Tensor X>
 Out sum_to(const X& x) {
   detail::require_same_layout<Out, X>();
   [&]<class... Ds>(type_list<Ds...>) { detail::check_reduced_dims<X, Ds...>(); }(typename Out::dims{});
+  const detail::op_call call(detail::planned_step{"sum_to", reduce_plan<Out, X>()}, x);
   Out out = detail::reduce_to<Out>(x, reduce_op::sum);
   detail::record<Out>(out, [x](const Out& g) { detail::push_fresh_grad(x, detail::broadcast_local<X>(g, x.extents())); }, x);
   return out;
