@@ -5,11 +5,9 @@
 //
 // It converts implicitly from a mask (bit i = axis i), so that `comm.size_over(0b11)` and a
 // test's `{collective::allreduce, 1u}` read as before; it never converts back implicitly, so code
-// that takes a set says so in its signature and asks it questions (contains, size) instead of
+// that takes a set says so in its signature and asks it questions (contains, empty) instead of
 // testing bits.
-#include <bit>
 #include <compare>
-#include <initializer_list>
 
 namespace meshtensor {
 
@@ -18,25 +16,14 @@ struct axis_set {
 
   constexpr axis_set() = default;
   constexpr axis_set(unsigned mask) : bits(mask) {}  // NOLINT: implicit, see above
-  static constexpr axis_set of(std::initializer_list<int> axes) {
-    axis_set s;
-    for (int a : axes) s.bits |= 1u << a;
-    return s;
-  }
 
   constexpr unsigned mask() const { return bits; }
   constexpr bool empty() const { return bits == 0; }
-  constexpr int size() const { return std::popcount(bits); }
   constexpr bool contains(int axis) const { return (bits >> axis) & 1u; }
-  // Every axis of `other` is in this set.
-  constexpr bool includes(axis_set other) const { return (other.bits & ~bits) == 0; }
   constexpr axis_set with(int axis) const { return {bits | (1u << axis)}; }
 
   friend constexpr axis_set operator|(axis_set a, axis_set b) { return {a.bits | b.bits}; }
   friend constexpr axis_set operator&(axis_set a, axis_set b) { return {a.bits & b.bits}; }
-  // The axes of a that are not in b.
-  friend constexpr axis_set operator-(axis_set a, axis_set b) { return {a.bits & ~b.bits}; }
-  constexpr axis_set& operator|=(axis_set b) { return bits |= b.bits, *this; }
   friend constexpr bool operator==(axis_set, axis_set) = default;
   friend constexpr auto operator<=>(axis_set, axis_set) = default;
 };

@@ -87,14 +87,6 @@ constexpr int common_prefix(const dim_split& a, const dim_split& b) {
   return p;
 }
 
-// The mesh axes a list of splits uses (the union of their masks).
-template <std::size_t N>
-constexpr axis_set axes_of(const std::array<dim_split, N>& splits) {
-  axis_set m;
-  for (const auto& s : splits) m |= s.mask();
-  return m;
-}
-
 enum class relayout_kind { share, local, allgather, alltoall };
 
 // What moving slices from splits `from` to splits `to` (dim by dim, in position order) needs: nothing

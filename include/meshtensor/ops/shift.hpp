@@ -80,23 +80,6 @@ shift_path shift_path_of(const X& x, std::int64_t reach) {
   return shift_uses_neighbours<D>(x, reach) ? shift_path::neighbours : shift_path::gathered;
 }
 
-// shift's and halo_exchange's step: the path, read by the op's execution and by its plan (one
-// `shift` per side it reaches on the neighbours path, one allgather over D's axes on the gathered).
-template <Tensor X, Dim D>
-struct shift_step {
-  const char* name;
-  shift_path path;
-  int sides = 1;
-  constexpr comm_plan plan() const {
-    constexpr unsigned axes = X::layout_type::template split_of<D>().mask();
-    comm_plan p{};
-    if (path == shift_path::gathered) p.then(collective::allgather, axes);
-    if (path == shift_path::neighbours)
-      for (int k = 0; k < sides; ++k) p.then(collective::shift, axes);
-    return p;
-  }
-};
-
 // Non-recording shift, also the gradient rule's kernel.
 template <Dim D, Tensor X>
 X shift_impl(const X& x, std::int64_t offset, boundary b, shift_path path) {
@@ -160,6 +143,22 @@ constexpr comm_plan halo_exchange_general_plan() {
   return shift_general_plan<X, D>();
 }
 
+namespace detail {
+// shift's and halo_exchange's step: the path, read by the op's execution and by its plan, which is
+// the public plan of that path (so the door checks those plans on every call).
+template <Tensor X, Dim D>
+struct shift_step {
+  const char* name;
+  shift_path path;
+  bool both_sides = false;  // halo_exchange
+  constexpr comm_plan plan() const {
+    if (path == shift_path::neighbours) return both_sides ? halo_exchange_plan<X, D>() : shift_plan<X, D>();
+    if (path == shift_path::gathered) return both_sides ? halo_exchange_general_plan<X, D>() : shift_general_plan<X, D>();
+    return {};
+  }
+};
+}  // namespace detail
+
 // ---- ops --------------------------------------------------------------------------------------
 // x shifted by offset along D (positive: towards higher indices). Gradient: the shift by -offset
 // with the same boundary (zero-fill's adjoint is the zero-fill shift back).
@@ -212,7 +211,7 @@ halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boun
   // An empty D still takes the gathered path (every processor's empty halo slice comes from it).
   const auto path = x.template extent<D>() != 0 && detail::shift_uses_neighbours<D>(x, width) ? detail::shift_path::neighbours
                                                                                               : detail::shift_path::gathered;
-  const detail::op_call call(detail::shift_step<X, D>{"halo_exchange", path, 2}, x);
+  const detail::op_call call(detail::shift_step<X, D>{"halo_exchange", path, true}, x);
   const bool wrap = b == boundary::wrap;
   halo_slice<X, D> h;
   h.width = width;
