@@ -73,16 +73,17 @@ inline int main(int argc, char** argv) {
   benchmark::AddCustomContext("OPENBLAS_NUM_THREADS",
                               std::getenv("OPENBLAS_NUM_THREADS") ? std::getenv("OPENBLAS_NUM_THREADS") : "(unset)");
   benchmark::AddCustomContext("mpi_ranks", std::to_string(world_size()));
-  // The local kernels of this build (kernels/dnnl.hpp): oneDNN and the ISA it dispatches to on this
-  // CPU, or the portable ones.
+  // The local kernels of this build and run, and why (kernels::describe: the provider of each kind
+  // of work, the ISA the job agreed on and this CPU's).
+  benchmark::AddCustomContext("kernels", meshtensor::kernels::describe());
+  benchmark::AddCustomContext("cpu_isa_job", std::string(meshtensor::name_of(meshtensor::cpu_isa().job)));
+  benchmark::AddCustomContext("cpu_isa_this_cpu", std::string(meshtensor::name_of(meshtensor::cpu_isa().this_cpu)));
 #if MESHTENSOR_HAVE_DNNL
   const auto v = dnnl::version();
-  benchmark::AddCustomContext("kernels", meshtensor::kernels::dnnl_provider::enabled() ? "oneDNN" : "portable (MESHTENSOR_KERNELS)");
   benchmark::AddCustomContext("onednn_version", std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
                                                     std::to_string(v->patch));
   benchmark::AddCustomContext("onednn_isa", meshtensor::kernels::dnnl_provider::isa_name());
-#else
-  benchmark::AddCustomContext("kernels", "portable (built without oneDNN)");
+  benchmark::AddCustomContext("bf16_products", meshtensor::kernels::dnnl_provider::bf16_products() ? "oneDNN" : "portable (widened to float, OpenBLAS)");
 #endif
   if (rank == 0) {
     benchmark::RunSpecifiedBenchmarks();

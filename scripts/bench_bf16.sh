@@ -57,8 +57,11 @@ for f in glob.glob(f"{raw}/torch-*.json"):
 print(f"products, one thread, medians of {rounds} rounds; CPU flags: {' '.join(flags) or 'none of avx512f/avx512_bf16/amx_bf16'}; "
       f"kernels: {context.get('kernels')}, oneDNN ISA: {context.get('onednn_isa', '-')}; "
       f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}")
-if "avx512_bf16" not in flags:
-    print("This CPU lacks AVX512_BF16: bf16 runs on a fallback; the ratios below are the fallback's.")
+if context.get("bf16_products", "").startswith("portable"):
+    print(f"bf16 products are portable in this job (the ISA it agreed on: {context.get('cpu_isa_job', '-')}, below "
+          "avx512_core): widened to float, OpenBLAS's sgemm, rounded once; slower than float32 here, as expected.")
+elif "avx512_bf16" not in flags:
+    print("This CPU lacks AVX512_BF16: oneDNN emulates bf16 on AVX-512; the ratios below are the emulation's.")
 print()
 print("| m x k x n | float32 ms (GFLOP/s) | bf16 ms (GFLOP/s) | bf16 / float32 speed | PyTorch bf16 ms | ours / PyTorch bf16 | PyTorch float32 ms | ours / PyTorch float32 | bf16 kernel |")
 print("|---|---|---|---|---|---|---|---|---|")

@@ -6,6 +6,7 @@
 # Markdown table (docs/performance.md, section "Training step").
 #
 #   OPENBLAS_CORETYPE=SkylakeX scripts/bench_training.sh [--rounds 5] [--steps 10] [--warmup 3] [--small-only]
+#   ONEDNN_MAX_CPU_ISA=AVX2 scripts/bench_training.sh      # as an AVX2-only CPU runs (runtime/cpu_isa.hpp)
 #
 # Each round runs every configuration once, interleaved: ours on 1 rank (local kernels as built,
 # then MESHTENSOR_KERNELS=portable, then --dtype bf16), PyTorch, ours on 2 ranks (data, model), and
@@ -92,7 +93,18 @@ read -r b1 b1min b1max <<<"$(stats ${runs[bf16]})"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 kernels=$(mpiexec -n 1 "$lm" --layout data --mesh 1 1 "${model[@]}" --steps 1 --log-every 100000 \
             --csv "$tmp/loss.csv" 2>&1 | sed -n 's/^layout .*; local kernels: //p' | head -n 1)
-bf16_cpu=$(grep -q -w avx512_bf16 /proc/cpuinfo && echo "AVX512_BF16" || echo "no AVX512_BF16: bf16 runs on a fallback, the ratio is the fallback's")
+# bf16's goal holds where oneDNN computes it; without AVX-512 in the job (an AVX2 CPU, or
+# ONEDNN_MAX_CPU_ISA=AVX2) bf16 products are widened to float and rounded: slower than float32 there,
+# reported, not failed (README, "Local kernels").
+bf16_goal=">= 1.5"
+if [[ "$kernels" == *"bf16 products and convolutions portable"* ]]; then
+  bf16_cpu="portable: no AVX-512 in this job, widened to float and rounded once"
+  bf16_goal="none on this CPU (slower than float32 expected)"
+elif grep -q -w avx512_bf16 /proc/cpuinfo && [ -z "${ONEDNN_MAX_CPU_ISA:-}" ]; then
+  bf16_cpu="AVX512_BF16"
+else
+  bf16_cpu="oneDNN without AVX512_BF16 (emulated on AVX-512)"
+fi
 
 echo "Training step (ms, median of $rounds runs of the median of $steps steps after $warmup warm-up steps; min-max):"
 echo
@@ -101,7 +113,7 @@ echo "|---|---|---|---|---|"
 echo "| PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), 1 thread | $t1 | $t1min - $t1max | | |"
 echo "| meshtensor, 1 rank | $o1 | $o1min - $o1max | PyTorch / ours = $(ratio "$t1" "$o1") | >= 1.05 |"
 echo "| meshtensor, 1 rank, MESHTENSOR_KERNELS=portable (OpenBLAS, no oneDNN) | $p1 | $p1min - $p1max | portable / as built = $(ratio "$p1" "$o1") | |"
-echo "| meshtensor, 1 rank, --dtype bf16 ($bf16_cpu) | $b1 | $b1min - $b1max | float32 / bf16 = $(ratio "$o1" "$b1") | >= 1.5 |"
+echo "| meshtensor, 1 rank, --dtype bf16 ($bf16_cpu) | $b1 | $b1min - $b1max | float32 / bf16 = $(ratio "$o1" "$b1") | $bf16_goal |"
 echo "| meshtensor, 2 ranks, data parallel (batch over 2) | $d2 | $d2min - $d2max | 1 rank / 2 ranks = $(ratio "$o1" "$d2") | >= 1.7 |"
 echo "| meshtensor, 2 ranks, model parallel (vocab, heads, d_ff over 2) | $m2 | $m2min - $m2max | 1 rank / 2 ranks = $(ratio "$o1" "$m2") | >= 1.7 |"
 if [ "$large" = 1 ]; then

@@ -48,7 +48,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMP_NUM_THREADS=1 OMP_PROC_BIND=false OPENBLAS_NUM_THREADS=1
 mkdir -p "$out"
 data="$out/data"
-model=(--vocab 4000 --d-model 128 --heads 4 --d-kv 32 --d-ff 512 --layers 2 --src-length 32 --tgt-length 32
+vocab=4000  # the SentencePiece model the example trains on its data (both sides read it)
+model=(--vocab "$vocab" --d-model 128 --heads 4 --d-kv 32 --d-ff 512 --layers 2 --src-length 32 --tgt-length 32
        --dropout 0.1 --lr 1e-3 --batch "$batch" --steps "$steps")
 log "$(lscpu | sed -n 's/^Model name: *//p'), OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}, load $(cut -d' ' -f1-3 /proc/loadavg)"
 
@@ -72,7 +73,7 @@ ours() {  # ranks layout rows cols tag
 }
 ours 1 data 1 1 ours
 log "PyTorch: $steps steps"
-"$python" "$root/benchmarks/peers/torch_translation.py" "$data" --d-model 128 --heads 4 --d-ff 512 --layers 2 \
+"$python" "$root/benchmarks/peers/torch_translation.py" "$data" --vocab "$vocab" --d-model 128 --heads 4 --d-ff 512 --layers 2 \
   --src-len 32 --tgt-len 32 --dropout 0.1 --lr 1e-3 --batch "$batch" --steps "$steps" --warmup 5 \
   --eval-every $((steps / 10 > 0 ? steps / 10 : 1)) --csv "$out/torch.csv" --json "$out/torch.json" >/dev/null 2>"$out/torch.log"
 for layout in $layouts; do

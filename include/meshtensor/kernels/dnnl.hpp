@@ -20,14 +20,17 @@
 #include <functional>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "../element/bf16.hpp"
 #include "../error.hpp"
+#include "../runtime/cpu_isa.hpp"
 
 namespace meshtensor::kernels::dnnl_provider {
 
@@ -53,7 +56,19 @@ inline context& ctx() {
   return c;
 }
 
-// The ISA oneDNN dispatches to on this CPU (for the benchmarks' reports).
+// The provider rule, decided once from the ISA the job agreed on (runtime/cpu_isa.hpp) and so the
+// same on every rank: replicas round alike. oneDNN 2.x computes bf16 only on AVX-512 cores (natively
+// with AVX512_BF16 or AMX, emulated on plain AVX-512), and its brgemm matmul, faster than OpenBLAS's
+// sgemm at every shape of a Transformer step there (1.07-1.24x, docs/performance.md), exists only
+// there too. Below AVX-512, float products stay with OpenBLAS and bf16 products and convolutions
+// take the portable paths: operands widened to float, float accumulation, one rounding.
+// A fixed rule, not a per-shape race at run time.
+inline bool avx512() { return meshtensor::cpu_isa().job >= cpu_isa_level::avx512_core; }
+inline bool has_bf16() { return enabled() && avx512(); }
+inline bool float_products() { return enabled() && avx512(); }
+inline bool bf16_products() { return enabled() && avx512(); }
+
+// The ISA oneDNN dispatches to (for the reports; asked after the agreement, which it would fix).
 inline const char* isa_name() {
   switch (dnnl::get_effective_cpu_isa()) {
     case dnnl::cpu_isa::sse41: return "sse41";
@@ -67,26 +82,12 @@ inline const char* isa_name() {
     default: return "other";
   }
 }
-// Whether oneDNN dispatches to AVX-512 cores here (read once).
-inline bool avx512() {
-  static const bool yes = [] {
-    const auto isa = dnnl::get_effective_cpu_isa();
-    return isa == dnnl::cpu_isa::avx512_core || isa == dnnl::cpu_isa::avx512_core_vnni ||
-           isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
-  }();
-  return yes;
-}
-// oneDNN computes bf16 on AVX-512 cores (natively with AVX512_BF16 or AMX, emulated on plain
-// AVX-512); below that it has no bf16 convolution.
-inline bool has_bf16() { return avx512(); }
 
-// Whether float products go to oneDNN's matmul rather than OpenBLAS's sgemm. On AVX-512 cores its
-// brgemm kernels were faster at every shape of a Transformer step (1.07-1.24x, benchmarks/
-// bench_bf16.cpp, docs/performance.md), the batched ones most (one call, no packing per matrix, no
-// memset of C). Below AVX-512 oneDNN 2.x has no brgemm matmul and OpenBLAS stays. A fixed rule, not
-// a per-shape race at run time: every rank must take the same provider, or the replicas of a
-// parameter would round differently and drift apart.
-inline bool float_products() { return enabled() && avx512(); }
+// What to do about a oneDNN failure that is still an error, in meshtensor's words.
+inline std::string advice() {
+  return meshtensor::detail::cat("(oneDNN on ", isa_name(), ", the job's agreed ISA ", name_of(meshtensor::cpu_isa().job),
+                                 "; MESHTENSOR_KERNELS=portable runs the portable kernels instead)");
+}
 
 using key_type = std::vector<std::int64_t>;
 struct key_hash {
@@ -150,33 +151,71 @@ inline void run(const dnnl::primitive& p, const std::unordered_map<int, dnnl::me
 }
 
 // ---- products -----------------------------------------------------------------------------------
+// A shape's entry is made when the shape is first asked for: the primitive, or none where oneDNN
+// cannot make one (then that shape takes the portable path for the rest of the run, decided once:
+// the same on every replica, which shares its shapes).
 struct matmul_entry {
-  dnnl::matmul prim;
+  std::optional<dnnl::matmul> prim;
   dnnl::memory::desc a, b, c;
+  std::string refusal;  // oneDNN's words where prim is empty
 };
 inline primitive_cache<matmul_entry>& matmul_cache() {
   static primitive_cache<matmul_entry> c(cache_capacity);
   return c;
 }
+// How many shapes oneDNN refused in this run (their products ran on the portable path), and the
+// first refusal, for describe().
+struct refusals {
+  std::mutex mu;
+  std::int64_t shapes = 0;
+  std::string first;
+};
+inline refusals& matmul_refusals() {
+  static refusals r;
+  return r;
+}
 
-// C[b] = op(A[b]) op(B[b]), row-major and contiguous (kernels::product's contract).
 template <class T>
-void matmul(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b, const T* a,
+const char* type_name() {
+  return std::is_same_v<T, bf16> ? "bf16" : "float";
+}
+
+// C[b] = op(A[b]) op(B[b]), row-major and contiguous (kernels::product's contract). False, having
+// done nothing, where oneDNN has no primitive for this shape and type: the caller takes its
+// portable path.
+template <class T>
+bool matmul(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b, const T* a,
             const T* b, T* c) {
   using dims = dnnl::memory::dims;
   const auto dt = data_type_of<T>();
   const key_type key{static_cast<std::int64_t>(dt), nb, m, n, k, trans_a, trans_b};
   auto& e = matmul_cache().get(key, [&] {
-    const dnnl::memory::desc a_md(dims{nb, m, k}, dt, trans_a ? dims{m * k, 1, m} : dims{m * k, k, 1});
-    const dnnl::memory::desc b_md(dims{nb, k, n}, dt, trans_b ? dims{k * n, 1, k} : dims{k * n, n, 1});
-    const dnnl::memory::desc c_md(dims{nb, m, n}, dt, dims{m * n, n, 1});
-    return matmul_entry{dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), ctx().engine)),
-                        a_md, b_md, c_md};
+    matmul_entry made{std::nullopt, dnnl::memory::desc(dims{nb, m, k}, dt, trans_a ? dims{m * k, 1, m} : dims{m * k, k, 1}),
+                      dnnl::memory::desc(dims{nb, k, n}, dt, trans_b ? dims{k * n, 1, k} : dims{k * n, n, 1}),
+                      dnnl::memory::desc(dims{nb, m, n}, dt, dims{m * n, n, 1}), ""};
+    try {
+      made.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(made.a, made.b, made.c), ctx().engine));
+    } catch (const dnnl::error& err) {
+      made.refusal = meshtensor::detail::cat(type_name<T>(), " [", nb, " x ", m, " x ", k, "] . [", k, " x ", n,
+                                             "]: ", err.what());
+      auto& r = matmul_refusals();
+      std::lock_guard<std::mutex> lock(r.mu);
+      if (r.shapes++ == 0) r.first = made.refusal;
+    }
+    return made;
   });
+  if (!e.prim) return false;
   auto& eng = ctx().engine;
-  run(e.prim, {{DNNL_ARG_SRC, dnnl::memory(e.a, eng, const_cast<T*>(a))},
-               {DNNL_ARG_WEIGHTS, dnnl::memory(e.b, eng, const_cast<T*>(b))},
-               {DNNL_ARG_DST, dnnl::memory(e.c, eng, c)}});
+  try {
+    run(*e.prim, {{DNNL_ARG_SRC, dnnl::memory(e.a, eng, const_cast<T*>(a))},
+                  {DNNL_ARG_WEIGHTS, dnnl::memory(e.b, eng, const_cast<T*>(b))},
+                  {DNNL_ARG_DST, dnnl::memory(e.c, eng, c)}});
+  } catch (const dnnl::error& err) {
+    throw error(meshtensor::detail::cat("meshtensor: einsum's local product of ", type_name<T>(), " [", nb, " x ", m, " x ",
+                                        k, "] . [", k, " x ", n, "] failed in oneDNN's matmul: ", err.what(), " ",
+                                        advice()));
+  }
+  return true;
 }
 
 // The implementation oneDNN picks for a bf16 or float product of this shape (e.g.
@@ -200,11 +239,8 @@ inline primitive_cache<softmax_entry>& softmax_cache() {
   return c;
 }
 
-// dst[r, :] = softmax(src[r, :]) (log: log_softmax) for rows x n contiguous floats; oneDNN's
-// vectorised exponentials (a million a step in a small Transformer's loss).
-inline void softmax(std::int64_t rows, std::int64_t n, bool log, const float* src, float* dst) {
+inline void softmax_checked(const key_type& key, std::int64_t rows, std::int64_t n, bool log, const float* src, float* dst) {
   using dims = dnnl::memory::dims;
-  const key_type key{rows, n, log};
   auto& e = softmax_cache().get(key, [&] {
     const dnnl::memory::desc md(dims{rows, n}, dnnl::memory::data_type::f32, dims{n, 1});
     auto& eng = ctx().engine;
@@ -218,6 +254,21 @@ inline void softmax(std::int64_t rows, std::int64_t n, bool log, const float* sr
   });
   auto& eng = ctx().engine;
   run(e.prim, {{DNNL_ARG_SRC, dnnl::memory(e.md, eng, const_cast<float*>(src))}, {DNNL_ARG_DST, dnnl::memory(e.md, eng, dst)}});
+}
+
+// dst[r, :] = softmax(src[r, :]) (log: log_softmax) for rows x n contiguous floats; oneDNN's
+// vectorised exponentials (a million a step in a small Transformer's loss).
+inline void softmax(std::int64_t rows, std::int64_t n, bool log, const float* src, float* dst) {
+  const key_type key{rows, n, log};
+  auto words = [&] {
+    return meshtensor::detail::cat("the cross-entropy's local ", log ? "log_softmax" : "softmax", " of float rows [", rows,
+                                   " x ", n, "]");
+  };
+  try {
+    softmax_checked(key, rows, n, log, src, dst);
+  } catch (const dnnl::error& err) {
+    throw error(meshtensor::detail::cat("meshtensor: oneDNN failed on ", words(), ": ", err.what(), " ", advice()));
+  }
 }
 
 }  // namespace meshtensor::kernels::dnnl_provider

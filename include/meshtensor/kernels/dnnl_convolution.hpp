@@ -92,15 +92,49 @@ inline key_type conv_key(const conv_problem& p, int pass, int dt) {
   return k;
 }
 
+inline const char* pass_name(int pass) {
+  return pass == 0 ? "forward" : pass == 1 ? "backward data" : "backward weights";
+}
+template <class T>
+std::string conv_words(const conv_problem& p, int pass) {
+  std::string in, taps, out;
+  for (int j = 0; j < p.spatial; ++j) {
+    in += meshtensor::detail::cat(j ? " x " : "", p.in[j]);
+    taps += meshtensor::detail::cat(j ? " x " : "", p.taps[j]);
+    out += meshtensor::detail::cat(j ? " x " : "", p.out[j]);
+  }
+  return meshtensor::detail::cat("conv's local ", pass_name(pass), " pass (", type_name<T>(), ", batch ", p.n, ", ", p.ic,
+                                 " channels in, ", p.oc, " out, spatial ", in, ", taps ", taps, ", output ", out, ")");
+}
+
+// Which path a convolution takes (direct or unfold + product) changes its communication, so it is
+// decided from the agreed rule alone (kernels::has_convolution), never per shape: a shape oneDNN
+// then refuses is an error that says so.
 template <class T>
 conv_entry& conv_for(const conv_problem& p, int pass) {
   try {
     return conv_cache().get(conv_key(p, pass, static_cast<int>(data_type_of<T>())), [&] { return make_conv<T>(p, pass); });
   } catch (const dnnl::error& e) {
-    throw error(meshtensor::detail::cat("meshtensor: oneDNN made no convolution (pass ", pass, ") of ", p.n, " x ", p.ic,
-                                        " channels into ", p.oc, " over ", p.spatial, " spatial dims (first extent ",
-                                        p.in[0], ", taps ", p.taps[0], "): ", e.what()));
+    throw error(meshtensor::detail::cat("meshtensor: oneDNN made no primitive for ", conv_words<T>(p, pass), ": ", e.what(),
+                                        " ", advice()));
   }
+}
+
+template <class T>
+void run_conv(conv_entry& e, int pass_index, const T* src, const T* weights, const T* dst, std::int64_t src_offset) {
+  auto& eng = ctx().engine;
+  auto mem = [&](const dnnl::memory::desc& d, const T* at) { return dnnl::memory(d, eng, const_cast<T*>(at)); };
+  dnnl::memory src_m = mem(e.src, src + src_offset), dst_m = mem(e.dst, dst), user_w = mem(e.weights, weights);
+  dnnl::memory w = e.weights_buffer.empty() ? user_w : dnnl::memory(e.weights_internal, eng, e.weights_buffer.data());
+  if (e.weights_in) e.weights_in->execute(ctx().stream, user_w, w);
+  if (pass_index == 0)
+    e.prim.execute(ctx().stream, {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst_m}});
+  else if (pass_index == 1)
+    e.prim.execute(ctx().stream, {{DNNL_ARG_DIFF_SRC, src_m}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_DST, dst_m}});
+  else
+    e.prim.execute(ctx().stream, {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_DIFF_WEIGHTS, w}, {DNNL_ARG_DIFF_DST, dst_m}});
+  if (e.weights_out) e.weights_out->execute(ctx().stream, w, user_w);
+  ctx().stream.wait();
 }
 
 // src, weights and dst are the pass's: for backward data src is diff_src, for backward weights
@@ -114,19 +148,12 @@ void convolution(const conv_problem& p, conv_pass pass, const T* src, const T* w
     return;
   }
   conv_entry& e = conv_for<T>(p, pass_index);
-  auto& eng = ctx().engine;
-  auto mem = [&](const dnnl::memory::desc& d, const T* at) { return dnnl::memory(d, eng, const_cast<T*>(at)); };
-  dnnl::memory src_m = mem(e.src, src + p.src_offset), dst_m = mem(e.dst, dst), user_w = mem(e.weights, weights);
-  dnnl::memory w = e.weights_buffer.empty() ? user_w : dnnl::memory(e.weights_internal, eng, e.weights_buffer.data());
-  if (e.weights_in) e.weights_in->execute(ctx().stream, user_w, w);
-  if (pass_index == 0)
-    e.prim.execute(ctx().stream, {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst_m}});
-  else if (pass_index == 1)
-    e.prim.execute(ctx().stream, {{DNNL_ARG_DIFF_SRC, src_m}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_DST, dst_m}});
-  else
-    e.prim.execute(ctx().stream, {{DNNL_ARG_SRC, src_m}, {DNNL_ARG_DIFF_WEIGHTS, w}, {DNNL_ARG_DIFF_DST, dst_m}});
-  if (e.weights_out) e.weights_out->execute(ctx().stream, w, user_w);
-  ctx().stream.wait();
+  try {
+    run_conv(e, pass_index, src, weights, dst, p.src_offset);
+  } catch (const dnnl::error& err) {
+    throw error(meshtensor::detail::cat("meshtensor: oneDNN failed running ", conv_words<T>(p, pass_index), ": ", err.what(),
+                                        " ", advice()));
+  }
 }
 
 // The implementations oneDNN picked for the convolutions made so far (distinct names), for the

@@ -3,10 +3,13 @@
 // contiguous, for einsum (ops/einsum.hpp). The provider is chosen at build time per execution space
 // and element type:
 //   host, bf16      oneDNN's matmul (bf16 in and out, float accumulation; AVX512_BF16 or AMX where
-//                   the CPU has them) when built with it (MESHTENSOR_DNNL), else the operands
-//                   widened to float, OpenBLAS's sgemm, the product rounded once
+//                   the CPU has them) when built with it (MESHTENSOR_DNNL) and the job's agreed ISA
+//                   is AVX-512 (runtime/cpu_isa.hpp), else the portable path: the operands widened
+//                   to float, OpenBLAS's sgemm, the product rounded once
 //   host, float     oneDNN's matmul on AVX-512 cores when built with it (dnnl_provider::
 //                   float_products: faster there at every measured shape), else OpenBLAS's sgemm
+//   A shape oneDNN cannot make a primitive for takes the other path, decided when it is first asked
+//   for and cached (dnnl_provider::matmul), never tried and caught per call.
 //   host, double    OpenBLAS (cblas dgemm)
 //   CUDA            cuBLAS's strided batched gemm (kernels/cublas.hpp)
 //   elsewhere       a Kokkos loop
@@ -17,6 +20,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <string>
+#include <mutex>
 #include <type_traits>
 
 #include "../element/bf16.hpp"
@@ -54,9 +58,9 @@ void product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bo
   if (nb == 0 || m == 0 || n == 0) return;
   if constexpr (host_space_v<Exec> && std::is_same_v<T, bf16>) {
 #if MESHTENSOR_HAVE_DNNL
-    if (dnnl_provider::enabled()) {
+    if (dnnl_provider::bf16_products()) {
       Exec().fence();  // oneDNN runs on its own threads: Kokkos's writes to a and b come first
-      return dnnl_provider::matmul(nb, m, n, k, trans_a, trans_b, a.data(), b.data(), c.data());
+      if (dnnl_provider::matmul(nb, m, n, k, trans_a, trans_b, a.data(), b.data(), c.data())) return;
     }
 #endif
     // Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it: the operands widened
@@ -73,7 +77,7 @@ void product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bo
 #if MESHTENSOR_HAVE_DNNL
     if (std::is_same_v<T, float> && k > 0 && dnnl_provider::float_products()) {
       Exec().fence();
-      return dnnl_provider::matmul(nb, m, n, k, trans_a, trans_b, a.data(), b.data(), c.data());
+      if (dnnl_provider::matmul(nb, m, n, k, trans_a, trans_b, a.data(), b.data(), c.data())) return;
     }
 #endif
     if (k == 0) {
@@ -116,16 +120,30 @@ void product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bo
   }
 }
 
-// What runs the local work of host execution spaces in this build and on this CPU, in words (for
-// programs' and benchmarks' reports), e.g. "oneDNN 2.6.3 on avx512_core_bf16: float and bf16
-// products, convolutions".
+// What runs the local work of host execution spaces in this build and run, and why, in words (for
+// programs' and benchmarks' reports), e.g. "oneDNN 2.6.3 on avx512_core_amx (the ISA 4 ranks agreed
+// on; this CPU: avx512_core_amx): float and bf16 products, float and bf16 convolutions".
 inline std::string describe() {
 #if MESHTENSOR_HAVE_DNNL
   if (!dnnl_provider::enabled()) return "portable (MESHTENSOR_KERNELS=portable): OpenBLAS products, unfold convolutions";
+  const auto& isa = meshtensor::cpu_isa();
   const auto* v = dnnl::version();
-  return meshtensor::detail::cat("oneDNN ", v->major, ".", v->minor, ".", v->patch, " on ", dnnl_provider::isa_name(), ": ",
-                                 dnnl_provider::float_products() ? "float and bf16 products" : "bf16 products (float: OpenBLAS)",
-                                 ", convolutions");
+  std::string why = isa.agreed ? meshtensor::detail::cat("the ISA ", isa.ranks, isa.ranks == 1 ? " rank" : " ranks",
+                                                         " agreed on; this CPU: ", name_of(isa.this_cpu))
+                               : std::string("this process's ISA, not agreed: no meshtensor::environment");
+  std::string s = meshtensor::detail::cat("oneDNN ", v->major, ".", v->minor, ".", v->patch, " on ", dnnl_provider::isa_name(),
+                                          " (", why, "): ");
+  if (dnnl_provider::avx512())
+    s += "float and bf16 products, float and bf16 convolutions";
+  else
+    s += "float convolutions; float products on OpenBLAS, bf16 products and convolutions portable (widened to float, "
+         "one rounding): oneDNN 2.x has no bf16 kernels and no brgemm matmul below avx512_core";
+  auto& r = dnnl_provider::matmul_refusals();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.shapes > 0)
+    s += meshtensor::detail::cat("; ", r.shapes, r.shapes == 1 ? " product shape" : " product shapes",
+                                 " oneDNN refused ran portable (first: ", r.first, ")");
+  return s;
 #else
   return "portable (built without oneDNN): OpenBLAS products, unfold convolutions";
 #endif

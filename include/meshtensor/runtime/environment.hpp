@@ -50,6 +50,7 @@
 #include <vector>
 
 #include "../error.hpp"
+#include "cpu_isa.hpp"
 
 namespace meshtensor {
 
@@ -140,6 +141,12 @@ class environment {
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    try {
+      detail::agree_cpu_isa(MPI_COMM_WORLD);  // before any kernel: every rank rounds alike
+    } catch (...) {
+      if (owns_mpi_) MPI_Finalize();
+      throw;
+    }
     MPI_Comm_dup(MPI_COMM_WORLD, &end_comm_);
     uncaught_at_start_ = std::uncaught_exceptions();
     previous_terminate_ = std::set_terminate(&detail::terminate_job);
