@@ -109,6 +109,9 @@ def check(args):
 def bench(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
+    dev = torch.device(args.device)
+    # A GPU runs asynchronously: a step's time is taken after it has finished there.
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     dm, h, kv, ff, V, L = args.d_model, args.heads, args.d_kv, args.d_ff, args.vocab, args.length
     shapes = {"embedding": (V, dm), "positions": (L, dm), "lnf_scale": (dm,), "lnf_bias": (dm,),
               "softmax_weights": (dm, V)}
@@ -125,24 +128,26 @@ def bench(args):
             t = torch.zeros(s)
         else:
             t = torch.randn(s) * 0.1
-        p[n] = t.requires_grad_()
+        p[n] = t.to(dev).requires_grad_()
     opt = torch.optim.Adam(p.values(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
-    mask = causal_mask(L)
+    mask = causal_mask(L).to(dev)
     times = []
     for step in range(args.warmup + args.steps):
         t0 = time.perf_counter()
-        ids = torch.randint(0, V, (args.batch, L))
-        labels = torch.randint(0, V, (args.batch, L))
+        ids = torch.randint(0, V, (args.batch, L), device=dev)
+        labels = torch.randint(0, V, (args.batch, L), device=dev)
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(p, ids, labels, mask)
         loss.backward()
         opt.step()
         loss.item()
+        sync()
         times.append(time.perf_counter() - t0)
     timed = sorted(times[args.warmup:])
     n = len(timed)
     median = timed[n // 2] if n % 2 else 0.5 * (timed[n // 2 - 1] + timed[n // 2])
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
+    where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{torch.get_num_threads()} thread(s)"
+    print(f"torch {torch.__version__}, {where}")
     print(f"step_time_median_ms {1e3 * median:.3f} over {n} steps after {args.warmup} warm-up steps")
     return 0
 
@@ -158,6 +163,7 @@ def main():
                           ("vocab", 1024), ("warmup", 3), ("steps", 10), ("threads", 1)]:
         b.add_argument(f"--{name}", type=int, default=default)
     b.add_argument("--lr", type=float, default=2e-3)
+    b.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU (scripts/gpu_check.sh)")
     args = ap.parse_args()
     return check(args) if args.cmd == "check" else bench(args)
 

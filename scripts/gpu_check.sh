@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The GPU check, in one command, on a machine with an NVIDIA GPU, the CUDA toolkit, CMake, g++ and
+# PyTorch but no package registry, from the folder scripts/gpu_prepare.sh made on a machine that has
+# one (Debian's .debs and the CUDA Kokkos, about 40 MiB):
+#   1. unpacks the .debs into a prefix of their own (never over /), and puts the Kokkos back;
+#   2. builds, with nvcc at -O1 on every core, the programs that exercise the GPU: matmul, the
+#      einsum/elementwise, reduction/softmax, data-movement and layer-gradient equivalence tests,
+#      bench_local and transformer_lm;
+#   3. runs the tests at 1 and 2 ranks sharing the GPU (every op checking its plan), the matmul
+#      example on [2 x 2], bench_local's products against cuBLAS called directly, and the
+#      Transformer step against PyTorch on the same GPU.
+# Keeps going past a failure and ends with a summary; exit status 1 if anything failed. Each phase
+# has a time limit, so that the whole fits in 10 minutes.
+#
+#   scripts/gpu_check.sh [DIR] [OUT]     # DIR default .gpu, OUT (results) default $OUT or build/gpu_check
+set -uo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+dir=${1:-$root/.gpu}
+out=${2:-${OUT:-$root/build/gpu_check}}
+mkdir -p "$out"
+exec > >(tee "$out/gpu_check.log") 2>&1
+start=$SECONDS
+log() { echo "[gpu_check +$((SECONDS - start))s] $*"; }
+failed=()
+step() {  # name seconds command...: runs it with a limit, records a failure
+  local name=$1 limit=$2; shift 2
+  log "$name"
+  if ! timeout "$limit" "$@"; then
+    failed+=("$name")
+    log "FAILED: $name"
+  fi
+}
+
+[ -d "$dir/debs" ] && [ -f "$dir/kokkos/PREFIX" ] || { echo "gpu_check.sh: no $dir from scripts/gpu_prepare.sh" >&2; exit 2; }
+log "$(nvidia-smi -L 2>&1 | head -n 1); nvcc: $(nvcc --version 2>/dev/null | tail -n 1); g++: $(g++ -dumpfullversion 2>&1); cmake: $(cmake --version | head -n 1)"
+export PATH="/usr/local/cuda/bin:$PATH"
+
+# 1. Dependencies in a prefix of their own.
+deps=/opt/meshtensor-gpu-deps
+mkdir -p "$deps"
+for f in "$dir"/debs/*.deb; do dpkg -x "$f" "$deps"; done
+# Links that name an absolute path (libz.so -> /lib/x86_64-linux-gnu/libz.so.1.2.13) lead into the
+# prefix instead.
+find "$deps" -type l -lname '/*' | while read -r link; do
+  target=$(readlink "$link")
+  if [ -e "$deps$target" ]; then ln -sfn "$deps$target" "$link"; fi
+done
+kokkos=$(cat "$dir/kokkos/PREFIX")
+mkdir -p "$(dirname "$kokkos")"
+cp -a "$dir/kokkos/$(basename "$kokkos")" "$(dirname "$kokkos")/"
+# OpenMPI and PMIx look for their plugins, help files and wrapper data at the paths they were built
+# with; where this machine has none, those paths lead into the prefix.
+for d in usr/lib/x86_64-linux-gnu/openmpi usr/lib/x86_64-linux-gnu/pmix2 usr/share/openmpi usr/share/pmix etc/openmpi; do
+  if [ ! -e "/$d" ] && [ -e "$deps/$d" ]; then mkdir -p "$(dirname "/$d")" && ln -s "$deps/$d" "/$d"; fi
+done
+arch=usr/lib/x86_64-linux-gnu
+export PATH="$deps/usr/bin:$PATH"
+export LD_LIBRARY_PATH="$deps/$arch:$deps/$arch/openblas-pthread:$deps/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1 OMP_PROC_BIND=false MESHTENSOR_CHECK_PLANS=1
+log "mpiexec: $(mpiexec --version 2>&1 | head -n 1)"
+
+# 2. Build.
+build=$root/build/gpu_check
+targets=(matmul bench_local transformer_lm mpi_elementwise_einsum_equivalence_test
+         mpi_reduction_softmax_reshape_equivalence_test mpi_data_movement_equivalence_test mpi_nn_gradient_test)
+generator=(); keep_going=()
+if command -v ninja >/dev/null; then generator=(-G Ninja); keep_going=(-- -k 0); else keep_going=(-- -k); fi
+step configure 120 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" \
+  -DCMAKE_CXX_COMPILER="$kokkos/bin/nvcc_wrapper" -DMPI_CXX_COMPILER="$deps/usr/bin/mpicxx" \
+  "-DCMAKE_PREFIX_PATH=$deps/usr" -DBLAS_LIBRARIES="$deps/$arch/openblas-pthread/libopenblas.so" \
+  "-DCMAKE_CXX_FLAGS=-isystem $deps/usr/include/x86_64-linux-gnu/openblas-pthread" \
+  -DZLIB_ROOT="$deps/usr" -DMESHTENSOR_EXAMPLE_OPTIMIZATION=-O1
+step build 330 cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" "${keep_going[@]}"
+
+# 3. Run what was built.
+run_test() {  # target ranks
+  local exe="$build/tests/$1"
+  [ -x "$exe" ] || { failed+=("$1 (not built)"); return; }
+  step "$1 at $2 rank(s)" 60 mpiexec -n "$2" "$exe"
+}
+for t in mpi_elementwise_einsum_equivalence_test mpi_reduction_softmax_reshape_equivalence_test \
+         mpi_data_movement_equivalence_test mpi_nn_gradient_test; do
+  for n in 1 2; do run_test "$t" "$n"; done
+done
+if [ -x "$build/examples/matmul" ]; then step "matmul example on [2 x 2]" 60 mpiexec -n 4 "$build/examples/matmul" --size 1024
+else failed+=("matmul (not built)"); fi
+if [ -x "$build/benchmarks/bench_local" ]; then
+  step "bench_local: einsum against cuBLAS" 120 mpiexec -n 1 "$build/benchmarks/bench_local" \
+    --benchmark_filter='matmul|attn' --benchmark_out="$out/bench_local.json" --benchmark_out_format=json
+else failed+=("bench_local (not built)"); fi
+# The Transformer step at a GPU's size, ours and PyTorch's, on the same GPU.
+model=(--batch 16 --length 512 --d-model 1024 --heads 8 --d-kv 128 --d-ff 4096 --vocab 8192)
+if [ -x "$build/examples/transformer_lm" ]; then
+  step "transformer step, ours" 120 mpiexec -n 1 "$build/examples/transformer_lm" --layout data --mesh 1 1 "${model[@]}" \
+    --steps 13 --warmup 3 --log-every 100000 --csv "$out/loss.csv"
+else failed+=("transformer_lm (not built)"); fi
+step "transformer step, PyTorch" 120 python3 "$root/examples/transformer_lm/torch_reference.py" bench "${model[@]}" \
+  --warmup 3 --steps 10 --device cuda
+
+log "summary: $((SECONDS - start)) s; ${#failed[@]} failed${failed:+: ${failed[*]}}"
+[ "${#failed[@]}" -eq 0 ]
