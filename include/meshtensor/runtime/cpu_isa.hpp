@@ -66,29 +66,32 @@ struct cpu_isa_agreement {
 namespace detail {
 
 #if defined(__x86_64__) || defined(__i386__)
-inline cpu_isa_level cpuid_isa_level() {
+struct cpuid_regs {
   unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return cpu_isa_level::other;
-  const bool sse41 = c & (1u << 19), osxsave = c & (1u << 27), avx = c & (1u << 28);
+};
+inline cpuid_regs cpuid(unsigned leaf, unsigned sub) {
+  cpuid_regs r;
+  if (leaf <= __get_cpuid_max(0, nullptr)) __cpuid_count(leaf, sub, r.a, r.b, r.c, r.d);
+  return r;
+}
+inline cpu_isa_level cpuid_isa_level() {
+  const auto l1 = cpuid(1, 0), l7 = cpuid(7, 0), l71 = cpuid(7, 1);
+  const bool sse41 = l1.c & (1u << 19), osxsave = l1.c & (1u << 27), avx = l1.c & (1u << 28);
   if (!sse41) return cpu_isa_level::other;
   if (!osxsave || !avx) return cpu_isa_level::sse41;
-  unsigned xcr0_lo = 0, xcr0_hi = 0;
-  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  if ((xcr0_lo & 0x6u) != 0x6u) return cpu_isa_level::sse41;  // the OS saves no ymm state
-  unsigned b7 = 0, c7 = 0, d7 = 0, a71 = 0;
-  if (__get_cpuid_max(0, nullptr) >= 7) {
-    __cpuid_count(7, 0, a, b7, c7, d7);
-    unsigned b71 = 0, c71 = 0, d71 = 0;
-    __cpuid_count(7, 1, a71, b71, c71, d71);
-  }
-  const bool avx2 = (b7 & (1u << 5)) && (c & (1u << 12));  // AVX2 and FMA, as oneDNN asks
+  unsigned xcr0 = 0, xcr0_high = 0;
+  __asm__("xgetbv" : "=a"(xcr0), "=d"(xcr0_high) : "c"(0));
+  (void)xcr0_high;
+  if ((xcr0 & 0x6u) != 0x6u) return cpu_isa_level::sse41;  // the OS saves no ymm state
+  const bool avx2 = (l7.b & (1u << 5)) && (l1.c & (1u << 12));  // AVX2 and FMA, as oneDNN asks
   if (!avx2) return cpu_isa_level::avx;
-  const bool zmm_state = (xcr0_lo & 0xe0u) == 0xe0u;
-  const bool avx512_core = zmm_state && (b7 & (1u << 16)) && (b7 & (1u << 17)) && (b7 & (1u << 30)) && (b7 & (1u << 31));
-  if (!avx512_core) return (a71 & (1u << 4)) ? cpu_isa_level::avx2_vnni : cpu_isa_level::avx2;
-  if (!(c7 & (1u << 11))) return cpu_isa_level::avx512_core;
-  if (!(a71 & (1u << 5))) return cpu_isa_level::avx512_core_vnni;
-  const bool amx = (d7 & (1u << 22)) && (d7 & (1u << 24)) && (d7 & (1u << 25)) && (xcr0_lo & 0x60000u) == 0x60000u;
+  const bool zmm_state = (xcr0 & 0xe0u) == 0xe0u;
+  const bool avx512_core =
+      zmm_state && (l7.b & (1u << 16)) && (l7.b & (1u << 17)) && (l7.b & (1u << 30)) && (l7.b & (1u << 31));
+  if (!avx512_core) return (l71.a & (1u << 4)) ? cpu_isa_level::avx2_vnni : cpu_isa_level::avx2;
+  if (!(l7.c & (1u << 11))) return cpu_isa_level::avx512_core;
+  if (!(l71.a & (1u << 5))) return cpu_isa_level::avx512_core_vnni;
+  const bool amx = (l7.d & (1u << 22)) && (l7.d & (1u << 24)) && (l7.d & (1u << 25)) && (xcr0 & 0x60000u) == 0x60000u;
   return amx ? cpu_isa_level::avx512_core_amx : cpu_isa_level::avx512_core_bf16;
 }
 #else
