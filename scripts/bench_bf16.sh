@@ -48,11 +48,14 @@ for f in glob.glob(f"{raw}/ours-*.json"):
         _, t, s = b["name"].split("/")[:3]
         ours.setdefault((t, s), []).append(b["real_time"] / 1e3)
         labels[(t, s)] = b.get("label", "")
-torch = {}
+torch, torch_errors = {}, {}
 for f in glob.glob(f"{raw}/torch-*.json"):
     for line in open(f):
         e = json.loads(line)
         _, t, s = e["name"].split("/")
+        if e.get("seconds") is None:
+            torch_errors[t.replace("torch-", "")] = e.get("error", "")
+            continue
         torch.setdefault((t.replace("torch-", ""), s), []).append(e["seconds"])
 print(f"products, one thread, medians of {rounds} rounds; CPU flags: {' '.join(flags) or 'none of avx512f/avx512_bf16/amx_bf16'}; "
       f"kernels: {context.get('kernels')}, oneDNN ISA: {context.get('onednn_isa', '-')}; "
@@ -62,6 +65,8 @@ if context.get("bf16_products", "").startswith("portable"):
           "avx512_core): widened to float, OpenBLAS's sgemm, rounded once; slower than float32 here, as expected.")
 elif "avx512_bf16" not in flags:
     print("This CPU lacks AVX512_BF16: oneDNN emulates bf16 on AVX-512; the ratios below are the emulation's.")
+for t, err in torch_errors.items():
+    print(f"PyTorch {t}: none here ({err}); its columns are nan.")
 print()
 print("| m x k x n | float32 ms (GFLOP/s) | bf16 ms (GFLOP/s) | bf16 / float32 speed | PyTorch bf16 ms | ours / PyTorch bf16 | PyTorch float32 ms | ours / PyTorch float32 | bf16 kernel |")
 print("|---|---|---|---|---|---|---|---|---|")

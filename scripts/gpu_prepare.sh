@@ -34,8 +34,5 @@ log "copying the CUDA Kokkos ($kokkos)"
 mkdir -p "$dir/kokkos"
 cp -a "$kokkos" "$dir/kokkos/"
 echo "$kokkos" >"$dir/kokkos/PREFIX"   # gpu_check.sh puts it back at the same path (its CMake files name it)
-# The repository's .git/info/exclude keeps the folder out of git (the device tool carries it).
-if [ "$dir" = "$root/.gpu" ] && ! grep -qx '/.gpu/' "$root/.git/info/exclude" 2>/dev/null; then
-  echo '/.gpu/' >>"$root/.git/info/exclude"
-fi
+# .gitignore keeps .gpu/ out of git; the device tool carries it when named (carry: [".gpu"]).
 log "done: $(du -sh "$dir" | cut -f1) in $dir"

@@ -122,14 +122,14 @@ void product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bo
 
 // What runs the local work of host execution spaces in this build and run, and why, in words (for
 // programs' and benchmarks' reports), e.g. "oneDNN 2.6.3 on avx512_core_amx (the ISA 4 ranks agreed
-// on; this CPU: avx512_core_amx): float and bf16 products, float and bf16 convolutions".
+// on; this rank's: avx512_core_amx): float and bf16 products, float and bf16 convolutions".
 inline std::string describe() {
 #if MESHTENSOR_HAVE_DNNL
   if (!dnnl_provider::enabled()) return "portable (MESHTENSOR_KERNELS=portable): OpenBLAS products, unfold convolutions";
   const auto& isa = meshtensor::cpu_isa();
   const auto* v = dnnl::version();
   std::string why = isa.agreed ? meshtensor::detail::cat("the ISA ", isa.ranks, isa.ranks == 1 ? " rank" : " ranks",
-                                                         " agreed on; this CPU: ", name_of(isa.this_cpu))
+                                                         " agreed on; this rank's: ", name_of(isa.this_cpu))
                                : std::string("this process's ISA, not agreed: no meshtensor::environment");
   std::string s = meshtensor::detail::cat("oneDNN ", v->major, ".", v->minor, ".", v->patch, " on ", dnnl_provider::isa_name(),
                                           " (", why, "): ");
