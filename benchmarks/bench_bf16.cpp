@@ -45,7 +45,7 @@ void product(benchmark::State& state, shape s) {
   state.counters["GFLOP/s"] =
       benchmark::Counter(2.0 * s.m * s.k * s.n, benchmark::Counter::kIsIterationInvariantRate);
 #if MESHTENSOR_HAVE_DNNL
-  if (std::is_same_v<T, mt::bf16> ? mt::kernels::dnnl_provider::bf16_products()
+  if (std::is_same_v<T, mt::bf16> ? mt::kernels::dnnl_provider::has_bf16()
                                    : mt::kernels::dnnl_provider::float_products())
     state.SetLabel("oneDNN " + mt::kernels::dnnl_provider::matmul_implementation<T>(s.m, s.n, s.k));
   else

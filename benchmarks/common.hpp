@@ -83,7 +83,7 @@ inline int main(int argc, char** argv) {
   benchmark::AddCustomContext("onednn_version", std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
                                                     std::to_string(v->patch));
   benchmark::AddCustomContext("onednn_isa", meshtensor::kernels::dnnl_provider::isa_name());
-  benchmark::AddCustomContext("bf16_products", meshtensor::kernels::dnnl_provider::bf16_products() ? "oneDNN" : "portable (widened to float, OpenBLAS)");
+  benchmark::AddCustomContext("bf16_products", meshtensor::kernels::dnnl_provider::has_bf16() ? "oneDNN" : "portable (widened to float, OpenBLAS)");
 #endif
   if (rank == 0) {
     benchmark::RunSpecifiedBenchmarks();

@@ -98,34 +98,26 @@ for t in "${targets[@]}"; do if [ "$t" = matmul ] || [ "$t" = bench_local ]; the
 [ "${#rest[@]}" -eq 0 ] || step "build ${rest[*]}" "${MESHTENSOR_GPU_BUILD_SECONDS:-300}" cmake --build "$build" -j "$jobs" --target "${rest[@]}" "${keep_going[@]}"
 
 # 3. Run what was built.
-wanted() { [[ " ${targets[*]} " == *" $1 "* ]]; }
-run_test() {  # target ranks
-  local exe="$build/tests/$1"
-  wanted "$1" || return 0
-  [ -x "$exe" ] || { failed+=("$1 (not built)"); return; }
-  step "$1 at $2 rank(s)" 45 mpiexec -n "$2" "$exe"
+run_built() {  # target dir name seconds ranks [args...]: skipped unless asked for, a failure unless built
+  local target=$1 exe="$build/$2/$1" name=$3 limit=$4 ranks=$5; shift 5
+  [[ " ${targets[*]} " == *" $target "* ]] || return 0
+  [ -x "$exe" ] || { failed+=("$target (not built)"); return; }
+  step "$name" "$limit" mpiexec -n "$ranks" "$exe" "$@"
 }
 tests=(mpi_elementwise_einsum_equivalence_test mpi_reduction_softmax_reshape_equivalence_test
        mpi_data_movement_equivalence_test mpi_nn_gradient_test)
-if ! wanted bench_local; then :
-elif [ -x "$build/benchmarks/bench_local" ]; then
-  step "bench_local: einsum against cuBLAS" 90 mpiexec -n 1 "$build/benchmarks/bench_local" \
-    --benchmark_filter='matmul|attn' --benchmark_out="$out/bench_local.json" --benchmark_out_format=json
-else failed+=("bench_local (not built)"); fi
+run_built bench_local benchmarks "bench_local: einsum against cuBLAS" 90 1 \
+  --benchmark_filter='matmul|attn' --benchmark_out="$out/bench_local.json" --benchmark_out_format=json
 # The Transformer step at a GPU's size, ours and PyTorch's, on the same GPU.
 model=(--batch 16 --length 512 --d-model 1024 --heads 8 --d-kv 128 --d-ff 4096 --vocab 8192)
-if ! wanted transformer_lm; then :
-elif [ -x "$build/examples/transformer_lm" ]; then
-  step "transformer step, ours" 90 mpiexec -n 1 "$build/examples/transformer_lm" --layout data --mesh 1 1 "${model[@]}" \
-    --steps 13 --warmup 3 --log-every 100000 --csv "$out/loss.csv"
-else failed+=("transformer_lm (not built)"); fi
+run_built transformer_lm examples "transformer step, ours" 90 1 --layout data --mesh 1 1 "${model[@]}" \
+  --steps 13 --warmup 3 --log-every 100000 --csv "$out/loss.csv"
 step "transformer step, PyTorch" 90 python3 "$root/examples/transformer_lm/torch_reference.py" bench "${model[@]}" \
   --warmup 3 --steps 10 --device cuda
-if ! wanted matmul; then :
-elif [ -x "$build/examples/matmul" ]; then step "matmul example on [2 x 2]" 60 mpiexec -n 4 "$build/examples/matmul" --size 1024
-else failed+=("matmul (not built)"); fi
-for t in "${tests[@]}"; do run_test "$t" 1; done
-for t in "${tests[@]}"; do run_test "$t" 2; done
+run_built matmul examples "matmul example on [2 x 2]" 60 4 --size 1024
+for n in 1 2; do
+  for t in "${tests[@]}"; do run_built "$t" tests "$t at $n rank(s)" 45 "$n"; done
+done
 
 log "summary: $((SECONDS - start)) s; ${#failed[@]} failed${failed:+: ${failed[*]}}"
 [ "${#failed[@]}" -eq 0 ]

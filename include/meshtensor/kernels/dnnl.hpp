@@ -64,9 +64,9 @@ inline context& ctx() {
 // take the portable paths: operands widened to float, float accumulation, one rounding.
 // A fixed rule, not a per-shape race at run time.
 inline bool avx512() { return meshtensor::cpu_isa().job >= cpu_isa_level::avx512_core; }
+// bf16 products and convolutions, and float products, go to oneDNN (one rule: the same answer).
 inline bool has_bf16() { return enabled() && avx512(); }
-inline bool float_products() { return enabled() && avx512(); }
-inline bool bf16_products() { return enabled() && avx512(); }
+inline bool float_products() { return has_bf16(); }
 
 // The ISA oneDNN dispatches to (for the reports; asked after the agreement, which it would fix).
 inline const char* isa_name() {
@@ -157,7 +157,6 @@ inline void run(const dnnl::primitive& p, const std::unordered_map<int, dnnl::me
 struct matmul_entry {
   std::optional<dnnl::matmul> prim;
   dnnl::memory::desc a, b, c;
-  std::string refusal;  // oneDNN's words where prim is empty
 };
 inline primitive_cache<matmul_entry>& matmul_cache() {
   static primitive_cache<matmul_entry> c(cache_capacity);
@@ -192,15 +191,14 @@ bool matmul(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, boo
   auto& e = matmul_cache().get(key, [&] {
     matmul_entry made{std::nullopt, dnnl::memory::desc(dims{nb, m, k}, dt, trans_a ? dims{m * k, 1, m} : dims{m * k, k, 1}),
                       dnnl::memory::desc(dims{nb, k, n}, dt, trans_b ? dims{k * n, 1, k} : dims{k * n, n, 1}),
-                      dnnl::memory::desc(dims{nb, m, n}, dt, dims{m * n, n, 1}), ""};
+                      dnnl::memory::desc(dims{nb, m, n}, dt, dims{m * n, n, 1})};
     try {
       made.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(made.a, made.b, made.c), ctx().engine));
     } catch (const dnnl::error& err) {
-      made.refusal = meshtensor::detail::cat(type_name<T>(), " [", nb, " x ", m, " x ", k, "] . [", k, " x ", n,
-                                             "]: ", err.what());
       auto& r = matmul_refusals();
       std::lock_guard<std::mutex> lock(r.mu);
-      if (r.shapes++ == 0) r.first = made.refusal;
+      if (r.shapes++ == 0)
+        r.first = meshtensor::detail::cat(type_name<T>(), " [", nb, " x ", m, " x ", k, "] . [", k, " x ", n, "]: ", err.what());
     }
     return made;
   });

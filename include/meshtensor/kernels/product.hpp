@@ -58,7 +58,7 @@ void product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bo
   if (nb == 0 || m == 0 || n == 0) return;
   if constexpr (host_space_v<Exec> && std::is_same_v<T, bf16>) {
 #if MESHTENSOR_HAVE_DNNL
-    if (dnnl_provider::bf16_products()) {
+    if (dnnl_provider::has_bf16()) {
       Exec().fence();  // oneDNN runs on its own threads: Kokkos's writes to a and b come first
       if (dnnl_provider::matmul(nb, m, n, k, trans_a, trans_b, a.data(), b.data(), c.data())) return;
     }
