@@ -20,6 +20,7 @@
 #include "autodiff/gradient.hpp"
 #include "autodiff/recompute.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/fused.hpp"
 #include "ops/sum_broadcast.hpp"
 #include "ops/einsum.hpp"
 #include "ops/slice.hpp"
