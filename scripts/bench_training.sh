@@ -72,6 +72,8 @@ for ((round = 1; round <= rounds; round++)); do
   runs[portable1]+=" $(MESHTENSOR_KERNELS=portable ours 1 data 1 1 | median_of)"
   runs[bf16]+=" $(ours 1 data 1 1 --dtype bf16 | median_of)"
   runs[torch1]+=" $(torch "${model[@]}" | median_of)"
+  runs[drop1]+=" $(ours 1 data 1 1 --dropout 0.1 | median_of)"
+  runs[torch_drop]+=" $(torch "${model[@]}" --dropout 0.1 | median_of)"
   runs[data2]+=" $(ours 2 data 2 1 | median_of)"
   runs[model2]+=" $(ours 2 model 2 1 | median_of)"
   if [ "$large" = 1 ]; then
@@ -90,6 +92,8 @@ read -r d2 d2min d2max <<<"$(stats ${runs[data2]})"
 read -r m2 m2min m2max <<<"$(stats ${runs[model2]})"
 read -r p1 p1min p1max <<<"$(stats ${runs[portable1]})"
 read -r b1 b1min b1max <<<"$(stats ${runs[bf16]})"
+read -r dr1 dr1min dr1max <<<"$(stats ${runs[drop1]})"
+read -r tdr tdrmin tdrmax <<<"$(stats ${runs[torch_drop]})"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a / b}'; }
 kernels=$(mpiexec -n 1 "$lm" --layout data --mesh 1 1 "${model[@]}" --steps 1 --log-every 100000 \
             --csv "$tmp/loss.csv" 2>&1 | sed -n 's/^layout .*; local kernels: //p' | head -n 1)
@@ -112,6 +116,8 @@ echo "| configuration | ms / step | min - max | ratio | goal |"
 echo "|---|---|---|---|---|"
 echo "| PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)'), 1 thread | $t1 | $t1min - $t1max | | |"
 echo "| meshtensor, 1 rank | $o1 | $o1min - $o1max | PyTorch / ours = $(ratio "$t1" "$o1") | >= 1.05 |"
+echo "| PyTorch, --dropout 0.1 (each sublayer's output) | $tdr | $tdrmin - $tdrmax | | |"
+echo "| meshtensor, 1 rank, --dropout 0.1 (fused with the residual add: ops/fused.hpp) | $dr1 | $dr1min - $dr1max | PyTorch / ours = $(ratio "$tdr" "$dr1") | |"
 echo "| meshtensor, 1 rank, MESHTENSOR_KERNELS=portable (OpenBLAS, no oneDNN) | $p1 | $p1min - $p1max | portable / as built = $(ratio "$p1" "$o1") | |"
 echo "| meshtensor, 1 rank, --dtype bf16 ($bf16_cpu) | $b1 | $b1min - $b1max | float32 / bf16 = $(ratio "$o1" "$b1") | $bf16_goal |"
 echo "| meshtensor, 2 ranks, data parallel (batch over 2) | $d2 | $d2min - $d2max | 1 rank / 2 ranks = $(ratio "$o1" "$d2") | >= 1.7 |"

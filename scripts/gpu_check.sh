@@ -82,7 +82,7 @@ build=$root/build/gpu_check
 # MESHTENSOR_GPU_TARGETS narrows the set (e.g. "matmul bench_local"). Every core is used
 # (getconf: nproc said 1 on the H100 machine, whose command runs with an affinity of one core): there
 # transformer_lm's 12 TUs and a 4-TU test program built in 100 s.
-read -r -a targets <<<"${MESHTENSOR_GPU_TARGETS:-matmul bench_local transformer_lm mpi_elementwise_einsum_equivalence_test mpi_reduction_softmax_reshape_equivalence_test mpi_data_movement_equivalence_test mpi_nn_gradient_test}"
+read -r -a targets <<<"${MESHTENSOR_GPU_TARGETS:-matmul bench_local transformer_lm mpi_elementwise_einsum_equivalence_test mpi_reduction_softmax_reshape_equivalence_test mpi_data_movement_equivalence_test mpi_nn_gradient_test mpi_fused_equivalence_test}"
 generator=(); keep_going=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); keep_going=(-- -k 0); else keep_going=(-- -k); fi
 step configure 120 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" \
@@ -105,7 +105,7 @@ run_built() {  # target dir name seconds ranks [args...]: skipped unless asked f
   step "$name" "$limit" mpiexec -n "$ranks" "$exe" "$@"
 }
 tests=(mpi_elementwise_einsum_equivalence_test mpi_reduction_softmax_reshape_equivalence_test
-       mpi_data_movement_equivalence_test mpi_nn_gradient_test)
+       mpi_data_movement_equivalence_test mpi_nn_gradient_test mpi_fused_equivalence_test)
 run_built bench_local benchmarks "bench_local: einsum against cuBLAS" 90 1 \
   --benchmark_filter='matmul|attn' --benchmark_out="$out/bench_local.json" --benchmark_out_format=json
 # The Transformer step at a GPU's size, ours and PyTorch's, on the same GPU.

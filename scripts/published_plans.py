@@ -206,7 +206,23 @@ def korthikanti_formulas(s, b, h, a, t, word=2):
     sbh, w = s * b * h, word / 2
     attention = a * s * s * b * (4 * w + 1)
     return {"none": sbh * (32 * w + 2) + attention, "tensor": sbh * (8 * w + 2 + 24 * w / t) + attention / t,
-            "tensor+sequence": (sbh * (32 * w + 2) + attention) / t, "full recompute": 2 * w * sbh}
+            "tensor+sequence": (sbh * (32 * w + 2) + attention) / t,
+            # selective recomputation: attention's 5as/h part (softmax output, its dropout mask and output) is
+            # recomputed, not kept
+            "tensor+selective": sbh * (8 * w + 2 + 24 * w / t), "tensor+sequence+selective": sbh * (32 * w + 2) / t,
+            "full recompute": 2 * w * sbh}
+
+
+def meshtensor_block_formulas(s, b, h, a, t, word=2):
+    """Table 2's counts for meshtensor's block: the same tensors less what that block has not. Its
+    attention has no dropout on the softmax's output (Table 2's 3as^2b of mask and output), and no
+    dropout mask is stored (drawn again from its counter in the backward kernel: Table 2's 2sbh of
+    1-byte masks)."""
+    sbh, w = s * b * h, word / 2
+    attention = a * s * s * b * 2 * w  # the softmax's output, which its gradient reads
+    return {"none": sbh * 32 * w + attention, "tensor": sbh * (8 * w + 24 * w / t) + attention / t,
+            "tensor+sequence": (sbh * 32 * w + attention) / t, "tensor+selective": sbh * (8 * w + 24 * w / t),
+            "tensor+sequence+selective": sbh * 32 * w / t, "full recompute": 2 * w * sbh}
 
 
 def activations_per_layer(binary, heads, h, t, mode):
@@ -216,10 +232,12 @@ def activations_per_layer(binary, heads, h, t, mode):
         args = ["--mesh", 1, t, "--layout", "data" if t == 1 else "model", "--layers", layers, "--d-model", h,
                 "--heads", heads, "--d-kv", h // heads, "--d-ff", 4 * h, "--length", 2048, "--batch", 1,
                 "--vocab", MEGATRON_VOCAB, "--dropout", 0.1]
-        if mode == "tensor+sequence":
+        if "sequence" in mode:
             args += ["--sequence-parallel", "--dtype", "float32"]  # --sequence-parallel is float32 only
         else:
             args += ["--dtype", "bf16"]
+        if "selective" in mode:
+            args.append("--recompute-attention")
         if mode == "full recompute":
             args.append("--recompute")
         d = plan_json(binary, *args)
@@ -240,22 +258,32 @@ def korthikanti_rows(binary, failures):
           "one sequence of 2048 per GPU: "
           "`transformer_lm --plan --dtype bf16 --dropout 0.1 --length 2048 --batch 1 --layers 1|2 ...` (no "
           "parallelism: `--mesh 1 1 --layout data`; tensor: `--mesh 1 8 --layout model`; tensor+sequence: "
-          "`--sequence-parallel`; full recompute: `--recompute`). The plan's figure is what the tape saved for the "
-          "backward pass (the activations alive when it began) with 2 blocks minus with 1. GB = 1e9 bytes. "
-          "Selective recomputation (recomputing only attention's s x s part) is not "
-          "in meshtensor: `--recompute` recomputes whole blocks.\n")
-    print("| model | mode | formula GB/layer | plan GB/layer | of which bf16 weight copies | plan less the copies | "
-          "ratio to the formula | the plan's largest parts, in units of sbh/t bytes |")
-    print("|---|---|---|---|---|---|---|---|")
+          "`--sequence-parallel`; selective: `--recompute-attention`, attention's scores, softmax and product with v "
+          "computed again in the backward pass; full recompute: `--recompute`). The plan's figure is what the tape "
+          "saved for the backward pass (the activations alive when it began) with 2 blocks minus with 1. GB = 1e9 "
+          "bytes. Dropout keeps no mask in meshtensor (drawn again from its counter in the backward kernel, "
+          "ops/fused.hpp), where the formulas count 1 byte per element.\n")
+    print("Two formulas: Table 2's, for their block, and the same count for meshtensor's block "
+          "(`meshtensor_block_formulas`: Table 2 less the attention dropout that block does not have, 3as^2b, and "
+          "less the 2sbh of dropout masks it does not store). The ratio is the plan's (less the bf16 weight copies) "
+          "to the second: 1.00 is the tape keeping exactly what Korthikanti et al. count. Where the sequence forms "
+          "exceed it, the difference is the all-gathered block inputs (\"relayout\"): meshtensor's einsum keeps "
+          "the gathered [s, b, h] operand of the first products of attention and of the MLP, where Megatron keeps "
+          "the 1/t part and gathers again in the backward pass: 2 x 4 sbh bytes (float32) per layer, not split.\n")
+    print("| model | mode | Table 2 GB/layer | this block's formula GB/layer | plan GB/layer | of which bf16 weight copies "
+          "| plan less the copies | ratio to this block's formula | the plan's largest parts, in units of sbh/t bytes |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for name, heads, h, layers, t in KORTHIKANTI:
-        for mode in ("none", "tensor", "tensor+sequence", "full recompute"):
+        for mode in ("none", "tensor", "tensor+sequence", "tensor+selective", "tensor+sequence+selective",
+                     "full recompute"):
             tt = 1 if mode == "none" else t
-            word = 4 if mode == "tensor+sequence" else 2
-            want = korthikanti_formulas(2048, 1, h, heads, tt, word)[mode]
+            word = 4 if "sequence" in mode else 2
+            table2 = korthikanti_formulas(2048, 1, h, heads, tt, word)[mode]
+            want = meshtensor_block_formulas(2048, 1, h, heads, tt, word)[mode]
             try:
                 got, by_op = activations_per_layer(binary, heads, h, tt, mode)
             except RuntimeError as e:
-                print(f"| {name} | {mode} | {want / 1e9:.3f} | not planned: {e} | | | | |")
+                print(f"| {name} | {mode} | {table2 / 1e9:.3f} | {want / 1e9:.3f} | not planned: {e} | | | | |")
                 continue
             # The ledger's split by op adds up to its total, and a recomputed block keeps its input
             # alone: exactly 2sbh in bf16.
@@ -272,8 +300,10 @@ def korthikanti_rows(binary, failures):
             # al. count 16-bit weights as model state, not activations.
             copies = 0 if word == 4 or mode == "full recompute" else 2 * 12 * h * h / tt
             rest = got - copies
-            print(f"| {name} | {mode_name} | {want / 1e9:.3f} | {got / 1e9:.3f} | {copies / 1e9:.3f} | {rest / 1e9:.3f} | "
-                  f"{rest / want:.2f} | {parts} |")
+            print(f"| {name} | {mode_name} | {table2 / 1e9:.3f} | {want / 1e9:.3f} | {got / 1e9:.3f} | {copies / 1e9:.3f} "
+                  f"| {rest / 1e9:.3f} | {rest / want:.2f} | {parts} |")
+            if "sequence" not in mode and abs(rest / want - 1) > 0.1:
+                failures.append(f"Korthikanti {name} {mode}: the tape keeps {rest / want:.2f}x this block's formula")
 
 
 def rank_shapes(binary):

@@ -39,7 +39,8 @@
 // optimizer state, gradients and activations at the peak) against --memory-budget GiB, and the
 // collectives by op with their bytes; --plan-json FILE writes the same as JSON. --layers sets the
 // number of blocks; --recompute keeps only each block's input for the backward pass and runs the
-// block again there (mt::recompute: less activation memory, one more forward pass per block).
+// block again there (mt::recompute: less activation memory, one more forward pass per block);
+// --recompute-attention only attention's core (nn::attention_memory::recompute_core).
 // --dtype bf16 computes the model in bf16 from float master weights (docs/training.md, "Mixed
 // precision"); --compare-dtypes trains it both ways and checks the losses stay close. The
 // Mesh-TensorFlow paper's largest language model on a [16 x 32] mesh:
@@ -562,6 +563,9 @@ int main(int argc, char** argv) {
   app.add_flag("--recompute", o.recompute,
                "keep only each block's input for the backward pass and compute the block again there (less memory, "
                "one more forward pass)");
+  app.add_flag("--recompute-attention", o.recompute_attention,
+               "keep q, k and v of each block's attention and compute its scores, softmax and product with v again "
+               "in the backward pass (Korthikanti et al.'s selective recomputation: no s x s tensor per head kept)");
   app.add_flag("--compare-dtypes", o.compare_dtypes,
                "train --layout in float32 and in bf16 for --steps steps from the same weights and batches, and "
                "check that the losses stay within --bf16-tolerance of each other (relative)");

@@ -102,6 +102,10 @@ struct options {
   std::int64_t layers = 2;
   bool tie_embeddings = false;  // the logits from the embedding, no output projection of their own
   bool recompute = false;  // each block's activations computed again in the backward pass
+  bool recompute_attention = false;  // attention's core computed again in the backward pass (selective)
+  nn::attention_memory attention_memory() const {
+    return recompute_attention ? nn::attention_memory::recompute_core : nn::attention_memory::keep_all;
+  }
   bool sequence_parallel = false;  // the residual stream split along length (layouts model, 2d)
   std::string dtype = "float32";  // or bf16: activations and products in bf16, float master weights
   bool compare_dtypes = false;
@@ -180,12 +184,13 @@ void dump_tensor(const T& t, const std::string& path) {
 template <class X, class S, class Q, class O, class Wi, class Wo>
 X transformer_block(const X& in, const S& ln1_scale, const S& ln1_bias, const Q& wq, const Q& wk, const Q& wv,
                     const O& wo, const S& ln2_scale, const S& ln2_bias, const Wi& w_in, const Wo& w_out, double rate,
-                    std::uint64_t site, std::uint64_t step) {
+                    std::uint64_t site, std::uint64_t step,
+                    nn::attention_memory memory = nn::attention_memory::keep_all) {
   const auto h = nn::layer_norm<d_model>(in, ln1_scale, ln1_bias);
-  const X a = in + nn::dropout(nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo), rate,
-                               site, step);
+  const X a = nn::residual_dropout(
+      in, nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory), rate, site, step);
   const auto f = nn::layer_norm<d_model>(a, ln2_scale, ln2_bias);
-  return X(a + nn::dropout(nn::feed_forward<d_model, d_ff>(f, w_in, w_out), rate, site + 1, step));
+  return nn::residual_dropout(a, nn::feed_forward<d_model, d_ff>(f, w_in, w_out), rate, site + 1, step);
 }
 
 // One block's weights, appended to the vectors of its kinds, drawn with model<L>'s seeds for block b
@@ -332,7 +337,9 @@ struct model {
         for (std::size_t b = 0; b < wq.size(); ++b) {
           auto w = std::apply([](auto&... g) { return std::make_tuple(g.wait()...); }, *next);
           if (b + 1 < wq.size()) next.emplace(start_block(b + 1));
-          x = std::apply([&](const auto&... ws) { return transformer_block(x, ws..., o.dropout, dseed + 2 * b, step); }, w);
+          x = std::apply([&](const auto&... ws) {
+            return transformer_block(x, ws..., o.dropout, dseed + 2 * b, step, o.attention_memory());
+          }, w);
         }
         return project_out<C>(nn::layer_norm<d_model>(x, as<C>(lnf_scale), as<C>(lnf_bias)));
       }
@@ -341,10 +348,11 @@ struct model {
       // Captures by value what dies with this call: the block runs again in gradient() with --recompute.
       const std::uint64_t site = dseed + 2 * b;
       const double rate = o.dropout;
-      const auto block = [this, b, site, rate, step](const X& in) {
+      const auto memory = o.attention_memory();
+      const auto block = [this, b, site, rate, step, memory](const X& in) {
         return transformer_block(in, as<C>(ln1_scale[b]), as<C>(ln1_bias[b]), as<C>(wq[b]), as<C>(wk[b]), as<C>(wv[b]),
                                  as<C>(wo[b]), as<C>(ln2_scale[b]), as<C>(ln2_bias[b]), as<C>(w_in[b]), as<C>(w_out[b]),
-                                 rate, site, step);
+                                 rate, site, step, memory);
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
@@ -378,16 +386,19 @@ struct model {
     for (std::size_t b = 0; b < wq.size(); ++b) {
       const std::uint64_t site = dseed + 2 * b;
       const double rate = o.dropout;
-      const auto block = [this, b, site, rate, step](const XS& in) {
+      const auto memory = o.attention_memory();
+      const auto block = [this, b, site, rate, step, memory](const XS& in) {
         // allgather; the products; their sum by reduce_scatter. The layer norms take the [d_model]
         // parameters as they are (replicated under both layouts).
         const X h = mt::relayout<X>(nn::layer_norm<d_model>(in, ln1_scale[b], ln1_bias[b]));
-        const XS a = in + nn::dropout(mt::relayout<XS>(nn::causal_attention_partial<length, memory_length, d_model, heads, d_kv>(
-                                          h, wq[b], wk[b], wv[b], wo[b])),
-                                      rate, site, step);
+        const XS a = nn::residual_dropout(
+            in,
+            mt::relayout<XS>(nn::causal_attention_partial<length, memory_length, d_model, heads, d_kv>(
+                h, wq[b], wk[b], wv[b], wo[b], memory)),
+            rate, site, step);
         const X f = mt::relayout<X>(nn::layer_norm<d_model>(a, ln2_scale[b], ln2_bias[b]));
-        return XS(a + nn::dropout(mt::relayout<XS>(nn::feed_forward_partial<d_model, d_ff>(f, w_in[b], w_out[b])), rate,
-                                  site + 1, step));
+        return nn::residual_dropout(a, mt::relayout<XS>(nn::feed_forward_partial<d_model, d_ff>(f, w_in[b], w_out[b])),
+                                    rate, site + 1, step);
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }

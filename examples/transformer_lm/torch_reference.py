@@ -53,8 +53,10 @@ def layer_norm(x, scale, bias):
     return torch.nn.functional.layer_norm(x, x.shape[-1:], scale, bias, eps=EPS)
 
 
-def loss_fn(p, ids, labels, mask):
-    """p: dict name -> tensor with meshtensor's dim orders; ids, labels: int64 [batch, length]."""
+def loss_fn(p, ids, labels, mask, dropout=0.0):
+    """p: dict name -> tensor with meshtensor's dim orders; ids, labels: int64 [batch, length];
+    dropout on each sublayer's output before its residual add (as meshtensor's blocks)."""
+    drop = lambda t: torch.nn.functional.dropout(t, dropout, training=True) if dropout > 0 else t  # noqa: E731
     x = torch.nn.functional.embedding(ids, p["embedding"]) + p["positions"]  # [b, l, d_model]
     for b in range(N_LAYERS):
         w = lambda n: p[f"blocks.{b}.{n}"]  # noqa: E731
@@ -65,9 +67,9 @@ def loss_fn(p, ids, labels, mask):
         v = torch.einsum("bmd,dhk->bhmk", h, w("wv"))
         logits = torch.einsum("bhlk,bhmk->bhlm", q, k) + mask
         o = torch.einsum("bhlm,bhmk->bhlk", torch.softmax(logits, dim=-1), v)
-        x = x + torch.einsum("bhlk,hkd->bld", o, w("wo"))
+        x = x + drop(torch.einsum("bhlk,hkd->bld", o, w("wo")))
         f = layer_norm(x, w("ln2_scale"), w("ln2_bias"))
-        x = x + torch.relu(f @ w("w_in")) @ w("w_out")
+        x = x + drop(torch.relu(f @ w("w_in")) @ w("w_out"))
     logits = layer_norm(x, p["lnf_scale"], p["lnf_bias"]) @ p["softmax_weights"]  # [b, l, vocab]
     return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
 
@@ -137,7 +139,7 @@ def bench(args):
         ids = torch.randint(0, V, (args.batch, L), device=dev)
         labels = torch.randint(0, V, (args.batch, L), device=dev)
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(p, ids, labels, mask)
+        loss = loss_fn(p, ids, labels, mask, args.dropout)
         loss.backward()
         opt.step()
         loss.item()
@@ -163,6 +165,7 @@ def main():
                           ("vocab", 1024), ("warmup", 3), ("steps", 10), ("threads", 1)]:
         b.add_argument(f"--{name}", type=int, default=default)
     b.add_argument("--lr", type=float, default=2e-3)
+    b.add_argument("--dropout", type=float, default=0.0, help="on each sublayer's output, as transformer_lm --dropout")
     b.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU (scripts/gpu_check.sh)")
     args = ap.parse_args()
     return check(args) if args.cmd == "check" else bench(args)

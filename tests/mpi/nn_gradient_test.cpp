@@ -222,6 +222,23 @@ TEST_CASE("nn layers under uneven splits: gradients equal central differences, v
     check_grad<X>(g, {3, 3, 7}, 68, [&](const X& x) {
       return weighted_sum(nn::causal_attention<length, mlen, d_model, heads, d_kv>(x, wq, wk, wv, wo), 6);
     }, 7);
+    {  // selective recomputation: attention's core run again in the backward pass, the same gradients
+      constexpr auto again = nn::attention_memory::recompute_core;
+      check_grad<X>(g, {3, 3, 7}, 68, [&](const X& x) {
+        return weighted_sum(nn::causal_attention<length, mlen, d_model, heads, d_kv>(x, wq, wk, wv, wo, again), 6);
+      }, 7);
+      auto x = mt::random_normal<X>(g, {3, 3, 7}, 71);
+      wq.requires_grad(), wk.requires_grad(), wv.requires_grad(), wo.requires_grad();
+      const auto kept = mt::gradient(
+          weighted_sum(nn::causal_attention<length, mlen, d_model, heads, d_kv>(x, wq, wk, wv, wo), 6), wq, wk, wv, wo);
+      const auto recomputed = mt::gradient(
+          weighted_sum(nn::causal_attention<length, mlen, d_model, heads, d_kv>(x, wq, wk, wv, wo, again), 6), wq, wk,
+          wv, wo);
+      require_close(mt::gather_all(std::get<0>(recomputed)), mt::gather_all(std::get<0>(kept)), 1e-12);
+      require_close(mt::gather_all(std::get<1>(recomputed)), mt::gather_all(std::get<1>(kept)), 1e-12);
+      require_close(mt::gather_all(std::get<2>(recomputed)), mt::gather_all(std::get<2>(kept)), 1e-12);
+      require_close(mt::gather_all(std::get<3>(recomputed)), mt::gather_all(std::get<3>(kept)), 1e-12);
+    }
 
     using Z = mt::tensor<double, L, batch, length, vocab>;
     using Y = mt::tensor<int, L, batch, length>;

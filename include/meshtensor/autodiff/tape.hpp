@@ -169,6 +169,18 @@ void record(Out& out, Rule rule, const In&... inputs) {
               sizeof...(In));
 }
 
+// A tensor's place on the tape without its data, for a rule that pushes a gradient into an input
+// whose values it never reads (a sum's operands, softmax's logits, a fused expression's linear
+// parts): its node, type and extents only, so that the tape does not keep the data alive (nor, in
+// a plan, count it).
+template <Tensor TT>
+TT node_only(const TT& x) {
+  auto st = x.storage();
+  st.data = {};
+  st.planned_bytes = {};
+  return TT(from_storage, x.mesh().shared_communicator(), st);
+}
+
 // Used inside rules: adds g to the gradient of an input, if the input is on the tape.
 template <Tensor TT>
 void push_grad(const TT& input, const TT& g) {

@@ -19,6 +19,7 @@
 // Gradient: through x, memory and every weight (not key_bias: a constant).
 #include <cmath>
 
+#include "../autodiff/recompute.hpp"
 #include "../ops/einsum.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/rename.hpp"
@@ -39,12 +40,20 @@ meshtensor::detail::with_dims_t<Like, type_list<Length, MemLength>> causal_mask(
       m, {n, n}, KOKKOS_LAMBDA(std::int64_t g) { return (g % n) > (g / n) ? masked : T(0); });
 }
 
+// What causal attention keeps for its backward pass: what its ops keep (keep_all: q, k, v, the
+// softmax's weights [.., Length, MemLength] and the products' operands), or only q, k and v of its
+// core (recompute_core: the scores, the softmax and the product with v run again in the backward
+// pass, as in Korthikanti et al.'s selective recomputation): no s x s tensor per head is kept, for
+// one more pass over the core.
+enum class attention_memory { keep_all, recompute_core };
+
 }  // namespace meshtensor::nn
 
 namespace meshtensor::detail {
 // causal_attention's heads' outputs [B..., heads, length, d_kv], before the output projection.
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W>
-auto attention_heads(const X& x, const W& wq, const W& wk, const W& wv) {
+auto attention_heads(const X& x, const W& wq, const W& wk, const W& wv,
+                     nn::attention_memory memory = nn::attention_memory::keep_all) {
   using B = difference_t<typename X::dims, type_list<Length, DModel>>;
   using QDims = concat_t<B, type_list<Heads, Length, DKv>>;
   using KDims = concat_t<B, type_list<Heads, MemLength, DKv>>;
@@ -56,18 +65,23 @@ auto attention_heads(const X& x, const W& wq, const W& wk, const W& wv) {
   const auto v = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(xm, wv); }(KDims{});
   // The scale and the causal mask inside the softmax's pass (ops/softmax.hpp): no pass for q *
   // scale, no mask tensor and no add, no exponential of the masked half; the same weights.
-  const auto logits = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(q, k); }(LDims{});
-  const auto weights = meshtensor::causal_softmax<Length, MemLength>(logits, scale);
-  return [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(weights, v); }(QDims{});
+  const auto core = [scale](const auto& q, const auto& k, const auto& v) {
+    const auto logits = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(q, k); }(LDims{});
+    const auto weights = meshtensor::causal_softmax<Length, MemLength>(logits, scale);
+    return [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(weights, v); }(QDims{});
+  };
+  if (memory == nn::attention_memory::recompute_core) return meshtensor::recompute(core, q, k, v);
+  return core(q, k, v);
 }
 }  // namespace meshtensor::detail
 
 namespace meshtensor::nn {
 
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
-X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo) {
+X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo,
+                   attention_memory memory = attention_memory::keep_all) {
   const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"causal_attention"});
-  const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv);
+  const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, memory);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
 }
 
@@ -75,9 +89,10 @@ X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& 
 // partial_sum (ops/partial_sum.hpp), for a relayout that makes it a reduce_scatter (sequence
 // parallelism) or a sum with other partials.
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
-auto causal_attention_partial(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo) {
+auto causal_attention_partial(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo,
+                              attention_memory memory = attention_memory::keep_all) {
   const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"causal_attention"});
-  const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv);
+  const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, memory);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum_partial<Ds...>(o, wo); }(typename X::dims{});
 }
 

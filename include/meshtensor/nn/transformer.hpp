@@ -2,6 +2,7 @@
 // The blocks of an encoder-decoder Transformer (Vaswani et al.; the paper's Table 3 model), with
 // layer norms before each sublayer (pre-LN: the form that trains without a learning-rate warm-up
 // at these sizes, and PyTorch's nn.Transformer(norm_first=True)):
+// (each residual add and its dropout one fused kernel: nn::residual_dropout)
 //   encoder_block:  a = x + dropout(self_attention(ln(x), key_bias))
 //                   y = a + dropout(feed_forward(ln(a)))
 //   decoder_block:  a = y + dropout(causal_attention(ln(y)))
@@ -63,11 +64,11 @@ X encoder_block(const X& x, const Bias& key_bias, const attention_sublayer<S, W,
                 const feed_forward_sublayer<S, WI, WF>& ff, block_dropout drop = {}) {
   const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"encoder_block"});
   const auto h = layer_norm<DModel>(x, self.ln_scale, self.ln_bias);
-  const X a = x + dropout(self_attention<Length, MemLength, DModel, Heads, DKv>(h, self.wq, self.wk, self.wv, self.wo,
-                                                                                key_bias),
-                          drop.rate, drop.seed, drop.step);
+  const X a = residual_dropout(
+      x, self_attention<Length, MemLength, DModel, Heads, DKv>(h, self.wq, self.wk, self.wv, self.wo, key_bias), drop.rate,
+      drop.seed, drop.step);
   const auto f = layer_norm<DModel>(a, ff.ln_scale, ff.ln_bias);
-  return X(a + dropout(feed_forward<DModel, DFf>(f, ff.w_in, ff.w_out), drop.rate, drop.seed + 1, drop.step));
+  return residual_dropout(a, feed_forward<DModel, DFf>(f, ff.w_in, ff.w_out), drop.rate, drop.seed + 1, drop.step);
 }
 
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Dim DFf, Tensor Y, Tensor M, Tensor Bias,
@@ -77,14 +78,16 @@ Y decoder_block(const Y& y, const M& memory, const Bias& memory_bias, const atte
                 block_dropout drop = {}) {
   const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"decoder_block"});
   const auto h = layer_norm<DModel>(y, self.ln_scale, self.ln_bias);
-  const Y a = y + dropout(causal_attention<Length, MemLength, DModel, Heads, DKv>(h, self.wq, self.wk, self.wv, self.wo),
-                          drop.rate, drop.seed, drop.step);
+  const Y a = residual_dropout(
+      y, causal_attention<Length, MemLength, DModel, Heads, DKv>(h, self.wq, self.wk, self.wv, self.wo), drop.rate,
+      drop.seed, drop.step);
   const auto hc = layer_norm<DModel>(a, cross.ln_scale, cross.ln_bias);
-  const Y c = a + dropout(attention<Length, MemLength, DModel, Heads, DKv>(hc, memory, cross.wq, cross.wk, cross.wv,
-                                                                          cross.wo, memory_bias),
-                          drop.rate, drop.seed + 1, drop.step);
+  const Y c = residual_dropout(a,
+                               attention<Length, MemLength, DModel, Heads, DKv>(hc, memory, cross.wq, cross.wk, cross.wv,
+                                                                               cross.wo, memory_bias),
+                               drop.rate, drop.seed + 1, drop.step);
   const auto f = layer_norm<DModel>(c, ff.ln_scale, ff.ln_bias);
-  return Y(c + dropout(feed_forward<DModel, DFf>(f, ff.w_in, ff.w_out), drop.rate, drop.seed + 2, drop.step));
+  return residual_dropout(c, feed_forward<DModel, DFf>(f, ff.w_in, ff.w_out), drop.rate, drop.seed + 2, drop.step);
 }
 
 }  // namespace meshtensor::nn

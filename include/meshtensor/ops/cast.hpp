@@ -59,7 +59,7 @@ typename X::template rebind<U> cast(const X& x) {
   } else {
     Out out = detail::cast_local<U>(x);
     if constexpr (is_real_v<T> && is_real_v<U>)
-      detail::record<Out>(out, detail::cast_rule<X, Out>{x}, x);
+      detail::record<Out>(out, detail::cast_rule<X, Out>{detail::node_only(x)}, x);
     return out;
   }
 }

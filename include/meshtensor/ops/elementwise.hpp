@@ -222,7 +222,12 @@ template <class Fn, bool First, Tensor Op, Tensor R, Tensor A, Tensor B>
 void push_binary_grad(const Op& op, const R& g, const A& a, const B& b, const typename R::extents_type& extents) {
   constexpr bool unit = std::is_same_v<Fn, fn::add_fn> || (First && std::is_same_v<Fn, fn::subtract_fn>);
   using partial = std::conditional_t<First, binary_grad_a_fn<Fn>, binary_grad_b_fn<Fn>>;
-  if constexpr (unit && std::is_same_v<Op, R>)
+  if constexpr (std::is_same_v<Fn, fn::subtract_fn> && !First) {  // -g: reads no operand (binary's tape keeps none)
+    if constexpr (std::is_same_v<Op, R>)
+      push_fresh_grad(op, map_to<R>(extents, apply_fn<fn::negative_fn>{}, g));
+    else
+      push_summed_grad(op, map_to<R>(extents, apply_fn<fn::negative_fn>{}, g));
+  } else if constexpr (unit && std::is_same_v<Op, R>)
     push_grad(op, g);
   else if constexpr (unit)
     push_summed_grad(op, g);
@@ -240,9 +245,11 @@ auto binary(const A& a, const B& b) {
   detail::check_shared_extents(Fn::name, a, b);
   const auto extents = detail::result_extents<R>(a, b);
   R out = detail::map_to<R>(extents, detail::apply_fn<Fn>{}, a, b);
+  // A sum's rule reads neither operand's values: the tape keeps their nodes only.
+  constexpr bool reads_operands = !std::is_same_v<Fn, fn::add_fn> && !std::is_same_v<Fn, fn::subtract_fn>;
   detail::record<R>(
       out,
-      [a, b, extents](const R& g) {
+      [a = reads_operands ? a : detail::node_only(a), b = reads_operands ? b : detail::node_only(b), extents](const R& g) {
         if (a.tracks_grad()) detail::push_binary_grad<Fn, true>(a, g, a, b, extents);
         if (b.tracks_grad()) detail::push_binary_grad<Fn, false>(b, g, a, b, extents);
       },

@@ -14,7 +14,7 @@
 // expression, derived at compile time, evaluated per element); a tensor that lacks some of the
 // result's dims then has its gradient summed over them (an allreduce where they are split, as a
 // binary op's broadcast operand). The tape keeps only the tensors whose values the backward reads
-// (x * 2 + y keeps none; gelu(x + b) keeps x and b, not x + b); a dropout mask is drawn again from
+// (x * 2 + y keeps none; gelu(x + b) keeps x and b, not x + b; the others as detail::node_only); a dropout mask is drawn again from
 // its counter in the backward kernel, never stored.
 //
 // Why an explicit fuse and not operators that return lazy expressions (Eigen, xtensor): the point
@@ -447,16 +447,6 @@ kidx local_extents_of(const Out& out) {
   return e;
 }
 
-// A tensor's place on the tape without its data: what the backward needs of a tensor whose value
-// it does not read (its node, for the gradient, and its type and extents, for the sum).
-template <Tensor X>
-X without_data(const X& x) {
-  auto st = x.storage();
-  st.data = {};
-  st.planned_bytes = {};
-  return X(from_storage, x.mesh().shared_communicator(), st);
-}
-
 // The union of the tensors' dims: the first's in order, then each next one's that are new.
 template <class... Lists>
 struct dims_union;
@@ -539,7 +529,7 @@ auto fuse(F f, const X0& x0, const Xs&... xs) {
     std::size_t k = 0;
     auto kept = [&](const auto& x) {
       const bool read = (Expr::reads >> k++) & 1;
-      return read ? x : detail::without_data(x);
+      return read ? x : detail::node_only(x);
     };
     auto x0_kept = kept(x0);
     detail::record<R>(out, detail::fused_rule<Expr, R, X0, Xs...>{e, std::tuple<X0, Xs...>{x0_kept, kept(xs)...}}, x0,

@@ -118,7 +118,7 @@ X sum_partials(const partial_sum<X, Axes>& p) {
   const X& a = p.addend();
   X out = detail::clone(a);
   detail::allreduce_local(out, Axes, reduce_op::sum);
-  detail::record<X>(out, [a](const X& g) { detail::push_grad(a, g); }, a);
+  detail::record<X>(out, [a = detail::node_only(a)](const X& g) { detail::push_grad(a, g); }, a);
   return out;
 }
 
@@ -146,7 +146,7 @@ Out relayout(const partial_sum<X, Axes>& p) {
     const X& a = p.addend();
     Out out = Axes == 0 ? detail::relayout_kernel<Out>(a, "relayout") : detail::reduce_scatter_kernel<Out>(a, Axes);
     detail::record<Out>(
-        out, [a](const Out& g) { detail::push_grad(a, detail::relayout_kernel<X>(g, "relayout (gradient)")); }, a);
+        out, [a = detail::node_only(a)](const Out& g) { detail::push_grad(a, detail::relayout_kernel<X>(g, "relayout (gradient)")); }, a);
     return out;
   }
 }

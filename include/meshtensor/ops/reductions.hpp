@@ -125,7 +125,7 @@ auto reduce_mean(const X& x) {
   Out out = detail::mean_to<Out>(x);
   detail::record<Out>(
       out,
-      [x](const Out& g) {
+      [x = detail::node_only(x)](const Out& g) {
         const T n = static_cast<T>(detail::reduced_count<Out>(x));
         detail::push_fresh_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::divide_by<T>{n}, g));
       },

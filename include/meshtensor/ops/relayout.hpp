@@ -300,7 +300,7 @@ Out relayout(const X& x) {
   } else {
     const detail::op_call call(detail::planned_step{"relayout", relayout_plan<Out, X>()}, x);
     Out out = detail::relayout_kernel<Out>(x, "relayout");
-    detail::record<Out>(out, detail::relayout_rule<Out, X>{x}, x);
+    detail::record<Out>(out, detail::relayout_rule<Out, X>{detail::node_only(x)}, x);
     return out;
   }
 }

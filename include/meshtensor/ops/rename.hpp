@@ -225,7 +225,7 @@ Out reshape_kernel(const X& x, const typename Out::extents_type& out_ext, const 
 template <Tensor Out, Tensor X>
 Out renamed(const X& x) {
   Out out = relayout_kernel<Out>(x, "rename");
-  record<Out>(out, relayout_rule<Out, X>{x}, x);
+  record<Out>(out, relayout_rule<Out, X>{node_only(x)}, x);
   return out;
 }
 
@@ -300,7 +300,7 @@ auto reshape(const X& x, const std::array<std::int64_t, N>& extents) {
     const detail::op_call call(detail::planned_step{"reshape", reshape_plan<Out, X>()}, x);
     Out out = detail::reshape_kernel<Out>(x, extents, "reshape");
     detail::record<Out>(
-        out, [x](const Out& g) { detail::push_grad(x, detail::reshape_kernel<X>(g, x.extents(), "reshape (gradient)")); },
+        out, [x = detail::node_only(x)](const Out& g) { detail::push_grad(x, detail::reshape_kernel<X>(g, x.extents(), "reshape (gradient)")); },
         x);
     return out;
   }

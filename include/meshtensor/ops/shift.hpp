@@ -168,7 +168,7 @@ X shift(const X& x, std::int64_t offset, boundary b = boundary::zero_fill) {
   X out = detail::shift_impl<D>(x, offset, b, call.step().path);
   detail::record<X>(
       out,
-      [x, offset, b](const X& g) { detail::push_grad(x, detail::shift_impl<D>(g, -offset, b, detail::shift_path_of<D>(g, -offset))); },
+      [x = detail::node_only(x), offset, b](const X& g) { detail::push_grad(x, detail::shift_impl<D>(g, -offset, b, detail::shift_path_of<D>(g, -offset))); },
       x);
   return out;
 }

@@ -94,7 +94,7 @@ X slice(const X& x, std::int64_t begin, std::int64_t size) {
   detail::check_parts<D, X>("slice", x.mesh(), size);
   X out = detail::slice_impl<D>(x, begin, size);
   detail::record<X>(
-      out, [x, begin, size, n](const X& g) { detail::push_grad(x, detail::pad_impl<D>(g, begin, n - begin - size)); }, x);
+      out, [x = detail::node_only(x), begin, size, n](const X& g) { detail::push_grad(x, detail::pad_impl<D>(g, begin, n - begin - size)); }, x);
   return out;
 }
 
@@ -107,7 +107,7 @@ X pad(const X& x, std::int64_t before, std::int64_t after) {
   const std::int64_t n = x.template extent<D>();
   detail::check_parts<D, X>("pad", x.mesh(), n + before + after);
   X out = detail::pad_impl<D>(x, before, after);
-  detail::record<X>(out, [x, before, n](const X& g) { detail::push_grad(x, detail::slice_impl<D>(g, before, n)); }, x);
+  detail::record<X>(out, [x = detail::node_only(x), before, n](const X& g) { detail::push_grad(x, detail::slice_impl<D>(g, before, n)); }, x);
   return out;
 }
 
@@ -133,7 +133,7 @@ X concat(const X& a, const B& b) {
     X out = detail::concat_impl<D>(a, b);
     detail::record<X>(
         out,
-        [a, b, na, nb](const X& g) {
+        [a = detail::node_only(a), b = detail::node_only(b), na, nb](const X& g) {
           if (a.tracks_grad()) detail::push_grad(a, detail::slice_impl<D>(g, 0, na));
           if (b.tracks_grad()) detail::push_grad(b, detail::slice_impl<D>(g, na, nb));
         },
@@ -168,7 +168,7 @@ std::array<X, sizeof...(S)> split_along(const X& x, S... sizes) {
     const std::int64_t size = sz[p];
     detail::record<X>(
         out[p],
-        [x, begin, size, n](const X& g) { detail::push_grad(x, detail::pad_impl<D>(g, begin, n - begin - size)); },
+        [x = detail::node_only(x), begin, size, n](const X& g) { detail::push_grad(x, detail::pad_impl<D>(g, begin, n - begin - size)); },
         x);
     begin += sz[p];
   }

@@ -82,7 +82,7 @@ X softmax_along(const X& x, compute_t<typename X::value_type> scale = 1, causal_
   }
   record<X>(
       y,
-      [x, y = y.detached(), scale, causal](const X& g) {
+      [x = node_only(x), y = y.detached(), scale, causal](const X& g) {
         using G = softmax_grad_rows<T, typename X::memory_space>;
         const row_shape gs = rows_along<D>(y);
         R s(y.mesh(), result_extents<R>(y), uninitialized);
@@ -132,7 +132,7 @@ X softmax(const X& x) {
     X y = detail::map_to<X>(x.extents(), detail::opsa_fn::exp_diff{}, x, lse);
     detail::record<X>(
         y,
-        [x, y = y.detached()](const X& g) {
+        [x = detail::node_only(x), y = y.detached()](const X& g) {
           const R s = detail::reduce_to<R>(detail::map_to<X>(x.extents(), detail::opsa_fn::product{}, g, y), reduce_op::sum);
           detail::push_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::softmax_grad{}, y, g, s));
         },
@@ -175,7 +175,7 @@ X log_softmax(const X& x) {
     X y = detail::map_to<X>(x.extents(), detail::opsa_fn::diff{}, x, lse);
     detail::record<X>(
         y,
-        [x, y = y.detached()](const X& g) {
+        [x = detail::node_only(x), y = y.detached()](const X& g) {
           const R s = detail::reduce_to<R>(g, reduce_op::sum);
           detail::push_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::log_softmax_grad{}, y, g, s));
         },

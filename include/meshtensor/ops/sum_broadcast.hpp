@@ -292,7 +292,7 @@ Out broadcast_to(const X& x, const typename Out::extents_type& extents) {
                                     " in ", X::type_name(), " but ", extents[pos[i]], " in the target ",
                                     Out::type_name()));
   Out out = detail::broadcast_local<Out>(x, extents);
-  detail::record<Out>(out, [x](const Out& g) { detail::push_summed_grad(x, g); }, x);
+  detail::record<Out>(out, [x = detail::node_only(x)](const Out& g) { detail::push_summed_grad(x, g); }, x);
   return out;
 }
 
@@ -310,7 +310,7 @@ Out sum_to(const X& x) {
   [&]<class... Ds>(type_list<Ds...>) { detail::check_reduced_dims<X, Ds...>(); }(typename Out::dims{});
   const detail::op_call call(detail::planned_step{"sum_to", reduce_plan<Out, X>()}, x);
   Out out = detail::reduce_to<Out>(x, reduce_op::sum);
-  detail::record<Out>(out, [x](const Out& g) { detail::push_fresh_grad(x, detail::broadcast_local<X>(g, x.extents())); }, x);
+  detail::record<Out>(out, [x = detail::node_only(x)](const Out& g) { detail::push_fresh_grad(x, detail::broadcast_local<X>(g, x.extents())); }, x);
   return out;
 }
 

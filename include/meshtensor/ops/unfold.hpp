@@ -519,7 +519,7 @@ auto unfold(const X& x, typename X::value_type fill, detail::window_for<S>... wi
   const auto& halos = call.step().halos;
   Out out = detail::unfold_local<Out>(x, halos, fill);
   detail::record<Out>(
-      out, [x, halos](const Out& g) { detail::push_grad(x, detail::fold_local<X>(g, x.extents(), halos)); }, x);
+      out, [x = detail::node_only(x), halos](const Out& g) { detail::push_grad(x, detail::fold_local<X>(g, x.extents(), halos)); }, x);
   return out;
 }
 template <class... S, Tensor X>
