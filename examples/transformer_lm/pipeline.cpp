@@ -20,7 +20,7 @@ template <class... D>
 using some = std::vector<t<D...>>;  // a stage's tensors of one kind: per block, or none or one
 
 // C: the element type of activations and products (float, or bf16 with --dtype bf16: a bf16 copy
-// of each float weight per microbatch, whose gradient flows back to the float weight, as model<L>
+// of each float weight per step, whose gradient flows back to the float weight, as model<L>
 // computes).
 template <class C>
 struct pipeline_stage {
@@ -84,19 +84,43 @@ struct pipeline_stage {
     else return mt::cast<C>(p);
   }
 
+  // A block's weights in C: with bf16, one working copy per step, made at the step's first forward
+  // pass and shared by its microbatches (Megatron's bf16 weights), counted as parameters, not as a
+  // microbatch's activations: a copy per microbatch, which each microbatch's products kept until its
+  // backward pass, was p copies on the first stage of a 1F1B pipeline. Every microbatch's gradient
+  // reaches the float weight through the copy's cast, as before.
+  using block_weights = decltype(std::make_tuple(as_c(ln1_scale[0]), as_c(ln1_bias[0]), as_c(wq[0]), as_c(wk[0]),
+                                                 as_c(wv[0]), as_c(wo[0]), as_c(ln2_scale[0]), as_c(ln2_bias[0]),
+                                                 as_c(w_in[0]), as_c(w_out[0])));
+  mutable std::vector<block_weights> working;  // this step's; emptied when a step starts
+  const block_weights& weights_of(std::size_t k) const {
+    if (working.empty()) {
+      const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);
+      for (std::size_t j = 0; j < wq.size(); ++j)
+        working.push_back(std::make_tuple(as_c(ln1_scale[j]), as_c(ln1_bias[j]), as_c(wq[j]), as_c(wk[j]), as_c(wv[j]),
+                                          as_c(wo[j]), as_c(ln2_scale[j]), as_c(ln2_bias[j]), as_c(w_in[j]),
+                                          as_c(w_out[j])));
+    }
+    return working[k];
+  }
+
   activation forward(int mb, const activation* in) const {
     // The rows looked up and the positions added in float, then cast: a bf16 copy of the whole table
     // per microbatch would be held by the lookup's gradient rule until that microbatch's backward.
     activation x = in ? *in : as_c(t<batch, length, d_model>(nn::embedding<vocab>(embedding[0], ids[mb]) + positions[0]));
     const std::uint64_t dseed = o.seed * 7919;
+    // Made here, outside any block: made inside a recomputed block's first run, the copies would be
+    // that block's own nodes, which its recompute replaces (their gradients would never reach the
+    // weights).
+    if (end_block > first_block) (void)weights_of(0);
     for (std::int64_t b = first_block; b < end_block; ++b) {
       const std::size_t k = static_cast<std::size_t>(b - first_block);
       const std::uint64_t site = dseed + 2 * static_cast<std::uint64_t>(b), at = step;
       const double rate = o.dropout;
-      const auto block = [this, k, site, at, rate](const activation& in) {
-        return transformer_block(in, as_c(ln1_scale[k]), as_c(ln1_bias[k]), as_c(wq[k]), as_c(wk[k]), as_c(wv[k]),
-                                 as_c(wo[k]), as_c(ln2_scale[k]), as_c(ln2_bias[k]), as_c(w_in[k]), as_c(w_out[k]), rate,
-                                 site, at);
+      const auto memory = o.attention_memory();
+      const auto block = [this, k, site, at, rate, memory](const activation& in) {
+        return std::apply([&](const auto&... w) { return transformer_block(in, w..., rate, site, at, memory); },
+                          weights_of(k));
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
@@ -192,6 +216,7 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
     }
     stage.step = static_cast<std::uint64_t>(step);
     stage.grads.reset();
+    stage.working.clear();  // the weights changed: new working copies at the first forward pass
     stage.step_loss = 0;
     const auto stats = pl::run(plan, st, stage);
     if constexpr (std::is_same_v<C, float>)
@@ -202,6 +227,8 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
     result.losses.push_back(stage.step_loss);
   }
   result.param_bytes = mt::local_bytes(stage.params());
+  if constexpr (!std::is_same_v<C, float>)  // the bf16 working copies, which the plan counts as parameters
+    for (const auto& w : stage.working) result.param_bytes += std::apply([](const auto&... c) { return mt::local_bytes(c...); }, w);
   for_each_param_tensor(stage.params(), [&](std::size_t, const auto& p) { result.parameters += p.size(); });
   result.state_bytes = opt.visit(o, [&](auto& chosen) { return chosen.state_bytes(stage.params()); });
   result.max_in_flight = pl::max_in_flight(plan);
