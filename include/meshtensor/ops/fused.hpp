@@ -366,26 +366,39 @@ KOKKOS_INLINE_FUNCTION bool unit_steps(const Kokkos::Array<map_cursor<T>, N>& c)
   return true;
 }
 
-// One work item per run of the result's last dim, as map_kernel's (map_kernel.hpp).
+// One work item per run of the result's last dim, as map_kernel's (map_kernel.hpp): the tensors'
+// cursors and the run's global index once per run, then each(i, values, global index) per element,
+// with the values of the tensors in Used.
 template <class Expr, class T, class Mem, std::size_t N, std::size_t R>
-struct fused_forward_runs {
+struct fused_runs {
   using C = compute_t<T>;
-  T* out;
   std::int64_t len;
   kidx ext;
   Expr e;
   fused_operands<T, Mem, N> ops;
   global_index_of<R> global;
 
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t run) const {
+  template <fused::leaf_set Used, class Each>
+  KOKKOS_INLINE_FUNCTION void walk(std::int64_t run, const Each& each) const {
     const std::int64_t o = run * len;
     Kokkos::Array<map_cursor<T>, N> c;
     for (std::size_t k = 0; k != N; ++k) c[k] = cursor_at(ops[k], o, ext, static_cast<int>(R));
     const std::int64_t g = Expr::uses_index ? global(o) : 0;
-    if (unit_steps<Expr::leaves>(c))
-      for (std::int64_t j = 0; j < len; ++j) out[o + j] = static_cast<T>(e.value(fused_values<C, true, Expr::leaves>(c, j), g + j));
+    if (unit_steps<Used>(c))
+      for (std::int64_t j = 0; j < len; ++j) each(o + j, fused_values<C, true, Used>(c, j), g + j);
     else
-      for (std::int64_t j = 0; j < len; ++j) out[o + j] = static_cast<T>(e.value(fused_values<C, false, Expr::leaves>(c, j), g + j));
+      for (std::int64_t j = 0; j < len; ++j) each(o + j, fused_values<C, false, Used>(c, j), g + j);
+  }
+};
+
+template <class Expr, class T, class Mem, std::size_t N, std::size_t R>
+struct fused_forward_runs {
+  fused_runs<Expr, T, Mem, N, R> runs;
+  T* out;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t run) const {
+    runs.template walk<Expr::leaves>(run, [&](std::int64_t i, const auto& v, std::int64_t g) {
+      out[i] = static_cast<T>(runs.e.value(v, g));
+    });
   }
 };
 
@@ -393,28 +406,16 @@ struct fused_forward_runs {
 template <class Expr, class T, class Mem, std::size_t N, std::size_t R>
 struct fused_backward_runs {
   using C = compute_t<T>;
+  fused_runs<Expr, T, Mem, N, R> runs;
   Kokkos::Array<T*, N> grads;
   const T* g;
-  std::int64_t len;
-  kidx ext;
-  Expr e;
-  fused_operands<T, Mem, N> ops;
-  global_index_of<R> global;
-
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t run) const {
-    const std::int64_t o = run * len;
-    Kokkos::Array<map_cursor<T>, N> c;
-    for (std::size_t k = 0; k != N; ++k) c[k] = cursor_at(ops[k], o, ext, static_cast<int>(R));
-    const std::int64_t gi = Expr::uses_index ? global(o) : 0;
-    if (unit_steps<Expr::reads>(c))
-      for (std::int64_t j = 0; j < len; ++j) element(o + j, e.with_partials(fused_values<C, true, Expr::reads>(c, j), gi + j));
-    else
-      for (std::int64_t j = 0; j < len; ++j) element(o + j, e.with_partials(fused_values<C, false, Expr::reads>(c, j), gi + j));
-  }
-  KOKKOS_INLINE_FUNCTION void element(std::int64_t i, const fused::dual<C, N>& d) const {
-    const C gi = static_cast<C>(g[i]);
-    for (std::size_t k = 0; k != N; ++k)
-      if (grads[k] != nullptr) grads[k][i] = static_cast<T>(gi * d.d[k]);
+    runs.template walk<Expr::reads>(run, [&](std::int64_t i, const auto& v, std::int64_t gi) {
+      const auto d = runs.e.with_partials(v, gi);
+      const C gv = static_cast<C>(g[i]);
+      for (std::size_t k = 0; k != N; ++k)
+        if (grads[k] != nullptr) grads[k][i] = static_cast<T>(gv * d.d[k]);
+    });
   }
 };
 
@@ -479,8 +480,9 @@ struct fused_rule {
     std::apply([&](const auto&... x) { (allocate(x), ...); }, xs);
     const auto ops = std::apply([&](const auto&... x) { return fused_operands_of(g, x...); }, xs);
     launch_fused_runs(g, fused_backward_runs<Expr, typename Out::value_type, typename Out::memory_space, N, Out::rank>{
-                             ptrs, g.view().data(), Out::rank > 0 ? g.local_extents()[Out::rank - 1] : 1,
-                             local_extents_of(g), e, ops, global_index_map(g)});
+                             {Out::rank > 0 ? g.local_extents()[Out::rank - 1] : 1, local_extents_of(g), e, ops,
+                              global_index_map(g)},
+                             ptrs, g.view().data()});
     k = 0;
     std::apply(
         [&](const auto&... x) {
@@ -522,9 +524,9 @@ auto fuse(F f, const X0& x0, const Xs&... xs) {
   const auto extents = detail::result_extents<R>(x0, xs...);
   R out(x0.mesh(), extents, uninitialized);
   detail::launch_fused_runs(out, detail::fused_forward_runs<Expr, typename R::value_type, typename R::memory_space, N, R::rank>{
-                                     out.view().data(), R::rank > 0 ? out.local_extents()[R::rank - 1] : 1,
-                                     detail::local_extents_of(out), e, detail::fused_operands_of(out, x0, xs...),
-                                     detail::global_index_map(out)});
+                                     {R::rank > 0 ? out.local_extents()[R::rank - 1] : 1, detail::local_extents_of(out),
+                                      e, detail::fused_operands_of(out, x0, xs...), detail::global_index_map(out)},
+                                     out.view().data()});
   if (!detail::recording_paused() && (x0.tracks_grad() || ... || xs.tracks_grad())) {
     std::size_t k = 0;
     auto kept = [&](const auto& x) {
