@@ -325,29 +325,6 @@ namespace detail {
 template <class T, class Mem, std::size_t N>
 using fused_operands = Kokkos::Array<map_operand<T, Mem>, N>;
 
-// Where a run's first element sits in the result's global flat index (its last dim is the run's,
-// whose global stride is 1).
-template <std::size_t R>
-struct global_index_of {
-  kidx local_extent, offset, global_stride;
-  KOKKOS_INLINE_FUNCTION std::int64_t operator()(std::int64_t l) const {
-    std::int64_t g = 0;
-    for (int i = static_cast<int>(R) - 1; i >= 0; --i) {
-      g += (offset[i] + l % local_extent[i]) * global_stride[i];
-      l /= local_extent[i];
-    }
-    return g;
-  }
-};
-template <Tensor R>
-global_index_of<R::rank> global_index_map(const R& out) {
-  global_index_of<R::rank> m{};
-  const auto strides = row_major_strides<R::rank>(out.extents());
-  for (std::size_t i = 0; i != R::rank; ++i)
-    m.local_extent[i] = out.local_extents()[i], m.offset[i] = out.offsets()[i], m.global_stride[i] = strides[i];
-  return m;
-}
-
 // The values of the tensors in `used` at element j of a run; the others are 0 (the backward's
 // partials do not read them: fused::*::reads).
 // Unit: every such tensor has step 1 along the run, written apart so that the compiler can
@@ -376,7 +353,7 @@ struct fused_runs {
   kidx ext;
   Expr e;
   fused_operands<T, Mem, N> ops;
-  global_index_of<R> global;
+  local_to_global<R> global;  // a run's first element's global index (the run's dim has global stride 1)
 
   template <fused::leaf_set Used, class Each>
   KOKKOS_INLINE_FUNCTION void walk(std::int64_t run, const Each& each) const {
@@ -419,18 +396,19 @@ struct fused_backward_runs {
   }
 };
 
-template <Tensor Out, Tensor... Xs>
-auto fused_operands_of(const Out& out, const Xs&... xs) {
+// The walker of expression e over out's local slice, with the tensors xs broadcast to it.
+template <class Expr, Tensor Out, Tensor... Xs>
+auto fused_runs_over(const Out& out, const Expr& e, const Xs&... xs) {
   using mem = typename Out::memory_space;
-  const kidx ext = [&] {
-    kidx e{};
-    for (std::size_t i = 0; i != Out::rank; ++i) e[i] = out.local_extents()[i];
-    return e;
-  }();
   constexpr int r = static_cast<int>(Out::rank);
-  return fused_operands<typename Out::value_type, mem, sizeof...(Xs)>{map_operand_at(
-      map_input<typename Xs::value_type, mem>{xs.view(), positions_in_v<Out, Xs>.data(), xs.local_extents().data(), Xs::rank},
-      ext, r)...};
+  kidx ext{};
+  for (int i = 0; i != r; ++i) ext[i] = out.local_extents()[i];
+  return fused_runs<Expr, typename Out::value_type, mem, sizeof...(Xs), Out::rank>{
+      r > 0 ? ext[r - 1] : 1, ext, e,
+      {map_operand_at(map_input<typename Xs::value_type, mem>{xs.view(), positions_in_v<Out, Xs>.data(),
+                                                              xs.local_extents().data(), Xs::rank},
+                      ext, r)...},
+      local_to_global<Out::rank>(out.local_extents(), out.offsets(), out.extents())};
 }
 
 template <class Functor, Tensor Out>
@@ -439,13 +417,6 @@ void launch_fused_runs(const Out& out, const Functor& f) {
   if (n == 0) return;
   const std::int64_t len = Out::rank > 0 ? out.local_extents()[Out::rank - 1] : 1;
   kernels::parallel_for("meshtensor::fuse", Kokkos::RangePolicy<typename Out::execution_space>(0, n / len), f);
-}
-
-template <Tensor Out>
-kidx local_extents_of(const Out& out) {
-  kidx e{};
-  for (std::size_t i = 0; i != Out::rank; ++i) e[i] = out.local_extents()[i];
-  return e;
 }
 
 // The union of the tensors' dims: the first's in order, then each next one's that are new.
@@ -478,11 +449,9 @@ struct fused_rule {
       ++k;
     };
     std::apply([&](const auto&... x) { (allocate(x), ...); }, xs);
-    const auto ops = std::apply([&](const auto&... x) { return fused_operands_of(g, x...); }, xs);
     launch_fused_runs(g, fused_backward_runs<Expr, typename Out::value_type, typename Out::memory_space, N, Out::rank>{
-                             {Out::rank > 0 ? g.local_extents()[Out::rank - 1] : 1, local_extents_of(g), e, ops,
-                              global_index_map(g)},
-                             ptrs, g.view().data()});
+                             std::apply([&](const auto&... x) { return fused_runs_over(g, e, x...); }, xs), ptrs,
+                             g.view().data()});
     k = 0;
     std::apply(
         [&](const auto&... x) {
@@ -524,9 +493,7 @@ auto fuse(F f, const X0& x0, const Xs&... xs) {
   const auto extents = detail::result_extents<R>(x0, xs...);
   R out(x0.mesh(), extents, uninitialized);
   detail::launch_fused_runs(out, detail::fused_forward_runs<Expr, typename R::value_type, typename R::memory_space, N, R::rank>{
-                                     {R::rank > 0 ? out.local_extents()[R::rank - 1] : 1, detail::local_extents_of(out),
-                                      e, detail::fused_operands_of(out, x0, xs...), detail::global_index_map(out)},
-                                     out.view().data()});
+                                     detail::fused_runs_over(out, e, x0, xs...), out.view().data()});
   if (!detail::recording_paused() && (x0.tracks_grad() || ... || xs.tracks_grad())) {
     std::size_t k = 0;
     auto kept = [&](const auto& x) {
