@@ -622,7 +622,6 @@ int main(int argc, char** argv) {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
     if (o.compare && (!o.checkpoint.empty() || !o.resume.empty()))
       throw mt::error("--compare-layouts trains every layout from scratch; it takes no --checkpoint or --resume");
-    if (o.sequence_parallel && o.dtype != "float32") throw mt::error("--sequence-parallel runs in float32 only");
     if (o.prefetch && (!o.fsdp() || o.zero != 3 || o.recompute || o.dtype != "float32") && !o.compare)
       throw mt::error("--prefetch starts the gathers of --layout fsdp or fsdp_2d at --zero 3, in float32, without "
                       "--recompute (whose blocks gather again in the backward pass)");

@@ -374,15 +374,16 @@ struct model {
   }
 
   // loss() with --sequence-parallel: the same arithmetic, the residual stream under LS
-  // (sequence_layout<L>).
-  template <class LS>
+  // (sequence_layout<L>), computed in C as loss<C> is (bf16: the weights cast once each, the
+  // gathers and reduce_scatters move bf16, their sums run in float).
+  template <class LS, class C = float>
   t<> loss_sequence_parallel(const t<batch, length>& ids, const t<batch, length>& labels, const options& o,
                              std::uint64_t step) const {
-    using X = t<batch, length, d_model>;
-    using XS = mt::tensor<float, LS, batch, length, d_model>;
+    using X = mt::tensor<C, L, batch, length, d_model>;
+    using XS = mt::tensor<C, LS, batch, length, d_model>;
     const std::uint64_t dseed = o.seed * 7919;
     // Local: each processor keeps its part of the sequence.
-    XS x = mt::relayout<XS>(X(nn::embedding<vocab>(embedding, ids) + positions));
+    XS x = mt::relayout<XS>(X(nn::embedding<vocab>(as<C>(embedding), ids) + as<C>(positions)));
     for (std::size_t b = 0; b < wq.size(); ++b) {
       const std::uint64_t site = dseed + 2 * b;
       const double rate = o.dropout;
@@ -390,21 +391,22 @@ struct model {
       const auto block = [this, b, site, rate, step, memory](const XS& in) {
         // allgather; the products; their sum by reduce_scatter. The layer norms take the [d_model]
         // parameters as they are (replicated under both layouts).
-        const X h = mt::relayout<X>(nn::layer_norm<d_model>(in, ln1_scale[b], ln1_bias[b]));
+        const X h = mt::relayout<X>(nn::layer_norm<d_model>(in, as<C>(ln1_scale[b]), as<C>(ln1_bias[b])));
         const XS a = nn::residual_dropout(
             in,
             mt::relayout<XS>(nn::causal_attention_partial<length, memory_length, d_model, heads, d_kv>(
-                h, wq[b], wk[b], wv[b], wo[b], memory)),
+                h, as<C>(wq[b]), as<C>(wk[b]), as<C>(wv[b]), as<C>(wo[b]), memory)),
             rate, site, step);
-        const X f = mt::relayout<X>(nn::layer_norm<d_model>(a, ln2_scale[b], ln2_bias[b]));
-        return nn::residual_dropout(a, mt::relayout<XS>(nn::feed_forward_partial<d_model, d_ff>(f, w_in[b], w_out[b])),
-                                    rate, site + 1, step);
+        const X f = mt::relayout<X>(nn::layer_norm<d_model>(a, as<C>(ln2_scale[b]), as<C>(ln2_bias[b])));
+        return nn::residual_dropout(
+            a, mt::relayout<XS>(nn::feed_forward_partial<d_model, d_ff>(f, as<C>(w_in[b]), as<C>(w_out[b]))), rate,
+            site + 1, step);
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
-    const X last = mt::relayout<X>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias));
+    const X last = mt::relayout<X>(nn::layer_norm<d_model>(x, as<C>(lnf_scale), as<C>(lnf_bias)));
     return mt::reduce_mean<batch, length>(
-        nn::softmax_cross_entropy<vocab>(project_out<float>(last), labels));
+        nn::softmax_cross_entropy<vocab>(mt::cast<float>(project_out<C>(last)), labels));
   }
 
   // Inference with a key-value cache: each block's keys and values of the positions so far.
@@ -599,14 +601,16 @@ extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_data);
 extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_model);
 extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_2d);
 
-// The loss with --sequence-parallel, compiled in train_<layout>_sp.cpp (layout_data's, which only
-// refuses, in train_data.cpp).
+// The loss with --sequence-parallel, in float32 or bf16 (--dtype), compiled in train_<layout>_sp.cpp
+// (layout_data's, which only refuses, in train_data.cpp).
 template <class L, class PL>
 mt::tensor<float, L> sequence_parallel_loss(const model<L, PL>& m, const ids_of<L>& ids, const ids_of<L>& labels,
                                             const options& o, std::uint64_t step) {
-  if constexpr (std::is_same_v<L, PL> && requires { typename sequence_layout<L>::type; })
-    return m.template loss_sequence_parallel<typename sequence_layout<L>::type>(ids, labels, o, step);
-  else
+  if constexpr (std::is_same_v<L, PL> && requires { typename sequence_layout<L>::type; }) {
+    using LS = typename sequence_layout<L>::type;
+    if (o.dtype == "bf16") return m.template loss_sequence_parallel<LS, mt::bf16>(ids, labels, o, step);
+    return m.template loss_sequence_parallel<LS>(ids, labels, o, step);
+  } else
     throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
 }
 #define MESHTENSOR_EXAMPLE_SP_LOSS(L)                                                                               \
@@ -690,9 +694,9 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
           return o.dtype == "bf16" ? bf16_loss(*whole, x, y, o, s) : whole->loss(x, y, o, s);
         }
       }
-      return o.dtype == "bf16"       ? bf16_loss(m, x, y, o, s)
-             : o.sequence_parallel ? sequence_parallel_loss(m, x, y, o, s)
-                                   : m.loss(x, y, o, s);
+      return o.sequence_parallel   ? sequence_parallel_loss(m, x, y, o, s)
+             : o.dtype == "bf16" ? bf16_loss(m, x, y, o, s)
+                                 : m.loss(x, y, o, s);
     }();
     auto params = m.tie();
     auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
