@@ -1,8 +1,8 @@
 #pragma once
 // Elementwise unary and binary ops, broadcasting by name. A binary op's result holds the union of
 // its operands' dims: the first operand's dims in order, then the second's that the first lacks.
-// Communication: none forward. The gradient of a broadcast operand sums over the dims it lacks,
-// which allreduces over their axes when they are split.
+// Communication: none forward (elementwise_plan). The gradient of a broadcast operand sums over the
+// dims it lacks, which allreduces over their axes when they are split.
 #include <Kokkos_Core.hpp>
 #include <cmath>
 
@@ -11,8 +11,12 @@
 #include "detail/map_kernel.hpp"
 #include "sum_broadcast.hpp"
 #include "../element/kokkos_math.hpp"
+#include "detail/op_call.hpp"
 
 namespace meshtensor {
+
+// Every elementwise op (unary, binary, where, and a fused expression): no collective forward.
+constexpr comm_plan elementwise_plan() { return {}; }
 
 namespace detail {
 
@@ -142,6 +146,7 @@ MESHTENSOR_UNARY(gelu, T(0.5) * x * (T(1) + tanh(T(0.7978845608028654) * (x + T(
 
 template <class Fn, Tensor X>
 X unary(const X& x) {
+  const detail::op_call call(detail::planned_step{Fn::name, elementwise_plan()}, x);
   X out = detail::map_to<X>(x.extents(), detail::apply_fn<Fn>{}, x);
   detail::record<X>(
       out,
@@ -243,6 +248,7 @@ auto binary(const A& a, const B& b) {
   detail::require_same_layout<A, B>();
   using R = detail::union_result_t<A, B>;
   detail::check_shared_extents(Fn::name, a, b);
+  const detail::op_call call(detail::planned_step{Fn::name, elementwise_plan()}, a);
   const auto extents = detail::result_extents<R>(a, b);
   R out = detail::map_to<R>(extents, detail::apply_fn<Fn>{}, a, b);
   // A sum's rule reads neither operand's values: the tape keeps their nodes only.
@@ -322,6 +328,7 @@ auto where(const C& c, const A& a, const B& b) {
   detail::check_shared_extents("where", c, a);
   detail::check_shared_extents("where", c, b);
   detail::check_shared_extents("where", a, b);
+  const detail::op_call call(detail::planned_step{"where", elementwise_plan()}, a);
   const auto extents = detail::result_extents<R>(c, a, b);
   R out = detail::map_to<R>(extents, detail::select_fn{}, c, a, b);
   detail::record<R>(

@@ -279,6 +279,13 @@ using reduced_t = with_dims_t<X, difference_t<typename X::dims, type_list<Ds...>
 
 }  // namespace detail
 
+// x repeated along the dims of Out that x lacks: no collective (its gradient, a sum over them,
+// allreduces where they are split).
+template <Tensor Out, Tensor X>
+constexpr comm_plan broadcast_to_plan() {
+  return {};
+}
+
 // x repeated along the dims of Out that x lacks. Gradient: sum back over those dims.
 template <Tensor Out, Tensor X>
 Out broadcast_to(const X& x, const typename Out::extents_type& extents) {
@@ -291,6 +298,7 @@ Out broadcast_to(const X& x, const typename Out::extents_type& extents) {
       throw shape_error(detail::cat("broadcast_to: dim '", X::dim_names()[i], "' has extent ", x.extents()[i],
                                     " in ", X::type_name(), " but ", extents[pos[i]], " in the target ",
                                     Out::type_name()));
+  const detail::op_call call(detail::planned_step{"broadcast_to", broadcast_to_plan<Out, X>()}, x);
   Out out = detail::broadcast_local<Out>(x, extents);
   detail::record<Out>(out, [x = detail::node_only(x)](const Out& g) { detail::push_summed_grad(x, g); }, x);
   return out;
@@ -328,6 +336,7 @@ auto transpose(const X& x) {
   using Out = detail::with_dims_t<X, type_list<Ds...>>;
   static_assert(sizeof...(Ds) == X::rank && difference_t<typename X::dims, type_list<Ds...>>::size == 0,
                 "meshtensor: transpose<Dims...> must name every dim of the tensor once");
+  const detail::op_call call(detail::planned_step{"transpose", broadcast_to_plan<Out, X>()}, x);
   return broadcast_to<Out>(x, detail::result_extents<Out>(x));
 }
 
