@@ -6,7 +6,9 @@
 --check (ctest example.transformer_lm.published_plans) exits 1 unless every GPT-3 size and Megatron
 configuration is within 1% of the closed form, every planned ZeRO row within 0.1% of ZeRO's formula
 (the 7.5 B and 128 B rows all planned), the plan ledger's activations by op add up to its total and a
-recomputed block saves exactly 2sbh, and the shapes of 1536 GPUs rank with Megatron's among them. The 1 T model on data axes alone gathers weights of 2.6e9 elements whole, more
+recomputed block saves exactly 2sbh, every Korthikanti et al. run of Table 5 plans (its times are reported, not
+checked), and the shapes of 1536 GPUs rank with Megatron's
+among them. The 1 T model on data axes alone gathers weights of 2.6e9 elements whole, more
 than one MPI call's int count (Open MPI 4.1 has no MPI-4 large-count collectives): those rows say
 so instead of a figure.
 
@@ -33,7 +35,13 @@ so instead of a figure.
 4. Korthikanti et al. 2022: the activations one block saves for its backward pass, from the plan
    ledger's record of the tape when the backward pass began, against their Table 2 formulas, for
    their Table 3 models, op by op.
-5. --rank-layouts --processors: the shapes of Megatron's 1536 GPUs ranked for its 145.6 B model.
+5. Korthikanti et al. 2022, Table 5: iteration times. Their Table 3 runs (t 8, p 1 to 64, micro-batch 1,
+   one data-parallel group) planned as Megatron-LM's rows, with full recomputation (--recompute) and with
+   selective recomputation (--recompute-attention), their step times predicted from the same A100
+   calibration against the published ones (1.42 -> 1.10 s to 94.42 -> 71.49 s), and the predicted speed-up
+   against theirs. --sequence-parallel is refused with --pipeline, so where they add sequence parallelism
+   the pipelined rows do not; the 22 B run (no pipeline) is also planned unpipelined, with and without it.
+6. --rank-layouts --processors: the shapes of Megatron's 1536 GPUs ranked for its 145.6 B model.
 """
 import json
 import os
@@ -232,10 +240,9 @@ def activations_per_layer(binary, heads, h, t, mode):
         args = ["--mesh", 1, t, "--layout", "data" if t == 1 else "model", "--layers", layers, "--d-model", h,
                 "--heads", heads, "--d-kv", h // heads, "--d-ff", 4 * h, "--length", 2048, "--batch", 1,
                 "--vocab", MEGATRON_VOCAB, "--dropout", 0.1]
+        args += ["--dtype", "bf16"]
         if "sequence" in mode:
-            args += ["--sequence-parallel", "--dtype", "float32"]  # --sequence-parallel is float32 only
-        else:
-            args += ["--dtype", "bf16"]
+            args.append("--sequence-parallel")
         if "selective" in mode:
             args.append("--recompute-attention")
         if mode == "full recompute":
@@ -253,8 +260,7 @@ def activations_per_layer(binary, heads, h, t, mode):
 
 def korthikanti_rows(binary, failures):
     print("\n## Activations per layer against Korthikanti et al. 2022 (Table 2's formulas, Table 3's models)\n")
-    print("Planned in bf16 (tensor+sequence in float32: meshtensor's sequence parallelism is float32 only; the "
-          "formula is then taken with 4-byte activations) with dropout 0.1 (their formulas count its 1-byte masks), "
+    print("Planned in bf16 with dropout 0.1 (their formulas count its 1-byte masks), "
           "one sequence of 2048 per GPU: "
           "`transformer_lm --plan --dtype bf16 --dropout 0.1 --length 2048 --batch 1 --layers 1|2 ...` (no "
           "parallelism: `--mesh 1 1 --layout data`; tensor: `--mesh 1 8 --layout model`; tensor+sequence: "
@@ -269,7 +275,7 @@ def korthikanti_rows(binary, failures):
           "to the second: 1.00 is the tape keeping exactly what Korthikanti et al. count. Where the sequence forms "
           "exceed it, the difference is the all-gathered block inputs (\"relayout\"): meshtensor's einsum keeps "
           "the gathered [s, b, h] operand of the first products of attention and of the MLP, where Megatron keeps "
-          "the 1/t part and gathers again in the backward pass: 2 x 4 sbh bytes (float32) per layer, not split.\n")
+          "the 1/t part and gathers again in the backward pass: 2 x 2 sbh bytes per layer, not split.\n")
     print("| model | mode | Table 2 GB/layer | this block's formula GB/layer | plan GB/layer | of which bf16 weight copies "
           "| plan less the copies | ratio to this block's formula | the plan's largest parts, in units of sbh/t bytes |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -277,7 +283,7 @@ def korthikanti_rows(binary, failures):
         for mode in ("none", "tensor", "tensor+sequence", "tensor+selective", "tensor+sequence+selective",
                      "full recompute"):
             tt = 1 if mode == "none" else t
-            word = 4 if "sequence" in mode else 2
+            word = 2
             table2 = korthikanti_formulas(2048, 1, h, heads, tt, word)[mode]
             want = meshtensor_block_formulas(2048, 1, h, heads, tt, word)[mode]
             try:
@@ -294,16 +300,118 @@ def korthikanti_rows(binary, failures):
                 failures.append(f"Korthikanti {name} full recompute: {got} bytes per layer, not 2sbh = {want:.0f}")
             unit = 2048 * h / tt  # bytes of s b h / t elements of one byte
             parts = ", ".join(f"{op} {b / unit:.1f}" for op, b in sorted(by_op.items(), key=lambda kv: -kv[1])[:6])
-            mode_name = mode + (" (float32)" if word == 4 else "")
+            mode_name = mode
             # In bf16 each block's float weights are cast to bf16 copies, made in the step and kept
             # for the backward products ("other"): 12 h^2 / t elements of 2 bytes. Korthikanti et
             # al. count 16-bit weights as model state, not activations.
-            copies = 0 if word == 4 or mode == "full recompute" else 2 * 12 * h * h / tt
+            copies = 0 if mode == "full recompute" else 2 * 12 * h * h / tt
             rest = got - copies
             print(f"| {name} | {mode_name} | {table2 / 1e9:.3f} | {want / 1e9:.3f} | {got / 1e9:.3f} | {copies / 1e9:.3f} "
                   f"| {rest / 1e9:.3f} | {rest / want:.2f} | {parts} |")
             if "sequence" not in mode and abs(rest / want - 1) > 0.1:
                 failures.append(f"Korthikanti {name} {mode}: the tape keeps {rest / want:.2f}x this block's formula")
+
+
+# Korthikanti et al. 2022, Table 3's runs of those models: pipeline-parallel size p, GPUs, global batch
+# (micro-batch 1, so data-parallel size 1 and microbatches = batch); Table 5's iteration times in seconds,
+# with full recomputation and with their method (sequence parallelism + selective recomputation).
+KORTHIKANTI_RUNS = {"22B": (1, 8, 4, 1.42, 1.10), "175B": (8, 64, 64, 18.13, 13.75),
+                    "530B": (35, 280, 280, 49.05, 37.83), "1T": (64, 512, 512, 94.42, 71.49)}
+
+
+def plan_time(binary, *args):
+    """A plan with --calibration: its JSON, the predicted step in seconds and its memory term in seconds
+    (a pipelined plan's (m + p - 1) x the slowest stage's per microbatch, as megatron_rows takes it out;
+    an unpipelined plan's whole step's, read from the line it prints), and the peak per processor (the
+    largest stage's); or {"error": ...}."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        r = subprocess.run([binary, "--plan", "--plan-json", f.name, *map(str, args)], capture_output=True, text=True)
+        if r.returncode != 0:
+            return {"error": (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]}
+        d = json.load(open(f.name))
+    if "stages" in d:
+        slowest = max(d["stages"], key=lambda st: st["seconds_per_microbatch"])
+        m = int(args[list(args).index("--microbatches") + 1])
+        p = int(args[list(args).index("--pipeline") + 1])
+        d["memory_seconds"] = (m + p - 1) * slowest["microbatch_seconds"]["memory"]
+        d["peak_bytes"] = max(st["plan"]["memory"]["peak"] for st in d["stages"])
+    else:
+        # "predicted step time 1242.456 ms: kernels 25.675, memory 404.368, ..." (not in the JSON)
+        line = re.search(r"predicted step time ([\d.]+) ms: kernels [\d.]+, memory ([\d.]+)", r.stdout)
+        if line is None:
+            return {"error": "no predicted step time in the plan's output"}
+        d["predicted_step_seconds"] = float(line.group(1)) / 1e3
+        d["memory_seconds"] = float(line.group(2)) / 1e3
+        d["peak_bytes"] = d["plan"]["memory"]["peak"]
+    return d
+
+
+def korthikanti_times(binary, failures):
+    print("\n## Korthikanti et al. 2022, Table 5: iteration times, predicted from the A100 calibration\n")
+    print("Their Table 3 runs (t 8; p 1, 8, 35, 64; 8, 64, 280, 512 GPUs; global batch 4, 64, 280, 512; micro-batch "
+          "1, so one data-parallel group and microbatches = batch; sequence 2048; vocabulary 51200), planned as "
+          "Megatron-LM's rows above, on the same A100 calibration: `transformer_lm --plan --pipeline p --mesh 1 8 "
+          "--microbatches m --schedule 1f1b --dtype bf16 --recompute|--recompute-attention --layers l --d-model h "
+          "--heads a --d-kv h/a --d-ff 4h --length 2048 --batch m --vocab 51200 --calibration A100`. Full "
+          "recomputation is `--recompute`; their method is sequence parallelism with selective recomputation, and "
+          "`--sequence-parallel` is refused with `--pipeline` (and with `--microbatches`, which is `--pipeline 1`), so "
+          "every pipelined row plans tensor parallelism with selective recomputation (`--recompute-attention`) and "
+          "no sequence parallelism. The 22 B run has no pipeline, so it is also planned unpipelined, the batch of 4 "
+          "at once (`--layout model --mesh 1 8 --batch 4`, no `--pipeline` or `--microbatches`: p and m \"none\"), full "
+          "recomputation and selective with and without `--sequence-parallel` (theirs: sequence parallelism). Error = predicted / published - 1 (positive: predicted slower); speed-up = "
+          "full / selective; \"without the memory term\" takes out the bytes written by unfused elementwise kernels, "
+          "as in Megatron-LM's rows; peak = the largest stage's, per GPU (an 80 GB card holds 74.5 GiB).\n")
+    print("| model | t | p | GPUs | m | planned as | full recompute: predicted | published | error | without the memory "
+          "term | theirs: predicted | published | error | without the memory term | predicted speed-up | published "
+          "speed-up | peak/GPU: full, selective |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, heads, h, layers, t in KORTHIKANTI:
+        p, gpus, batch, full_published, theirs_published = KORTHIKANTI_RUNS[name]
+        nd = gpus // (t * p)
+        m = batch // nd
+        model = ["--layers", layers, "--d-model", h, "--heads", heads, "--d-kv", h // heads, "--d-ff", 4 * h,
+                 "--length", 2048, "--batch", batch, "--vocab", MEGATRON_VOCAB, "--dtype", "bf16"]
+        pipelined = ["--pipeline", p, "--mesh", nd, t, "--microbatches", m, "--schedule", "1f1b"]
+        forms = [("pipelined, selective without sequence parallelism", pipelined, ["--recompute-attention"])]
+        if p == 1:
+            unpipelined = ["--layout", "model", "--mesh", nd, t]
+            forms += [("unpipelined, selective without sequence parallelism", unpipelined, ["--recompute-attention"]),
+                      ("unpipelined, selective with `--sequence-parallel`", unpipelined,
+                       ["--recompute-attention", "--sequence-parallel"])]
+        with tempfile.NamedTemporaryFile("w", suffix=".calibration", delete=False) as cal:
+            cal.write(a100_calibration(t, sorted({1, t, nd, nd * t})))
+        try:
+            full = {}
+            for form, shape, theirs in forms:
+                key = shape[0]
+                if key not in full:  # full recomputation, once per shape
+                    full[key] = plan_time(binary, *shape, *model, "--recompute", "--calibration", cal.name)
+                    if "error" in full[key]:
+                        failures.append(f"Korthikanti {name} full recompute ({form}): {full[key]['error']}")
+                mine = plan_time(binary, *shape, *model, *theirs, "--calibration", cal.name)
+                cells = [name, t, p if key == "--pipeline" else "none", gpus, m if key == "--pipeline" else "none", form]
+                f = full[key]
+                if "error" in f:
+                    cells += [f"not planned: {f['error']}", f"{full_published:.2f} s", "", ""]
+                else:
+                    step = f["predicted_step_seconds"]
+                    cells += [f"{step:.2f} s", f"{full_published:.2f} s", f"{100 * (step / full_published - 1):+.1f}%",
+                              f"{100 * ((step - f['memory_seconds']) / full_published - 1):+.1f}%"]
+                if "error" in mine:
+                    failures.append(f"Korthikanti {name} {form}: {mine['error']}")
+                    cells += [f"not planned: {mine['error']}", f"{theirs_published:.2f} s", "", "", "",
+                              f"{full_published / theirs_published:.2f}", ""]
+                else:
+                    sel = mine["predicted_step_seconds"]
+                    cells += [f"{sel:.2f} s", f"{theirs_published:.2f} s", f"{100 * (sel / theirs_published - 1):+.1f}%",
+                              f"{100 * ((sel - mine['memory_seconds']) / theirs_published - 1):+.1f}%",
+                              f"{step / sel:.2f}" if "error" not in f else "",
+                              f"{full_published / theirs_published:.2f}"]
+                peaks = [f"{x['peak_bytes'] / 2**30:.1f}" if "error" not in x else "-" for x in (f, mine)]
+                cells.append(f"{peaks[0]}, {peaks[1]} GiB")
+                print("| " + " | ".join(map(str, cells)) + " |")
+        finally:
+            os.unlink(cal.name)
 
 
 def rank_shapes(binary):
@@ -391,6 +499,7 @@ def main():
         failures.append(f"a ZeRO row is {100 * worst:.3f}% from the formula")
     megatron_rows(binary, failures)
     korthikanti_rows(binary, failures)
+    korthikanti_times(binary, failures)
     if rank_shapes(binary) is None:
         failures.append("--rank-layouts --processors found no shape or not Megatron's")
     for f in failures:

@@ -92,14 +92,17 @@ class stages {
   // t's local slice to the same processor of stage `to`, started now; finished by wait_sends().
   template <Tensor T>
   void send(const T& t, int to, int tag) {
+    using buffer_t = meshtensor::detail::mpi_buffer<typename T::execution_space, typename T::value_type>;
     const std::int64_t n = t.local_size();
-    mesh_.communicator().count(collective::send, 0, n * static_cast<std::int64_t>(sizeof(typename T::value_type)));
-    if (planned()) return;
-    auto buffer = std::make_shared<meshtensor::detail::mpi_buffer<typename T::execution_space, typename T::value_type>>(
-        meshtensor::detail::mpi_buffer<typename T::execution_space, typename T::value_type>::reading(t.view()));
-    MPI_Request r = MPI_REQUEST_NULL;
-    MPI_Isend(buffer->data(), detail::checked_count(n), detail::mpi_type<typename T::value_type>(), to, tag, *across_, &r);
-    pending_.push_back({r, t, buffer});
+    std::shared_ptr<buffer_t> buffer;
+    const MPI_Request r = mesh_.communicator().start(
+        {collective::send, axis_set{}, n * static_cast<std::int64_t>(sizeof(typename T::value_type))},
+        [&](MPI_Request* request) {
+          buffer = std::make_shared<buffer_t>(buffer_t::reading(t.view()));
+          MPI_Isend(buffer->data(), detail::checked_count(n), detail::mpi_type<typename T::value_type>(), to, tag,
+                    *across_, request);
+        });
+    if (buffer) pending_.push_back({r, t, buffer});
   }
   // The slice that stage `from` sent with `tag`, as a tensor of type T and global extents ext.
   template <Tensor T>

@@ -1,6 +1,8 @@
 #pragma once
 // Collectives over any set of mesh axes, on the cached sub-communicator of exactly those axes.
-// Every call is counted (calls and bytes this rank sends) per collective and axis set.
+// Each describes itself once (collective_call) and goes through the communicator's door (run,
+// start), which counts it (calls and bytes this rank sends, per collective and axis set), skips it
+// in a plan, and runs it, watched under the watchdog.
 // Buffers are host-accessible pointers; tensor code stages device memory through host mirrors.
 #include <mpi.h>
 
@@ -51,18 +53,20 @@ inline void narrow_into(const std::vector<float>& wide, bf16* out) {
   for (std::size_t i = 0; i < wide.size(); ++i) out[i] = wide[i];
 }
 // Sends to `to` and receives from `from` (MPI_PROC_NULL: none) in one exchange: a shift's step.
+// Returns false in a plan.
 template <class T>
-void sendrecv(communicator& c, axis_set axes, const T* send, int send_n, int to, T* recv, int recv_n, int from,
-              MPI_Comm sub) {
-  c.run(collective::shift, axes, std::int64_t{send_n} * static_cast<std::int64_t>(sizeof(T)),
-        [&] {
-          MPI_Sendrecv(send, send_n, mpi_type<T>(), to, 0, recv, recv_n, mpi_type<T>(), from, 0, sub,
-                       MPI_STATUS_IGNORE);
-        },
-        [&](MPI_Request* r) {
-          MPI_Irecv(recv, recv_n, mpi_type<T>(), from, 0, sub, &r[0]);
-          MPI_Isend(send, send_n, mpi_type<T>(), to, 0, sub, &r[1]);
-        });
+bool sendrecv(communicator& c, axis_set axes, const T* send, std::int64_t send_n, int to, T* recv,
+              std::int64_t recv_n, int from) {
+  return c.run(
+      {collective::shift, axes, send_n * static_cast<std::int64_t>(sizeof(T))},
+      [&] {
+        MPI_Sendrecv(send, checked_count(send_n), mpi_type<T>(), to, 0, recv, checked_count(recv_n), mpi_type<T>(),
+                     from, 0, c.over(axes), MPI_STATUS_IGNORE);
+      },
+      [&](MPI_Request* r) {
+        MPI_Irecv(recv, checked_count(recv_n), mpi_type<T>(), from, 0, c.over(axes), &r[0]);
+        MPI_Isend(send, checked_count(send_n), mpi_type<T>(), to, 0, c.over(axes), &r[1]);
+      });
 }
 
 // In place over the axes: MPI_Allreduce, or under the watchdog its nonblocking form. Where the
@@ -72,30 +76,46 @@ void sendrecv(communicator& c, axis_set axes, const T* send, int send_n, int to,
 // blocking call (docs/design.md, "Faults"). Partners add the same two values (a + b == b + a), so
 // every rank ends with the same bits.
 template <class T>
-void allreduce_in_place(communicator& c, axis_set axes, T* data, int count, MPI_Op op) {
-  const std::int64_t bytes = std::int64_t{count} * static_cast<std::int64_t>(sizeof(T));
+void allreduce_in_place(communicator& c, axis_set axes, T* data, std::int64_t n, MPI_Op op) {
+  const collective_call call{collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)), true};
+  const auto blocking = [&] { MPI_Allreduce(MPI_IN_PLACE, data, checked_count(n), mpi_type<T>(), op, c.over(axes)); };
   const int p = c.size_over(axes);
-  if (!c.watched() || (p & (p - 1)) != 0) {
-    c.run(collective::allreduce, axes, bytes,
-          [&] { MPI_Allreduce(MPI_IN_PLACE, data, count, mpi_type<T>(), op, c.over(axes)); },
-          [&](MPI_Request* r) { MPI_Iallreduce(MPI_IN_PLACE, data, count, mpi_type<T>(), op, c.over(axes), r); });
+  if ((p & (p - 1)) != 0) {
+    c.run(call, blocking, [&](MPI_Request* r) {
+      MPI_Iallreduce(MPI_IN_PLACE, data, checked_count(n), mpi_type<T>(), op, c.over(axes), r);
+    });
     return;
   }
-  constexpr int tag = 0x6172;  // apart from shift's messages on the same communicator
-  MPI_Comm sub = c.over(axes);
-  int me = 0;
-  MPI_Comm_rank(sub, &me);
-  static thread_local std::vector<std::byte> scratch;  // bytes: std::vector<bool> has no data()
-  scratch.resize(static_cast<std::size_t>(bytes));
-  T* theirs = reinterpret_cast<T*>(scratch.data());
-  for (int bit = 1; bit < p; bit <<= 1) {
-    const int partner = me ^ bit;
-    MPI_Request r[2];
-    MPI_Irecv(theirs, count, mpi_type<T>(), partner, tag, sub, &r[0]);
-    MPI_Isend(data, count, mpi_type<T>(), partner, tag, sub, &r[1]);
-    c.await(r, 2, collective::allreduce, axes, bytes);
-    MPI_Reduce_local(theirs, data, count, mpi_type<T>(), op);
-  }
+  c.run(call, blocking, [&] {
+    constexpr int tag = 0x6172;  // apart from shift's messages on the same communicator
+    MPI_Comm sub = c.over(axes);
+    const int count = checked_count(n);
+    int me = 0;
+    MPI_Comm_rank(sub, &me);
+    static thread_local std::vector<std::byte> scratch;  // bytes: std::vector<bool> has no data()
+    scratch.resize(static_cast<std::size_t>(call.bytes));
+    T* theirs = reinterpret_cast<T*>(scratch.data());
+    for (int bit = 1; bit < p; bit <<= 1) {
+      const int partner = me ^ bit;
+      MPI_Request r[2];
+      MPI_Irecv(theirs, count, mpi_type<T>(), partner, tag, sub, &r[0]);
+      MPI_Isend(data, count, mpi_type<T>(), partner, tag, sub, &r[1]);
+      c.await(r, 2, collective::allreduce, axes, call.bytes);
+      MPI_Reduce_local(theirs, data, count, mpi_type<T>(), op);
+    }
+  });
+}
+
+// A bf16 reduction as float: f(float in, float out) on the widened buffers, the result rounded
+// once into out (n_out elements). In a plan nothing is widened: f gets null buffers and counts
+// the float collective.
+template <class F>
+void reduce_widened(communicator& c, const bf16* in, std::int64_t n_in, bf16* out, std::int64_t n_out, F f) {
+  if (c.planned()) return f(static_cast<const float*>(nullptr), static_cast<float*>(nullptr));
+  auto wide_in = widened(in, n_in);
+  std::vector<float> wide_out(static_cast<std::size_t>(n_out));
+  f(static_cast<const float*>(wide_in.data()), wide_out.data());
+  narrow_into(wide_out, out);
 }
 }  // namespace detail
 
@@ -107,11 +127,9 @@ void allreduce(communicator& c, axis_set axes, T* data, std::int64_t n, reduce_o
     auto wide = detail::widened(data, n);
     allreduce(c, axes, wide.data(), n, op);
     return detail::narrow_into(wide, data);
+  } else {
+    detail::allreduce_in_place(c, axes, data, n, detail::mpi_op(op));
   }
-  c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
-  if (c.planned()) return;
-  if (c.size_over(axes) == 1) return;
-  detail::allreduce_in_place(c, axes, data, detail::checked_count(n), detail::mpi_op(op));
 }
 
 // allreduce, started: data holds the result once the request returned has completed
@@ -120,38 +138,38 @@ void allreduce(communicator& c, axis_set axes, T* data, std::int64_t n, reduce_o
 template <class T>
 MPI_Request start_allreduce(communicator& c, axis_set axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
   static_assert(!std::is_same_v<T, bf16>, "meshtensor: a started allreduce of bf16 would need its float copy kept alive; use allreduce");
-  c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
-  MPI_Request r = MPI_REQUEST_NULL;
-  if (c.planned() || c.size_over(axes) == 1) return r;
-  MPI_Iallreduce(MPI_IN_PLACE, data, detail::checked_count(n), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes), &r);
-  return r;
+  return c.start({collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)), true}, [&](MPI_Request* r) {
+    MPI_Iallreduce(MPI_IN_PLACE, data, detail::checked_count(n), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes), r);
+  });
 }
 
 // recv holds n elements from each processor along the axes, in sub-communicator rank order
 // (row-major over the axes in mesh order).
 template <class T>
 void allgather(communicator& c, axis_set axes, const T* send, std::int64_t n, T* recv) {
-  c.count(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)));
-  if (c.planned()) return;
-  const int count = detail::checked_count(n);
-  c.run(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)),
-        [&] { MPI_Allgather(send, count, detail::mpi_type<T>(), recv, count, detail::mpi_type<T>(), c.over(axes)); },
-        [&](MPI_Request* r) {
-          MPI_Iallgather(send, count, detail::mpi_type<T>(), recv, count, detail::mpi_type<T>(), c.over(axes), r);
-        });
+  const auto type = detail::mpi_type<T>();
+  c.run(
+      {collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T))},
+      [&] { MPI_Allgather(send, detail::checked_count(n), type, recv, detail::checked_count(n), type, c.over(axes)); },
+      [&](MPI_Request* r) {
+        MPI_Iallgather(send, detail::checked_count(n), type, recv, detail::checked_count(n), type, c.over(axes), r);
+      });
 }
 
 // Block p of send (n_per_peer elements) goes to sub-rank p; block p of recv comes from it.
 template <class T>
 void alltoall(communicator& c, axis_set axes, const T* send, std::int64_t n_per_peer, T* recv) {
-  c.count(collective::alltoall, axes, n_per_peer * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)));
-  if (c.planned()) return;
-  const int count = detail::checked_count(n_per_peer);
-  c.run(collective::alltoall, axes, n_per_peer * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)),
-        [&] { MPI_Alltoall(send, count, detail::mpi_type<T>(), recv, count, detail::mpi_type<T>(), c.over(axes)); },
-        [&](MPI_Request* r) {
-          MPI_Ialltoall(send, count, detail::mpi_type<T>(), recv, count, detail::mpi_type<T>(), c.over(axes), r);
-        });
+  const auto type = detail::mpi_type<T>();
+  c.run(
+      {collective::alltoall, axes, n_per_peer * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T))},
+      [&] {
+        const int count = detail::checked_count(n_per_peer);
+        MPI_Alltoall(send, count, type, recv, count, type, c.over(axes));
+      },
+      [&](MPI_Request* r) {
+        const int count = detail::checked_count(n_per_peer);
+        MPI_Ialltoall(send, count, type, recv, count, type, c.over(axes), r);
+      });
 }
 
 // As allgather with a count per processor (uneven slices): recv holds counts[p] elements from
@@ -162,18 +180,15 @@ void allgatherv(communicator& c, axis_set axes, const T* send, std::int64_t n, T
   bool same = true;
   for (std::size_t p = 0; p < counts.size(); ++p) same = same && counts[p] == counts[0] && displs[p] == counts[0] * static_cast<int>(p);
   if (same) return allgather(c, axes, send, n, recv);
-  c.count(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)));
-  if (c.planned()) return;
-  const int count = detail::checked_count(n);
-  c.run(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)),
-        [&] {
-          MPI_Allgatherv(send, count, detail::mpi_type<T>(), recv, counts.data(), displs.data(), detail::mpi_type<T>(),
-                         c.over(axes));
-        },
-        [&](MPI_Request* r) {
-          MPI_Iallgatherv(send, count, detail::mpi_type<T>(), recv, counts.data(), displs.data(), detail::mpi_type<T>(),
-                          c.over(axes), r);
-        });
+  const auto type = detail::mpi_type<T>();
+  c.run(
+      {collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T))},
+      [&] {
+        MPI_Allgatherv(send, detail::checked_count(n), type, recv, counts.data(), displs.data(), type, c.over(axes));
+      },
+      [&](MPI_Request* r) {
+        MPI_Iallgatherv(send, detail::checked_count(n), type, recv, counts.data(), displs.data(), type, c.over(axes), r);
+      });
 }
 
 // allgatherv, started: recv holds every part once the request returned has completed (await it
@@ -183,12 +198,10 @@ void allgatherv(communicator& c, axis_set axes, const T* send, std::int64_t n, T
 template <class T>
 MPI_Request start_allgatherv(communicator& c, axis_set axes, const T* send, std::int64_t n, T* recv,
                              const std::vector<int>& counts, const std::vector<int>& displs) {
-  c.count(collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T)));
-  MPI_Request r = MPI_REQUEST_NULL;
-  if (c.planned()) return r;
-  MPI_Iallgatherv(send, detail::checked_count(n), detail::mpi_type<T>(), recv, counts.data(), displs.data(),
-                  detail::mpi_type<T>(), c.over(axes), &r);
-  return r;
+  const auto type = detail::mpi_type<T>();
+  return c.start({collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T))}, [&](MPI_Request* r) {
+    MPI_Iallgatherv(send, detail::checked_count(n), type, recv, counts.data(), displs.data(), type, c.over(axes), r);
+  });
 }
 
 // As alltoall with a count per peer each way (uneven blocks). `uniform` says that every block
@@ -205,17 +218,17 @@ void alltoallv(communicator& c, axis_set axes, bool uniform, const T* send, cons
   if (uniform) return alltoall(c, axes, send, n > 0 ? send_counts[0] : 0, recv);
   std::int64_t sent = 0;
   for (int q = 0; q < n; ++q) sent += send_counts[q];
-  c.count(collective::alltoall, axes, sent * static_cast<std::int64_t>(sizeof(T)));
-  if (c.planned()) return;
-  c.run(collective::alltoall, axes, sent * static_cast<std::int64_t>(sizeof(T)),
-        [&] {
-          MPI_Alltoallv(send, send_counts.data(), send_displs.data(), detail::mpi_type<T>(), recv, recv_counts.data(),
-                        recv_displs.data(), detail::mpi_type<T>(), c.over(axes));
-        },
-        [&](MPI_Request* r) {
-          MPI_Ialltoallv(send, send_counts.data(), send_displs.data(), detail::mpi_type<T>(), recv, recv_counts.data(),
-                         recv_displs.data(), detail::mpi_type<T>(), c.over(axes), r);
-        });
+  const auto type = detail::mpi_type<T>();
+  c.run(
+      {collective::alltoall, axes, sent * static_cast<std::int64_t>(sizeof(T))},
+      [&] {
+        MPI_Alltoallv(send, send_counts.data(), send_displs.data(), type, recv, recv_counts.data(), recv_displs.data(),
+                      type, c.over(axes));
+      },
+      [&](MPI_Request* r) {
+        MPI_Ialltoallv(send, send_counts.data(), send_displs.data(), type, recv, recv_counts.data(),
+                       recv_displs.data(), type, c.over(axes), r);
+      });
 }
 
 // Reduces send (n_per_rank * size elements) and leaves block r of the result on sub-rank r.
@@ -223,20 +236,20 @@ template <class T>
 void reduce_scatter(communicator& c, axis_set axes, const T* send, T* recv, std::int64_t n_per_rank,
                     reduce_op op = reduce_op::sum) {
   if constexpr (std::is_same_v<T, bf16>) {
-    const std::int64_t n = n_per_rank * c.size_over(axes);
-    if (c.planned()) return reduce_scatter(c, axes, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), n_per_rank, op);
-    std::vector<float> part(static_cast<std::size_t>(n_per_rank));
-    reduce_scatter(c, axes, detail::widened(send, n).data(), part.data(), n_per_rank, op);
-    return detail::narrow_into(part, recv);
-  }
-  c.count(collective::reduce_scatter, axes, n_per_rank * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)));
-  if (c.planned()) return;
-  const int count = detail::checked_count(n_per_rank);
-  c.run(collective::reduce_scatter, axes, n_per_rank * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T)),
-        [&] { MPI_Reduce_scatter_block(send, recv, count, detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes)); },
+    detail::reduce_widened(c, send, n_per_rank * c.size_over(axes), recv, n_per_rank, [&](const float* in, float* out) {
+      reduce_scatter(c, axes, in, out, n_per_rank, op);
+    });
+  } else {
+    const auto type = detail::mpi_type<T>();
+    c.run(
+        {collective::reduce_scatter, axes, n_per_rank * c.size_over(axes) * static_cast<std::int64_t>(sizeof(T))},
+        [&] {
+          MPI_Reduce_scatter_block(send, recv, detail::checked_count(n_per_rank), type, detail::mpi_op(op), c.over(axes));
+        },
         [&](MPI_Request* r) {
-          MPI_Ireduce_scatter_block(send, recv, count, detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes), r);
+          MPI_Ireduce_scatter_block(send, recv, detail::checked_count(n_per_rank), type, detail::mpi_op(op), c.over(axes), r);
         });
+  }
 }
 
 // As reduce_scatter with a count per processor (uneven parts): send holds counts[p] elements for
@@ -248,30 +261,26 @@ void reduce_scatter_v(communicator& c, axis_set axes, const T* send, T* recv, co
   std::int64_t n = 0;
   for (const int k : counts) n += k;
   if constexpr (std::is_same_v<T, bf16>) {
-    if (c.planned()) return reduce_scatter_v(c, axes, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), counts, op);
     int me = 0;
-    MPI_Comm_rank(c.over(axes), &me);
-    std::vector<float> part(static_cast<std::size_t>(counts[me]));
-    reduce_scatter_v(c, axes, detail::widened(send, n).data(), part.data(), counts, op);
-    return detail::narrow_into(part, recv);
-  }
-  c.count(collective::reduce_scatter, axes, n * static_cast<std::int64_t>(sizeof(T)));
-  if (c.planned()) return;
-  c.run(collective::reduce_scatter, axes, n * static_cast<std::int64_t>(sizeof(T)),
-        [&] { MPI_Reduce_scatter(send, recv, counts.data(), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes)); },
+    if (!c.planned()) MPI_Comm_rank(c.over(axes), &me);
+    detail::reduce_widened(c, send, n, recv, counts[me], [&](const float* in, float* out) {
+      reduce_scatter_v(c, axes, in, out, counts, op);
+    });
+  } else {
+    const auto type = detail::mpi_type<T>();
+    c.run(
+        {collective::reduce_scatter, axes, n * static_cast<std::int64_t>(sizeof(T))},
+        [&] { MPI_Reduce_scatter(send, recv, counts.data(), type, detail::mpi_op(op), c.over(axes)); },
         [&](MPI_Request* r) {
-          MPI_Ireduce_scatter(send, recv, counts.data(), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes), r);
+          MPI_Ireduce_scatter(send, recv, counts.data(), type, detail::mpi_op(op), c.over(axes), r);
         });
+  }
 }
 
 // Along one mesh axis: this processor sends to coordinate + offset and receives from
 // coordinate - offset. Without wrap, processors whose source falls off the edge get zeros.
 template <class T>
 void shift(communicator& c, int axis, const T* send, T* recv, std::int64_t n, int offset, bool wrap) {
-  const unsigned axes = 1u << axis;
-  c.count(collective::shift, axes, n * static_cast<std::int64_t>(sizeof(T)));
-  if (c.planned()) return;
-  MPI_Comm sub = c.over(axes);
   const int size = c.sizes()[axis];
   const int me = c.coords()[axis];
   const int to_raw = me + offset, from_raw = me - offset;
@@ -280,9 +289,8 @@ void shift(communicator& c, int axis, const T* send, T* recv, std::int64_t n, in
   const bool from_ok = wrap || (from_raw >= 0 && from_raw < size);
   const int to = to_ok ? wrap_to(to_raw) : MPI_PROC_NULL;
   const int from = from_ok ? wrap_to(from_raw) : MPI_PROC_NULL;
-  if (!from_ok)
+  if (detail::sendrecv(c, axis_set(1u << axis), send, n, to, recv, n, from) && !from_ok)
     for (std::int64_t i = 0; i < n; ++i) recv[i] = T{};
-  detail::sendrecv(c, axes, send, detail::checked_count(n), to, recv, detail::checked_count(n), from, sub);
 }
 
 // Along one mesh axis, without wrap, with counts that differ per processor (windows near uneven
@@ -292,14 +300,10 @@ void shift(communicator& c, int axis, const T* send, T* recv, std::int64_t n, in
 template <class T>
 void shift_v(communicator& c, int axis, const T* send, std::int64_t send_n, T* recv, std::int64_t recv_n,
              int step) {
-  const unsigned axes = 1u << axis;
-  c.count(collective::shift, axes, send_n * static_cast<std::int64_t>(sizeof(T)));
-  if (c.planned()) return;
   const int size = c.sizes()[axis], me = c.coords()[axis];
   const int to = me + step >= 0 && me + step < size ? me + step : MPI_PROC_NULL;
   const int from = me - step >= 0 && me - step < size ? me - step : MPI_PROC_NULL;
-  detail::sendrecv(c, axes, send, detail::checked_count(send_n), to, recv, detail::checked_count(recv_n), from,
-                   c.over(axes));
+  detail::sendrecv(c, axis_set(1u << axis), send, send_n, to, recv, recv_n, from);
 }
 
 // Exclusive prefix reduction in sub-communicator rank order (row-major over the axes in mesh
@@ -309,34 +313,30 @@ template <class T>
 void exscan(communicator& c, axis_set axes, const T* send, T* recv, std::int64_t n,
             reduce_op op = reduce_op::sum) {
   if constexpr (std::is_same_v<T, bf16>) {
-    if (c.planned()) return exscan(c, axes, static_cast<const float*>(nullptr), static_cast<float*>(nullptr), n, op);
-    std::vector<float> before(static_cast<std::size_t>(n));
-    exscan(c, axes, detail::widened(send, n).data(), before.data(), n, op);
-    return detail::narrow_into(before, recv);
+    detail::reduce_widened(c, send, n, recv, n, [&](const float* in, float* out) { exscan(c, axes, in, out, n, op); });
+  } else {
+    const auto type = detail::mpi_type<T>();
+    const bool ran = c.run(
+        {collective::exscan, axes, n * static_cast<std::int64_t>(sizeof(T)), true},
+        [&] { MPI_Exscan(send, recv, detail::checked_count(n), type, detail::mpi_op(op), c.over(axes)); },
+        [&](MPI_Request* r) {
+          MPI_Iexscan(send, recv, detail::checked_count(n), type, detail::mpi_op(op), c.over(axes), r);
+        });
+    int me = 0;
+    if (ran && c.size_over(axes) > 1) MPI_Comm_rank(c.over(axes), &me);
+    if (ran && me == 0)
+      for (std::int64_t i = 0; i < n; ++i) recv[i] = T{};
   }
-  c.count(collective::exscan, axes, n * static_cast<std::int64_t>(sizeof(T)));
-  if (c.planned()) return;
-  MPI_Comm sub = c.over(axes);
-  int me = 0;
-  MPI_Comm_rank(sub, &me);
-  const int count = detail::checked_count(n);
-  if (c.size_over(axes) > 1)
-    c.run(collective::exscan, axes, n * static_cast<std::int64_t>(sizeof(T)),
-          [&] { MPI_Exscan(send, recv, count, detail::mpi_type<T>(), detail::mpi_op(op), sub); },
-          [&](MPI_Request* r) { MPI_Iexscan(send, recv, count, detail::mpi_type<T>(), detail::mpi_op(op), sub, r); });
-  if (me == 0)
-    for (std::int64_t i = 0; i < n; ++i) recv[i] = T{};
 }
 
 // From sub-rank root to every processor along the axes.
 template <class T>
 void broadcast(communicator& c, axis_set axes, T* data, std::int64_t n, int root = 0) {
-  c.count(collective::broadcast, axes, n * static_cast<std::int64_t>(sizeof(T)));
-  if (c.planned()) return;
-  const int count = detail::checked_count(n);
-  c.run(collective::broadcast, axes, n * static_cast<std::int64_t>(sizeof(T)),
-        [&] { MPI_Bcast(data, count, detail::mpi_type<T>(), root, c.over(axes)); },
-        [&](MPI_Request* r) { MPI_Ibcast(data, count, detail::mpi_type<T>(), root, c.over(axes), r); });
+  const auto type = detail::mpi_type<T>();
+  c.run(
+      {collective::broadcast, axes, n * static_cast<std::int64_t>(sizeof(T))},
+      [&] { MPI_Bcast(data, detail::checked_count(n), type, root, c.over(axes)); },
+      [&](MPI_Request* r) { MPI_Ibcast(data, detail::checked_count(n), type, root, c.over(axes), r); });
 }
 
 }  // namespace meshtensor

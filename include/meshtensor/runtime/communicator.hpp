@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,16 @@
 #include "watchdog.hpp"
 
 namespace meshtensor {
+
+// A collective as its door (communicator::run, start) takes it: which, over which axes, the bytes
+// this rank sends, and whether it does nothing over a group of one (an allreduce, a reduce_scatter
+// or an exscan whose result is its input; an allgather still copies into its receive buffer).
+struct collective_call {
+  collective kind;
+  axis_set axes;
+  std::int64_t bytes;
+  bool alone_is_noop = false;
+};
 
 class communicator {
  public:
@@ -109,27 +120,44 @@ class communicator {
 
   std::string axes_string(axis_set mask) const { return shape_.axes_string(mask); }
 
-  void count(collective kind, axis_set mask, std::int64_t bytes) {
-    auto& c = counters_[{kind, mask}];
-    c.calls += 1;
-    c.bytes += bytes;
-    if (watch_ != MPI_COMM_NULL) ++sequence_[mask.mask()];
-    if (planned_) detail::plan_ledger::get().count(to_string(kind), mask, bytes);
-    if (call_log_) call_log_->push_back({kind, mask});
-  }
   // Every counted collective, in order, while an op's plan is being checked (ops/detail/op_call.hpp);
   // null otherwise.
   std::vector<comm_key>* call_log() const { return call_log_; }
   void set_call_log(std::vector<comm_key>* log) { call_log_ = log; }
-  // A collective over the axes of mask: blocking() calls MPI's blocking form; under the watchdog
-  // (MESHTENSOR_COLLECTIVE_TIMEOUT), start(MPI_Request* two) starts its nonblocking form (one or two
-  // requests; the second stays MPI_REQUEST_NULL if unused) and it is waited on with a time limit.
+  // The one door of a collective (runtime/collectives.hpp's entry points, host_io's scatter and
+  // gather): described once, then counted (the ledger of a plan, an op's plan check, the
+  // watchdog's tickets), skipped in a plan, skipped over a group of one where that is a no-op, and
+  // run: blocking() is MPI's blocking form; under the watchdog (MESHTENSOR_COLLECTIVE_TIMEOUT)
+  // start(MPI_Request* two) starts its nonblocking form (one or two requests; the second stays
+  // MPI_REQUEST_NULL if unused) and the door waits for it with a time limit, or start() runs an
+  // exchange of its own that waits through await() (the allreduce's recursive doubling). Returns
+  // false in a plan: the caller's buffers then hold nothing received.
   template <class Blocking, class Start>
-  void run(collective kind, axis_set mask, std::int64_t bytes, Blocking blocking, Start start) {
-    if (watch_ == MPI_COMM_NULL) return blocking();
-    MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-    start(requests);
-    await(requests, 2, kind, mask, bytes);
+  bool run(const collective_call& c, Blocking blocking, Start start) {
+    count(c.kind, c.axes, c.bytes);
+    if (planned_) return false;
+    if (c.alone_is_noop && size_over(c.axes) == 1) return true;
+    if (watch_ == MPI_COMM_NULL) {
+      blocking();
+    } else if constexpr (std::is_invocable_v<Start>) {
+      start();
+    } else {
+      MPI_Request requests[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+      start(requests);
+      await(requests, 2, c.kind, c.axes, c.bytes);
+    }
+    return true;
+  }
+  // The door of a started collective: counted and skipped as run() is; begin(MPI_Request*) starts
+  // it, and the request returned is awaited later (await, under the watchdog). MPI_REQUEST_NULL
+  // where nothing is sent.
+  template <class Begin>
+  MPI_Request start(const collective_call& c, Begin begin) {
+    count(c.kind, c.axes, c.bytes);
+    MPI_Request r = MPI_REQUEST_NULL;
+    if (planned_ || (c.alone_is_noop && size_over(c.axes) == 1)) return r;
+    begin(&r);
+    return r;
   }
   // Waits for requests of a collective started elsewhere (a started allreduce), under the watchdog
   // when it is on.
@@ -168,6 +196,16 @@ class communicator {
   void reset_counters() { counters_.clear(); }
 
  private:
+  // Only the door counts: a collective that skips it has nothing to count with.
+  void count(collective kind, axis_set mask, std::int64_t bytes) {
+    auto& c = counters_[{kind, mask}];
+    c.calls += 1;
+    c.bytes += bytes;
+    if (watch_ != MPI_COMM_NULL) ++sequence_[mask.mask()];
+    if (planned_) detail::plan_ledger::get().count(to_string(kind), mask, bytes);
+    if (call_log_) call_log_->push_back({kind, mask});
+  }
+
   mesh_shape shape_;
   std::vector<int> coords_;
   MPI_Comm cart_ = MPI_COMM_NULL;

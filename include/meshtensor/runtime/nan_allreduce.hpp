@@ -62,11 +62,11 @@ void nan_propagating_allreduce(communicator& c, axis_set axes, T* data, std::int
     return detail::narrow_into(wide, data);
   } else if constexpr (std::is_floating_point_v<T>) {
     if (op == reduce_op::max || op == reduce_op::min) {
-      c.count(collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)));
-      if (c.planned() || c.size_over(axes) == 1) return;
-      const MPI_Op mop = op == reduce_op::max ? detail::nan_extremum_op<T, true>() : detail::nan_extremum_op<T, false>();
-      detail::allreduce_in_place(c, axes, data, detail::checked_count(n), mop);
-      return;
+      // (the op is made on first use: never in a plan, which sends nothing)
+      const MPI_Op mop = c.planned() ? MPI_OP_NULL
+                         : op == reduce_op::max ? detail::nan_extremum_op<T, true>()
+                                                : detail::nan_extremum_op<T, false>();
+      return detail::allreduce_in_place(c, axes, data, n, mop);
     }
   }
   allreduce(c, axes, data, n, op);

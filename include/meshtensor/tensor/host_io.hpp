@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <tuple>
 #include <vector>
 
 #include "../runtime/agreement.hpp"
@@ -63,23 +64,27 @@ void copy_box_from_full(const placement<R>& p, std::int64_t mesh_rank, std::span
 template <class T, std::size_t R>
 void scatter_from_root(communicator& comm, const placement<R>& p, std::span<const T> full_on_root, int root,
                        T* local, std::int64_t local_size) {
-  if (comm.planned()) {
-    comm.count(collective::gather, all_axes(comm), local_size * sizeof(T));
-    return;
-  }
   const int nprocs = comm.nprocs();
   std::vector<T> packed;
-  const auto [counts, displs] = slice_counts(p);
-  if (comm.rank() == root) {
+  std::vector<int> counts, displs;
+  if (!comm.planned()) std::tie(counts, displs) = slice_counts(p);
+  if (!comm.planned() && comm.rank() == root) {
     packed.resize(static_cast<std::size_t>(displs.back() + counts.back()));
     for (int r = 0; r < nprocs; ++r)
       for_each_box_run(p.box_of(r), p.extents(), [&](std::int64_t g, std::int64_t l, std::int64_t n) {
         std::copy_n(full_on_root.data() + g, n, packed.data() + displs[r] + l);
       });
   }
-  comm.count(collective::gather, all_axes(comm), local_size * sizeof(T));
-  MPI_Scatterv(packed.data(), counts.data(), displs.data(), mpi_type<T>(), local, checked_count(local_size),
-               mpi_type<T>(), root, comm.cart());
+  comm.run(
+      {collective::gather, all_axes(comm), local_size * static_cast<std::int64_t>(sizeof(T))},
+      [&] {
+        MPI_Scatterv(packed.data(), counts.data(), displs.data(), mpi_type<T>(), local, checked_count(local_size),
+                     mpi_type<T>(), root, comm.over(all_axes(comm)));
+      },
+      [&](MPI_Request* r) {
+        MPI_Iscatterv(packed.data(), counts.data(), displs.data(), mpi_type<T>(), local, checked_count(local_size),
+                      mpi_type<T>(), root, comm.over(all_axes(comm)), r);
+      });
 }
 
 // The full row-major array on `root`, or on every processor when root < 0; empty elsewhere.
@@ -88,21 +93,36 @@ std::vector<T> gather_slices(communicator& comm, const placement<R>& p, const T*
                              int root) {
   const int nprocs = comm.nprocs();
   const bool here = root < 0 || comm.rank() == root;
-  if (comm.planned()) {  // no data: zeros of the full size where a real run returns the tensor
-    comm.count(collective::gather, all_axes(comm), local_size * sizeof(T));
+  std::vector<int> counts, displs;
+  std::vector<T> all;
+  if (!comm.planned()) {
+    std::tie(counts, displs) = slice_counts(p);
+    all.resize(here ? static_cast<std::size_t>(displs.back() + counts.back()) : 0);
+  }
+  const auto sub = [&] { return comm.over(all_axes(comm)); };
+  const bool ran = comm.run(
+      {collective::gather, all_axes(comm), local_size * static_cast<std::int64_t>(sizeof(T))},
+      [&] {
+        if (root < 0)
+          MPI_Allgatherv(local, checked_count(local_size), mpi_type<T>(), all.data(), counts.data(), displs.data(),
+                         mpi_type<T>(), sub());
+        else
+          MPI_Gatherv(local, checked_count(local_size), mpi_type<T>(), all.data(), counts.data(), displs.data(),
+                      mpi_type<T>(), root, sub());
+      },
+      [&](MPI_Request* r) {
+        if (root < 0)
+          MPI_Iallgatherv(local, checked_count(local_size), mpi_type<T>(), all.data(), counts.data(), displs.data(),
+                          mpi_type<T>(), sub(), r);
+        else
+          MPI_Igatherv(local, checked_count(local_size), mpi_type<T>(), all.data(), counts.data(), displs.data(),
+                       mpi_type<T>(), root, sub(), r);
+      });
+  if (!ran) {  // a plan: no data, zeros of the full size where a real run returns the tensor
     std::int64_t size = 1;
     for (auto e : p.extents()) size *= e;
     return std::vector<T>(here ? static_cast<std::size_t>(size) : 0);
   }
-  const auto [counts, displs] = slice_counts(p);
-  std::vector<T> all(here ? static_cast<std::size_t>(displs.back() + counts.back()) : 0);
-  comm.count(collective::gather, all_axes(comm), local_size * sizeof(T));
-  if (root < 0)
-    MPI_Allgatherv(local, checked_count(local_size), mpi_type<T>(), all.data(), counts.data(), displs.data(),
-                   mpi_type<T>(), comm.cart());
-  else
-    MPI_Gatherv(local, checked_count(local_size), mpi_type<T>(), all.data(), counts.data(), displs.data(),
-                mpi_type<T>(), root, comm.cart());
   std::vector<T> full;
   if (here) {
     std::int64_t size = 1;
