@@ -194,7 +194,7 @@ class tensor_set {
         typename TT::execution_space{}.fence();  // kernels that use view, before the host writes it
         auto host = Kokkos::create_mirror_view(view);
         if (bytes) std::memcpy(host.data(), src, bytes);
-        Kokkos::deep_copy(view, host);
+        kernels::deep_copy(view, host);
       };
     entries_.push_back(std::move(e));
     return *this;

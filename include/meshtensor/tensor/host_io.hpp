@@ -157,7 +157,7 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
   typename TT::execution_space{}.fence();  // the zero fill, before the host writes host memory
   auto host = Kokkos::create_mirror_view(t.view());
   detail::copy_box_from_full(t.placement(), m.rank(), full, host.data());
-  Kokkos::deep_copy(t.view(), host);
+  kernels::deep_copy(t.view(), host);
   return t;
 }
 
@@ -181,7 +181,7 @@ TT scatter(const typename TT::mesh_type& m, const typename TT::extents_type& ext
   typename TT::execution_space{}.fence();
   auto host = Kokkos::create_mirror_view(t.view());
   detail::scatter_from_root(comm, t.placement(), full_on_root, root, host.data(), t.local_size());
-  Kokkos::deep_copy(t.view(), host);
+  kernels::deep_copy(t.view(), host);
   return t;
 }
 

@@ -124,7 +124,7 @@ class mpi_buffer {
   // Copies what MPI wrote into dst (nothing to do where MPI wrote dst itself).
   void copy_into(const view_type& dst) const {
     if (direct_) {
-      if (own_.data() != dst.data() && !planning()) Kokkos::deep_copy(dst, own_);
+      if (own_.data() != dst.data() && !planning()) kernels::deep_copy(dst, own_);
     } else {
       kernels::deep_copy(dst, staged_);
     }
