@@ -1,6 +1,6 @@
 #pragma once
 // partial_sum<X, Axes>: a tensor of type X that is the sum, over the processors along the mesh axes
-// of the mask Axes, of each processor's addend. Mesh-TensorFlow's LazyAllreduceSum as a type:
+// of the axis_set Axes, of each processor's addend. Mesh-TensorFlow's LazyAllreduceSum as a type:
 // einsum_partial returns one where einsum would end with an allreduce, and the allreduce happens
 // where the program says, once for everything added up before it.
 //
@@ -26,11 +26,11 @@
 
 namespace meshtensor {
 
-template <Tensor X, unsigned Axes>
+template <Tensor X, axis_set Axes>
 class partial_sum {
  public:
   using tensor_type = X;
-  static constexpr unsigned axes = Axes;
+  static constexpr axis_set axes = Axes;
   partial_sum() = default;
   explicit partial_sum(X addend) : addend_(std::move(addend)) {}
   // This processor's addend: the tensor is the sum of the addends along Axes.
@@ -44,7 +44,7 @@ class partial_sum {
 
 template <class T>
 inline constexpr bool is_partial_sum_v = false;
-template <class X, unsigned Axes>
+template <class X, axis_set Axes>
 inline constexpr bool is_partial_sum_v<partial_sum<X, Axes>> = true;
 
 namespace diagnostic {
@@ -106,13 +106,13 @@ auto einsum_partial(const A& a, const B& b) {
 
 // ---- ending one -------------------------------------------------------------------------------
 
-template <Tensor X, unsigned Axes>
+template <Tensor X, axis_set Axes>
 constexpr comm_plan sum_partials_plan() {
   return comm_plan{}.then(collective::allreduce, Axes);
 }
 
 // The sum: one allreduce over Axes. Gradient: the sum's gradient, to the addend, whole.
-template <Tensor X, unsigned Axes>
+template <Tensor X, axis_set Axes>
 X sum_partials(const partial_sum<X, Axes>& p) {
   const detail::op_call call(detail::planned_step{"sum_partials", sum_partials_plan<X, Axes>()}, p.addend());
   const X& a = p.addend();
@@ -122,7 +122,7 @@ X sum_partials(const partial_sum<X, Axes>& p) {
   return out;
 }
 
-template <Tensor Out, Tensor X, unsigned Axes>
+template <Tensor Out, Tensor X, axis_set Axes>
 constexpr comm_plan relayout_plan_of_partial() {
   return comm_plan{}.then(collective::reduce_scatter, Axes);
 }
@@ -130,7 +130,7 @@ constexpr comm_plan relayout_plan_of_partial() {
 // The sum placed as Out, each processor receiving only its part: one reduce_scatter over Axes.
 // Gradient: the result's gradient gathered back to X's layout (an allgather over Axes), to the
 // addend.
-template <Tensor Out, Tensor X, unsigned Axes>
+template <Tensor Out, Tensor X, axis_set Axes>
 Out relayout(const partial_sum<X, Axes>& p) {
   constexpr bool scatters = [] {
     if constexpr (detail::relayout_compatible_v<Out, X>)
@@ -144,7 +144,7 @@ Out relayout(const partial_sum<X, Axes>& p) {
   } else {
     const detail::op_call call(detail::planned_step{"relayout (reduce_scatter)", relayout_plan_of_partial<Out, X, Axes>()}, p.addend());
     const X& a = p.addend();
-    Out out = Axes == 0 ? detail::relayout_kernel<Out>(a, "relayout") : detail::reduce_scatter_kernel<Out>(a, Axes);
+    Out out = Axes.empty() ? detail::relayout_kernel<Out>(a, "relayout") : detail::reduce_scatter_kernel<Out>(a, Axes);
     detail::record<Out>(
         out, [a = detail::node_only(a)](const Out& g) { detail::push_grad(a, detail::relayout_kernel<X>(g, "relayout (gradient)")); }, a);
     return out;
@@ -152,11 +152,11 @@ Out relayout(const partial_sum<X, Axes>& p) {
 }
 
 // On the host: the sum first.
-template <Tensor X, unsigned Axes>
+template <Tensor X, axis_set Axes>
 std::vector<typename X::value_type> gather_all(const partial_sum<X, Axes>& p) {
   return gather_all(sum_partials(p));
 }
-template <Tensor X, unsigned Axes>
+template <Tensor X, axis_set Axes>
 std::vector<typename X::value_type> gather(const partial_sum<X, Axes>& p, int root = 0) {
   return gather(sum_partials(p), root);
 }
@@ -164,36 +164,36 @@ std::vector<typename X::value_type> gather(const partial_sum<X, Axes>& p, int ro
 // ---- linear ops: partial in, partial out, no communication --------------------------------------
 
 namespace detail {
-template <class X, unsigned A, unsigned B>
+template <class X, axis_set A, axis_set B>
 constexpr bool same_partial_axes() {
   if constexpr (A != B) (void)sizeof(diagnostic::partial_sums_over_different_axes<partial_sum<X, A>, partial_sum<X, B>>);
   return A == B;
 }
 }  // namespace detail
 
-template <Tensor X, unsigned A, unsigned B>
+template <Tensor X, axis_set A, axis_set B>
 partial_sum<X, A> operator+(const partial_sum<X, A>& p, const partial_sum<X, B>& q) {
   if constexpr (!detail::same_partial_axes<X, A, B>()) return {};
   else return partial_sum<X, A>(p.addend() + q.addend());
 }
-template <Tensor X, unsigned A, unsigned B>
+template <Tensor X, axis_set A, axis_set B>
 partial_sum<X, A> operator-(const partial_sum<X, A>& p, const partial_sum<X, B>& q) {
   if constexpr (!detail::same_partial_axes<X, A, B>()) return {};
   else return partial_sum<X, A>(p.addend() - q.addend());
 }
-template <Tensor X, unsigned A>
+template <Tensor X, axis_set A>
 partial_sum<X, A> operator-(const partial_sum<X, A>& p) {
   return partial_sum<X, A>(-p.addend());
 }
-template <Tensor X, unsigned A>
+template <Tensor X, axis_set A>
 partial_sum<X, A> operator*(const partial_sum<X, A>& p, typename X::value_type s) {
   return partial_sum<X, A>(p.addend() * s);
 }
-template <Tensor X, unsigned A>
+template <Tensor X, axis_set A>
 partial_sum<X, A> operator*(typename X::value_type s, const partial_sum<X, A>& p) {
   return partial_sum<X, A>(p.addend() * s);
 }
-template <Tensor X, unsigned A>
+template <Tensor X, axis_set A>
 partial_sum<X, A> operator/(const partial_sum<X, A>& p, typename X::value_type s) {
   return partial_sum<X, A>(p.addend() / s);
 }
@@ -201,7 +201,7 @@ partial_sum<X, A> operator/(const partial_sum<X, A>& p, typename X::value_type s
 // p + x: x joins the addend of the processor at coordinate 0 of A only (added to every addend, the
 // sum would hold it once per processor). Gradient: the sum's gradient to both, whole, on every
 // processor (the sum depends on x once, wherever it was added).
-template <Tensor X, unsigned A>
+template <Tensor X, axis_set A>
 partial_sum<X, A> operator+(const partial_sum<X, A>& p, const X& x) {
   const detail::op_call call(detail::planned_step{"partial_sum + tensor", comm_plan{}}, x);
   const X& a = p.addend();
@@ -219,7 +219,7 @@ partial_sum<X, A> operator+(const partial_sum<X, A>& p, const X& x) {
       a, x);
   return partial_sum<X, A>(out);
 }
-template <Tensor X, unsigned A>
+template <Tensor X, axis_set A>
 partial_sum<X, A> operator+(const X& x, const partial_sum<X, A>& p) {
   return p + x;
 }
