@@ -320,15 +320,12 @@ KORTHIKANTI_RUNS = {"22B": (1, 8, 4, 1.42, 1.10), "175B": (8, 64, 64, 18.13, 13.
 
 
 def plan_time(binary, *args):
-    """A plan with --calibration: its JSON, the predicted step in seconds and its memory term in seconds
-    (a pipelined plan's (m + p - 1) x the slowest stage's per microbatch, as megatron_rows takes it out;
-    an unpipelined plan's whole step's, read from the line it prints), and the peak per processor (the
-    largest stage's); or {"error": ...}."""
-    with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        r = subprocess.run([binary, "--plan", "--plan-json", f.name, *map(str, args)], capture_output=True, text=True)
-        if r.returncode != 0:
-            return {"error": (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]}
-        d = json.load(open(f.name))
+    """A plan with --calibration: its JSON with the predicted step and its memory term in seconds
+    ("memory_seconds": a pipelined plan's (m + p - 1) x the slowest stage's per microbatch, as
+    megatron_rows takes it out) and the peak per processor (the largest stage's); or {"error": ...}."""
+    d = plan_json(binary, *args)
+    if "error" in d:
+        return d
     if "stages" in d:
         slowest = max(d["stages"], key=lambda st: st["seconds_per_microbatch"])
         m = int(args[list(args).index("--microbatches") + 1])
@@ -336,12 +333,7 @@ def plan_time(binary, *args):
         d["memory_seconds"] = (m + p - 1) * slowest["microbatch_seconds"]["memory"]
         d["peak_bytes"] = max(st["plan"]["memory"]["peak"] for st in d["stages"])
     else:
-        # "predicted step time 1242.456 ms: kernels 25.675, memory 404.368, ..." (not in the JSON)
-        line = re.search(r"predicted step time ([\d.]+) ms: kernels [\d.]+, memory ([\d.]+)", r.stdout)
-        if line is None:
-            return {"error": "no predicted step time in the plan's output"}
-        d["predicted_step_seconds"] = float(line.group(1)) / 1e3
-        d["memory_seconds"] = float(line.group(2)) / 1e3
+        d["memory_seconds"] = d["predicted_memory_seconds"]
         d["peak_bytes"] = d["plan"]["memory"]["peak"]
     return d
 

@@ -143,9 +143,11 @@ int plan(const mt::environment& env, const options& o) {
               gib(p.peak_bytes_of(mt::memory_kind::activations)).c_str());
   std::printf("  budget %s: %s\n", gib(budget).c_str(), fits ? "fits" : "DOES NOT FIT");
   std::printf("%s", p.table().c_str());
+  std::optional<mt::step_time> predicted;
   if (!o.calibration.empty()) {
     const auto c = mt::machine_calibration::load(o.calibration);
-    std::printf("predicted step time %s (calibration %s, %d ranks)\n", mt::to_string(mt::predict(p, c)).c_str(),
+    predicted = mt::predict(p, c);
+    std::printf("predicted step time %s (calibration %s, %d ranks)\n", mt::to_string(*predicted).c_str(),
                 o.calibration.c_str(), c.ranks);
   }
   if (!o.plan_json.empty()) {
@@ -153,8 +155,10 @@ int plan(const mt::environment& env, const options& o) {
     out << "{\"layout\": \"" << o.layout << "\", \"optimizer\": \"" << o.optimizer << "\", \"layers\": " << o.layers
         << ", \"d_model\": " << o.d_model << ", \"heads\": " << o.heads << ", \"d_kv\": " << o.d_kv << ", \"d_ff\": " << o.d_ff
         << ", \"vocab\": " << o.vocab << ", \"batch\": " << o.batch << ", \"length\": " << o.length
-        << ", \"parameters\": " << r.parameters << ", \"budget_bytes\": " << budget << ", \"fits\": " << (fits ? "true" : "false")
-        << ", \"plan\": " << p.json() << "}\n";
+        << ", \"parameters\": " << r.parameters << ", \"budget_bytes\": " << budget << ", \"fits\": " << (fits ? "true" : "false");
+    if (predicted)  // with --calibration, as the pipelined plan's JSON has it
+      out << ", \"predicted_step_seconds\": " << predicted->total() << ", \"predicted_memory_seconds\": " << predicted->memory;
+    out << ", \"plan\": " << p.json() << "}\n";
     if (!out) throw mt::io_error(mt::detail::cat("cannot write '", o.plan_json, "'"));
     std::printf("plan written to %s\n", o.plan_json.c_str());
   }
