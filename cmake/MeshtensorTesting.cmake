@@ -5,7 +5,7 @@
 set(MESHTENSOR_MPI_ENV
     OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
     OMP_NUM_THREADS=1 OMP_PROC_BIND=false
-    # Every op compares the collectives it ran with its static plan (ops/detail/op_call.hpp).
+    # Every op compares the collectives it ran with its static plan (ops/op_call.hpp).
     MESHTENSOR_CHECK_PLANS=1)
 set(MESHTENSOR_MPI_TIMEOUT 300 CACHE STRING "Seconds before an MPI test counts as hung")
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The library's include graph keeps its layers (docs/design.md, "Layers"): no include cycle, and no
-include from a folder up to a higher layer or across to another folder of the same layer, and no
-MPI or Kokkos include in the layers of values below the runtime (PURE).
+include from a folder up to a higher layer or across to another folder of the same layer, no
+MPI or Kokkos include in the layers of values below the runtime (PURE), no include of another
+folder's detail/ (private to the folder that holds it), and no Kokkos launch, copy or fence outside
+kernels/ (the one door for local work).
 
     python3 scripts/check_include_graph.py [include/meshtensor]   # exit 1 and the edges when broken
     python3 scripts/check_include_graph.py --self-test            # the check finds planted faults
@@ -36,6 +38,13 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 PURE = ["error.hpp", "names", "element", "geometry", "plan"]
 KOKKOS_ALLOWED = ["element"]
 SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<((?:mpi|Kokkos)[^>]*)>', re.M)
+# Local work enters through kernels/ (kernels/launch.hpp: parallel_for, parallel_reduce, deep_copy,
+# host_mirror, copy_to, fence), which skips it while planning; elsewhere a Kokkos call that runs or
+# moves data is refused. Types and policies (View, RangePolicy, TeamPolicy) may appear anywhere.
+KERNELS = "kernels"
+KOKKOS_CALL = re.compile(r'\bKokkos::(parallel_for|parallel_reduce|parallel_scan|deep_copy|create_mirror\w*|single|fence)\b'
+                         r'|[.]fence\(\)')
+COMMENT = re.compile(r'//[^\n]*')
 
 
 def unit_of(path):
@@ -51,7 +60,7 @@ def layer_of(unit):
 
 
 def read_graph(root):
-    graph = {}
+    graph, calls = {}, {}
     for folder, _, names in os.walk(root):
         for name in names:
             if not name.endswith(".hpp"):
@@ -61,10 +70,19 @@ def read_graph(root):
                 text = f.read()
             graph[path] = [os.path.normpath(os.path.join(os.path.dirname(path), inc)).replace(os.sep, "/")
                            for inc in INCLUDE.findall(text)]
+            if unit_of(path) != KERNELS:
+                code = COMMENT.sub("", text)
+                calls[path] = sorted({m.group(0) for m in KOKKOS_CALL.finditer(code)})
             if unit_of(path) in PURE:
                 graph[path] += [f"<{inc}>" for inc in SYSTEM_INCLUDE.findall(text)
                                 if inc.startswith("mpi") or unit_of(path) not in KOKKOS_ALLOWED]
-    return graph
+    return graph, calls
+
+
+def private_owner(path):
+    """The folder whose detail/ holds path ("ops" for ops/detail/x.hpp), or None."""
+    parts = path.split("/")
+    return "/".join(parts[:parts.index("detail")]) if "detail" in parts[:-1] else None
 
 
 def cycles(graph):
@@ -103,8 +121,11 @@ def cycles(graph):
     return found
 
 
-def problems(graph):
+def problems(graph, calls):
     out = []
+    for path, found in sorted(calls.items()):
+        for call in found:
+            out.append(f"{path}: calls {call} outside {KERNELS}/ (enter through kernels/launch.hpp)")
     for path, includes in sorted(graph.items()):
         for inc in includes:
             if inc.startswith("<"):
@@ -119,6 +140,9 @@ def problems(graph):
                 continue
             if path == UMBRELLA:
                 continue
+            owner = private_owner(inc)
+            if owner is not None and not (path + "/").startswith(owner + "/"):
+                out.append(f"{path}: includes {inc}, private to {owner}/ (its detail/)")
             src, dst = unit_of(path), unit_of(inc)
             if src == dst:
                 continue
@@ -160,10 +184,19 @@ def self_test():
         "unknown folder": ({**clean, "extra/x.hpp": '#include "../error.hpp"\n'}, "'extra' has no layer"),
         "missing": ({**clean, "tensor/t.hpp": '#include "gone.hpp"\n'}, "not a header of the library"),
         "umbrella": ({**clean, "tensor/t.hpp": '#include "../meshtensor.hpp"\n'}, "includes the umbrella"),
+        "another folder's detail": ({**clean, "ops/detail/d.hpp": "", "ops/o.hpp": '#include "detail/d.hpp"\n',
+                                     "nn/n.hpp": '#include "../ops/detail/d.hpp"\n'}, "private to ops/"),
+        "Kokkos launch outside kernels": ({**clean, "tensor/t.hpp": '#include "../runtime/a.hpp"\n'
+                                          'void f() { Kokkos::parallel_for(1, g); }\n'}, "calls Kokkos::parallel_for outside"),
+        "a fence outside kernels": ({**clean, "tensor/t.hpp": '#include "../runtime/a.hpp"\nvoid f() { E{}.fence(); }\n'},
+                                    "calls .fence() outside"),
+        "a launch in kernels, a call in a comment": ({**clean, "kernels/k.hpp": 'void f() { Kokkos::deep_copy(a, b); }\n',
+                                                     "tensor/t.hpp": '// not Kokkos::deep_copy(a, b) here\n'}, None),
+        "a folder's own detail": ({**clean, "ops/detail/d.hpp": "", "ops/o.hpp": '#include "detail/d.hpp"\n'}, None),
     }
     failed = 0
     for name, (files, expected) in cases.items():
-        found = problems(read_graph(tree(files)))
+        found = problems(*read_graph(tree(files)))
         ok = not found if expected is None else any(expected in p for p in found)
         print(f"{name}: {'ok' if ok else 'NOT FOUND'}: {found}")
         failed += not ok
@@ -175,8 +208,8 @@ def main():
         return self_test()
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     root = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "meshtensor")
-    graph = read_graph(root)
-    found = problems(graph)
+    graph, calls = read_graph(root)
+    found = problems(graph, calls)
     edges = sum(len(v) for v in graph.values())
     for p in found:
         print(p)

@@ -12,7 +12,7 @@
 #include "plan/comm_plan.hpp"
 #include "plan/report.hpp"
 #include "tensor/tensor.hpp"
-#include "tensor/indexing.hpp"
+#include "kernels/indexing.hpp"
 #include "tensor/init.hpp"
 #include "tensor/host_io.hpp"
 #include "tensor/describe.hpp"

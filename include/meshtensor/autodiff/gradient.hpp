@@ -125,7 +125,7 @@ class gradient_buckets {
       b.buffer->copy_into(b.packed);
       copy_parts(b, [](const auto& part, const view_type& v) { kernels::deep_copy(Exec{}, v, part); });
     }
-    Exec{}.fence();
+    kernels::fence(Exec{});
     started_.clear();  // the packed buffers go back to the pool
   }
 

@@ -55,6 +55,7 @@
 
 #include "../error.hpp"
 #include "safetensors_format.hpp"
+#include "../kernels/launch.hpp"
 #include "../runtime/agreement.hpp"
 #include "../tensor/mpi_buffer.hpp"
 #include "../tensor/tensor.hpp"
@@ -191,8 +192,8 @@ class tensor_set {
     };
     if constexpr (!std::is_const_v<T>)
       e.copy_in = [view, bytes](const char* src) {
-        typename TT::execution_space{}.fence();  // kernels that use view, before the host writes it
-        auto host = Kokkos::create_mirror_view(view);
+        kernels::fence(typename TT::execution_space{});  // kernels that use view, before the host writes it
+        auto host = kernels::host_mirror(view);
         if (bytes) std::memcpy(host.data(), src, bytes);
         kernels::deep_copy(view, host);
       };

@@ -38,22 +38,19 @@ bool has_convolution() {
 enum class conv_pass { forward, backward_data, backward_weights };
 
 namespace detail {
-// In a plan: the multiply-adds of the pass, as the portable path's product (rows, columns,
-// contracted) would count them.
-inline void plan_conv(const conv_problem& p, conv_pass pass) {
+// The multiply-adds of a pass, as the portable path's product (rows, columns, contracted) counts them.
+inline planned_product conv_product(const conv_problem& p, conv_pass pass) {
   const std::int64_t rows = p.out_positions(), taps = p.ic * p.taps_total();
-  auto& ledger = meshtensor::detail::plan_ledger::get();
-  if (pass == conv_pass::forward) ledger.add_product(1, rows, p.oc, taps);
-  if (pass == conv_pass::backward_data) ledger.add_product(1, rows, taps, p.oc);
-  if (pass == conv_pass::backward_weights) ledger.add_product(1, taps, p.oc, rows);
-  ledger.add_kernel();
+  if (pass == conv_pass::forward) return {1, rows, p.oc, taps};
+  if (pass == conv_pass::backward_data) return {1, rows, taps, p.oc};
+  return {1, taps, p.oc, rows};
 }
 }  // namespace detail
 
 // dst = conv(src, weights): every dst element written.
 template <class Exec, class T>
 void convolution_forward(const conv_problem& p, const T* src, const T* weights, T* dst) {
-  if (meshtensor::detail::planning()) return detail::plan_conv(p, conv_pass::forward);
+  if (planned_away({detail::conv_product(p, conv_pass::forward)})) return;
 #if MESHTENSOR_HAVE_DNNL
   if (p.empty()) return;
   Exec().fence();
@@ -66,7 +63,7 @@ void convolution_forward(const conv_problem& p, const T* src, const T* weights, 
 // the buffer outside it are left alone).
 template <class Exec, class T>
 void convolution_backward_data(const conv_problem& p, const T* diff_dst, const T* weights, T* diff_src) {
-  if (meshtensor::detail::planning()) return detail::plan_conv(p, conv_pass::backward_data);
+  if (planned_away({detail::conv_product(p, conv_pass::backward_data)})) return;
 #if MESHTENSOR_HAVE_DNNL
   if (p.empty()) return;
   Exec().fence();
@@ -78,7 +75,7 @@ void convolution_backward_data(const conv_problem& p, const T* diff_dst, const T
 // diff_weights = the adjoint in weights (every element written; zeros where the problem is empty).
 template <class Exec, class T>
 void convolution_backward_weights(const conv_problem& p, const T* src, const T* diff_dst, T* diff_weights) {
-  if (meshtensor::detail::planning()) return detail::plan_conv(p, conv_pass::backward_weights);
+  if (planned_away({detail::conv_product(p, conv_pass::backward_weights)})) return;
 #if MESHTENSOR_HAVE_DNNL
   Exec().fence();
   dnnl_provider::convolution(p, conv_pass::backward_weights, src, diff_weights, diff_dst);

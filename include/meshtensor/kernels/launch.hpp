@@ -4,22 +4,35 @@
 // mesh exists (the plan counts the launch instead) and otherwise hand it to the provider:
 //   kernels::parallel_for / parallel_reduce   maps, row kernels, reductions (Kokkos, any space)
 //   kernels::deep_copy                        copies and fills (Kokkos)
+//   kernels::host_mirror / copy_to / fence    staging between memory spaces, and waiting for a
+//                                             space's work (Kokkos)
 //   kernels::product (kernels/product.hpp)    batched matrix products (oneDNN, OpenBLAS, cuBLAS, Kokkos)
 //   kernels::convolution (kernels/convolution.hpp)  direct convolutions (oneDNN; else none: the op
 //                                             takes its portable unfold + product path)
 // The entry points mirror Kokkos's names and arguments, so that an op's kernel reads as it would
 // with Kokkos alone.
 #include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <initializer_list>
 #include <utility>
 
 #include "../plan/ledger.hpp"
 
 namespace meshtensor::kernels {
 
-// True (skip the work) while planning, after counting one kernel in the plan.
-inline bool planned_away() {
+// The multiply-adds of one batched product, as the plan counts them.
+struct planned_product {
+  std::int64_t batch, rows, columns, contracted;
+};
+
+// True (skip the work) while planning, after counting one kernel in the plan and the products it
+// stands for. Every entry of the door, and each provider's (kernels/product.hpp, convolution.hpp,
+// softmax.hpp), asks it first: the plan-mode skip is written here only.
+inline bool planned_away(std::initializer_list<planned_product> products = {}) {
   if (!detail::planning()) return false;
-  detail::plan_ledger::get().add_kernel();
+  auto& ledger = detail::plan_ledger::get();
+  for (const planned_product& p : products) ledger.add_product(p.batch, p.rows, p.columns, p.contracted);
+  ledger.add_kernel();
   return true;
 }
 
@@ -38,6 +51,27 @@ void parallel_reduce(Args&&... args) {
 template <class... Args>
 void deep_copy(Args&&... args) {
   if (!planned_away()) Kokkos::deep_copy(std::forward<Args>(args)...);
+}
+
+// Waits for the work launched on an execution space instance: before the host reads or writes
+// memory that kernels use, or hands it to MPI or to a provider with threads of its own.
+template <class Exec>
+void fence(const Exec& exec) {
+  exec.fence();
+}
+
+// A host view of v's shape (v itself where v is host memory); nothing is copied. Not skipped while
+// planning: it allocates (a planned tensor's view is small: a plan does not hold the data).
+template <class View>
+auto host_mirror(const View& v) {
+  return Kokkos::create_mirror_view(v);
+}
+
+// v's contents in memory space `space` (v itself where it is there already). Not skipped while
+// planning: ops copy small host tables this way (offsets, counts) that the planned run reads.
+template <class Space, class View>
+auto copy_to(const Space& space, const View& v) {
+  return Kokkos::create_mirror_view_and_copy(space, v);
 }
 
 }  // namespace meshtensor::kernels

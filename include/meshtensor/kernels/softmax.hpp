@@ -3,7 +3,7 @@
 // fused softmax cross-entropy (nn/cross_entropy.hpp).
 //   provider: oneDNN on host spaces for float (kernels/dnnl.hpp), when built with it and not turned
 //   off (MESHTENSOR_KERNELS=portable); elsewhere has_softmax_rows is false and the op keeps its own
-//   row kernels (ops/detail/rows.hpp), whose exponentials are libm's, one call per element.
+//   row kernels (kernels/rows.hpp), whose exponentials are libm's, one call per element.
 // While planning nothing runs; the kernel is counted.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
@@ -30,10 +30,7 @@ bool has_softmax_rows() {
 // dst[r, :] = softmax(src[r, :]), or log_softmax with log; has_softmax_rows<Exec, T>() must hold.
 template <class Exec, class T>
 void softmax_rows(std::int64_t rows, std::int64_t n, bool log, const T* src, T* dst) {
-  if (meshtensor::detail::planning()) {
-    meshtensor::detail::plan_ledger::get().add_kernel();
-    return;
-  }
+  if (planned_away()) return;
   if (rows == 0 || n == 0) return;
 #if MESHTENSOR_HAVE_DNNL
   if constexpr (std::is_same_v<T, float>) {

@@ -8,14 +8,14 @@
 // communication. Optional label smoothing (as Mesh-TensorFlow's z_loss-free default):
 // targets (1 - s) one_hot + s / |Vocab|.
 // Labels over the loss's dims in the same order (the usual case) take fused row kernels
-// (ops/detail/rows.hpp): the same three allreduces, one pass over the logits forward and one
+// (kernels/rows.hpp): the same three allreduces, one pass over the logits forward and one
 // backward, and no one_hot tensor; with Vocab whole and last and a row-softmax provider
 // (kernels/softmax.hpp: oneDNN), its log_softmax forward and softmax backward, vectorised. Other
 // label orders are composed of the recording ops.
 // NaN: the loss is NaN for every example whose logits hold a NaN, under every layout (the max is
 // NaN-propagating and the sum of exponentials takes the NaN; docs/concepts.md, "NaN").
 #include "../kernels/softmax.hpp"
-#include "../ops/detail/rows.hpp"
+#include "../kernels/rows.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/one_hot.hpp"
 #include "../ops/sum_broadcast.hpp"

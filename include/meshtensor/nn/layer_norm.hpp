@@ -6,10 +6,10 @@
 // of those, and the scale and bias gradients one allreduce each over the axes that split x's other
 // dims (as any broadcast operand's). Gradient: through every input.
 // One unsplit dim D with scale and bias over exactly D (the Transformer's case) runs as fused row
-// kernels (ops/detail/rows.hpp): one pass forward, two backward, in place of some fifteen
+// kernels (kernels/rows.hpp): one pass forward, two backward, in place of some fifteen
 // elementwise ops and reductions with a fresh result each. Other cases are composed of the
 // recording ops.
-#include "../ops/detail/rows.hpp"
+#include "../kernels/rows.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/reductions.hpp"
 

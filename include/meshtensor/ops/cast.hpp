@@ -7,8 +7,8 @@
 
 #include "../plan/comm_plan.hpp"
 #include "detail/op_support.hpp"
-#include "detail/map_kernel.hpp"
-#include "detail/op_call.hpp"
+#include "detail/map_to.hpp"
+#include "op_call.hpp"
 
 namespace meshtensor {
 

@@ -63,7 +63,7 @@ X cumsum_impl(const X& x, bool reverse) {
         if (reverse ? parts[q] > mine : parts[q] < mine)
           for (std::int64_t r = 0; r < rows; ++r) before(r) += all[q * rows + r];
     }
-    auto add = Kokkos::create_mirror_view_and_copy(typename X::memory_space{}, before);
+    auto add = kernels::copy_to(typename X::memory_space{}, before);
     kernels::parallel_for(
         "meshtensor::cumsum_offset", Kokkos::RangePolicy<Exec>(0, out.local_size()), KOKKOS_LAMBDA(std::int64_t idx) {
           ov(idx) += add((idx / (n * inner)) * inner + idx % inner);

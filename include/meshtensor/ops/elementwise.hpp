@@ -8,10 +8,10 @@
 
 #include "../tensor/init.hpp"
 #include "detail/op_support.hpp"
-#include "detail/map_kernel.hpp"
+#include "detail/map_to.hpp"
 #include "sum_broadcast.hpp"
 #include "../element/kokkos_math.hpp"
-#include "detail/op_call.hpp"
+#include "op_call.hpp"
 
 namespace meshtensor {
 
@@ -21,7 +21,7 @@ constexpr comm_plan elementwise_plan() { return {}; }
 namespace detail {
 
 // out(o) = f(ops(o)...) over Out's dims; each operand broadcasts along the dims it lacks. Prefer a
-// named functor: with one, every layout shares one Kokkos kernel (see map_kernel.hpp).
+// named functor: with one, every layout shares one Kokkos kernel (see kernels/map.hpp).
 template <Tensor Out, class F, Tensor... Ops>
 Out map_broadcast(const typename Out::extents_type& extents, F f, const Ops&... ops) {
   return map_to<Out>(extents, f, ops...);

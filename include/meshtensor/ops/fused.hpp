@@ -31,7 +31,7 @@
 #include <utility>
 
 #include "elementwise.hpp"
-#include "../tensor/indexing.hpp"
+#include "../kernels/indexing.hpp"
 #include "../tensor/init.hpp"
 
 namespace meshtensor {
@@ -343,7 +343,7 @@ KOKKOS_INLINE_FUNCTION bool unit_steps(const Kokkos::Array<map_cursor<T>, N>& c)
   return true;
 }
 
-// One work item per run of the result's last dim, as map_kernel's (map_kernel.hpp): the tensors'
+// One work item per run of the result's last dim, as the map kernel's (kernels/map.hpp): the tensors'
 // cursors and the run's global index once per run, then each(i, values, global index) per element,
 // with the values of the tensors in Used.
 template <class Expr, class T, class Mem, std::size_t N, std::size_t R>

@@ -11,7 +11,7 @@
 #include "../plan/comm_plan.hpp"
 #include "detail/along.hpp"
 #include "detail/op_support.hpp"
-#include "detail/op_call.hpp"
+#include "op_call.hpp"
 #include "../kernels/launch.hpp"
 
 namespace meshtensor {

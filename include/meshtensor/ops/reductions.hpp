@@ -12,7 +12,7 @@
 
 #include "../plan/comm_plan.hpp"
 #include "detail/op_support.hpp"
-#include "detail/map_kernel.hpp"
+#include "detail/map_to.hpp"
 #include "elementwise.hpp"
 #include "sum_broadcast.hpp"
 #include "../element/kokkos_math.hpp"

@@ -19,7 +19,7 @@
 #include "../plan/comm_plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "../kernels/pool.hpp"
-#include "detail/copy_region.hpp"
+#include "../kernels/copy_region.hpp"
 #include "detail/op_support.hpp"
 #include "sum_broadcast.hpp"
 

@@ -10,8 +10,8 @@
 
 #include "../plan/comm_plan.hpp"
 #include "detail/op_support.hpp"
-#include "detail/map_kernel.hpp"
-#include "detail/rows.hpp"
+#include "detail/map_to.hpp"
+#include "../kernels/rows.hpp"
 #include "elementwise.hpp"
 #include "sum_broadcast.hpp"
 #include "reductions.hpp"

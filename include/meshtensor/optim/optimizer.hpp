@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "../error.hpp"
-#include "../ops/detail/op_support.hpp"
+#include "../ops/op_call.hpp"
 #include "../tensor/tensor.hpp"
 
 namespace meshtensor::optim {

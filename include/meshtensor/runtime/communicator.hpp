@@ -120,7 +120,7 @@ class communicator {
 
   std::string axes_string(axis_set mask) const { return shape_.axes_string(mask); }
 
-  // Every counted collective, in order, while an op's plan is being checked (ops/detail/op_call.hpp);
+  // Every counted collective, in order, while an op's plan is being checked (ops/op_call.hpp);
   // null otherwise.
   std::vector<comm_key>* call_log() const { return call_log_; }
   void set_call_log(std::vector<comm_key>* log) { call_log_ = log; }

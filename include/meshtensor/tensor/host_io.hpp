@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../kernels/launch.hpp"
 #include "../runtime/agreement.hpp"
 #include "../runtime/collectives.hpp"
 #include "mpi_buffer.hpp"
@@ -154,8 +155,8 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
     detail::plan_ledger::get().add_host_bytes(t.local_size() * static_cast<std::int64_t>(sizeof(typename TT::value_type)));
     return t;
   }
-  typename TT::execution_space{}.fence();  // the zero fill, before the host writes host memory
-  auto host = Kokkos::create_mirror_view(t.view());
+  kernels::fence(typename TT::execution_space{});  // the zero fill, before the host writes host memory
+  auto host = kernels::host_mirror(t.view());
   detail::copy_box_from_full(t.placement(), m.rank(), full, host.data());
   kernels::deep_copy(t.view(), host);
   return t;
@@ -178,8 +179,8 @@ TT scatter(const typename TT::mesh_type& m, const typename TT::extents_type& ext
   }
   MPI_Bcast(&root_size, 1, MPI_INT64_T, root, comm.cart());
   detail::check_full_size(t, static_cast<std::size_t>(root_size), "scatter");
-  typename TT::execution_space{}.fence();
-  auto host = Kokkos::create_mirror_view(t.view());
+  kernels::fence(typename TT::execution_space{});
+  auto host = kernels::host_mirror(t.view());
   detail::scatter_from_root(comm, t.placement(), full_on_root, root, host.data(), t.local_size());
   kernels::deep_copy(t.view(), host);
   return t;

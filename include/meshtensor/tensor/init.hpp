@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "indexing.hpp"
+#include "../kernels/indexing.hpp"
 #include "tensor.hpp"
 #include "../element/kokkos_math.hpp"
 #include "../kernels/launch.hpp"

@@ -80,7 +80,7 @@ class mpi_buffer {
   // the kernels that wrote v.
   static mpi_buffer reading(const view_type& v, mpi_use use = mpi_use::transfer) {
     mpi_buffer b(use);
-    Exec{}.fence();
+    kernels::fence(Exec{});
     if (b.direct_) {
       b.own_ = v;
     } else {
@@ -94,7 +94,7 @@ class mpi_buffer {
   // for running kernels: a cached buffer that MPI is about to write may be one they still read.
   static mpi_buffer writing(std::size_t n, mpi_use use = mpi_use::transfer) {
     mpi_buffer b(use);
-    Exec{}.fence();
+    kernels::fence(Exec{});
     if (b.direct_) b.own_ = view_pool<T, memory_space>::get().allocate(n);
     else b.staged_ = view_pool<T, staging_space<memory_space>>::get().allocate(n);
     return b;
@@ -104,7 +104,7 @@ class mpi_buffer {
   // copy_into(v) copies from. Waits for the kernels that use v.
   static mpi_buffer receiving_into(const view_type& v) {
     mpi_buffer b(mpi_use::transfer);
-    Exec{}.fence();
+    kernels::fence(Exec{});
     if (b.direct_) b.own_ = v;
     else b.staged_ = view_pool<T, staging_space<memory_space>>::get().allocate(v.extent(0));
     return b;
@@ -147,11 +147,11 @@ class mpi_buffer {
 template <class Exec, class View>
 auto host_copy(const View& v) {
   if (planning()) {  // a planned slice has no data: zeros of its size
-    using host_view = decltype(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v));
+    using host_view = decltype(kernels::copy_to(Kokkos::HostSpace{}, v));
     return host_view(Kokkos::view_alloc(std::string("meshtensor::planned_host_copy")), v.extent(0));
   }
-  Exec{}.fence();
-  return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, v);
+  kernels::fence(Exec{});
+  return kernels::copy_to(Kokkos::HostSpace{}, v);
 }
 
 }  // namespace detail

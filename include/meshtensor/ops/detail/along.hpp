@@ -76,7 +76,7 @@ Kokkos::View<T*, typename Exec::memory_space> allgather_along(communicator& comm
   const auto received = buffer::writing(static_cast<std::size_t>(total));
   allgatherv(comm, s.mask(), send.data(), outer * n * inner, received.data(), counts, displs);
   const auto recv = received.view();
-  const auto parts_at = Kokkos::create_mirror_view_and_copy(Mem{}, where);
+  const auto parts_at = kernels::copy_to(Mem{}, where);
   Kokkos::View<T*, Mem> full = view_pool<T, Mem>::get().allocate(static_cast<std::size_t>(total));
   kernels::parallel_for(
       "meshtensor::reorder_parts", Kokkos::RangePolicy<Exec>(0, P * outer), KOKKOS_LAMBDA(std::int64_t qo) {

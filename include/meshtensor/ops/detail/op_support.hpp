@@ -8,9 +8,9 @@
 #include <string_view>
 
 #include "../../autodiff/tape.hpp"
-#include "../../tensor/indexing.hpp"
+#include "../../kernels/indexing.hpp"
 #include "../../tensor/tensor.hpp"
-#include "op_call.hpp"
+#include "../op_call.hpp"
 
 namespace meshtensor {
 
@@ -24,8 +24,6 @@ struct operands_differ_in_layout {
 }  // namespace diagnostic
 
 namespace detail {
-
-using kidx = Kokkos::Array<std::int64_t, max_rank>;
 
 // The tensor type with the same element type, layout and space as TT, over the dims of a list.
 template <class TT, class DimList>
@@ -53,36 +51,6 @@ constexpr auto positions_in() {
 }
 template <class Out, class In>
 inline constexpr auto positions_in_v = positions_in<Out, In>();
-
-// Row-major strides of local extents of any rank, for the glue that is not a template on it.
-inline kidx row_major_strides_of(std::span<const std::int64_t> ext) {
-  const auto strides = row_major_strides(ext);
-  kidx s{};
-  for (std::size_t i = 0; i < ext.size(); ++i) s[i] = strides[i];
-  return s;
-}
-
-// Local strides of an operand (local extents in_ext), seen from the local multi-index of a tensor
-// whose dim i sits at pos[i] in the operand (in_ext.size() where it lacks it): 0 there
-// (broadcast). Not a template: the tensor-typed wrappers below only pass the positions, so the
-// code is compiled once, not per pair of tensor types (compile time).
-inline kidx broadcast_strides_at(std::span<const std::size_t> pos, std::span<const std::int64_t> in_ext) {
-  const kidx strides = row_major_strides_of(in_ext);
-  kidx s{};
-  for (std::size_t i = 0; i != pos.size(); ++i) s[i] = found_at(pos[i], in_ext.size()) ? strides[pos[i]] : 0;
-  return s;
-}
-
-// Offset of local flat index l of a tensor with local extents ext (rank r) in an operand with
-// broadcast strides s.
-KOKKOS_INLINE_FUNCTION std::int64_t operand_offset(std::int64_t l, const kidx& ext, const kidx& s, int r) {
-  std::int64_t off = 0;
-  for (int i = r - 1; i >= 0; --i) {
-    off += (l % ext[i]) * s[i];
-    l /= ext[i];
-  }
-  return off;
-}
 
 // Two operands of one op must agree on the extent of every dim they share (dim i of a at pos[i] of
 // b); the message names it. The check is compiled once; the wrapper below passes positions.

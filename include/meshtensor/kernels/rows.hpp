@@ -4,7 +4,7 @@
 // norm and softmax cross-entropy each make one or two passes over memory this way; composed of
 // elementwise ops and reductions they made one pass and one fresh result per op (the step's main
 // cost). Where D is split, a kernel runs in phases with the allreduces of the composed op between
-// them, so the communication is unchanged. As in map_kernel.hpp the functors are named and
+// them, so the communication is unchanged. As in map.hpp the functors are named and
 // templated on the element type only: one Kokkos kernel per (space, element type, functor),
 // whatever the layout.
 // NaN propagates (docs/concepts.md, "NaN"): the row max is NaN when any element of the row is
@@ -16,10 +16,12 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "../../runtime/nan_allreduce.hpp"
-#include "op_support.hpp"
-#include "../../element/kokkos_math.hpp"
-#include "../../kernels/launch.hpp"
+#include "../element/kokkos_math.hpp"
+#include "../element/nan.hpp"
+#include "../error.hpp"
+#include "../names/names.hpp"
+#include "indexing.hpp"
+#include "launch.hpp"
 
 namespace meshtensor::detail {
 
@@ -31,7 +33,8 @@ struct row_shape {
   KOKKOS_INLINE_FUNCTION std::int64_t base(std::int64_t r) const { return (r / inner) * n * inner + r % inner; }
 };
 
-template <Dim D, Tensor X>
+// X is a distributed tensor (tensor/ lies above kernels/: named by what it offers, not its concept).
+template <Dim D, class X>
 row_shape rows_along(const X& x) {
   constexpr std::size_t a = X::template index_of<D>();
   row_shape s;
@@ -57,7 +60,7 @@ struct causal_rows {
   }
 };
 
-template <Dim Q, Tensor X>
+template <Dim Q, class X>
 causal_rows causal_along(const X& x) {
   constexpr std::size_t a = X::template index_of<Q>();
   causal_rows c;

@@ -1,13 +1,13 @@
 #pragma once
 // A broadcasting elementwise kernel instantiated per (space, functor, element types) only, not per
-// tensor type: operands carry their broadcast strides as values. The tensor-typed wrapper is host
-// glue, so an op instantiated for many layouts emits one Kokkos kernel, not one per layout.
+// tensor type: operands carry their broadcast strides as values. The tensor-typed wrapper (map_to,
+// ops/detail/map_to.hpp) is host glue, so an op instantiated for many layouts emits one Kokkos kernel, not one per layout.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <utility>
 
-#include "op_support.hpp"
-#include "../../kernels/launch.hpp"
+#include "indexing.hpp"
+#include "launch.hpp"
 
 namespace meshtensor::detail {
 
@@ -118,19 +118,5 @@ struct identity_fn {
     return v;
   }
 };
-
-// Out (of the given extents) with out(o) = f(ops(o)...), each operand broadcast along the dims it
-// lacks. f is a named functor, not a lambda, so that every layout shares one kernel; this wrapper
-// only hands over pointers (compile time).
-template <Tensor Out, class F, Tensor... Ops>
-Out map_to(const typename Out::extents_type& extents, F f, const Ops&... ops) {
-  using mem = typename Out::memory_space;
-  Out out((ops.mesh(), ...), extents, uninitialized);
-  map_kernel<typename Out::execution_space>(
-      out.view(), out.local_extents().data(), static_cast<int>(Out::rank), f,
-      map_input<typename Ops::value_type, mem>{ops.view(), positions_in_v<Out, Ops>.data(), ops.local_extents().data(),
-                                               Ops::rank}...);
-  return out;
-}
 
 }  // namespace meshtensor::detail

@@ -10,9 +10,9 @@
 #include <array>
 #include <cstdint>
 
-#include "../../tensor/tensor.hpp"
-#include "op_support.hpp"
-#include "../../kernels/launch.hpp"
+#include "../geometry/box.hpp"
+#include "indexing.hpp"
+#include "launch.hpp"
 
 namespace meshtensor::detail {
 

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "../../plan/comm_plan.hpp"
-#include "../../runtime/communicator.hpp"
-#include "../../plan/ledger.hpp"
+#include "../plan/comm_plan.hpp"
+#include "../runtime/communicator.hpp"
+#include "../plan/ledger.hpp"
 
 namespace meshtensor::detail {
 
