@@ -22,8 +22,8 @@ LAYERS = [
     ["error.hpp"],  # the exception types and the message builder
     ["names", "element", "geometry"],  # no MPI, no Kokkos: names, element types, the geometry of slices
     ["plan"],       # no MPI: collective kinds and counters, comm plans, the ledger, reports, the cost model
-    ["runtime"],    # MPI: communicators, collectives, the environment, the watchdog
-    ["layout"],     # meshes and layouts as types, the candidate layouts
+    ["layout"],     # no MPI: the mesh as a type (its axes), layouts, the candidate layouts
+    ["runtime"],    # MPI: the running mesh, communicators, collectives, the environment, the watchdog
     ["kernels"],    # the one door for local work (Kokkos, BLAS, oneDNN, cuBLAS), the memory cache
     ["tensor"],     # the distributed tensor and its host I/O
     ["autodiff"],   # the tape and gradient()
@@ -32,10 +32,10 @@ LAYERS = [
 ]
 UMBRELLA = "meshtensor.hpp"
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
-# Layers below the runtime are values: no MPI, no Kokkos (the geometry and the plan vocabulary are
-# unit-tested in one process, and plan mode sizes a run without either). element/ may use Kokkos's
+# Layers below the runtime are values: no MPI, no Kokkos (the geometry, the plan vocabulary and the
+# layouts are unit-tested in one process, and plan mode sizes a run without either). element/ may use Kokkos's
 # function qualifiers (bf16 arithmetic runs in device kernels), not MPI.
-PURE = ["error.hpp", "names", "element", "geometry", "plan"]
+PURE = ["error.hpp", "names", "element", "geometry", "plan", "layout"]
 KOKKOS_ALLOWED = ["element"]
 SYSTEM_INCLUDE = re.compile(r'^\s*#\s*include\s+<((?:mpi|Kokkos)[^>]*)>', re.M)
 # Local work enters through kernels/ (kernels/launch.hpp: parallel_for, parallel_reduce, deep_copy,

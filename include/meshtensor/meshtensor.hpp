@@ -7,7 +7,7 @@
 #include "runtime/agreement.hpp"
 #include "runtime/communicator.hpp"
 #include "runtime/collectives.hpp"
-#include "layout/mesh.hpp"
+#include "runtime/mesh.hpp"
 #include "layout/layout.hpp"
 #include "plan/comm_plan.hpp"
 #include "plan/report.hpp"

@@ -34,6 +34,7 @@
 // Errors are io_error naming the file and the tensor, raised on every rank alike (checks on the
 // header are made on the same bytes everywhere; MPI-IO results are agreed by one allreduce).
 //
+// The set of tensors is io/tensor_set.hpp (type erasure), the MPI-IO transport io/mpi_file.hpp.
 // Needs nlohmann-json (Debian's nlohmann-json3-dev; CMake target meshtensor::io). This header is
 // not part of meshtensor.hpp, so the core stays free of it.
 #include <mpi.h>
@@ -54,176 +55,12 @@
 #include <vector>
 
 #include "../error.hpp"
-#include "safetensors_format.hpp"
-#include "../kernels/launch.hpp"
 #include "../runtime/agreement.hpp"
-#include "../tensor/mpi_buffer.hpp"
-#include "../tensor/tensor.hpp"
+#include "mpi_file.hpp"
+#include "safetensors_format.hpp"
+#include "tensor_set.hpp"
 
 namespace meshtensor::io {
-
-namespace detail {
-using meshtensor::detail::cat;
-
-// One tensor of a set, type-erased: what save and load need to know of it.
-struct entry {
-  std::string name;
-  std::string dtype;
-  std::int64_t elem_size = 0;
-  std::vector<std::string> dims;
-  std::vector<std::int64_t> shape, offset, extent;  // global extents; this processor's box
-  bool writes = false;                                // this processor writes its box (the first replica)
-  MPI_Comm comm = MPI_COMM_NULL;                      // the mesh's communicator
-  meshtensor::detail::communicator* mesh_communicator = nullptr;  // and the object (the watchdog's)
-  // Calls its argument with the local slice's bytes (row-major) in host memory: the slice itself
-  // where the host can read it, else a host copy.
-  std::function<void(const std::function<void(const char*)>&)> with_host_bytes;
-  std::function<void(const char*)> copy_in;           // host bytes to the local slice; empty if const
-  std::int64_t local_elements() const {
-    std::int64_t n = 1;
-    for (auto e : extent) n *= e;
-    return n;
-  }
-  std::int64_t global_bytes() const {
-    std::int64_t n = elem_size;
-    for (auto e : shape) n *= e;
-    return n;
-  }
-};
-
-inline std::string mpi_error_text(int rc) {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  MPI_Error_string(rc, text, &len);
-  return std::string(text, static_cast<std::size_t>(len));
-}
-
-// Every rank passes its own MPI return code; all throw the same io_error if any failed.
-inline void agree_mpi(MPI_Comm comm, int rc, const std::string& what) {
-  meshtensor::detail::agree_or_throw<io_error>(comm, rc == MPI_SUCCESS,
-                                               rc == MPI_SUCCESS ? std::string() : cat(what, ": ", mpi_error_text(rc)));
-}
-
-// An open MPI file, closed (collectively) when it goes.
-struct mpi_file {
-  MPI_File fh = MPI_FILE_NULL;
-  mpi_file() = default;
-  mpi_file(const mpi_file&) = delete;
-  mpi_file& operator=(const mpi_file&) = delete;
-  ~mpi_file() {
-    if (fh != MPI_FILE_NULL) MPI_File_close(&fh);
-  }
-};
-
-// Calls f(file_element, local_element, count) for each contiguous run of e's box in the row-major
-// global array (file_element) and in the row-major local slice (local_element): geometry's runs_of.
-template <class F>
-void for_each_run(const entry& e, F&& f) {
-  const auto runs = runs_of(e.offset, e.extent, e.shape);
-  for (std::int64_t k = 0; k < runs.count; ++k) {
-    const auto [file, local] = runs.at(k);
-    f(file, local, runs.length);
-  }
-}
-
-// count bytes at offset of fh, through op (MPI_File_write_at or MPI_File_read_at), in pieces MPI's
-// int counts take; a short transfer is short_error.
-template <class Byte, class Op>
-int transfer_bytes(Op op, MPI_File fh, MPI_Offset offset, Byte* data, std::int64_t count, int short_error) {
-  constexpr std::int64_t piece = std::int64_t{1} << 30;
-  for (std::int64_t done = 0; done < count; done += piece) {
-    const int n = static_cast<int>(std::min(piece, count - done));
-    MPI_Status st;
-    int rc = op(fh, offset + done, data + done, n, MPI_BYTE, &st);
-    int got = 0;
-    if (rc == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &got);
-    if (rc == MPI_SUCCESS && got != n) rc = short_error;
-    if (rc != MPI_SUCCESS) return rc;
-  }
-  return MPI_SUCCESS;
-}
-inline int write_bytes(MPI_File fh, MPI_Offset offset, const char* data, std::int64_t count) {
-  return transfer_bytes(MPI_File_write_at, fh, offset, data, count, MPI_ERR_IO);
-}
-inline int read_bytes(MPI_File fh, MPI_Offset offset, char* data, std::int64_t count) {
-  return transfer_bytes(MPI_File_read_at, fh, offset, data, count, MPI_ERR_TRUNCATE);
-}
-
-}  // namespace detail
-
-// Named tensors to save or load: references to the caller's tensors (load writes into them).
-// Every tensor must live on the same mesh (the same processes, in the same order).
-class tensor_set {
- public:
-  // Adds t under name. A const tensor can be saved but not loaded into. Names are unique and
-  // must not be "__metadata__" (shape_error otherwise, on every rank alike).
-  template <class T>
-    requires Tensor<T>
-  tensor_set& add(std::string name, T& t) {
-    using TT = std::remove_const_t<T>;
-    using V = typename TT::value_type;
-    if (name.empty() || name == "__metadata__")
-      throw shape_error(detail::cat("tensor_set::add: '", name, "' cannot name a tensor in a safetensors file"));
-    for (const auto& e : entries_)
-      if (e.name == name) throw shape_error(detail::cat("tensor_set::add: the name '", name, "' is already taken"));
-    detail::entry e;
-    e.name = std::move(name);
-    e.dtype = detail::dtype_of<V>();
-    e.elem_size = static_cast<std::int64_t>(sizeof(V));
-    const auto names = TT::dim_names();
-    e.dims.assign(names.begin(), names.end());
-    e.shape.assign(t.extents().begin(), t.extents().end());
-    e.offset.assign(t.offsets().begin(), t.offsets().end());
-    e.extent.assign(t.local_extents().begin(), t.local_extents().end());
-    auto& comm = t.mesh().communicator();
-    e.comm = comm.cart();
-    e.mesh_communicator = &comm;
-    // The first replica writes: coordinate 0 on every axis that splits none of t's dims.
-    unsigned used = 0;
-    for (const auto& s : TT::splits) used |= s.mask();
-    e.writes = true;
-    for (std::size_t a = 0; a < comm.coords().size(); ++a)
-      if (!(used & (1u << a)) && comm.coords()[a] != 0) e.writes = false;
-    auto view = t.view();
-    [[maybe_unused]] const std::size_t bytes = static_cast<std::size_t>(t.local_size()) * sizeof(V);
-    e.with_host_bytes = [view](const std::function<void(const char*)>& use) {
-      auto host = meshtensor::detail::host_copy<typename TT::execution_space>(view);  // view itself on the host
-      use(reinterpret_cast<const char*>(host.data()));
-    };
-    if constexpr (!std::is_const_v<T>)
-      e.copy_in = [view, bytes](const char* src) {
-        kernels::fence(typename TT::execution_space{});  // kernels that use view, before the host writes it
-        auto host = kernels::host_mirror(view);
-        if (bytes) std::memcpy(host.data(), src, bytes);
-        kernels::deep_copy(view, host);
-      };
-    entries_.push_back(std::move(e));
-    return *this;
-  }
-
-  const std::vector<detail::entry>& entries() const { return entries_; }
-  bool empty() const { return entries_.empty(); }
-  std::size_t size() const { return entries_.size(); }
-  // The communicator the set's tensors live on.
-  MPI_Comm comm() const {
-    if (entries_.empty()) throw io_error("tensor_set: the set is empty; add a tensor first");
-    return entries_.front().comm;
-  }
-  // The mesh's communicator object of the set's tensors (its watchdog, agreements).
-  meshtensor::detail::communicator& mesh_communicator() const {
-    if (entries_.empty()) throw io_error("tensor_set: the set is empty; add a tensor first");
-    return *entries_.front().mesh_communicator;
-  }
-  // Bytes of every tensor's global array.
-  std::int64_t global_bytes() const {
-    std::int64_t n = 0;
-    for (const auto& e : entries_) n += e.global_bytes();
-    return n;
-  }
-
- private:
-  std::vector<detail::entry> entries_;
-};
 
 namespace detail {
 // The header's JSON for the set, in the set's order, with metadata, and every tensor's offset.

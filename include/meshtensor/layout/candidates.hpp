@@ -8,7 +8,7 @@
 
 #include "../plan/cost_model.hpp"
 #include "layout.hpp"
-#include "mesh.hpp"
+#include "mesh_axes.hpp"
 
 namespace meshtensor {
 
@@ -93,7 +93,7 @@ constexpr std::size_t power(std::size_t b, std::size_t e) { return e == 0 ? 1 : 
 
 template <Mesh M, Dim... Ds>
 using candidate_layouts =
-    typename detail::candidates_of<M, type_list<Ds...>, std::make_index_sequence<detail::power(sizeof...(Ds) + 1, M::ndims)>>::type;
+    typename detail::candidates_of<M, type_list<Ds...>, std::make_index_sequence<detail::power(sizeof...(Ds) + 1, mesh_axes_t<M>::size)>>::type;
 
 // f.template operator()<L>() for every layout L of a type_list.
 template <class... Ls, class F>

@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "../names/names.hpp"
-#include "mesh.hpp"
+#include "mesh_axes.hpp"
 #include "../geometry/placement.hpp"
 
 namespace meshtensor {
@@ -91,7 +91,7 @@ struct layout {
     dim_split s{};
     s.count = sizeof...(As);
     int i = 0;
-    ((s.axes[i++] = static_cast<int>(index_of_v<As, typename Mesh::axes>)), ...);
+    ((s.axes[i++] = static_cast<int>(index_of_v<As, mesh_axes_t<Mesh>>)), ...);
     return s;
   }
   template <class R>
@@ -106,7 +106,7 @@ struct layout {
   }
   template <class D, class A>
   static constexpr void check_axis() {
-    if constexpr (!contains_v<A, typename Mesh::axes>) (void)sizeof(diagnostic::axis_not_in_mesh<D, A, Mesh>);
+    if constexpr (!contains_v<A, mesh_axes_t<Mesh>>) (void)sizeof(diagnostic::axis_not_in_mesh<D, A, Mesh>);
   }
   template <class D, class A, class... As>
   static constexpr void check_repeat() {

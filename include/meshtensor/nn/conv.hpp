@@ -294,7 +294,7 @@ namespace meshtensor::nn {
 
 template <class... S, Tensor X, Tensor F>
   requires(sizeof...(S) > 0)
-auto conv(const X& x, const F& filter, meshtensor::detail::window_for<S>... windows) {
+auto conv(const X& x, const F& filter, meshtensor::window_for<S>... windows) {
   static_assert((contains_v<typename S::window_dim, typename F::dims> && ...),
                 "meshtensor::nn::conv: the filter needs every window dim (its taps along each spatial dim)");
   const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"conv"});
@@ -324,7 +324,7 @@ auto conv3d(const X& x, const F& filter, window wd, window wh, window ww) {
 template <class... S, Tensor Y, Tensor F>
   requires(sizeof...(S) > 0)
 auto conv_transpose(const Y& y, const F& filter, const std::array<std::int64_t, sizeof...(S)>& spatial_extents,
-                    meshtensor::detail::window_for<S>... windows) {
+                    meshtensor::window_for<S>... windows) {
   const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"conv_transpose"});
   if constexpr (meshtensor::detail::direct_transpose_ok<Y, F, S...>()) {
     static_assert((meshtensor::detail::spatial_checked_v<meshtensor::detail::transpose_input_t<Y, F, S...>, S> && ...));
@@ -337,7 +337,7 @@ auto conv_transpose(const Y& y, const F& filter, const std::array<std::int64_t, 
 
 template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
-auto max_pool(const X& x, meshtensor::detail::window_for<S>... windows) {
+auto max_pool(const X& x, meshtensor::window_for<S>... windows) {
   using T = typename X::value_type;
   const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"max_pool"});
   return reduce_max<typename S::window_dim...>(unfold<S...>(x, -std::numeric_limits<T>::infinity(), windows...));
@@ -345,7 +345,7 @@ auto max_pool(const X& x, meshtensor::detail::window_for<S>... windows) {
 
 template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
-auto avg_pool(const X& x, meshtensor::detail::window_for<S>... windows) {
+auto avg_pool(const X& x, meshtensor::window_for<S>... windows) {
   const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"avg_pool"});
   return reduce_mean<typename S::window_dim...>(unfold<S...>(x, windows...));
 }

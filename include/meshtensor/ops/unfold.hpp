@@ -13,6 +13,8 @@
 //    unfold_gather_plan).
 // fold and unfold's gradient send the same halos back and add them where they came from (an
 // allreduce where unfold allgathered).
+// The spatial-dim types and halo schedule are ops/spatial.hpp; the halo transport, shared with the
+// direct convolutions, ops/halo.hpp.
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <array>
@@ -24,247 +26,13 @@
 #include "../geometry/window.hpp"
 #include "../plan/comm_plan.hpp"
 #include "../runtime/collectives.hpp"
-#include "detail/along.hpp"
+#include "halo.hpp"
+#include "spatial.hpp"
 #include "detail/op_support.hpp"
 #include "../kernels/launch.hpp"
 
 namespace meshtensor {
-
-// Spatial dim D of the input, and K: the dim of a window's taps in unfold's result.
-template <Dim D, Dim K>
-struct spatial {
-  using dim = D;
-  using window_dim = K;
-};
-
-namespace diagnostic {
-template <class D>
-struct unfold_spatial_dim_not_in_input {
-  static_assert(sizeof(D) == 0, "meshtensor: unfold/fold: a spatial dim is not a dim of the input");
-};
-template <class K>
-struct unfold_window_dim_already_in_input {
-  static_assert(sizeof(K) == 0, "meshtensor: unfold: a window dim is already a dim of the input");
-};
-template <class K>
-struct unfold_window_dim_split {
-  static_assert(sizeof(K) == 0,
-                "meshtensor: unfold/fold: a window dim is split by the layout; windows are a few taps: keep "
-                "the window dim whole");
-};
-}  // namespace diagnostic
-
 namespace detail {
-
-template <class>
-using window_for = window;
-
-template <class S>
-struct is_spatial : std::false_type {};
-template <class D, class K>
-struct is_spatial<spatial<D, K>> : std::true_type {};
-
-// unfold's result: x's dims up to its last spatial dim, the window dims, then x's other dims (so
-// that with channels last, each tap is a contiguous run of channels and conv's product is one
-// GEMM with no permutation). fold's result: the columns without the window dims.
-template <class List, std::size_t From, class Seq>
-struct pick_list;
-template <class... Ts, std::size_t From, std::size_t... I>
-struct pick_list<type_list<Ts...>, From, std::index_sequence<I...>> {
-  using type = type_list<std::tuple_element_t<From + I, std::tuple<Ts...>>...>;
-};
-template <class A, class B, class C>
-struct join3_lists;
-template <class... A, class... B, class... C>
-struct join3_lists<type_list<A...>, type_list<B...>, type_list<C...>> {
-  using type = type_list<A..., B..., C...>;
-};
-// Number of x's dims up to and including its last spatial dim.
-template <Tensor X, class... S>
-inline constexpr std::size_t spatial_prefix_v = std::max({X::template index_of<typename S::dim>()...}) + 1;
-template <Tensor X, class... S>
-using unfolded_dims_t = typename join3_lists<
-    typename pick_list<typename X::dims, 0, std::make_index_sequence<spatial_prefix_v<X, S...>>>::type,
-    type_list<typename S::window_dim...>,
-    typename pick_list<typename X::dims, spatial_prefix_v<X, S...>,
-                       std::make_index_sequence<X::rank - spatial_prefix_v<X, S...>>>::type>::type;
-template <Tensor X, class... S>
-using unfolded_t = with_dims_t<X, unfolded_dims_t<X, S...>>;
-template <Tensor Cols, class... S>
-using folded_t = with_dims_t<Cols, difference_t<typename Cols::dims, type_list<typename S::window_dim...>>>;
-
-template <Tensor X, class S>
-constexpr bool check_spatial() {
-  static_assert(is_spatial<S>::value, "meshtensor: unfold/fold take spatial<D, K> pairs: spatial dim, window dim");
-  if constexpr (!contains_v<typename S::dim, typename X::dims>)
-    (void)diagnostic::unfold_spatial_dim_not_in_input<typename S::dim>{};
-  else if constexpr (contains_v<typename S::window_dim, typename X::dims>)
-    (void)diagnostic::unfold_window_dim_already_in_input<typename S::window_dim>{};
-  else if constexpr (X::layout_type::template split_of<typename S::window_dim>().count != 0)
-    (void)diagnostic::unfold_window_dim_split<typename S::window_dim>{};
-  return true;
-}
-// A constant, so that the check runs where it is named (a function body's instantiation may be
-// deferred, and another error would come first).
-template <Tensor X, class S>
-inline constexpr bool spatial_checked_v = check_spatial<X, S>();
-
-// The halo schedule of every spatial dim of an input with these extents under X's layout
-// (geometry/window.hpp's schedule_halo, per dim).
-template <Tensor X, class... S>
-std::array<halo_dim, sizeof...(S)> schedule_halos(const char* op, const typename X::mesh_type& mesh,
-                                                  const typename X::extents_type& extents,
-                                                  const std::array<window, sizeof...(S)>& windows) {
-  constexpr std::array<std::size_t, sizeof...(S)> index{X::template index_of<typename S::dim>()...};
-  constexpr std::array<dim_split, sizeof...(S)> splits{X::layout_type::template split_of<typename S::dim>()...};
-  constexpr std::array<std::string_view, sizeof...(S)> names{S::dim::name()...};
-  std::array<halo_dim, sizeof...(S)> halos{};
-  const auto& comm = mesh.communicator();
-  for (std::size_t j = 0; j < sizeof...(S); ++j)
-    halos[j] = schedule_halo(index[j], splits[j], geometry_of(op, names[j], extents[index[j]], windows[j]), comm.shape(),
-                             comm.coords());
-  return halos;
-}
-
-// An input's local data with halos: row-major over ext, element l along dim d at global begin[d] + l.
-template <class T, class Mem, std::size_t R>
-struct halo_buffer {
-  Kokkos::View<T*, Mem> v;
-  std::array<std::int64_t, R> ext{}, begin{};
-};
-
-// A buffer, from the pool and not filled, shaped as the one take_halo leaves once every halo of `halos`
-// is in: a slice's extents and offsets (ext, begin) along the other dims; along each spatial dim
-// this processor's part, widened to the range its windows read where halos are exchanged. What
-// fold and conv_transpose's direct path add into before return_halo.
-template <class T, class Mem, std::size_t R, std::size_t N>
-halo_buffer<T, Mem, R> halo_buffer_for(const std::array<std::int64_t, R>& ext, const std::array<std::int64_t, R>& begin,
-                                       const std::array<halo_dim, N>& halos) {
-  halo_buffer<T, Mem, R> b{{}, ext, begin};
-  for (const auto& h : halos) {
-    b.ext[h.index] = h.path == halo_path::local ? h.own_hi - h.own_lo : h.buf_hi - h.buf_lo;
-    b.begin[h.index] = h.path == halo_path::local ? h.own_lo : h.buf_lo;
-  }
-  std::int64_t n = 1;
-  for (auto e : b.ext) n *= e;
-  b.v = view_pool<T, Mem>::get().allocate(static_cast<std::size_t>(n));
-  return b;
-}
-
-// b's data seen as [outer, n, inner] around its dim d.
-template <class T, class Mem, std::size_t R>
-along_view<Kokkos::View<T*, Mem>> along_dim(const halo_buffer<T, Mem, R>& b, std::size_t d) {
-  const auto around = outer_inner<R>(b.ext, d);
-  return {b.v, around.first, b.ext[d], around.second, b.begin[d]};
-}
-
-// Brings dim h's halo into b (forward: unfold). The kernels run over (outer, position) pairs and
-// copy `inner` contiguous elements each.
-template <class Exec, class T, std::size_t R>
-void take_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space, R>& b, const halo_dim& h) {
-  using View = Kokkos::View<T*, typename Exec::memory_space>;
-  if (h.path == halo_path::local) return;
-  // Plain copies: a device lambda captures no structured binding under nvcc.
-  const along_view<View> cur = along_dim(b, h.index);
-  const std::int64_t outer = cur.outer, inner = cur.inner;
-  if (h.path == halo_path::gather) {
-    b.v = allgather_along<Exec>(comm, h.split, b.v, outer, cur.n, inner, h.geo.extent);
-  } else {
-    using buffer = mpi_buffer<Exec, T>;
-    const int axis = h.split.axes[0];
-    const auto right = buffer::reading(pack_along<Exec>(cur, h.to_right_at - h.own_lo, h.to_right));
-    const auto left = buffer::reading(pack_along<Exec>(cur, h.to_left_at - h.own_lo, h.to_left));
-    const auto got_left = buffer::writing(static_cast<std::size_t>(outer * h.from_left * inner));
-    const auto got_right = buffer::writing(static_cast<std::size_t>(outer * h.from_right * inner));
-    shift_v(comm, axis, right.data(), outer * h.to_right * inner, got_left.data(), outer * h.from_left * inner, 1);
-    shift_v(comm, axis, left.data(), outer * h.to_left * inner, got_right.data(), outer * h.from_right * inner, -1);
-    if (h.from_left + h.from_right > 0) {
-      const View lv = got_left.view(), rv = got_right.view();
-      const std::int64_t n = h.buf_hi - h.buf_lo, lo = h.buf_lo, own_lo = h.own_lo, own_hi = h.own_hi;
-      const std::int64_t nl = h.from_left, nr = h.from_right, right_lo = std::max(lo, own_hi);
-      View next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
-      kernels::parallel_for(
-          "meshtensor::unfold_halo", Kokkos::RangePolicy<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
-            const std::int64_t o = ol / n, g = lo + ol % n;
-            const T* from = g < own_lo   ? &lv((o * nl + g - lo) * inner)
-                            : g < own_hi ? &cur.v(cur.at(o, g - own_lo, 0))
-                                         : &rv((o * nr + g - right_lo) * inner);
-            T* to = &next(ol * inner);
-            for (std::int64_t i = 0; i < inner; ++i) to[i] = from[i];
-          });
-      b.v = next;
-    }
-  }
-  b.ext[h.index] = h.buf_hi - h.buf_lo;
-  b.begin[h.index] = h.buf_lo;
-}
-
-// Sends dim h's halo back to where it came from and adds it there (the adjoint of take_halo).
-template <class Exec, class T, std::size_t R>
-void return_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space, R>& b, const halo_dim& h) {
-  using View = Kokkos::View<T*, typename Exec::memory_space>;
-  if (h.path == halo_path::local) return;
-  // Plain copies: a device lambda captures no structured binding under nvcc.
-  const along_view<View> cur = along_dim(b, h.index);
-  const std::int64_t outer = cur.outer, inner = cur.inner;
-  const std::int64_t n = h.own_hi - h.own_lo, own_lo = h.own_lo, cur_lo = cur.begin, cur_n = cur.n;
-  using buffer = mpi_buffer<Exec, T>;
-  if (h.path == halo_path::gather) {
-    // Every processor of D's axes holds the whole of D: their sums, then this processor's part.
-    const auto sum = buffer::reading(b.v);
-    allreduce(comm, h.split.mask(), sum.data(), outer * cur_n * inner);
-    const View s = sum.view();
-    View next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
-    kernels::parallel_for(
-        "meshtensor::fold_own", Kokkos::RangePolicy<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
-          const std::int64_t o = ol / n, l = ol % n;
-          const T* from = &s((o * cur_n + own_lo + l) * inner);
-          T* to = &next(ol * inner);
-          for (std::int64_t i = 0; i < inner; ++i) to[i] = from[i];
-        });
-    b.v = next;
-  } else {
-    const int axis = h.split.axes[0];
-    const auto left = buffer::reading(pack_along<Exec>(cur, 0, h.from_left));
-    const auto right = buffer::reading(pack_along<Exec>(cur, std::max(h.need_lo, h.own_hi) - cur_lo, h.from_right));
-    const auto back_from_right = buffer::writing(static_cast<std::size_t>(outer * h.to_right * inner));
-    const auto back_from_left = buffer::writing(static_cast<std::size_t>(outer * h.to_left * inner));
-    shift_v(comm, axis, left.data(), outer * h.from_left * inner, back_from_right.data(), outer * h.to_right * inner, -1);
-    shift_v(comm, axis, right.data(), outer * h.from_right * inner, back_from_left.data(), outer * h.to_left * inner, 1);
-    const View rv = back_from_right.view(), lv = back_from_left.view();
-    const std::int64_t r_at = h.to_right_at - own_lo, r_n = h.to_right, l_at = h.to_left_at - own_lo, l_n = h.to_left;
-    // The own part: the buffer itself when it holds no halo (added to in place), else a copy of it.
-    View next = b.v;
-    if (h.from_left + h.from_right > 0) {
-      next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
-      kernels::parallel_for(
-          "meshtensor::fold_own", Kokkos::RangePolicy<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
-            // Own positions that no window here read lie outside the buffer: zeros.
-            const std::int64_t o = ol / n, c = own_lo + ol % n - cur_lo;
-            T* to = &next(ol * inner);
-            if (c >= 0 && c < cur_n) {
-              const T* from = &cur.v(cur.at(o, c, 0));
-              for (std::int64_t i = 0; i < inner; ++i) to[i] = from[i];
-            } else {
-              for (std::int64_t i = 0; i < inner; ++i) to[i] = T(0);
-            }
-          });
-    }
-    // What the neighbours read here comes back and is added (two ranges of positions).
-    if (r_n + l_n > 0) kernels::parallel_for(
-        "meshtensor::fold_halo", Kokkos::RangePolicy<Exec>(0, outer * (r_n + l_n)), KOKKOS_LAMBDA(std::int64_t ol) {
-          const std::int64_t o = ol / (r_n + l_n), q = ol % (r_n + l_n);
-          const bool from_right = q < r_n;
-          const std::int64_t l = from_right ? r_at + q : l_at + q - r_n;
-          const T* from = from_right ? &rv((o * r_n + q) * inner) : &lv((o * l_n + q - r_n) * inner);
-          T* to = &next((o * n + l) * inner);
-          for (std::int64_t i = 0; i < inner; ++i) to[i] += from[i];
-        });
-    b.v = next;
-  }
-  b.ext[h.index] = n;
-  b.begin[h.index] = own_lo;
-}
 
 // Where each dim of the input sits among the spatial dims (-1: not spatial), and per spatial dim
 // the geometry the kernels need, as device-copyable arrays.
@@ -512,7 +280,7 @@ struct halo_step {
 // (The result type is deduced, so that a wrong spatial<D, K> stops at check_spatial's message.)
 template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
-auto unfold(const X& x, typename X::value_type fill, detail::window_for<S>... windows) {
+auto unfold(const X& x, typename X::value_type fill, window_for<S>... windows) {
   static_assert((detail::spatial_checked_v<X, S> && ...));
   using Out = detail::unfolded_t<X, S...>;
   const detail::op_call call(detail::halo_step<sizeof...(S)>{"unfold", detail::schedule_halos<X, S...>("unfold", x.mesh(), x.extents(), {windows...})}, x);
@@ -524,7 +292,7 @@ auto unfold(const X& x, typename X::value_type fill, detail::window_for<S>... wi
 }
 template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
-auto unfold(const X& x, detail::window_for<S>... windows) {
+auto unfold(const X& x, window_for<S>... windows) {
   return unfold<S...>(x, typename X::value_type(0), windows...);
 }
 
@@ -534,7 +302,7 @@ auto unfold(const X& x, detail::window_for<S>... windows) {
 template <class... S, Tensor Cols>
   requires(sizeof...(S) > 0)
 detail::folded_t<Cols, S...> fold(const Cols& cols, const std::array<std::int64_t, sizeof...(S)>& spatial_extents,
-                                  detail::window_for<S>... windows) {
+                                  window_for<S>... windows) {
   using X = detail::folded_t<Cols, S...>;
   static_assert((detail::spatial_checked_v<X, S> && ...));
   static_assert(std::is_same_v<typename Cols::dims, detail::unfolded_dims_t<X, S...>>,

@@ -1,5 +1,5 @@
 #pragma once
-// What a planned run records (layout/mesh.hpp's mesh::planned, docs/scale.md): while a planned mesh
+// What a planned run records (runtime/mesh.hpp's mesh::planned, docs/scale.md): while a planned mesh
 // exists, tensors carry shapes and placement but no data, kernels are skipped, collectives are
 // counted and not sent, and this ledger keeps the rest of what a real processor would see:
 // the bytes of the tensors alive (now and at the peak, by kind), the FLOPs of the local products,
@@ -49,7 +49,7 @@ class plan_ledger {
  public:
   using kind_bytes = std::array<std::int64_t, memory_kind_count>;
 
-  // Planned communicators alive (layout/mesh.hpp); planning() is true while there is one.
+  // Planned communicators alive (runtime/mesh.hpp); planning() is true while there is one.
   int planned_meshes = 0;
 
   // A distinct fake address per planned allocation (never dereferenced: no kernel runs), so that

@@ -13,6 +13,7 @@
 
 #include "../error.hpp"
 #include "../layout/layout.hpp"
+#include "../runtime/mesh.hpp"
 #include "../element/bf16.hpp"
 #include "../kernels/pool.hpp"
 #include "../kernels/launch.hpp"

@@ -1,5 +1,6 @@
 #pragma once
-// mesh<Axes...>: axis names at compile time, sizes at run time.
+// mesh<Axes...>, the running mesh: axis names at compile time (layout/mesh_axes.hpp, where layouts
+// see the type without MPI), sizes, processes and communicators at run time.
 #include <mpi.h>
 
 #include <array>
@@ -7,10 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "../names/names.hpp"
-#include "../runtime/communicator.hpp"
 #include "../geometry/mesh_shape.hpp"
-#include "../runtime/environment.hpp"
+#include "../layout/mesh_axes.hpp"
+#include "../names/names.hpp"
+#include "communicator.hpp"
+#include "environment.hpp"
 
 namespace meshtensor {
 
@@ -132,13 +134,5 @@ class mesh {
   }
   std::shared_ptr<detail::communicator> comm_;
 };
-
-template <class T>
-inline constexpr bool is_mesh_v = false;
-template <class... As>
-inline constexpr bool is_mesh_v<mesh<As...>> = true;
-
-template <class T>
-concept Mesh = is_mesh_v<T>;
 
 }  // namespace meshtensor

@@ -1,0 +1,128 @@
+#pragma once
+// tensor_set: named distributed tensors of one mesh, type-erased to what a file needs of each
+// (dtype, dim names, global shape, this processor's box, whether it writes it, its bytes on the
+// host and a way back into the slice). save and load (io/safetensors.hpp) and the checkpoints
+// (io/checkpoint.hpp) take a set; the transport (io/mpi_file.hpp) sees only its entries.
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "../error.hpp"
+#include "../kernels/launch.hpp"
+#include "../tensor/mpi_buffer.hpp"
+#include "../tensor/tensor.hpp"
+#include "safetensors_format.hpp"
+
+namespace meshtensor::io {
+
+namespace detail {
+using meshtensor::detail::cat;
+
+// One tensor of a set, type-erased: what save and load need to know of it.
+struct entry {
+  std::string name;
+  std::string dtype;
+  std::int64_t elem_size = 0;
+  std::vector<std::string> dims;
+  std::vector<std::int64_t> shape, offset, extent;  // global extents; this processor's box
+  bool writes = false;                                // this processor writes its box (the first replica)
+  MPI_Comm comm = MPI_COMM_NULL;                      // the mesh's communicator
+  meshtensor::detail::communicator* mesh_communicator = nullptr;  // and the object (the watchdog's)
+  // Calls its argument with the local slice's bytes (row-major) in host memory: the slice itself
+  // where the host can read it, else a host copy.
+  std::function<void(const std::function<void(const char*)>&)> with_host_bytes;
+  std::function<void(const char*)> copy_in;           // host bytes to the local slice; empty if const
+  std::int64_t local_elements() const {
+    std::int64_t n = 1;
+    for (auto e : extent) n *= e;
+    return n;
+  }
+  std::int64_t global_bytes() const {
+    std::int64_t n = elem_size;
+    for (auto e : shape) n *= e;
+    return n;
+  }
+};
+
+}  // namespace detail
+
+// Named tensors to save or load: references to the caller's tensors (load writes into them).
+// Every tensor must live on the same mesh (the same processes, in the same order).
+class tensor_set {
+ public:
+  // Adds t under name. A const tensor can be saved but not loaded into. Names are unique and
+  // must not be "__metadata__" (shape_error otherwise, on every rank alike).
+  template <class T>
+    requires Tensor<T>
+  tensor_set& add(std::string name, T& t) {
+    using TT = std::remove_const_t<T>;
+    using V = typename TT::value_type;
+    if (name.empty() || name == "__metadata__")
+      throw shape_error(detail::cat("tensor_set::add: '", name, "' cannot name a tensor in a safetensors file"));
+    for (const auto& e : entries_)
+      if (e.name == name) throw shape_error(detail::cat("tensor_set::add: the name '", name, "' is already taken"));
+    detail::entry e;
+    e.name = std::move(name);
+    e.dtype = detail::dtype_of<V>();
+    e.elem_size = static_cast<std::int64_t>(sizeof(V));
+    const auto names = TT::dim_names();
+    e.dims.assign(names.begin(), names.end());
+    e.shape.assign(t.extents().begin(), t.extents().end());
+    e.offset.assign(t.offsets().begin(), t.offsets().end());
+    e.extent.assign(t.local_extents().begin(), t.local_extents().end());
+    auto& comm = t.mesh().communicator();
+    e.comm = comm.cart();
+    e.mesh_communicator = &comm;
+    // The first replica writes: coordinate 0 on every axis that splits none of t's dims.
+    unsigned used = 0;
+    for (const auto& s : TT::splits) used |= s.mask();
+    e.writes = true;
+    for (std::size_t a = 0; a < comm.coords().size(); ++a)
+      if (!(used & (1u << a)) && comm.coords()[a] != 0) e.writes = false;
+    auto view = t.view();
+    [[maybe_unused]] const std::size_t bytes = static_cast<std::size_t>(t.local_size()) * sizeof(V);
+    e.with_host_bytes = [view](const std::function<void(const char*)>& use) {
+      auto host = meshtensor::detail::host_copy<typename TT::execution_space>(view);  // view itself on the host
+      use(reinterpret_cast<const char*>(host.data()));
+    };
+    if constexpr (!std::is_const_v<T>)
+      e.copy_in = [view, bytes](const char* src) {
+        kernels::fence(typename TT::execution_space{});  // kernels that use view, before the host writes it
+        auto host = kernels::host_mirror(view);
+        if (bytes) std::memcpy(host.data(), src, bytes);
+        kernels::deep_copy(view, host);
+      };
+    entries_.push_back(std::move(e));
+    return *this;
+  }
+
+  const std::vector<detail::entry>& entries() const { return entries_; }
+  bool empty() const { return entries_.empty(); }
+  std::size_t size() const { return entries_.size(); }
+  // The communicator the set's tensors live on.
+  MPI_Comm comm() const {
+    if (entries_.empty()) throw io_error("tensor_set: the set is empty; add a tensor first");
+    return entries_.front().comm;
+  }
+  // The mesh's communicator object of the set's tensors (its watchdog, agreements).
+  meshtensor::detail::communicator& mesh_communicator() const {
+    if (entries_.empty()) throw io_error("tensor_set: the set is empty; add a tensor first");
+    return *entries_.front().mesh_communicator;
+  }
+  // Bytes of every tensor's global array.
+  std::int64_t global_bytes() const {
+    std::int64_t n = 0;
+    for (const auto& e : entries_) n += e.global_bytes();
+    return n;
+  }
+
+ private:
+  std::vector<detail::entry> entries_;
+};
+
+}  // namespace meshtensor::io
