@@ -12,7 +12,7 @@
 # runs that reported something, with the first line of each report.
 set -euo pipefail
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(unit_tests mpi_reduction_softmax_reshape_equivalence_test mpi_conv_direct_equivalence_test
+[ ${#targets[@]} -gt 0 ] || targets=(unit_tests mpi_reductions_test mpi_reshape_test mpi_conv_direct_equivalence_test
                                      mpi_cross_entropy_equivalence_test mpi_nn_gradient_test checkpoint_test)
 export MESHTENSOR_BUILD_DIR=${MESHTENSOR_BUILD_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/sanitize}
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

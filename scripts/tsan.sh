@@ -22,7 +22,7 @@
 # reported something.
 set -euo pipefail
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(mpi_nn_gradient_test mpi_reduction_softmax_reshape_equivalence_test mpi_elementwise_einsum_equivalence_test
+[ ${#targets[@]} -gt 0 ] || targets=(mpi_nn_gradient_test mpi_reductions_test mpi_reshape_test mpi_elementwise_test mpi_einsum_test
                                      mpi_cross_entropy_equivalence_test mpi_conv_direct_equivalence_test)
 export MESHTENSOR_BUILD_DIR=${MESHTENSOR_BUILD_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/tsan}
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"

@@ -1,12 +1,12 @@
 // relayout at 1, 2 and 4 ranks, between every ordered pair of layouts of a list: the gathered
 // result is the gathered input exactly (relayout only moves data), relayouting back restores the
 // input's own slice exactly, and the collectives counted equal relayout_plan (checked here too,
-// because these pairs are instantiated here anyway; reduction_softmax_reshape_comm_plan_test checks hand-written plans).
+// because these pairs are instantiated here anyway); and, by hand, the plans of chosen pairs.
 // Lists: every layout of line_layouts / grid_layouts over two dims (all pairs), and a
 // representative set of three-dim grid layouts (all pairs) where a third dim stays split while
 // the split moves: the full 19 x 19 three-dim product took minutes to compile, for the same cases.
-// Kokkos::DefaultExecutionSpace only; reduction_softmax_reshape_equivalence_test.cpp smoke-tests every space.
-#include <test_support.hpp>
+// Kokkos::DefaultExecutionSpace only; reductions_test.softmax.cpp smoke-tests relayout on every space.
+#include "comm_counts.hpp"
 
 using namespace tst;
 namespace mt = meshtensor;
@@ -104,4 +104,52 @@ TEST_CASE("relayout of large slices through the memory cache moves the data exac
     if (round == 0) kept.push_back(b);
   }
   REQUIRE(mt::gather_all(kept.front()) == h);
+}
+
+namespace {
+const std::array<std::int64_t, 2> ext{8, 12};
+}  // namespace
+
+TEST_CASE("relayout plans: alltoall when a split moves, allgather when it stops, nothing when it refines",
+          "[relayout][comm_plan]") {
+  auto m = world_grid();
+  const unsigned r = grid::mask<r_>(), c = grid::mask<c_>();
+  using mt::collective;
+  using mt::layout;
+  using mt::split;
+  // One case: relayout from layout A to layout B of tensor<i, j>, with the expected calls.
+  auto check = [&]<class A, class B>(mt::comm_counters want) {
+    using TA = ten<A, i_, j_>;
+    using TB = ten<B, i_, j_>;
+    INFO(layout_name<A>() << " -> " << layout_name<B>());
+    constexpr auto plan = mt::relayout_plan<TB, TA>();
+    REQUIRE(plan.as_counts() == want);
+    const auto a = mt::random_normal<TA>(m, ext, 9);
+    m.reset_counters();
+    const auto b = mt::relayout<TB>(a);
+    require_counts(m.counters(), want);
+    // Bytes: each collective sends this processor's whole slice once.
+    for (const auto& [k, v] : m.counters()) REQUIRE(v.bytes == a.local_size() * std::int64_t(sizeof(double)));
+  };
+  check.operator()<layout<grid, split<i_, r_>>, layout<grid, split<j_, r_>>>(counts({{collective::alltoall, r, 1}}));
+  check.operator()<layout<grid, split<i_, r_, c_>>, layout<grid, split<i_, r_>, split<j_, c_>>>(
+      counts({{collective::alltoall, c, 1}}));
+  check.operator()<layout<grid, split<i_, c_>, split<j_, r_>>, layout<grid, split<j_, r_, c_>>>(
+      counts({{collective::alltoall, c, 1}}));
+  // A split over both axes moving between dims, in either order: one alltoall over both.
+  check.operator()<layout<grid, split<i_, r_, c_>>, layout<grid, split<j_, r_, c_>>>(
+      counts({{collective::alltoall, r | c, 1}}));
+  check.operator()<layout<grid, split<i_, r_, c_>>, layout<grid, split<j_, c_, r_>>>(
+      counts({{collective::alltoall, r | c, 1}}));
+  check.operator()<layout<grid, split<i_, r_>, split<j_, c_>>, layout<grid, split<j_, c_, r_>>>(
+      counts({{collective::alltoall, r, 1}}));
+  check.operator()<layout<grid, split<i_, r_>>, layout<grid, split<i_, r_, c_>>>(counts({}));
+  check.operator()<layout<grid>, layout<grid, split<i_, c_>, split<j_, r_>>>(counts({}));
+  check.operator()<layout<grid, split<i_, r_, c_>>, layout<grid, split<i_, r_>>>(counts({{collective::allgather, c, 1}}));
+  check.operator()<layout<grid, split<i_, c_, r_>>, layout<grid, split<i_, r_, c_>>>(
+      counts({{collective::allgather, r | c, 1}}));
+  check.operator()<layout<grid, split<i_, r_>, split<j_, c_>>, layout<grid, split<i_, c_>, split<j_, r_>>>(
+      counts({{collective::allgather, r | c, 1}}));
+  check.operator()<layout<grid, split<i_, r_>, split<j_, c_>>, layout<grid, split<i_, r_>, split<j_, c_>, split<k_, r_>>>(
+      counts({}));
 }

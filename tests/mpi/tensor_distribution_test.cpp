@@ -1,5 +1,7 @@
-// Core properties at 1, 2 and 4 ranks: gather(scatter(x)) == x under every layout of a 3-D tensor
-// on meshes [P] and [2x2]; random tensors equal across layouts; errors raised on every rank.
+// A tensor distributed over a mesh, at 1, 2 and 4 ranks: gather(scatter(x)) == x under every layout
+// of a 3-D tensor on meshes [P] and [2x2]; random tensors equal across layouts, and statistically
+// sane; slices tile the tensor; uneven extents split in balanced parts; describe(); errors raised
+// on every rank.
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <algorithm>
@@ -41,13 +43,13 @@ void check_roundtrip_and_random(const M& g, Layouts layouts) {
 }
 }  // namespace
 
-TEMPLATE_TEST_CASE("gather(scatter(x)) == x and random tensors are layout-independent", "[core]",
+TEMPLATE_TEST_CASE("gather(scatter(x)) == x and random tensors are layout-independent", "[tensor_distribution]",
                    MESHTENSOR_TEST_SPACES) {
   SECTION("mesh [P]") { check_roundtrip_and_random<TestType>(world_line(), line_layouts<line, i_, j_, k_>{}); }
   SECTION("mesh [2x2] (or [P x 1])") { check_roundtrip_and_random<TestType>(world_grid(), grid_layouts<i_, j_, k_>{}); }
 }
 
-TEST_CASE("random tensors are statistically sane", "[core]") {
+TEST_CASE("random tensors are statistically sane", "[tensor_distribution]") {
   auto g = world_line();
   using T = mt::tensor<double, mt::layout<line, mt::split<i_, x_>>, i_>;
   const auto v = mt::gather_all(mt::random_normal<T>(g, {40000}, 3, 1.0, 2.0));
@@ -62,7 +64,7 @@ TEST_CASE("random tensors are statistically sane", "[core]") {
   REQUIRE(a != b);
 }
 
-TEST_CASE("slices tile the tensor: offsets and extents per processor", "[core]") {
+TEST_CASE("slices tile the tensor: offsets and extents per processor", "[tensor_distribution]") {
   auto g = world_grid();
   using L = mt::layout<grid, mt::split<i_, r_, c_>, mt::split<k_, c_>>;
   using T = mt::tensor<float, L, i_, j_>;
@@ -84,7 +86,7 @@ TEST_CASE("slices tile the tensor: offsets and extents per processor", "[core]")
                          ContainsSubstring("[0, 8)"));
 }
 
-TEST_CASE("an extent that does not divide is split in balanced parts; require_even refuses it on every rank", "[core]") {
+TEST_CASE("an extent that does not divide is split in balanced parts; require_even refuses it on every rank", "[tensor_distribution]") {
   auto g = world_grid();
   using L = mt::layout<grid, mt::split<i_, r_, c_>>;
   using T = mt::tensor<float, L, i_, j_>;
@@ -128,7 +130,7 @@ TEST_CASE("an extent that does not divide is split in balanced parts; require_ev
   REQUIRE(all == 1);
 }
 
-TEST_CASE("describe() of a tensor on a [16 x 32] mesh needs no processes", "[core]") {
+TEST_CASE("describe() of a tensor on a [16 x 32] mesh needs no processes", "[tensor_distribution]") {
   using big = mt::mesh<r_, c_>;
   using L = mt::layout<big, mt::split<i_, r_>, mt::split<j_, c_>>;
   using T = mt::tensor<float, L, i_, j_>;
@@ -138,16 +140,4 @@ TEST_CASE("describe() of a tensor on a [16 x 32] mesh needs no processes", "[cor
                          ContainsSubstring("[0, 3142)") && ContainsSubstring("[62, 64)") &&
                          ContainsSubstring("uneven: 3142 or 3141 per part"));
   REQUIRE(std::count(text.begin(), text.end(), '\n') == 3 + 512);
-}
-
-TEST_CASE("sub-communicators are cached and sized by their axes", "[core]") {
-  auto g = world_grid();
-  MPI_Comm rows = g.comm_over<r_>();
-  REQUIRE(rows == g.comm_over<r_>());
-  int n = 0;
-  MPI_Comm_size(rows, &n);
-  REQUIRE(n == g.size<r_>());
-  MPI_Comm both = g.comm_over<r_, c_>();
-  MPI_Comm_size(both, &n);
-  REQUIRE(n == g.nprocs());
 }

@@ -1,66 +1,12 @@
-// The collectives that elementwise ops, reduce_sum and einsum run equal their static plans, for
-// every layout of meshes [P] and [2x2]; bytes are checked by hand for einsum.
+// The collectives on a mesh's sub-communicators: calls and bytes counted per axis set, the right
+// data moved, an op's stated plan compared with what it ran where plans are checked, and the
+// sub-communicators cached and sized by their axes.
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <test_support.hpp>
 
 using namespace tst;
 namespace mt = meshtensor;
-
-namespace {
-const std::array<std::int64_t, 3> ext{4, 8, 12};
-
-template <class M>
-void require_counts(const M& g, const mt::comm_plan& plan) {
-  mt::comm_counters calls;
-  for (const auto& [key, count] : g.counters()) calls[key].calls = count.calls;
-  REQUIRE(calls == plan.as_counts());
-}
-
-template <class M, class Layouts>
-void run_all(const M& g, Layouts layouts) {
-  for_each_type(layouts, [&]<class L>() {
-    INFO(layout_name<L>());
-    using IJ = mt::tensor<double, L, i_, j_>;
-    using JK = mt::tensor<double, L, j_, k_>;
-    using IJK = mt::tensor<double, L, i_, j_, k_>;
-    auto a = mt::random_normal<IJ>(g, {ext[0], ext[1]}, 1);
-    auto b = mt::random_normal<JK>(g, {ext[1], ext[2]}, 2);
-    auto x = mt::random_normal<IJK>(g, ext, 3);
-
-    g.reset_counters();
-    auto y = mt::exp(a) * b + a;
-    require_counts(g, mt::comm_plan{});  // elementwise: nothing
-
-    g.reset_counters();
-    auto s = mt::reduce_sum<j_>(x);
-    require_counts(g, mt::reduce_plan<decltype(s), IJK>());
-
-    g.reset_counters();
-    auto c = mt::einsum<i_, k_>(a, b);
-    constexpr auto plan = mt::einsum_plan<list<i_, k_>, IJ, JK>();
-    require_counts(g, plan);
-    // j is contracted: when split, one allreduce over its axes moving the local block of c.
-    constexpr unsigned j_axes = L::template split_of<j_>().mask();
-    STATIC_REQUIRE((plan.size == 1) == (j_axes != 0));
-    if constexpr (j_axes != 0) {
-      const auto& count = g.counters().at({mt::collective::allreduce, j_axes});
-      REQUIRE(count.bytes == c.local_size() * std::int64_t(sizeof(double)));
-    }
-
-    g.reset_counters();
-    auto k_only = mt::einsum<k_>(a, b);  // i summed in a first, then j contracted
-    require_counts(g, mt::einsum_plan<list<k_>, IJ, JK>());
-    (void)y;
-    (void)k_only;
-  });
-}
-}  // namespace
-
-TEST_CASE("elementwise, reduce_sum and einsum communicate exactly their plan", "[comm_plan]") {
-  SECTION("mesh [P]") { run_all(world_line(), line_layouts<line, i_, j_, k_>{}); }
-  SECTION("mesh [2x2]") { run_all(world_grid(), grid_layouts<i_, j_, k_>{}); }
-}
 
 TEST_CASE("collectives count calls and bytes per axis set", "[comm_plan]") {
   auto g = world_grid();
@@ -108,7 +54,7 @@ TEST_CASE("collectives move the right data", "[comm_plan]") {
   REQUIRE(bc[0] == 7);
 }
 
-// The door every op goes through (ops/detail/op_call.hpp) compares what an op ran with the plan its
+// The door every op goes through (ops/op_call.hpp) compares what an op ran with the plan its
 // step states where plans are checked (the suite sets MESHTENSOR_CHECK_PLANS): a stand-in op that
 // runs reduce_sum under a step stating another plan fails, naming itself, what it ran and its plan;
 // stating reduce_sum's plan it passes; a composite step checks nothing.
@@ -138,4 +84,16 @@ TEST_CASE("an op whose step states another plan than it runs fails where plans a
   checked = false;
   CHECK_NOTHROW(stand_in(mt::comm_plan{}));
   checked = before;
+}
+
+TEST_CASE("sub-communicators are cached and sized by their axes", "[collectives]") {
+  auto g = world_grid();
+  MPI_Comm rows = g.comm_over<r_>();
+  REQUIRE(rows == g.comm_over<r_>());
+  int n = 0;
+  MPI_Comm_size(rows, &n);
+  REQUIRE(n == g.size<r_>());
+  MPI_Comm both = g.comm_over<r_, c_>();
+  MPI_Comm_size(both, &n);
+  REQUIRE(n == g.nprocs());
 }

@@ -1,9 +1,8 @@
-// einsum in every shape under every layout (a TU of mpi_elementwise_einsum_equivalence_test: see
-// elementwise_einsum_equivalence_test.cpp).
-#include "elementwise_einsum_equivalence.hpp"
+// einsum in every shape under every layout (a TU of mpi_einsum_test: see einsum_test.cpp).
+#include "op_family_sweep.hpp"
 
 using namespace tst;
-using namespace tst::elementwise_einsum;
+using namespace tst::op_family;
 
 namespace {
 template <class Exec, class M, class Layouts>
@@ -38,4 +37,4 @@ void run_einsum(const M& g, Layouts layouts) {
 }
 }  // namespace
 
-MESHTENSOR_OPS_CORE_SWEEP("einsum", run_einsum)
+MESHTENSOR_OP_FAMILY_SWEEP("einsum", run_einsum)

@@ -1,13 +1,12 @@
-// Reductions, softmax and reshapes, second TU of mpi_reduction_softmax_reshape_equivalence_test (reduction_softmax_reshape_equivalence_test.cpp says what the
-// program checks; split so that its halves compile in parallel, each in under 2 GB): rename,
-// replace_dimensions and reshape under every layout.
+// rename, replace_dimensions and reshape under every layout (a TU of mpi_reshape_test: see
+// reshape_test.cpp).
 #include <test_support.hpp>
 
 using namespace tst;
 namespace mt = meshtensor;
 
 namespace {
-// As in reduction_softmax_reshape_equivalence_test.cpp: even extents, then uneven over 2, 3, 4 and 6 parts.
+// As in reductions_test.softmax.cpp: even extents, then uneven over 2, 3, 4 and 6 parts.
 std::array<std::int64_t, 2> ext{8, 12};
 void choose_extents(bool uneven) {
   ext = uneven ? std::array<std::int64_t, 2>{13, 3} : std::array<std::int64_t, 2>{8, 12};
@@ -48,7 +47,7 @@ void check_renames_and_reshapes(const M& m) {
 // Layouts over i, j and l: the result's l (new in rename and reshape) is split where the input's
 // dims were not, or over other axes, so data must move or be sliced.
 TEST_CASE("rename, replace_dimensions and reshape keep the row-major elements, every layout",
-          "[reduction_softmax_reshape][equivalence]") {
+          "[reshape][equivalence]") {
   choose_extents(GENERATE(false, true));
   INFO("extents " << ext[0] << " x " << ext[1]);
   SECTION("mesh [P]") {

@@ -1,5 +1,6 @@
-// Gradients of elementwise ops, reduce_sum, broadcast_to and einsum equal central finite
-// differences (float64), under replicated and split layouts.
+// Gradients of elementwise ops, and of reduce_sum, broadcast_to and einsum composed with them, equal
+// central finite differences (float64), under replicated and split layouts; and the gradient check
+// catches a wrong gradient (a TU of mpi_elementwise_test).
 #include <test_support.hpp>
 
 using namespace tst;

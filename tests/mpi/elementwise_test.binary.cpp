@@ -1,9 +1,9 @@
-// Binary elementwise ops, broadcasting by name, under every layout (a TU of
-// mpi_elementwise_einsum_equivalence_test: see elementwise_einsum_equivalence_test.cpp).
-#include "elementwise_einsum_equivalence.hpp"
+// Binary elementwise ops, broadcasting by name, under every layout (a TU of mpi_elementwise_test:
+// see elementwise_test.cpp).
+#include "op_family_sweep.hpp"
 
 using namespace tst;
-using namespace tst::elementwise_einsum;
+using namespace tst::op_family;
 
 namespace {
 template <class Exec, class M, class Layouts>
@@ -21,4 +21,4 @@ void run_binary(const M& g, Layouts layouts) {
 }
 }  // namespace
 
-MESHTENSOR_OPS_CORE_SWEEP("binary ops", run_binary)
+MESHTENSOR_OP_FAMILY_SWEEP("binary ops", run_binary)

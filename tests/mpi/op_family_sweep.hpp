@@ -1,10 +1,11 @@
 #pragma once
-// Shared by the TUs of mpi_elementwise_einsum_equivalence_test (elementwise_einsum_equivalence_test.cpp: unary ops;
-// .binary.cpp, .reductions.cpp, .einsum.cpp), split so that they compile in parallel, each in
-// under 2 GB: extents, the sweep, and its two test cases.
+// The layout sweep of one family of ops, shared by elementwise_test.cpp (unary ops),
+// elementwise_test.binary.cpp, einsum_test.layouts.cpp and reductions_test.cpp (reduce_sum and
+// transpose), each a TU of its own that compiles in under 2 GB: extents, the sweep, and its two
+// test cases.
 #include <test_support.hpp>
 
-namespace tst::elementwise_einsum {
+namespace tst::op_family {
 namespace mt = meshtensor;
 constexpr double tol = 1e-12;
 // Set per run (GENERATE): even extents, and uneven ones over 2, 3, 4 and 6 parts, with one (2)
@@ -24,11 +25,11 @@ void check_all_layouts(const M& g, Layouts layouts, Op op) {
   });
 }
 
-}  // namespace tst::elementwise_einsum
+}  // namespace tst::op_family
 
 // The test cases of one family of ops, RUN<Exec>(mesh, layouts): every layout of meshes [P] and
 // [2x2] on the default space, and one split layout on every space (the same kernels per space).
-#define MESHTENSOR_OPS_CORE_SWEEP(FAMILY, RUN)                                                                   \
+#define MESHTENSOR_OP_FAMILY_SWEEP(FAMILY, RUN)                                                                  \
   TEMPLATE_TEST_CASE(FAMILY " are layout-transparent", "[equivalence]", Kokkos::DefaultExecutionSpace) {        \
     choose_extents(GENERATE(false, true));                                                                      \
     INFO("extents " << ext[0] << " x " << ext[1] << " x " << ext[2]);                                           \

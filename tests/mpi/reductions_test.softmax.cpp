@@ -1,21 +1,17 @@
-// Reductions (reduce_mean/max/min, logsumexp, softmax, log_softmax, causal_softmax, rename, replace_dimensions,
-// reshape, cast, stop_gradient) at 1, 2 and 4 ranks: under every layout of line_layouts /
-// grid_layouts, the gathered result equals the result under the replicated layout and an
-// independent host loop over the gathered input. relayout's sweep over pairs of layouts is in
-// relayout_equivalence_test.cpp (a separate program), the rename and reshape sweep in
-// reduction_softmax_reshape_equivalence_test.renames.cpp (a second TU of this program): they build in parallel.
+// Reductions (reduce_mean/max/min, logsumexp), softmax, log_softmax, causal_softmax, cast and
+// stop_gradient at 1, 2, 3, 4 and 6 ranks: under every layout of line_layouts / grid_layouts, the
+// gathered result equals the result under the replicated layout and an independent host loop over
+// the gathered input (a TU of mpi_reductions_test: see reductions_test.cpp). The renames' and
+// reshapes' sweep is reshape_test.layouts.cpp, relayout's relayout_equivalence_test.cpp.
 // Compile time: the all-layouts sweeps run on Kokkos::DefaultExecutionSpace only; every space in
 // MESHTENSOR_TEST_SPACES gets a smaller smoke test (one split layout per op), so that the
 // instantiation count stays op x layout, not op x layout x space.
-#include <catch2/matchers/catch_matchers_exception.hpp>
-#include <catch2/matchers/catch_matchers_string.hpp>
 #include <cmath>
 #include <limits>
 #include <test_support.hpp>
 
 using namespace tst;
 namespace mt = meshtensor;
-using Catch::Matchers::ContainsSubstring;
 
 namespace {
 // Divisible by 4 (the most processors a dim is cut into) and different, so that a mix-up of the
@@ -141,7 +137,7 @@ void check_reductions_and_softmax(const M& m) {
 }  // namespace
 
 TEST_CASE("reductions, softmax and cast equal the replicated result and a host loop, every layout",
-          "[reduction_softmax_reshape][equivalence]") {
+          "[softmax][equivalence]") {
   choose_extents(GENERATE(false, true));
   INFO("extents " << ext[0] << " x " << ext[1]);
   SECTION("mesh [P]") {
@@ -154,7 +150,7 @@ TEST_CASE("reductions, softmax and cast equal the replicated result and a host l
   }
 }
 
-TEMPLATE_TEST_CASE("reductions, softmax and reshapes: smoke on every execution space", "[reduction_softmax_reshape][equivalence]", MESHTENSOR_TEST_SPACES) {
+TEMPLATE_TEST_CASE("reductions, softmax and reshapes: smoke on every execution space", "[softmax][equivalence]", MESHTENSOR_TEST_SPACES) {
   choose_extents(GENERATE(false, true));
   auto m = world_grid();
   using L = mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>;
@@ -174,7 +170,7 @@ TEMPLATE_TEST_CASE("reductions, softmax and reshapes: smoke on every execution s
   REQUIRE(mt::gather_all(mt::cast<float>(x)) == std::vector<float>(h.begin(), h.end()));
 }
 
-TEST_CASE("logsumexp and softmax are stable for large and infinite inputs", "[reduction_softmax_reshape][equivalence]") {
+TEST_CASE("logsumexp and softmax are stable for large and infinite inputs", "[softmax][equivalence]") {
   auto m = world_line();
   using T = ten<mt::layout<line, mt::split<j_, x_>>, i_, j_>;
   const double inf = std::numeric_limits<double>::infinity();
@@ -189,59 +185,4 @@ TEST_CASE("logsumexp and softmax are stable for large and infinite inputs", "[re
   double s = 0;
   for (int n = 0; n < 4; ++n) s += sm[n];
   REQUIRE(std::abs(s - 1.0) < 1e-12);
-}
-
-TEST_CASE("reshape and rename errors name the dims, extents and axes, on every rank", "[reduction_softmax_reshape]") {
-  auto m = world_grid();
-  // Every rank must throw; the allreduce afterwards proves none is left behind.
-  auto all_threw = [](int threw) {
-    int all = 0;
-    MPI_Allreduce(&threw, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    return all == 1;
-  };
-  SECTION("product of extents differs") {
-    using X = ten<mt::layout<grid, mt::split<i_, r_>>, i_, j_, k_>;
-    const auto x = mt::random_normal<X>(m, {4, 8, 12}, seed);
-    int threw = 0;
-    try {
-      (void)mt::reshape<i_, l_>(x, {4, 95});
-    } catch (const mt::shape_error& e) {
-      threw = 1;
-      REQUIRE_THAT(std::string(e.what()), ContainsSubstring("tensor<i, j, k>[i=4, j=8, k=12]") &&
-                                              ContainsSubstring("384") &&
-                                              ContainsSubstring("tensor<i, l>[i=4, l=95]") &&
-                                              ContainsSubstring("380"));
-    }
-    REQUIRE(all_threw(threw));
-  }
-  SECTION("a split dim kept by name moves in the row-major order") {
-    using X = ten<mt::layout<grid, mt::split<k_, r_>>, i_, j_, k_>;
-    const auto x = mt::random_normal<X>(m, {4, 8, 12}, seed);
-    int threw = 0;
-    try {
-      // k keeps its extent but now has 4 elements before it instead of 32.
-      (void)mt::reshape<i_, k_, l_>(x, {4, 12, 8});
-    } catch (const mt::layout_error& e) {
-      threw = 1;
-      REQUIRE_THAT(std::string(e.what()), ContainsSubstring("dim 'k'") && ContainsSubstring("r(") &&
-                                              ContainsSubstring("32 -> 4") &&
-                                              ContainsSubstring("tensor<i, k, l>[i=4, k=12, l=8]"));
-    }
-    REQUIRE(all_threw(threw));
-  }
-  SECTION("rename onto a dim the layout cuts unevenly is no error") {
-    using L = mt::layout<grid, mt::split<l_, r_, c_>>;
-    using X = ten<L, i_, j_, k_>;
-    const auto x = mt::random_normal<X>(m, {4, 8, 6}, seed);
-    const auto y = mt::rename<k_, l_>(x);
-    // 6 cut over r, then each part over c (nested balanced blocks): at [2x2] 3 + 3, then 2, 1, 2, 1.
-    const auto c = m.communicator().coords();
-    const std::int64_t R = m.size<r_>(), C = m.size<c_>();
-    const std::int64_t over_r = 6 / R + (c[0] < 6 % R ? 1 : 0);
-    const int right = y.local_extent<l_>() == over_r / C + (c[1] < over_r % C ? 1 : 0) ? 1 : 0;
-    int everywhere = 0;  // agreed: a REQUIRE failing on some ranks only would hang the others
-    MPI_Allreduce(&right, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    REQUIRE(everywhere == 1);
-    REQUIRE(mt::gather_all(y) == mt::gather_all(x));
-  }
 }
