@@ -67,7 +67,7 @@ TEST_CASE("an op whose step states another plan than it runs fails where plans a
   const bool before = checked;
   checked = true;
   const auto stand_in = [&](mt::comm_plan stated) {
-    const mt::detail::op_call call(mt::detail::planned_step{"stand_in", stated}, x);
+    const mt::detail::op_call call(mt::detail::planned_op{"stand_in", stated}, x);
     return mt::reduce_sum<i_>(x);
   };
   CHECK_THROWS_WITH(stand_in(mt::comm_plan{}),
@@ -77,7 +77,7 @@ TEST_CASE("an op whose step states another plan than it runs fails where plans a
                     Catch::Matchers::ContainsSubstring("its plan says 1 x allgather over r"));
   CHECK_NOTHROW(stand_in(mt::reduce_plan<mt::tensor<double, L, j_>, X>()));
   CHECK_NOTHROW([&] {
-    const mt::detail::op_call call(mt::detail::composite_step{"layer"});
+    const mt::detail::op_call call(mt::detail::composite_op{"layer"});
     return mt::reduce_sum<i_>(x);
   }());
   // Unchecked, the drifting step passes unnoticed: the suite's setting is what catches it.

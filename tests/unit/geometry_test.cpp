@@ -5,6 +5,7 @@
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <meshtensor/geometry/box.hpp>
+#include <meshtensor/geometry/exchange.hpp>
 #include <meshtensor/geometry/placement.hpp>
 #include <meshtensor/geometry/split.hpp>
 #include <meshtensor/geometry/window.hpp>
@@ -274,9 +275,9 @@ TEST_CASE("a window's halo: neighbours send exactly what the next part reads, an
           for (std::int64_t dilation = 1; dilation <= 2; ++dilation)
             for (const auto pad : {mt::padding::valid, mt::padding::same}) {
               if (pad == mt::padding::valid && (size - 1) * dilation + 1 > extent) continue;
-              const auto geo = mt::detail::geometry_of("test", "x", extent, {size, stride, dilation, pad});
-              std::vector<mt::detail::halo_dim> h;
-              for (int q = 0; q < p; ++q) h.push_back(mt::detail::schedule_halo(0, split, geo, line, std::vector<int>{q}));
+              const auto geo = mt::geometry_of("test", "x", extent, {size, stride, dilation, pad});
+              std::vector<mt::halo_dim> h;
+              for (int q = 0; q < p; ++q) h.push_back(mt::schedule_halo(0, split, geo, line, std::vector<int>{q}));
               for (int q = 0; q < p; ++q) {
                 INFO("p " << p << " extent " << extent << " size " << size << " stride " << stride << " dilation "
                           << dilation << " part " << q);
@@ -285,7 +286,7 @@ TEST_CASE("a window's halo: neighbours send exactly what the next part reads, an
                   REQUIRE(h[q].buf_lo <= h[q].need_lo);
                   REQUIRE(h[q].need_hi <= h[q].buf_hi);
                 }
-                if (h[q].path != mt::detail::halo_path::neighbours) continue;
+                if (h[q].path != mt::halo_path::neighbours) continue;
                 REQUIRE(h[q].buf_lo >= h[q].own_lo - h[q].from_left);
                 REQUIRE(h[q].buf_hi <= h[q].own_hi + h[q].from_right);
                 if (q + 1 < p) {
@@ -303,28 +304,102 @@ TEST_CASE("a window's halo: neighbours send exactly what the next part reads, an
                   }
                 }
               }
-              neighbour_cases += h[0].path == mt::detail::halo_path::neighbours;
-              gather_cases += h[0].path == mt::detail::halo_path::gather;
+              neighbour_cases += h[0].path == mt::halo_path::neighbours;
+              gather_cases += h[0].path == mt::halo_path::gather;
             }
   }
   CHECK(neighbour_cases > 100);
   CHECK(gather_cases > 10);  // windows reaching past a small neighbour's part
   const mt::mesh_shape grid({"a", "b"}, {2, 2});
-  const auto geo = mt::detail::geometry_of("test", "x", 16, {3, 1, 1, mt::padding::same});
-  CHECK(mt::detail::schedule_halo(0, mt::dim_split::over({0, 1}), geo, grid, std::vector<int>{1, 0}).path ==
-        mt::detail::halo_path::gather);
-  CHECK(mt::detail::schedule_halo(0, mt::dim_split{}, geo, grid, std::vector<int>{1, 0}).path ==
-        mt::detail::halo_path::local);
+  const auto geo = mt::geometry_of("test", "x", 16, {3, 1, 1, mt::padding::same});
+  CHECK(mt::schedule_halo(0, mt::dim_split::over({0, 1}), geo, grid, std::vector<int>{1, 0}).path ==
+        mt::halo_path::gather);
+  CHECK(mt::schedule_halo(0, mt::dim_split{}, geo, grid, std::vector<int>{1, 0}).path ==
+        mt::halo_path::local);
 }
 
 TEST_CASE("a malformed or oversized window names the op, the dim and the numbers", "[geometry][window]") {
-  CHECK_THROWS_WITH(mt::detail::geometry_of("conv", "h", 8, {0, 1, 1, mt::padding::valid}),
+  CHECK_THROWS_WITH(mt::geometry_of("conv", "h", 8, {0, 1, 1, mt::padding::valid}),
                     Catch::Matchers::ContainsSubstring("conv: the window along dim 'h' needs size, stride and dilation of at least 1 (got size 0"));
-  CHECK_THROWS_WITH(mt::detail::geometry_of("unfold", "w", 4, {3, 1, 2, mt::padding::valid}),
+  CHECK_THROWS_WITH(mt::geometry_of("unfold", "w", 4, {3, 1, 2, mt::padding::valid}),
                     Catch::Matchers::ContainsSubstring("unfold: a window spanning 5 elements (size 3, dilation 2) does not fit dim 'w' of extent 4"));
   // same padding: ceil(extent / stride) positions, the odd padding element at the end.
-  const auto g = mt::detail::geometry_of("unfold", "w", 10, {3, 3, 1, mt::padding::same});
+  const auto g = mt::geometry_of("unfold", "w", 10, {3, 3, 1, mt::padding::same});
   CHECK(g.out == 4);
   CHECK(g.pad_lo == 1);  // (4 - 1) * 3 + 3 - 10 = 2 padding elements, one before
   CHECK(g.reads(0, 4) == std::pair<std::int64_t, std::int64_t>{0, 10});
+}
+
+TEST_CASE("an exchange's blocks lie back to back in peer order, as MPI's counts and displacements", "[geometry][exchange]") {
+  const std::vector<std::int64_t> sizes{3, 0, 5, 2};
+  const mt::exchange_blocks b(sizes);
+  REQUIRE(b.peers() == 4);
+  CHECK(b.counts == std::vector<int>{3, 0, 5, 2});
+  CHECK(b.displs == std::vector<int>{0, 3, 3, 8});
+  CHECK(b.total == 10);
+  CHECK(!b.uniform());
+  CHECK(mt::exchange_blocks(std::vector<std::int64_t>{4, 4, 4}).uniform());
+  CHECK(mt::exchange_blocks(std::vector<std::int64_t>{}).total == 0);
+  // MPI's counts are ints: past INT32_MAX the size is named, not wrapped.
+  const std::int64_t big = std::int64_t{1} << 31;
+  CHECK_THROWS_WITH(mt::exchange_blocks(std::vector<std::int64_t>{big}),
+                    Catch::Matchers::ContainsSubstring("2147483648 elements exceeds MPI's int count"));
+}
+
+TEST_CASE("every processor's box under a placement: the exchange tiles the tensor once", "[geometry][exchange]") {
+  const mt::mesh_shape mesh({"a", "b"}, {2, 3});
+  for (const auto& splits : layouts(2)) {
+    const mt::placement<2> p(splits, mesh, {7, 5});  // uneven along both dims
+    const auto all = mt::all_boxes(p);
+    REQUIRE(all.peers() == 6);
+    // Replicas hold the same box: the total counts each element once per replica.
+    std::int64_t replicas = 6;
+    for (const auto& s : splits) replicas /= s.parts(std::span<const int>(mesh.sizes()));
+    CHECK(all.total == 7 * 5 * replicas);
+    for (std::size_t r = 0; r < all.peers(); ++r) {
+      CHECK(all.counts[r] == all.boxes[r].size());
+      if (r > 0) CHECK(all.displs[r] == all.displs[r - 1] + all.counts[r - 1]);
+    }
+  }
+}
+
+TEST_CASE("an exchange is in place in a region where each block is its own contiguous run there", "[geometry][exchange]") {
+  const mt::mesh_shape line({"x"}, {3});
+  const mt::box<2> whole{{0, 0}, {7, 4}};
+  // Rows split over x: the peers' boxes, back to back, are the whole array's row-major order.
+  const mt::placement<2> rows({over({0}), mt::dim_split{}}, line, {7, 4});
+  const mt::exchange<2> by_rows(mt::peer_boxes(rows, line, std::vector<int>{1}, mt::axis_set(1u)));
+  CHECK(by_rows.in_place_in(whole));
+  CHECK(by_rows.packs_as(whole));
+  // Columns split: each block is strided in the whole array, so it must be packed.
+  const mt::placement<2> cols({mt::dim_split{}, over({0})}, line, {7, 4});
+  const mt::exchange<2> by_cols(mt::peer_boxes(cols, line, std::vector<int>{0}, mt::axis_set(1u)));
+  CHECK(!by_cols.in_place_in(whole));
+  CHECK(!by_cols.packs_as(whole));
+  // Blocks in place but not covering the region: in place, yet not the region's buffer itself.
+  const mt::exchange<2> first_two(std::vector<mt::box<2>>{by_rows.boxes[0], by_rows.boxes[1]});
+  CHECK(first_two.in_place_in(whole));
+  CHECK(!first_two.packs_as(whole));
+}
+
+TEST_CASE("a shift's path: local unsplit, neighbours on one axis within the smallest part, else gathered", "[geometry][window]") {
+  using mt::halo_path;
+  CHECK(mt::shift_halo_path(mt::dim_split{}, 5, 100) == halo_path::local);
+  for (std::int64_t reach : {-3, -1, 0, 1, 3}) CHECK(mt::shift_halo_path(over({0}), 3, reach) == halo_path::neighbours);
+  CHECK(mt::shift_halo_path(over({0}), 3, 4) == halo_path::gather);
+  CHECK(mt::shift_halo_path(over({0}), 3, -4) == halo_path::gather);
+  CHECK(mt::shift_halo_path(over({0, 1}), 100, 1) == halo_path::gather);
+  // The neighbours path is taken exactly when what shifts into every part (wrapping around, as
+  // boundary::wrap does) comes from the part before it alone: that part holds at least |reach|.
+  // 7 over 4 parts is 2, 2, 2, 1: the last part, the smallest, decides for the first.
+  const mt::mesh_shape line({"x"}, {4});
+  for (std::int64_t extent : {4, 7, 9, 13})
+    for (std::int64_t reach = 1; reach <= extent; ++reach) {
+      const mt::placement<1> p({over({0})}, line, {extent});
+      const bool neighbours = mt::shift_halo_path(over({0}), p.min_part_extent(0), reach) == halo_path::neighbours;
+      bool adjacent = true;
+      for (std::int64_t q = 0; q < p.parts(0); ++q)
+        adjacent = adjacent && p.part_extent(0, (q + p.parts(0) - 1) % p.parts(0)) >= reach;
+      CHECK(neighbours == adjacent);
+    }
 }

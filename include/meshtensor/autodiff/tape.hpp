@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "../tensor/allreduce_local.hpp"
+#include "../tensor/allreduce_slice.hpp"
 #include "../tensor/tensor.hpp"
 #include "../kernels/launch.hpp"
 

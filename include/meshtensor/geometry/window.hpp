@@ -30,7 +30,9 @@ struct window {
   padding pad = padding::valid;
 };
 
-namespace detail {
+// The halo schedule (public: its laws are unit-tested in tests/unit/geometry_test.cpp, without MPI):
+// a window's geometry along one dim, and per processor the path and extent of the halo it reads;
+// shift's path by the same vocabulary.
 
 // One window's positions along a dim of the given extent: output o, tap k reads input
 // o * stride - pad_lo + k * dilation (outside [0, extent): the fill value).
@@ -50,13 +52,13 @@ struct window_geometry {
 // the window is malformed or (padding valid) does not fit.
 inline window_geometry geometry_of(const char* op, std::string_view dim, std::int64_t extent, const window& w) {
   if (w.size < 1 || w.stride < 1 || w.dilation < 1)
-    throw shape_error(cat(op, ": the window along dim '", dim, "' needs size, stride and dilation of at least 1 (got size ",
+    throw shape_error(detail::cat(op, ": the window along dim '", dim, "' needs size, stride and dilation of at least 1 (got size ",
                           w.size, ", stride ", w.stride, ", dilation ", w.dilation, ")"));
   window_geometry g{extent, 0, w.size, w.stride, w.dilation, 0};
   const std::int64_t span = (w.size - 1) * w.dilation + 1;
   if (w.pad == padding::valid) {
     if (extent < span)
-      throw shape_error(cat(op, ": a window spanning ", span, " elements (size ", w.size, ", dilation ", w.dilation,
+      throw shape_error(detail::cat(op, ": a window spanning ", span, " elements (size ", w.size, ", dilation ", w.dilation,
                             ") does not fit dim '", dim, "' of extent ", extent, " with padding valid"));
     g.out = (extent - span) / w.stride + 1;
   } else {
@@ -85,6 +87,17 @@ struct halo_dim {
   // D's range in the working buffer once this dim's halo is in: [buf_lo, buf_hi).
   std::int64_t buf_lo = 0, buf_hi = 0;
 };
+
+// The path of a shift by `reach` elements along a dim cut by `split` into parts of at least
+// `min_part` elements: nothing moves where the dim is not split (local); from the neighbour on the
+// dim's one axis where every part holds at least |reach| elements, so that what enters a part comes
+// from the adjacent part alone (neighbours); else the dim gathered whole (gather). Decided from the
+// placement, so every processor takes the same path (ops/shift.hpp).
+inline halo_path shift_halo_path(const dim_split& split, std::int64_t min_part, std::int64_t reach) {
+  if (split.count == 0) return halo_path::local;
+  const std::int64_t r = reach < 0 ? -reach : reach;
+  return split.count == 1 && r <= min_part ? halo_path::neighbours : halo_path::gather;
+}
 
 // The halo of the processor at `coords` along a dim at position `index`, split by `split`, read by
 // windows of geometry `geo` (input and output cut alike by the split's balanced blocks).
@@ -135,5 +148,4 @@ inline halo_dim schedule_halo(std::size_t index, const dim_split& split, const w
   return h;
 }
 
-}  // namespace detail
 }  // namespace meshtensor

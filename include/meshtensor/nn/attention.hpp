@@ -80,7 +80,7 @@ namespace meshtensor::nn {
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
 X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo,
                    attention_memory memory = attention_memory::keep_all) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"causal_attention"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"causal_attention"});
   const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, memory);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
 }
@@ -91,7 +91,7 @@ X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& 
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
 auto causal_attention_partial(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo,
                               attention_memory memory = attention_memory::keep_all) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"causal_attention"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"causal_attention"});
   const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, memory);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum_partial<Ds...>(o, wo); }(typename X::dims{});
 }
@@ -136,7 +136,7 @@ namespace meshtensor::nn {
 
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor M, Tensor W, Tensor WO>
 X attention(const X& x, const M& memory, const W& wq, const W& wk, const W& wv, const WO& wo) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"attention"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"attention"});
   const auto o = meshtensor::detail::attention_heads_over<Length, MemLength, DModel, Heads, DKv>(
       x, memory, wq, wk, wv, meshtensor::detail::no_key_bias{});
   return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
@@ -148,7 +148,7 @@ X attention(const X& x, const M& memory, const W& wq, const W& wk, const W& wv, 
   static_assert(contains_v<MemLength, typename Bias::dims> && !contains_v<Length, typename Bias::dims>,
                 "meshtensor: attention's key_bias is per key: it holds MemLength (and dims of x such as batch), "
                 "not Length");
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"attention"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"attention"});
   const auto o = meshtensor::detail::attention_heads_over<Length, MemLength, DModel, Heads, DKv>(x, memory, wq, wk,
                                                                                                wv, key_bias);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});

@@ -50,7 +50,7 @@ auto einsum_to(type_list<Out...>, const A& a, const B& b) {
 // in any order][channels in], the filter = window dims, channels in side by side in x's order,
 // channels out side by side; the result = x's first dims, then channels out. ok is false where
 // the dims do not allow it (conv then takes unfold + einsum).
-struct direct_conv_layout {
+struct direct_conv_dims {
   bool ok = false;
   std::size_t prefix = 0;                   // x's dims before channels in (the result's too)
   std::size_t batch_first = 0, batch_count = 0;
@@ -60,9 +60,9 @@ struct direct_conv_layout {
   unsigned out_axes = 0, batch_spatial_axes = 0;  // split axes of channels out; of x's first dims
 };
 template <Tensor X, Tensor F, class... S>
-constexpr direct_conv_layout direct_conv_layout_of() {
+constexpr direct_conv_dims direct_conv_layout_of() {
   constexpr std::size_t R = X::rank, FR = F::rank, N = sizeof...(S), P = spatial_prefix_v<X, S...>;
-  direct_conv_layout l;
+  direct_conv_dims l;
   if constexpr (N <= 3 && P < R) {
     const std::array<std::size_t, N> xs{X::template index_of<typename S::dim>()...};
     const std::array<std::size_t, N> fw{F::template index_of<typename S::window_dim>()...};
@@ -103,12 +103,12 @@ constexpr direct_conv_layout direct_conv_layout_of() {
   return l;
 }
 template <Tensor X, Tensor F, class... S>
-inline constexpr direct_conv_layout direct_conv_layout_v = direct_conv_layout_of<X, F, S...>();
+inline constexpr direct_conv_dims direct_conv_layout_v = direct_conv_layout_of<X, F, S...>();
 
 // The direct convolution of this processor's slice: src is the halo buffer (extents b_ext, its
 // first element at global b_begin), dst the result's slice, weights the filter's slice.
 template <std::size_t R, std::size_t N>
-kernels::conv_problem direct_conv_problem(const direct_conv_layout& l, const std::array<std::int64_t, R>& b_ext,
+kernels::conv_problem direct_conv_problem(const direct_conv_dims& l, const std::array<std::int64_t, R>& b_ext,
                                           const std::array<std::int64_t, R>& b_begin, const std::array<halo_dim, N>& halos,
                                           std::span<const std::int64_t> y_ext, std::span<const std::int64_t> y_off,
                                           std::span<const std::int64_t> f_ext) {
@@ -157,7 +157,7 @@ kernels::conv_problem direct_conv_problem(const direct_conv_layout& l, const std
 
 // Whether the problem covers the whole buffer (backward data then writes every element of it).
 template <std::size_t R, std::size_t N>
-bool covers_buffer(const kernels::conv_problem& p, const direct_conv_layout& l, const std::array<std::int64_t, R>& b_ext) {
+bool covers_buffer(const kernels::conv_problem& p, const direct_conv_dims& l, const std::array<std::int64_t, R>& b_ext) {
   bool all = !p.empty() && p.src_offset == 0;
   for (std::size_t j = 0; j < N; ++j) all = all && p.in[j] == b_ext[l.x_spatial[j]];
   return all;
@@ -165,7 +165,7 @@ bool covers_buffer(const kernels::conv_problem& p, const direct_conv_layout& l, 
 
 // The filter's window dims must have the windows' sizes (op names the caller in the error).
 template <class... S, Tensor F>
-void check_filter_windows(const char* op, const F& filter, const direct_conv_layout& l,
+void check_filter_windows(const char* op, const F& filter, const direct_conv_dims& l,
                           const std::array<window, sizeof...(S)>& windows) {
   constexpr std::array<std::string_view, sizeof...(S)> window_names{S::window_dim::name()...};
   for (std::size_t j = 0; j < sizeof...(S); ++j)
@@ -178,7 +178,7 @@ void check_filter_windows(const char* op, const F& filter, const direct_conv_lay
 // its output (diff_dst): backward weights, a partial sum over the split axes of batch and spatial dims.
 template <Tensor F>
 void push_filter_grad(const F& filter, const kernels::conv_problem& p, const typename F::value_type* src,
-                      const typename F::value_type* diff_dst, const direct_conv_layout& l) {
+                      const typename F::value_type* diff_dst, const direct_conv_dims& l) {
   F df(filter.mesh(), filter.extents(), uninitialized);
   kernels::convolution_backward_weights<typename F::execution_space, typename F::value_type>(p, src, diff_dst,
                                                                                             df.view().data());
@@ -195,7 +195,7 @@ auto conv_direct(const X& x, const F& filter, const std::array<window, sizeof...
   using mem = typename X::memory_space;
   using Y = with_dims_t<X, conv_dims_t<X, F, S...>>;
   constexpr std::size_t R = X::rank, N = sizeof...(S);
-  constexpr direct_conv_layout l = direct_conv_layout_v<X, F, S...>;
+  constexpr direct_conv_dims l = direct_conv_layout_v<X, F, S...>;
   constexpr std::size_t P = l.prefix;
   const auto halos = schedule_halos<X, S...>("conv", x.mesh(), x.extents(), windows);
   check_filter_windows<S...>("conv", filter, l, windows);
@@ -232,7 +232,7 @@ auto conv_direct(const X& x, const F& filter, const std::array<window, sizeof...
 template <Tensor Y, Tensor F, class... S>
 constexpr bool direct_transpose_ok() {
   using X = transpose_input_t<Y, F, S...>;
-  constexpr direct_conv_layout l = direct_conv_layout_v<X, F, S...>;
+  constexpr direct_conv_dims l = direct_conv_layout_v<X, F, S...>;
   return l.ok && l.out_axes == 0 && std::is_same_v<typename Y::dims, conv_dims_t<X, F, S...>>;
 }
 
@@ -249,7 +249,7 @@ auto conv_transpose_direct(const Y& y, const F& filter, const std::array<std::in
   using mem = typename Y::memory_space;
   using X = transpose_input_t<Y, F, S...>;
   constexpr std::size_t R = X::rank, N = sizeof...(S);
-  constexpr direct_conv_layout l = direct_conv_layout_v<X, F, S...>;
+  constexpr direct_conv_dims l = direct_conv_layout_v<X, F, S...>;
   constexpr std::size_t P = l.prefix;
   constexpr std::array<std::string_view, N> names{S::dim::name()...};
   typename X::extents_type x_ext{};
@@ -297,7 +297,7 @@ template <class... S, Tensor X, Tensor F>
 auto conv(const X& x, const F& filter, meshtensor::window_for<S>... windows) {
   static_assert((contains_v<typename S::window_dim, typename F::dims> && ...),
                 "meshtensor::nn::conv: the filter needs every window dim (its taps along each spatial dim)");
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"conv"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"conv"});
   if constexpr (meshtensor::detail::direct_conv_layout_v<X, F, S...>.ok) {
     static_assert((meshtensor::detail::spatial_checked_v<X, S> && ...));
     if (kernels::has_convolution<typename X::execution_space, typename X::value_type>())
@@ -325,7 +325,7 @@ template <class... S, Tensor Y, Tensor F>
   requires(sizeof...(S) > 0)
 auto conv_transpose(const Y& y, const F& filter, const std::array<std::int64_t, sizeof...(S)>& spatial_extents,
                     meshtensor::window_for<S>... windows) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"conv_transpose"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"conv_transpose"});
   if constexpr (meshtensor::detail::direct_transpose_ok<Y, F, S...>()) {
     static_assert((meshtensor::detail::spatial_checked_v<meshtensor::detail::transpose_input_t<Y, F, S...>, S> && ...));
     if (kernels::has_convolution<typename Y::execution_space, typename Y::value_type>())
@@ -339,21 +339,21 @@ template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
 auto max_pool(const X& x, meshtensor::window_for<S>... windows) {
   using T = typename X::value_type;
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"max_pool"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"max_pool"});
   return reduce_max<typename S::window_dim...>(unfold<S...>(x, -std::numeric_limits<T>::infinity(), windows...));
 }
 
 template <class... S, Tensor X>
   requires(sizeof...(S) > 0)
 auto avg_pool(const X& x, meshtensor::window_for<S>... windows) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"avg_pool"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"avg_pool"});
   return reduce_mean<typename S::window_dim...>(unfold<S...>(x, windows...));
 }
 
 // Training-mode batch normalisation: statistics of this batch over Ds (biased variance).
 template <Dim... Ds, Tensor X, Tensor P>
 X batch_norm(const X& x, const P& scale, const P& bias, typename X::value_type eps = 1e-5) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"batch_norm"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"batch_norm"});
   return normalize<Ds...>(x, eps) * scale + bias;
 }
 

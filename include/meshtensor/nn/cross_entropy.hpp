@@ -69,11 +69,11 @@ auto softmax_cross_entropy_fused(const Logits& logits, const Labels& labels, typ
   } else {
     f.phase = phase_max;
     for_each_row<Exec>(sh.rows(), f);
-    allreduce_local(m, axes, reduce_op::max);
+    allreduce_slice(m, axes, reduce_op::max);
     f.phase = phase_sum;
     for_each_row<Exec>(sh.rows(), f);
-    allreduce_local(s, axes, reduce_op::sum);
-    allreduce_local(p, axes, reduce_op::sum);
+    allreduce_slice(s, axes, reduce_op::sum);
+    allreduce_slice(p, axes, reduce_op::sum);
     f.phase = phase_write;
     for_each_row<Exec>(sh.rows(), f);
   }
@@ -95,7 +95,7 @@ namespace meshtensor::nn {
 
 template <Dim Vocab, Tensor Logits, Tensor Labels>
 auto softmax_cross_entropy(const Logits& logits, const Labels& labels, double label_smoothing = 0.0) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"softmax_cross_entropy"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"softmax_cross_entropy"});
   using T = typename Logits::value_type;
   static_assert(contains_v<Vocab, typename Logits::dims>, "meshtensor::nn::softmax_cross_entropy: no Vocab dim");
   const std::int64_t n = logits.template extent<Vocab>();

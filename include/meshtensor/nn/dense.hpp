@@ -29,7 +29,7 @@ namespace meshtensor::nn {
 
 template <Dim In, Dim Out, Tensor X, Tensor W>
 auto dense(const X& x, const W& w) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"dense"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"dense"});
   static_assert(contains_v<In, typename X::dims>, "meshtensor::nn::dense<In, Out>: x has no dim In");
   static_assert(contains_v<In, typename W::dims> && contains_v<Out, typename W::dims>,
                 "meshtensor::nn::dense<In, Out>: the weight must hold dims In and Out");
@@ -39,7 +39,7 @@ auto dense(const X& x, const W& w) {
 
 template <Dim In, Dim Out, Tensor X, Tensor W, Tensor B>
 auto dense(const X& x, const W& w, const B& b) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"dense"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"dense"});
   return dense<In, Out>(x, w) + b;
 }
 

@@ -27,7 +27,7 @@ X dropout_mask(const typename X::mesh_type& m, const typename X::extents_type& e
 
 template <Tensor X>
 X dropout(const X& x, double rate, std::uint64_t seed, std::uint64_t step) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"dropout"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"dropout"});
   if (rate <= 0) return x;
   if (rate >= 1) throw error(detail::cat("dropout: rate ", rate, " must be below 1"));
   // One fused kernel: no mask tensor, nothing kept for the backward (which draws the mask again).

@@ -8,7 +8,7 @@ namespace meshtensor::nn {
 
 template <Dim Vocab, Tensor Table, Tensor Ids>
 auto embedding(const Table& table, const Ids& ids) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"embedding"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"embedding"});
   return gather<Vocab>(table, ids);
 }
 

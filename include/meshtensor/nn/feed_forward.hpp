@@ -13,7 +13,7 @@ namespace meshtensor::nn {
 
 template <Dim DModel, Dim DFf, Tensor X, Tensor W1, Tensor W2>
 X feed_forward(const X& x, const W1& w_in, const W2& w_out) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"feed_forward"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"feed_forward"});
   const auto h = relu(dense<DModel, DFf>(x, w_in));
   return dense<DFf, DModel>(h, w_out);
 }
@@ -22,7 +22,7 @@ X feed_forward(const X& x, const W1& w_in, const W2& w_out) {
 // (ops/partial_sum.hpp).
 template <Dim DModel, Dim DFf, Tensor X, Tensor W1, Tensor W2>
 auto feed_forward_partial(const X& x, const W1& w_in, const W2& w_out) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"feed_forward"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"feed_forward"});
   const auto h = relu(dense<DModel, DFf>(x, w_in));
   return [&]<class... Ds>(type_list<Ds...>) { return einsum_partial<Ds...>(h, w_out); }(typename X::dims{});
 }

@@ -71,7 +71,7 @@ namespace meshtensor::nn {
 
 template <Dim... Ds, Tensor X, Tensor S, Tensor B>
 X layer_norm(const X& x, const S& scale, const B& bias, typename X::value_type eps = 1e-6) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"layer_norm"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"layer_norm"});
   // Fused where D is one unsplit dim and scale and bias are [D], replicated: under X's layout or
   // another that splits D alike (the residual stream of sequence parallelism, docs/training.md).
   if constexpr (sizeof...(Ds) == 1 && std::is_same_v<S, B> &&

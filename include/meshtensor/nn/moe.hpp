@@ -168,7 +168,7 @@ constexpr comm_plan moe_plan() {
 
 template <class Dims, Tensor X, Tensor WG, Tensor WI, Tensor WO>
 auto moe(const X& x, const WG& w_gate, const WI& w_in, const WO& w_out, std::int64_t capacity) {
-  const meshtensor::detail::op_call call(meshtensor::detail::planned_step{"moe", moe_plan<Dims, X>()}, x);
+  const meshtensor::detail::op_call call(meshtensor::detail::planned_op{"moe", moe_plan<Dims, X>()}, x);
   using G = typename Dims::group;
   using S = typename Dims::token;
   using M = typename Dims::d_model;

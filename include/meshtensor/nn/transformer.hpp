@@ -62,7 +62,7 @@ template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Dim DFf, Te
           Tensor W, Tensor WO, Tensor WI, Tensor WF>
 X encoder_block(const X& x, const Bias& key_bias, const attention_sublayer<S, W, WO>& self,
                 const feed_forward_sublayer<S, WI, WF>& ff, block_dropout drop = {}) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"encoder_block"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"encoder_block"});
   const auto h = layer_norm<DModel>(x, self.ln_scale, self.ln_bias);
   const X a = residual_dropout(
       x, self_attention<Length, MemLength, DModel, Heads, DKv>(h, self.wq, self.wk, self.wv, self.wo, key_bias), drop.rate,
@@ -76,7 +76,7 @@ template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Dim DFf, Te
 Y decoder_block(const Y& y, const M& memory, const Bias& memory_bias, const attention_sublayer<S, W, WO>& self,
                 const attention_sublayer<S, W, WO>& cross, const feed_forward_sublayer<S, WI, WF>& ff,
                 block_dropout drop = {}) {
-  const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"decoder_block"});
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"decoder_block"});
   const auto h = layer_norm<DModel>(y, self.ln_scale, self.ln_bias);
   const Y a = residual_dropout(
       y, causal_attention<Length, MemLength, DModel, Heads, DKv>(h, self.wq, self.wk, self.wv, self.wo), drop.rate,

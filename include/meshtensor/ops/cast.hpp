@@ -58,7 +58,7 @@ typename X::template rebind<U> cast(const X& x) {
   if constexpr (std::is_same_v<T, U>) {
     return x;
   } else {
-    const detail::op_call call(detail::planned_step{"cast", cast_plan<U, X>()}, x);
+    const detail::op_call call(detail::planned_op{"cast", cast_plan<U, X>()}, x);
     Out out = detail::cast_local<U>(x);
     if constexpr (is_real_v<T> && is_real_v<U>)
       detail::record<Out>(out, detail::cast_rule<X, Out>{detail::node_only(x)}, x);
@@ -69,7 +69,7 @@ typename X::template rebind<U> cast(const X& x) {
 // The same values (sharing x's storage), with no gradient flowing back to x.
 template <Tensor X>
 X stop_gradient(const X& x) {
-  const detail::op_call call(detail::planned_step{"stop_gradient", stop_gradient_plan<X>()}, x);
+  const detail::op_call call(detail::planned_op{"stop_gradient", stop_gradient_plan<X>()}, x);
   return x.detached();
 }
 

@@ -191,7 +191,7 @@ auto contract(const A& a, const B& b) {
     contract_slices<typename A::execution_space, T>(contract_shape_v<OutList, A, B>, a.view(), a.local_extents().data(),
                                                     b.view(), b.local_extents().data(), out.view(),
                                                     out.local_extents().data());
-    if constexpr (sum_partials) allreduce_local(out, contracted_axes<OutList, A, B>(), reduce_op::sum);
+    if constexpr (sum_partials) allreduce_slice(out, contracted_axes<OutList, A, B>(), reduce_op::sum);
     return out;
   }
 }
@@ -253,7 +253,7 @@ detail::with_dims_t<A, type_list<Out...>> einsum(const A& a, const B& b) {
     return {};
   } else {
     detail::check_shared_extents("einsum", a, b);
-    const detail::op_call call(detail::planned_step{"einsum", einsum_plan<OutList, A, B>()}, a);
+    const detail::op_call call(detail::planned_op{"einsum", einsum_plan<OutList, A, B>()}, a);
 
     if constexpr (!std::is_same_v<Ak, Ad>) {
       return einsum<Out...>(sum_to<detail::with_dims_t<A, Ak>>(a), b);

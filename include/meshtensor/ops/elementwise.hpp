@@ -146,7 +146,7 @@ MESHTENSOR_UNARY(gelu, T(0.5) * x * (T(1) + tanh(T(0.7978845608028654) * (x + T(
 
 template <class Fn, Tensor X>
 X unary(const X& x) {
-  const detail::op_call call(detail::planned_step{Fn::name, elementwise_plan()}, x);
+  const detail::op_call call(detail::planned_op{Fn::name, elementwise_plan()}, x);
   X out = detail::map_to<X>(x.extents(), detail::apply_fn<Fn>{}, x);
   detail::record<X>(
       out,
@@ -248,7 +248,7 @@ auto binary(const A& a, const B& b) {
   detail::require_same_layout<A, B>();
   using R = detail::union_result_t<A, B>;
   detail::check_shared_extents(Fn::name, a, b);
-  const detail::op_call call(detail::planned_step{Fn::name, elementwise_plan()}, a);
+  const detail::op_call call(detail::planned_op{Fn::name, elementwise_plan()}, a);
   const auto extents = detail::result_extents<R>(a, b);
   R out = detail::map_to<R>(extents, detail::apply_fn<Fn>{}, a, b);
   // A sum's rule reads neither operand's values: the tape keeps their nodes only.
@@ -328,7 +328,7 @@ auto where(const C& c, const A& a, const B& b) {
   detail::check_shared_extents("where", c, a);
   detail::check_shared_extents("where", c, b);
   detail::check_shared_extents("where", a, b);
-  const detail::op_call call(detail::planned_step{"where", elementwise_plan()}, a);
+  const detail::op_call call(detail::planned_op{"where", elementwise_plan()}, a);
   const auto extents = detail::result_extents<R>(c, a, b);
   R out = detail::map_to<R>(extents, detail::select_fn{}, c, a, b);
   detail::record<R>(

@@ -488,7 +488,7 @@ auto fuse(F f, const X0& x0, const Xs&... xs) {
                 "meshtensor::fuse: f must return an expression of its arguments (elementwise ops, scalars, where, "
                 "nn::dropout), not a tensor or a number");
   using R = detail::with_dims_t<X0, typename detail::dims_union<typename X0::dims, typename Xs::dims...>::type>;
-  const detail::op_call call(detail::planned_step{"fuse", elementwise_plan()}, x0);
+  const detail::op_call call(detail::planned_op{"fuse", elementwise_plan()}, x0);
   (detail::check_shared_extents("fuse", x0, xs), ...);
   const auto extents = detail::result_extents<R>(x0, xs...);
   R out(x0.mesh(), extents, uninitialized);

@@ -157,10 +157,10 @@ template <Dim V, Tensor Table, Tensor Idx>
 detail::gather_result_t<V, Table, Idx> gather(const Table& table, const Idx& ids) {
   using Out = detail::gather_result_t<V, Table, Idx>;
   detail::check_gather_types<V, Table, Idx>();
-  const detail::op_call call(detail::planned_step{"gather", gather_plan<Table, Idx, V>()}, table);
+  const detail::op_call call(detail::planned_op{"gather", gather_plan<Table, Idx, V>()}, table);
   detail::check_ids<V>(ids, table.template extent<V>());
   Out out = detail::gather_local<V>(table, ids);
-  detail::allreduce_local(out, Table::layout_type::template split_of<V>().mask(), reduce_op::sum);
+  detail::allreduce_slice(out, Table::layout_type::template split_of<V>().mask(), reduce_op::sum);
   detail::record<Out>(
       out,
       [table, ids](const Out& g) {

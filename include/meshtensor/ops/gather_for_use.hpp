@@ -75,7 +75,7 @@ Use gather_for_use(const P& p) {
     (void)sizeof(diagnostic::gather_for_use_must_only_gather<Use, P>);
     return Use{};
   } else {
-    const detail::op_call call(detail::planned_step{"gather_for_use", gather_for_use_plan<Use, P>()}, p);
+    const detail::op_call call(detail::planned_op{"gather_for_use", gather_for_use_plan<Use, P>()}, p);
     Use out = detail::relayout_kernel<Use>(p, "gather_for_use");
     detail::record<Use>(out, detail::relayout_rule<Use, P>{p}, p);
     return out;
@@ -96,7 +96,7 @@ class gather_in_flight {
     if constexpr (!detail::gather_for_use_ok<Use, P>()) {
       (void)sizeof(diagnostic::gather_for_use_must_only_gather<Use, P>);
     } else {
-      const detail::op_call call(detail::planned_step{"gather_for_use", gather_for_use_plan<Use, P>()}, p);
+      const detail::op_call call(detail::planned_op{"gather_for_use", gather_for_use_plan<Use, P>()}, p);
       constexpr auto step = analyze_relayout<P::rank>(P::splits, Use::splits);
       if constexpr (step.kind != relayout_kind::allgather) {
         ready_ = gather_for_use<Use>(p);  // nothing to send
@@ -104,26 +104,26 @@ class gather_in_flight {
         auto& comm = p.mesh().communicator();
         const placement<P::rank> from(P::splits, comm.shape(), p.extents()),
             to(Use::splits, comm.shape(), p.extents());
-        layout_ = detail::gather_layout_of<P::rank>(comm, from, to, step.axes);
-        send_.emplace(exchange::reading(p.view()));
-        received_.emplace(exchange::writing(static_cast<std::size_t>(layout_.total)));
+        gather_ = detail::gather_exchange_of<P::rank>(comm, from, to, step.axes);
+        send_.emplace(buffers::reading(p.view()));
+        received_.emplace(buffers::writing(static_cast<std::size_t>(gather_.total)));
         const detail::collective_subject subject(&P::type_name);
-        request_ = start_allgatherv(comm, step.axes, send_->data(), layout_.old_box.size(), received_->data(),
-                                    layout_.counts, layout_.displs);
+        request_ = start_allgatherv(comm, step.axes, send_->data(), gather_.old_box.size(), received_->data(),
+                                    gather_.counts, gather_.displs);
       }
     }
   }
   gather_in_flight(const gather_in_flight&) = delete;
   gather_in_flight& operator=(const gather_in_flight&) = delete;
   gather_in_flight(gather_in_flight&& o) noexcept
-      : p_(std::move(o.p_)), ready_(std::move(o.ready_)), layout_(std::move(o.layout_)), send_(std::move(o.send_)),
+      : p_(std::move(o.p_)), ready_(std::move(o.ready_)), gather_(std::move(o.gather_)), send_(std::move(o.send_)),
         received_(std::move(o.received_)), request_(std::exchange(o.request_, MPI_REQUEST_NULL)) {}
   gather_in_flight& operator=(gather_in_flight&& o) noexcept {
     if (this != &o) {
       finish_quietly();
       p_ = std::move(o.p_);
       ready_ = std::move(o.ready_);
-      layout_ = std::move(o.layout_);
+      gather_ = std::move(o.gather_);
       send_ = std::move(o.send_);
       received_ = std::move(o.received_);
       request_ = std::exchange(o.request_, MPI_REQUEST_NULL);
@@ -137,21 +137,21 @@ class gather_in_flight {
     if (ready_) return *std::exchange(ready_, std::nullopt);
     if (!received_) throw error(detail::cat("gather_in_flight<", Use::type_name(), ">: waited for twice"));
     // Finishing counts nothing: the allgather was counted when it started.
-    const detail::op_call call(detail::planned_step{"gather_for_use", comm_plan{}}, p_);
+    const detail::op_call call(detail::planned_op{"gather_for_use", comm_plan{}}, p_);
     constexpr auto step = analyze_relayout<P::rank>(P::splits, Use::splits);
     auto& comm = p_.mesh().communicator();
     if (request_ != MPI_REQUEST_NULL) {
       const detail::collective_subject subject(&P::type_name);
       comm.await(&request_, 1, collective::allgather, step.axes,
-                 layout_.old_box.size() * static_cast<std::int64_t>(sizeof(typename P::value_type)));
+                 gather_.old_box.size() * static_cast<std::int64_t>(sizeof(typename P::value_type)));
     }
     view_type dst;
-    if (layout_.direct) {
+    if (gather_.direct) {
       dst = received_->view();  // the new slice itself
     } else {
       dst = detail::view_pool<typename P::value_type, typename P::memory_space>::get().allocate(
-          static_cast<std::size_t>(layout_.new_box.size()));
-      detail::unpack_gathered<typename P::execution_space>(layout_, received_->view().data(), dst.data());
+          static_cast<std::size_t>(gather_.new_box.size()));
+      detail::unpack_gathered<typename P::execution_space>(gather_, received_->view().data(), dst.data());
     }
     send_.reset();
     received_.reset();
@@ -161,12 +161,12 @@ class gather_in_flight {
   }
 
  private:
-  using exchange = detail::mpi_buffer<typename P::execution_space, typename P::value_type>;
+  using buffers = detail::mpi_buffer<typename P::execution_space, typename P::value_type>;
   using view_type = Kokkos::View<typename P::value_type*, typename P::memory_space>;
   P p_;
   std::optional<Use> ready_;
-  detail::gather_layout<P::rank> layout_;
-  std::optional<exchange> send_, received_;
+  detail::gather_exchange<P::rank> gather_;
+  std::optional<buffers> send_, received_;
   MPI_Request request_ = MPI_REQUEST_NULL;
 
   // Only reached unfinished when an error left the caller early: MPI still writes the buffer.

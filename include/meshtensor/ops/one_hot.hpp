@@ -46,7 +46,7 @@ detail::one_hot_result_t<NewDim, V, I> one_hot(const I& indices, std::int64_t de
   for (std::size_t i = 0; i < I::rank; ++i) ext[i] = indices.extents()[i];
   ext[I::rank] = depth;
   detail::check_parts<NewDim, Out>("one_hot", indices.mesh(), depth);
-  const detail::op_call call(detail::planned_step{"one_hot", one_hot_plan<I, NewDim>()}, indices);
+  const detail::op_call call(detail::planned_op{"one_hot", one_hot_plan<I, NewDim>()}, indices);
   Out out(indices.mesh(), ext);
   const std::int64_t n = out.local_extents()[I::rank], begin = out.offsets()[I::rank];
   auto iv = indices.view();

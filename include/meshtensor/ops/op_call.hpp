@@ -1,16 +1,17 @@
 #pragma once
-// The one door every op goes through: `const op_call call(step, x);` first thing in the op.
+// The one door every op goes through: `const op_call call(op, x);` first thing in the op.
 // It opens the scope the op's collectives are credited to (plan reports, the watchdog's message),
-// named by the step, and where plans are checked (MESHTENSOR_CHECK_PLANS=1, as the test suite
-// runs) it compares the collectives the op counted, nested ops included, with the plan its step
-// states, when the op returns: a static plan that drifts from what its op does fails every test
-// that calls the op, not only the comm_plan tests that compare the two by hand.
+// named by the op descriptor, and where plans are checked (MESHTENSOR_CHECK_PLANS=1, as the test
+// suite runs) it compares the collectives the op counted, nested ops included, with the plan its
+// descriptor states, when the op returns: a static plan that drifts from what its op does fails
+// every test that calls the op, not only the comm_plan tests that compare the two by hand.
 //
-// A step is a value with a name and, unless it is a layer made of ops that check their own plans
-// (composite_step), a plan(). Where the types decide the collectives it is a planned_step holding
-// the op's public *_plan(); where the op chooses at run time (shift's neighbour or general path,
-// halo_exchange's window), the op's own step type, computed from the values that choose, and read
-// by both the op's execution and its plan.
+// An op descriptor is a value with a name and, unless it is a layer made of ops that check their
+// own plans (composite_op), a plan(). Where the types decide the collectives it is a planned_op
+// holding the op's public *_plan(); where the op chooses at run time (shift's neighbour or general
+// path, halo_exchange's window), the op's own descriptor type (shift_op, halo_op), computed from
+// the values that choose, and read by both the op's execution and its plan. ("Step" is kept for
+// a training step and for the steps of a relayout, geometry/split.hpp's relayout_step.)
 #include <concepts>
 #include <cstdlib>
 #include <exception>
@@ -24,23 +25,23 @@
 namespace meshtensor::detail {
 
 // An op whose collectives the types decide: its name and its plan.
-struct planned_step {
+struct planned_op {
   const char* name;
   comm_plan collectives;
   constexpr comm_plan plan() const { return collectives; }
 };
 
 // A layer made of ops (dense, attention, a transformer block): a name for the scope only.
-struct composite_step {
+struct composite_op {
   const char* name;
 };
 
 template <class S>
-concept op_step = requires(const S& s) {
+concept op_descriptor = requires(const S& s) {
   { s.name } -> std::convertible_to<const char*>;
 };
 template <class S>
-concept planned_op_step = op_step<S> && requires(const S& s) {
+concept planned_op_descriptor = op_descriptor<S> && requires(const S& s) {
   { s.plan() } -> std::same_as<comm_plan>;
 };
 
@@ -101,30 +102,30 @@ class plan_check {
   int uncaught_ = 0;
 };
 
-template <op_step Step>
+template <op_descriptor Op>
 class op_call {
  public:
   // A composite: the scope alone.
-  explicit op_call(const Step& step)
-    requires(!planned_op_step<Step>)
-      : step_(step), scope_(step.name) {}
+  explicit op_call(const Op& op)
+    requires(!planned_op_descriptor<Op>)
+      : op_(op), scope_(op.name) {}
   template <class AnyTensor>
-  op_call(const Step& step, const AnyTensor& operand) : op_call(step, operand.mesh().communicator()) {}
-  op_call(const Step& step, communicator& comm) : step_(step), scope_(step.name) {
-    if constexpr (planned_op_step<Step>)
+  op_call(const Op& op, const AnyTensor& operand) : op_call(op, operand.mesh().communicator()) {}
+  op_call(const Op& op, communicator& comm) : op_(op), scope_(op.name) {
+    if constexpr (planned_op_descriptor<Op>)
       if (plans_checked()) check_.begin(comm);
   }
   op_call(const op_call&) = delete;
   op_call& operator=(const op_call&) = delete;
   ~op_call() noexcept(false) {
-    if constexpr (planned_op_step<Step>)
-      if (check_.active()) check_.end(step_.name, step_.plan());
+    if constexpr (planned_op_descriptor<Op>)
+      if (check_.active()) check_.end(op_.name, op_.plan());
   }
 
-  const Step& step() const { return step_; }
+  const Op& op() const { return op_; }
 
  private:
-  Step step_;
+  Op op_;
   plan_op_scope scope_;
   plan_check check_;
 };

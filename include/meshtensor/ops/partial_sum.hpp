@@ -92,7 +92,7 @@ auto einsum_partial(const A& a, const B& b) {
     return P{};
   } else {
     detail::check_shared_extents("einsum_partial", a, b);
-    const detail::op_call call(detail::planned_step{"einsum_partial", einsum_partial_plan<OutList, A, B>()}, a);
+    const detail::op_call call(detail::planned_op{"einsum_partial", einsum_partial_plan<OutList, A, B>()}, a);
 
     if constexpr (!std::is_same_v<Ak, Ad>) {
       return einsum_partial<Out...>(sum_to<detail::with_dims_t<A, Ak>>(a), b);
@@ -114,10 +114,10 @@ constexpr comm_plan sum_partials_plan() {
 // The sum: one allreduce over Axes. Gradient: the sum's gradient, to the addend, whole.
 template <Tensor X, axis_set Axes>
 X sum_partials(const partial_sum<X, Axes>& p) {
-  const detail::op_call call(detail::planned_step{"sum_partials", sum_partials_plan<X, Axes>()}, p.addend());
+  const detail::op_call call(detail::planned_op{"sum_partials", sum_partials_plan<X, Axes>()}, p.addend());
   const X& a = p.addend();
   X out = detail::clone(a);
-  detail::allreduce_local(out, Axes, reduce_op::sum);
+  detail::allreduce_slice(out, Axes, reduce_op::sum);
   detail::record<X>(out, [a = detail::node_only(a)](const X& g) { detail::push_grad(a, g); }, a);
   return out;
 }
@@ -142,7 +142,7 @@ Out relayout(const partial_sum<X, Axes>& p) {
     (void)sizeof(diagnostic::relayout_of_partial_sum_not_a_scatter<Out, X>);
     return Out{};
   } else {
-    const detail::op_call call(detail::planned_step{"relayout (reduce_scatter)", relayout_plan_of_partial<Out, X, Axes>()}, p.addend());
+    const detail::op_call call(detail::planned_op{"relayout (reduce_scatter)", relayout_plan_of_partial<Out, X, Axes>()}, p.addend());
     const X& a = p.addend();
     Out out = Axes.empty() ? detail::relayout_kernel<Out>(a, "relayout") : detail::reduce_scatter_kernel<Out>(a, Axes);
     detail::record<Out>(
@@ -203,7 +203,7 @@ partial_sum<X, A> operator/(const partial_sum<X, A>& p, typename X::value_type s
 // processor (the sum depends on x once, wherever it was added).
 template <Tensor X, axis_set A>
 partial_sum<X, A> operator+(const partial_sum<X, A>& p, const X& x) {
-  const detail::op_call call(detail::planned_step{"partial_sum + tensor", comm_plan{}}, x);
+  const detail::op_call call(detail::planned_op{"partial_sum + tensor", comm_plan{}}, x);
   const X& a = p.addend();
   X out;
   {

@@ -118,7 +118,7 @@ constexpr comm_plan logsumexp_plan() {
 // Mean over the named dims. Gradient: g / count, broadcast back.
 template <Dim... Ds, Tensor X>
 auto reduce_mean(const X& x) {
-  const detail::op_call call(detail::planned_step{"reduce_mean", reduce_mean_plan<X, Ds...>()}, x);
+  const detail::op_call call(detail::planned_op{"reduce_mean", reduce_mean_plan<X, Ds...>()}, x);
   detail::check_reduced_dims<X, Ds...>();
   using Out = detail::reduced_t<X, Ds...>;
   using T = typename X::value_type;
@@ -151,14 +151,14 @@ Out extremum(const X& x) {
 
 template <Dim... Ds, Tensor X>
 auto reduce_max(const X& x) {
-  const detail::op_call call(detail::planned_step{"reduce_max", reduce_max_plan<X, Ds...>()}, x);
+  const detail::op_call call(detail::planned_op{"reduce_max", reduce_max_plan<X, Ds...>()}, x);
   detail::check_reduced_dims<X, Ds...>();
   return detail::extremum<reduce_op::max, detail::reduced_t<X, Ds...>>(x);
 }
 
 template <Dim... Ds, Tensor X>
 auto reduce_min(const X& x) {
-  const detail::op_call call(detail::planned_step{"reduce_min", reduce_min_plan<X, Ds...>()}, x);
+  const detail::op_call call(detail::planned_op{"reduce_min", reduce_min_plan<X, Ds...>()}, x);
   detail::check_reduced_dims<X, Ds...>();
   return detail::extremum<reduce_op::min, detail::reduced_t<X, Ds...>>(x);
 }
@@ -166,7 +166,7 @@ auto reduce_min(const X& x) {
 // log(sum(exp(x))) over the named dims. Gradient: g * exp(x - result), broadcast back.
 template <Dim... Ds, Tensor X>
 auto logsumexp(const X& x) {
-  const detail::op_call call(detail::planned_step{"logsumexp", logsumexp_plan<X, Ds...>()}, x);
+  const detail::op_call call(detail::planned_op{"logsumexp", logsumexp_plan<X, Ds...>()}, x);
   detail::check_reduced_dims<X, Ds...>();
   using Out = detail::reduced_t<X, Ds...>;
   Out out = detail::logsumexp_to<Out>(x);

@@ -57,45 +57,28 @@ constexpr comm_plan plan_of(const relayout_step& s) {
 // the kernel's zeroing of every page each call.
 // MPI reads and writes through mpi_buffer (tensor/mpi_buffer.hpp): the data's own memory, or
 // pinned host buffers for a device that the MPI cannot reach.
-// An allgather step's geometry: every peer's old slice (uneven slices: their own sizes), where it
-// lands in the received buffer (counts, displacements), and whether the buffer already is the new
-// slice (direct) or each peer's part must be copied into it (unpack_gathered).
+// An allgather step's exchange (geometry/exchange.hpp): every peer's old slice, back to back in the
+// received buffer, and whether that buffer already is the new slice (direct) or each peer's part
+// must be copied into it (unpack_gathered).
 template <std::size_t R>
-struct gather_layout {
-  std::vector<box<R>> peer_boxes;
-  std::vector<int> counts, displs;
-  std::int64_t total = 0;
+struct gather_exchange : exchange<R> {
   box<R> old_box, new_box;
   bool direct = false;
 };
 template <std::size_t R>
-gather_layout<R> gather_layout_of(const communicator& comm, const placement<R>& from, const placement<R>& to,
-                                  axis_set axes) {
-  gather_layout<R> g;
-  const auto& shape = comm.shape();
+gather_exchange<R> gather_exchange_of(const communicator& comm, const placement<R>& from, const placement<R>& to,
+                                      axis_set axes) {
+  gather_exchange<R> g;
+  static_cast<exchange<R>&>(g) = exchange<R>(peer_boxes(from, comm.shape(), comm.coords(), axes));
   g.old_box = from.box_at(comm.coords());
   g.new_box = to.box_at(comm.coords());
-  const int n = comm.size_over(axes);
-  g.peer_boxes.resize(n);
-  g.counts.resize(n);
-  g.displs.resize(n);
-  for (int p = 0; p < n; ++p) {
-    g.peer_boxes[p] = from.box_at(shape.peer_coords(comm.coords(), axes, p));
-    g.counts[p] = checked_count(g.peer_boxes[p].size());
-    g.displs[p] = checked_count(g.total);
-    g.total += g.peer_boxes[p].size();
-  }
-  g.direct = g.total == g.new_box.size();
-  for (int p = 0; p < n && g.direct; ++p) {
-    const auto part = intersect(g.peer_boxes[p], g.new_box);
-    g.direct = part.size() == g.counts[p] && contiguous_in(g.new_box, part) && offset_in(g.new_box, 0, part) == g.displs[p];
-  }
+  g.direct = g.packs_as(g.new_box);
   return g;
 }
 template <class Exec, class T, std::size_t R>
-void unpack_gathered(const gather_layout<R>& g, const T* received, T* dst) {
-  for (std::size_t p = 0; p < g.peer_boxes.size(); ++p)
-    copy_region<Exec>(received, g.displs[p], g.peer_boxes[p], dst, 0, g.new_box, intersect(g.peer_boxes[p], g.new_box));
+void unpack_gathered(const gather_exchange<R>& g, const T* received, T* dst) {
+  for (std::size_t p = 0; p < g.boxes.size(); ++p)
+    copy_region<Exec>(received, g.displs[p], g.boxes[p], dst, 0, g.new_box, intersect(g.boxes[p], g.new_box));
 }
 
 template <class Exec, class T, std::size_t R>
@@ -106,7 +89,7 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
                                                           const std::array<dim_split, R>& to_splits, relayout_step step) {
   using mem = typename Exec::memory_space;
   using view = Kokkos::View<T*, mem>;
-  using exchange = mpi_buffer<Exec, T>;
+  using buffers = mpi_buffer<Exec, T>;
   if (step.kind == relayout_kind::share) return src;
   const auto& shape = comm.shape();
   const placement<R> from(from_splits, shape, ext), to(to_splits, shape, ext);
@@ -118,31 +101,19 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
   view dst = buffer(mem{}, new_box.size());
   // MPI writes the result itself where it can, else a staging buffer copied into it.
   auto receive_into_result = [&](auto&& collective) {
-    const auto received = exchange::receiving_into(dst);
+    const auto received = buffers::receiving_into(dst);
     collective(received.data());
     received.copy_into(dst);
-  };
-  // Counts and displacements (back to back) of blocks, for the v-collectives.
-  auto counts_of = [](const std::vector<box<R>>& boxes, std::vector<int>& counts, std::vector<int>& displs) {
-    counts.resize(boxes.size());
-    displs.resize(boxes.size());
-    std::int64_t at = 0;
-    for (std::size_t p = 0; p < boxes.size(); ++p) {
-      counts[p] = checked_count(boxes[p].size());
-      displs[p] = checked_count(at);
-      at += boxes[p].size();
-    }
-    return at;
   };
   if (step.kind == relayout_kind::local) {
     copy_region<Exec>(src.data(), 0, old_box, dst.data(), 0, new_box, new_box);
   } else if (step.kind == relayout_kind::allgather) {
-    const auto g = gather_layout_of<R>(comm, from, to, step.axes);
-    const auto send = exchange::reading(src);
+    const auto g = gather_exchange_of<R>(comm, from, to, step.axes);
+    const auto send = buffers::reading(src);
     if (g.direct) {
       receive_into_result([&](T* recv) { allgatherv(comm, step.axes, send.data(), old_box.size(), recv, g.counts, g.displs); });
     } else {
-      const auto received = exchange::writing(static_cast<std::size_t>(g.total));
+      const auto received = buffers::writing(static_cast<std::size_t>(g.total));
       allgatherv(comm, step.axes, send.data(), old_box.size(), received.data(), g.counts, g.displs);
       unpack_gathered<Exec>(g, received.view().data(), dst.data());
     }
@@ -170,31 +141,25 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
         uniform = size == block;
       }
     }
-    std::vector<int> scounts, sdispls, rcounts, rdispls;
-    const std::int64_t sent = counts_of(send_boxes, scounts, sdispls);
-    counts_of(recv_boxes, rcounts, rdispls);
-    bool send_direct = true, recv_direct = true;
-    for (int q = 0; q < n; ++q) {
-      send_direct = send_direct && contiguous_in(old_box, send_boxes[q]) && offset_in(old_box, 0, send_boxes[q]) == sdispls[q];
-      recv_direct = recv_direct && contiguous_in(new_box, recv_boxes[q]) && offset_in(new_box, 0, recv_boxes[q]) == rdispls[q];
-    }
+    const exchange<R> sends(std::move(send_boxes)), receives(std::move(recv_boxes));
+    const bool send_direct = sends.in_place_in(old_box), recv_direct = receives.in_place_in(new_box);
     view send;
     if (!send_direct) {
-      send = buffer(mem{}, sent);
+      send = buffer(mem{}, sends.total);
       for (int q = 0; q < n; ++q)
-        copy_region<Exec>(src.data(), 0, old_box, send.data(), sdispls[q], send_boxes[q], send_boxes[q]);
+        copy_region<Exec>(src.data(), 0, old_box, send.data(), sends.displs[q], sends.boxes[q], sends.boxes[q]);
     }
-    const auto send_h = exchange::reading(send_direct ? src : send);
+    const auto send_h = buffers::reading(send_direct ? src : send);
     if (recv_direct) {
       receive_into_result(
-          [&](T* recv) { alltoallv(comm, step.axes, uniform, send_h.data(), scounts, sdispls, recv, rcounts, rdispls); });
+          [&](T* recv) { alltoallv(comm, step.axes, uniform, send_h.data(), sends.counts, sends.displs, recv, receives.counts, receives.displs); });
     } else {
-      const auto received =
-          exchange::writing(static_cast<std::size_t>(rdispls.empty() ? 0 : rdispls.back() + rcounts.back()));
-      alltoallv(comm, step.axes, uniform, send_h.data(), scounts, sdispls, received.data(), rcounts, rdispls);
+      const auto received = buffers::writing(static_cast<std::size_t>(receives.total));
+      alltoallv(comm, step.axes, uniform, send_h.data(), sends.counts, sends.displs, received.data(), receives.counts,
+                receives.displs);
       const auto recv = received.view();
       for (int q = 0; q < n; ++q)
-        copy_region<Exec>(recv.data(), rdispls[q], recv_boxes[q], dst.data(), 0, new_box, recv_boxes[q]);
+        copy_region<Exec>(recv.data(), receives.displs[q], receives.boxes[q], dst.data(), 0, new_box, receives.boxes[q]);
     }
   }
   return dst;
@@ -227,26 +192,15 @@ Out reduce_scatter_kernel(const X& addend, axis_set axes) {
   const auto& shape = comm.shape();
   const placement<R> from(X::splits, shape, addend.extents()), to(Out::splits, shape, addend.extents());
   const auto old_box = from.box_at(comm.coords());
-  const int n = comm.size_over(axes);
-  std::vector<int> counts(static_cast<std::size_t>(n));
-  std::vector<box<R>> parts(static_cast<std::size_t>(n));
-  std::int64_t total = 0;
-  for (int p = 0; p < n; ++p) {
-    parts[p] = to.box_at(shape.peer_coords(comm.coords(), axes, p));
-    counts[p] = checked_count(parts[p].size());
-    total += parts[p].size();
-  }
+  const exchange<R> parts(peer_boxes(to, shape, comm.coords(), axes));
   auto& pool = view_pool<T, typename Exec::memory_space>::get();
-  const auto packed = pool.allocate(static_cast<std::size_t>(total));
-  std::int64_t at = 0;
-  for (int p = 0; p < n; ++p) {
-    copy_region<Exec>(addend.view().data(), 0, old_box, packed.data(), at, parts[p], parts[p]);
-    at += parts[p].size();
-  }
+  const auto packed = pool.allocate(static_cast<std::size_t>(parts.total));
+  for (std::size_t p = 0; p < parts.peers(); ++p)
+    copy_region<Exec>(addend.view().data(), 0, old_box, packed.data(), parts.displs[p], parts.boxes[p], parts.boxes[p]);
   Out out(addend.mesh(), addend.extents(), uninitialized);
   const auto send = mpi_buffer<Exec, T>::reading(packed);
   const auto received = mpi_buffer<Exec, T>::receiving_into(out.view());
-  reduce_scatter_v(comm, axes, send.data(), received.data(), counts);
+  reduce_scatter_v(comm, axes, send.data(), received.data(), parts.counts);
   received.copy_into(out.view());
   return out;
 }
@@ -298,7 +252,7 @@ Out relayout(const X& x) {
     (void)sizeof(diagnostic::relayout_changes_more_than_layout<Out, X>);
     return Out{};
   } else {
-    const detail::op_call call(detail::planned_step{"relayout", relayout_plan<Out, X>()}, x);
+    const detail::op_call call(detail::planned_op{"relayout", relayout_plan<Out, X>()}, x);
     Out out = detail::relayout_kernel<Out>(x, "relayout");
     detail::record<Out>(out, detail::relayout_rule<Out, X>{detail::node_only(x)}, x);
     return out;

@@ -262,7 +262,7 @@ auto rename(const X& x) {
     (void)sizeof(diagnostic::rename_target_already_in_tensor<New>);
     return x;
   } else {
-    const detail::op_call call(detail::planned_step{"rename", rename_plan<X, Old, New>()}, x);
+    const detail::op_call call(detail::planned_op{"rename", rename_plan<X, Old, New>()}, x);
     return detail::renamed<detail::renamed_t<X, type_list<Old>, type_list<New>>>(x);
   }
 }
@@ -278,7 +278,7 @@ auto replace_dimensions(const X& x) {
                        !detail::check_distinct_result(detail::replaced_t<OldList, NewList, typename X::dims>{})) {
     return x;
   } else {
-    const detail::op_call call(detail::planned_step{"replace_dimensions", replace_dimensions_plan<X, OldList, NewList>()}, x);
+    const detail::op_call call(detail::planned_op{"replace_dimensions", replace_dimensions_plan<X, OldList, NewList>()}, x);
     return detail::renamed<detail::renamed_t<X, OldList, NewList>>(x);
   }
 }
@@ -297,7 +297,7 @@ auto reshape(const X& x, const std::array<std::int64_t, N>& extents) {
     return x;
   } else {
     using Out = detail::with_dims_t<X, type_list<New...>>;
-    const detail::op_call call(detail::planned_step{"reshape", reshape_plan<Out, X>()}, x);
+    const detail::op_call call(detail::planned_op{"reshape", reshape_plan<Out, X>()}, x);
     Out out = detail::reshape_kernel<Out>(x, extents, "reshape");
     detail::record<Out>(
         out, [x = detail::node_only(x)](const Out& g) { detail::push_grad(x, detail::reshape_kernel<X>(g, x.extents(), "reshape (gradient)")); },
@@ -334,7 +334,7 @@ auto replace_dimensions(const X& x, const std::array<std::int64_t, N>& extents) 
     } else {
       using Dims = typename detail::spliced<X, OldList, NewList>::type;
       // Outermost: reshape's collectives are credited here.
-      const detail::op_call call(detail::planned_step{"replace_dimensions", reshape_plan<detail::with_dims_t<X, Dims>, X>()}, x);
+      const detail::op_call call(detail::planned_op{"replace_dimensions", reshape_plan<detail::with_dims_t<X, Dims>, X>()}, x);
       return [&]<class... Ds>(type_list<Ds...>) {
         typename detail::with_dims_t<X, Dims>::extents_type e{};
         for (std::size_t i = 0; i < at; ++i) e[i] = x.extents()[i];

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "../geometry/window.hpp"
 #include "../plan/comm_plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "detail/along.hpp"
@@ -22,10 +23,6 @@ namespace meshtensor {
 enum class boundary { zero_fill, wrap };
 
 namespace detail {
-
-// D split over exactly one axis: the neighbour path is possible.
-template <class X, class D>
-constexpr bool one_axis_v = X::layout_type::template split_of<D>().count == 1;
 
 // out(o, l, i) = src at global index (out.begin + l - offset) along D, over src's whole extent
 // (src.begin == 0, src.n == extent), wrapped modulo the extent or zero outside it.
@@ -45,9 +42,9 @@ void shift_from_full(const OutView& ov, const along_view<View>& dst, const along
 }
 
 // Sends a slab of `count` elements along D (local positions [from, from + count)) to the
-// neighbour at `step` (+1 or -1) on D's one axis; returns the slab received from the other side.
+// neighbour at `direction` (+1 or -1) on D's one axis; returns the slab received from the other side.
 template <Dim D, Tensor X>
-typename X::view_type neighbour_slab(const X& x, std::int64_t from, std::int64_t count, int step, bool wrap) {
+typename X::view_type neighbour_slab(const X& x, std::int64_t from, std::int64_t count, int direction, bool wrap) {
   using T = typename X::value_type;
   constexpr auto s = X::layout_type::template split_of<D>();
   const auto loc = local_along<D>(x);
@@ -55,18 +52,17 @@ typename X::view_type neighbour_slab(const X& x, std::int64_t from, std::int64_t
   const auto send = buffer::reading(pack_along<typename X::execution_space>(loc, from, count));
   const auto recv = buffer::writing(send.size(), wrap ? mpi_use::transfer : mpi_use::host_access);
   meshtensor::shift(x.mesh().communicator(), s.axes[0], send.data(), recv.data(), static_cast<std::int64_t>(send.size()),
-                    step, wrap);
+                    direction, wrap);
   return recv.view();
 }
 
 // The neighbour path needs every part of D to hold at least |reach| elements (parts differ by one
-// when the split is uneven): decided from the placement, so all processors take the same path.
+// when the split is uneven): geometry's shift_halo_path, from the placement, so all processors
+// take the same path.
 template <Dim D, Tensor X>
 bool shift_uses_neighbours(const X& x, std::int64_t reach) {
-  if constexpr (one_axis_v<X, D>)
-    return std::llabs(reach) <= x.placement().min_part_extent(X::template index_of<D>());
-  else
-    return false;
+  constexpr std::size_t d = X::template index_of<D>();
+  return shift_halo_path(X::splits[d], x.placement().min_part_extent(d), reach) == halo_path::neighbours;
 }
 
 enum class shift_path { none, neighbours, gathered };
@@ -147,7 +143,7 @@ namespace detail {
 // shift's and halo_exchange's step: the path, read by the op's execution and by its plan, which is
 // the public plan of that path (so the door checks those plans on every call).
 template <Tensor X, Dim D>
-struct shift_step {
+struct shift_op {
   const char* name;
   shift_path path;
   bool both_sides = false;  // halo_exchange
@@ -164,8 +160,8 @@ struct shift_step {
 // with the same boundary (zero-fill's adjoint is the zero-fill shift back).
 template <Dim D, Tensor X>
 X shift(const X& x, std::int64_t offset, boundary b = boundary::zero_fill) {
-  const detail::op_call call(detail::shift_step<X, D>{"shift", detail::shift_path_of<D>(x, offset)}, x);
-  X out = detail::shift_impl<D>(x, offset, b, call.step().path);
+  const detail::op_call call(detail::shift_op<X, D>{"shift", detail::shift_path_of<D>(x, offset)}, x);
+  X out = detail::shift_impl<D>(x, offset, b, call.op().path);
   detail::record<X>(
       out,
       [x = detail::node_only(x), offset, b](const X& g) { detail::push_grad(x, detail::shift_impl<D>(g, -offset, b, detail::shift_path_of<D>(g, -offset))); },
@@ -211,7 +207,7 @@ halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boun
   // An empty D still takes the gathered path (every processor's empty halo slice comes from it).
   const auto path = x.template extent<D>() != 0 && detail::shift_uses_neighbours<D>(x, width) ? detail::shift_path::neighbours
                                                                                               : detail::shift_path::gathered;
-  const detail::op_call call(detail::shift_step<X, D>{"halo_exchange", path, true}, x);
+  const detail::op_call call(detail::shift_op<X, D>{"halo_exchange", path, true}, x);
   const bool wrap = b == boundary::wrap;
   halo_slice<X, D> h;
   h.width = width;
@@ -225,7 +221,7 @@ halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boun
   dst.v = h.data;
   dst.n = L + 2 * width;
   dst.begin = h.begin;
-  if (call.step().path != detail::shift_path::neighbours) {
+  if (call.op().path != detail::shift_path::neighbours) {
     detail::shift_from_full<Exec>(h.data, dst, detail::full_along<D>(x), 0, wrap);
     return h;
   }

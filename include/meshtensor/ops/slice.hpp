@@ -86,7 +86,7 @@ constexpr comm_plan concat_plan() {
 // Elements [begin, begin + size) of x along D. Gradient: pad back with zeros.
 template <Dim D, Tensor X>
 X slice(const X& x, std::int64_t begin, std::int64_t size) {
-  const detail::op_call call(detail::planned_step{"slice", slice_plan<X, D>()}, x);
+  const detail::op_call call(detail::planned_op{"slice", slice_plan<X, D>()}, x);
   const std::int64_t n = x.template extent<D>();
   if (begin < 0 || size < 0 || begin + size > n)
     throw shape_error(detail::cat("slice: [", begin, ", ", begin + size, ") along dim '", D::name(),
@@ -101,7 +101,7 @@ X slice(const X& x, std::int64_t begin, std::int64_t size) {
 // x with `before` zeros ahead of it and `after` zeros behind it along D. Gradient: slice back.
 template <Dim D, Tensor X>
 X pad(const X& x, std::int64_t before, std::int64_t after) {
-  const detail::op_call call(detail::planned_step{"pad", pad_plan<X, D>()}, x);
+  const detail::op_call call(detail::planned_op{"pad", pad_plan<X, D>()}, x);
   if (before < 0 || after < 0)
     throw shape_error(detail::cat("pad: negative padding (", before, ", ", after, ") along dim '", D::name(), "'"));
   const std::int64_t n = x.template extent<D>();
@@ -115,7 +115,7 @@ X pad(const X& x, std::int64_t before, std::int64_t after) {
 // Two tensor types, not one, so that operands that differ get a sentence, not a deduction failure.
 template <Dim D, Tensor X, Tensor B>
 X concat(const X& a, const B& b) {
-  const detail::op_call call(detail::planned_step{"concat", concat_plan<X, D>()}, a);
+  const detail::op_call call(detail::planned_op{"concat", concat_plan<X, D>()}, a);
   using Ad = typename X::dims;
   using Bd = typename B::dims;
   if constexpr (!std::is_same_v<X, B>) {
@@ -146,7 +146,7 @@ X concat(const X& a, const B& b) {
 // Gradient of each piece: padded back into place with zeros.
 template <Dim D, Tensor X, std::integral... S>
 std::array<X, sizeof...(S)> split_along(const X& x, S... sizes) {
-  const detail::op_call call(detail::planned_step{"split_along", split_along_plan<X, D>()}, x);
+  const detail::op_call call(detail::planned_op{"split_along", split_along_plan<X, D>()}, x);
   static_assert(sizeof...(S) > 0, "meshtensor: split_along<D>(x, sizes...) needs at least one size");
   const std::int64_t n = x.template extent<D>();
   const std::array<std::int64_t, sizeof...(S)> sz{static_cast<std::int64_t>(sizes)...};

@@ -73,10 +73,10 @@ X softmax_along(const X& x, compute_t<typename X::value_type> scale = 1, causal_
   } else {
     f.phase = phase_max;
     for_each_row<Exec>(sh.rows(), f);
-    allreduce_local(m, axes, reduce_op::max);
+    allreduce_slice(m, axes, reduce_op::max);
     f.phase = phase_sum;
     for_each_row<Exec>(sh.rows(), f);
-    allreduce_local(s, axes, reduce_op::sum);
+    allreduce_slice(s, axes, reduce_op::sum);
     f.phase = phase_write;
     for_each_row<Exec>(sh.rows(), f);
   }
@@ -93,7 +93,7 @@ X softmax_along(const X& x, compute_t<typename X::value_type> scale = 1, causal_
         } else {
           k.phase = phase_sum;
           for_each_row<Exec>(gs.rows(), k);
-          allreduce_local(s, axes, reduce_op::sum);
+          allreduce_slice(s, axes, reduce_op::sum);
           k.phase = phase_write;
           for_each_row<Exec>(gs.rows(), k);
         }
@@ -121,7 +121,7 @@ constexpr comm_plan softmax_gradient_plan() {
 // Gradient: dx = y * (g - sum_Ds(g * y)).
 template <Dim... Ds, Tensor X>
 X softmax(const X& x) {
-  const detail::op_call call(detail::planned_step{"softmax", softmax_plan<X, Ds...>()}, x);
+  const detail::op_call call(detail::planned_op{"softmax", softmax_plan<X, Ds...>()}, x);
   static_assert(sizeof...(Ds) > 0, "meshtensor: softmax<Dims...> needs the dims to normalise over");
   detail::check_reduced_dims<X, Ds...>();
   if constexpr (sizeof...(Ds) == 1) {
@@ -149,7 +149,7 @@ X softmax(const X& x) {
 // Gradient: dx = scale * y * (g - sum_D(g * y)), 0 where masked.
 template <Dim Q, Dim D, Tensor X>
 X causal_softmax(const X& x, double scale = 1.0) {
-  const detail::op_call call(detail::planned_step{"causal_softmax", softmax_plan<X, D>()}, x);
+  const detail::op_call call(detail::planned_op{"causal_softmax", softmax_plan<X, D>()}, x);
   static_assert(!std::is_same_v<Q, D>, "meshtensor: causal_softmax<Q, D> needs two different dims");
   static_assert(contains_v<Q, typename X::dims>, "meshtensor: causal_softmax<Q, D>: x has no dim Q");
   detail::check_reduced_dims<X, D>();
@@ -164,7 +164,7 @@ constexpr comm_plan causal_softmax_plan() {
 // Gradient: dx = g - exp(y) * sum_Ds(g).
 template <Dim... Ds, Tensor X>
 X log_softmax(const X& x) {
-  const detail::op_call call(detail::planned_step{"log_softmax", log_softmax_plan<X, Ds...>()}, x);
+  const detail::op_call call(detail::planned_op{"log_softmax", log_softmax_plan<X, Ds...>()}, x);
   static_assert(sizeof...(Ds) > 0, "meshtensor: log_softmax<Dims...> needs the dims to normalise over");
   detail::check_reduced_dims<X, Ds...>();
   if constexpr (sizeof...(Ds) == 1) {

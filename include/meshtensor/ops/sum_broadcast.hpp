@@ -17,7 +17,7 @@
 #include "../runtime/nan_allreduce.hpp"
 #include "../tensor/mpi_buffer.hpp"
 #include "cast.hpp"
-#include "../tensor/allreduce_local.hpp"
+#include "../tensor/allreduce_slice.hpp"
 #include "detail/op_support.hpp"
 #include "detail/map_to.hpp"
 #include "../kernels/reduce.hpp"
@@ -63,7 +63,7 @@ Out reduce_to(const X& x, reduce_op op) {
                                             out.view(), out.local_extents(), op);
   if constexpr (combine) {
     const collective_subject subject(&X::type_name);
-    allreduce_local(out, axes_mask_of<X, removed>(), op);
+    allreduce_slice(out, axes_mask_of<X, removed>(), op);
   }
   return out;
 }
@@ -113,7 +113,7 @@ Out broadcast_to(const X& x, const typename Out::extents_type& extents) {
       throw shape_error(detail::cat("broadcast_to: dim '", X::dim_names()[i], "' has extent ", x.extents()[i],
                                     " in ", X::type_name(), " but ", extents[pos[i]], " in the target ",
                                     Out::type_name()));
-  const detail::op_call call(detail::planned_step{"broadcast_to", broadcast_to_plan<Out, X>()}, x);
+  const detail::op_call call(detail::planned_op{"broadcast_to", broadcast_to_plan<Out, X>()}, x);
   Out out = detail::broadcast_local<Out>(x, extents);
   detail::record<Out>(out, [x = detail::node_only(x)](const Out& g) { detail::push_summed_grad(x, g); }, x);
   return out;
@@ -131,7 +131,7 @@ template <Tensor Out, Tensor X>
 Out sum_to(const X& x) {
   detail::require_same_layout<Out, X>();
   [&]<class... Ds>(type_list<Ds...>) { detail::check_reduced_dims<X, Ds...>(); }(typename Out::dims{});
-  const detail::op_call call(detail::planned_step{"sum_to", reduce_plan<Out, X>()}, x);
+  const detail::op_call call(detail::planned_op{"sum_to", reduce_plan<Out, X>()}, x);
   Out out = detail::reduce_to<Out>(x, reduce_op::sum);
   detail::record<Out>(out, [x = detail::node_only(x)](const Out& g) { detail::push_fresh_grad(x, detail::broadcast_local<X>(g, x.extents())); }, x);
   return out;
@@ -141,7 +141,7 @@ Out sum_to(const X& x) {
 template <Dim... Ds, Tensor X>
 auto reduce_sum(const X& x) {
   detail::check_reduced_dims<X, Ds...>();
-  const detail::op_call call(detail::planned_step{"reduce_sum", reduce_plan<detail::reduced_t<X, Ds...>, X>()}, x);
+  const detail::op_call call(detail::planned_op{"reduce_sum", reduce_plan<detail::reduced_t<X, Ds...>, X>()}, x);
   return sum_to<detail::reduced_t<X, Ds...>>(x);
 }
 
@@ -151,7 +151,7 @@ auto transpose(const X& x) {
   using Out = detail::with_dims_t<X, type_list<Ds...>>;
   static_assert(sizeof...(Ds) == X::rank && difference_t<typename X::dims, type_list<Ds...>>::size == 0,
                 "meshtensor: transpose<Dims...> must name every dim of the tensor once");
-  const detail::op_call call(detail::planned_step{"transpose", broadcast_to_plan<Out, X>()}, x);
+  const detail::op_call call(detail::planned_op{"transpose", broadcast_to_plan<Out, X>()}, x);
   return broadcast_to<Out>(x, detail::result_extents<Out>(x));
 }
 

@@ -93,7 +93,7 @@ constexpr comm_plan top_k_plan() {
 template <Dim D, Dim KDim, Tensor X>
 top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, KDim>> top_k(const X& x,
                                                                                              std::int64_t k) {
-  const detail::op_call call(detail::planned_step{"top_k", top_k_plan<X, D, KDim>()}, x);
+  const detail::op_call call(detail::planned_op{"top_k", top_k_plan<X, D, KDim>()}, x);
   const detail::collective_subject subject(&X::type_name);
   using V = detail::top_k_values_t<X, D, KDim>;
   using I = detail::top_k_indices_t<X, D, KDim>;

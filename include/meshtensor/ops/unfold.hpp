@@ -256,7 +256,7 @@ constexpr comm_plan fold_gather_plan() {
 // are the two uniform cases of it.
 namespace detail {
 template <std::size_t N>
-struct halo_step {
+struct halo_op {
   const char* name;
   std::array<halo_dim, N> halos;
   bool folds = false;
@@ -283,8 +283,8 @@ template <class... S, Tensor X>
 auto unfold(const X& x, typename X::value_type fill, window_for<S>... windows) {
   static_assert((detail::spatial_checked_v<X, S> && ...));
   using Out = detail::unfolded_t<X, S...>;
-  const detail::op_call call(detail::halo_step<sizeof...(S)>{"unfold", detail::schedule_halos<X, S...>("unfold", x.mesh(), x.extents(), {windows...})}, x);
-  const auto& halos = call.step().halos;
+  const detail::op_call call(detail::halo_op<sizeof...(S)>{"unfold", detail::schedule_halos<X, S...>("unfold", x.mesh(), x.extents(), {windows...})}, x);
+  const auto& halos = call.op().halos;
   Out out = detail::unfold_local<Out>(x, halos, fill);
   detail::record<Out>(
       out, [x = detail::node_only(x), halos](const Out& g) { detail::push_grad(x, detail::fold_local<X>(g, x.extents(), halos)); }, x);
@@ -315,8 +315,8 @@ detail::folded_t<Cols, S...> fold(const Cols& cols, const std::array<std::int64_
   constexpr std::array<std::string_view, N> names{S::dim::name()...};
   const std::array<window, N> ws{windows...};
   for (std::size_t j = 0; j < N; ++j) ext[index[j]] = spatial_extents[j];
-  const detail::op_call call(detail::halo_step<N>{"fold", detail::schedule_halos<X, S...>("fold", cols.mesh(), ext, ws), true}, cols);
-  const auto& halos = call.step().halos;
+  const detail::op_call call(detail::halo_op<N>{"fold", detail::schedule_halos<X, S...>("fold", cols.mesh(), ext, ws), true}, cols);
+  const auto& halos = call.op().halos;
   for (std::size_t j = 0; j < N; ++j)
     if (cols.extents()[index[j]] != halos[j].geo.out || cols.extents()[P + j] != ws[j].size)
       throw shape_error(detail::cat("fold: dim '", names[j], "' of extent ", spatial_extents[j], " has ", halos[j].geo.out,

@@ -58,7 +58,7 @@ class optimizer {
   template <Parameter... Ps>
   void step(std::tuple<Ps&...> params, const std::tuple<Ps...>& grads) {
     static_assert((checks::master_weights_ok<Ps>() && ...));
-    const meshtensor::detail::op_call call(meshtensor::detail::composite_step{"optimizer step"});
+    const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"optimizer step"});
     if (states_.empty()) make_states(params);
     check_count(params, "step");
     ++t_;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../element/bf16.hpp"
+#include "../geometry/exchange.hpp"
 #include "communicator.hpp"
 
 namespace meshtensor {
@@ -38,10 +39,6 @@ inline MPI_Op mpi_op(reduce_op op) {
     default: return MPI_SUM;
   }
 }
-inline int checked_count(std::int64_t n) {
-  if (n > INT32_MAX) throw error(cat("meshtensor: a collective of ", n, " elements exceeds MPI's int count"));
-  return static_cast<int>(n);
-}
 
 // bf16 reductions run in float: widened, reduced, rounded back once. Summing in bf16 at every step
 // of MPI's tree would round log2(P) to P - 1 times; this sends twice the bytes (counted as sent)
@@ -52,7 +49,7 @@ inline std::vector<float> widened(const bf16* in, std::int64_t n) {
 inline void narrow_into(const std::vector<float>& wide, bf16* out) {
   for (std::size_t i = 0; i < wide.size(); ++i) out[i] = wide[i];
 }
-// Sends to `to` and receives from `from` (MPI_PROC_NULL: none) in one exchange: a shift's step.
+// Sends to `to` and receives from `from` (MPI_PROC_NULL: none) in one exchange: one hop of a shift.
 // Returns false in a plan.
 template <class T>
 bool sendrecv(communicator& c, axis_set axes, const T* send, std::int64_t send_n, int to, T* recv,
@@ -294,15 +291,15 @@ void shift(communicator& c, int axis, const T* send, T* recv, std::int64_t n, in
 }
 
 // Along one mesh axis, without wrap, with counts that differ per processor (windows near uneven
-// parts): sends send_n elements to coordinate + step and receives recv_n from coordinate - step.
+// parts): sends send_n elements to coordinate + direction and receives recv_n from coordinate - direction.
 // The caller computes both counts from the placement, so each sender's count is its receiver's.
 // Counted as a shift of the bytes sent.
 template <class T>
 void shift_v(communicator& c, int axis, const T* send, std::int64_t send_n, T* recv, std::int64_t recv_n,
-             int step) {
+             int direction) {
   const int size = c.sizes()[axis], me = c.coords()[axis];
-  const int to = me + step >= 0 && me + step < size ? me + step : MPI_PROC_NULL;
-  const int from = me - step >= 0 && me - step < size ? me - step : MPI_PROC_NULL;
+  const int to = me + direction >= 0 && me + direction < size ? me + direction : MPI_PROC_NULL;
+  const int from = me - direction >= 0 && me - direction < size ? me - direction : MPI_PROC_NULL;
   detail::sendrecv(c, axis_set(1u << axis), send, send_n, to, recv, recv_n, from);
 }
 

@@ -29,17 +29,12 @@ void for_each_box_run(const box<R>& b, const std::array<std::int64_t, R>& ext, F
   }
 }
 
-// Elements per mesh rank and where each rank's slice starts in a rank-ordered buffer.
+// Elements per mesh rank and where each rank's slice starts in a rank-ordered buffer
+// (geometry/exchange.hpp's all_boxes).
 template <std::size_t R>
 std::pair<std::vector<int>, std::vector<int>> slice_counts(const placement<R>& p) {
-  const auto nprocs = static_cast<int>(p.nprocs());
-  std::vector<int> counts(nprocs), displs(nprocs);
-  for (int r = 0, at = 0; r < nprocs; ++r) {
-    counts[r] = checked_count(p.box_of(r).size());
-    displs[r] = at;
-    at += counts[r];
-  }
-  return {std::move(counts), std::move(displs)};
+  exchange<R> e = all_boxes(p);
+  return {std::move(e.counts), std::move(e.displs)};
 }
 
 inline unsigned all_axes(const communicator& c) {

@@ -59,22 +59,22 @@ Kokkos::View<T*, typename Exec::memory_space> allgather_along(communicator& comm
   const auto parts = parts_by_subrank(s, comm.shape(), comm.coords());
   const placement<1> p({s}, comm.shape(), {extent});
   const auto P = static_cast<int>(parts.size());
-  std::vector<int> counts(P), displs(P);
+  // Per sub-rank: its block of rows (its part of D, whole along the others), back to back.
+  std::vector<std::int64_t> sizes(static_cast<std::size_t>(P));
+  for (int q = 0; q < P; ++q) sizes[q] = outer * p.part_extent(0, parts[q]) * inner;
+  const exchange_blocks blocks(sizes);
+  const std::int64_t total = blocks.total;
   // Per sub-rank: its part's offset and extent along D, and where its block starts in recv.
   Kokkos::View<std::int64_t* [3], Kokkos::HostSpace> where("meshtensor::parts", static_cast<std::size_t>(P));
-  std::int64_t total = 0;
   for (int q = 0; q < P; ++q) {
     where(q, 0) = p.part_offset(0, parts[q]);
     where(q, 1) = p.part_extent(0, parts[q]);
-    where(q, 2) = total;
-    counts[q] = checked_count(outer * where(q, 1) * inner);
-    displs[q] = checked_count(total);
-    total += counts[q];
+    where(q, 2) = blocks.displs[q];
   }
   using buffer = mpi_buffer<Exec, T>;
   const auto send = buffer::reading(local);
   const auto received = buffer::writing(static_cast<std::size_t>(total));
-  allgatherv(comm, s.mask(), send.data(), outer * n * inner, received.data(), counts, displs);
+  allgatherv(comm, s.mask(), send.data(), outer * n * inner, received.data(), blocks.counts, blocks.displs);
   const auto recv = received.view();
   const auto parts_at = kernels::copy_to(Mem{}, where);
   Kokkos::View<T*, Mem> full = view_pool<T, Mem>::get().allocate(static_cast<std::size_t>(total));

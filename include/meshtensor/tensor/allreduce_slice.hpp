@@ -1,5 +1,5 @@
 #pragma once
-// allreduce_local: a tensor's local slice summed (or maxed, or minned) over mesh axes, in place.
+// allreduce_slice: a tensor's local slice summed (or maxed, or minned) over mesh axes, in place.
 // Beside the tensor, below the tape (autodiff/tape.hpp reduces partial gradients with it) and the
 // ops (reduce.hpp), which sit above the tape.
 #include "../runtime/collectives.hpp"
@@ -25,7 +25,7 @@ void allreduce_slice(communicator& comm, const Kokkos::View<T*, typename Exec::m
 
 // The same for a tensor's local slice.
 template <Tensor TT>
-void allreduce_local(TT& t, axis_set axes, reduce_op op) {
+void allreduce_slice(TT& t, axis_set axes, reduce_op op) {
   const collective_subject subject(&TT::type_name);
   allreduce_slice<typename TT::execution_space, typename TT::value_type>(t.mesh().communicator(), t.view(), axes, op);
 }
