@@ -43,6 +43,7 @@
 #include "optim/adafactor.hpp"
 #include "optim/sharded.hpp"
 #include "pipeline/schedule.hpp"
+#include "pipeline/schedules.hpp"
 #include "pipeline/stages.hpp"
 #include "nn/dense.hpp"
 #include "nn/embedding.hpp"
