@@ -3,6 +3,8 @@
 // layout of meshes [P] and [2x2]; bytes are checked by hand for slice, shift, cumsum and gather.
 #include <test_support.hpp>
 
+#include "comm_counts.hpp"
+
 using namespace tst;
 namespace mt = meshtensor;
 
@@ -10,12 +12,6 @@ namespace {
 constexpr std::int64_t I = 4, J = 16, K = 4;
 const std::array<std::int64_t, 3> ext{I, J, K};
 
-template <class M>
-void require_counts(const M& g, const mt::comm_plan& plan) {
-  mt::comm_counters calls;
-  for (const auto& [key, count] : g.counters()) calls[key].calls = count.calls;
-  REQUIRE(calls == plan.as_counts());
-}
 template <class M>
 std::int64_t bytes_of(const M& g, mt::collective kind, unsigned axes) {
   const auto it = g.counters().find({kind, axes});

@@ -5,6 +5,8 @@
 // compiles in parallel.
 #include <test_support.hpp>
 
+#include "comm_counts.hpp"
+
 using namespace tst;
 namespace mt = meshtensor;
 
@@ -12,12 +14,6 @@ namespace {
 constexpr double tol = 1e-12;
 const std::array<std::int64_t, 3> ext{4, 8, 12};
 
-template <class M>
-void require_counts(const M& g, const mt::comm_plan& plan) {
-  mt::comm_counters calls;
-  for (const auto& [key, count] : g.counters()) calls[key].calls = count.calls;
-  REQUIRE(calls == plan.as_counts());
-}
 
 template <class M, class Layouts>
 void run_all(const M& g, Layouts layouts) {

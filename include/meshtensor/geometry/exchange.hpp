@@ -41,12 +41,6 @@ struct exchange_blocks {
     }
   }
   std::size_t peers() const { return counts.size(); }
-  // Every block the same size: the collective needs no v-form.
-  bool uniform() const {
-    for (const int c : counts)
-      if (c != counts.front()) return false;
-    return true;
-  }
 };
 
 // Blocks that are regions of a tensor: each peer's box, packed back to back.

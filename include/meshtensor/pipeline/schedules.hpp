@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "../error.hpp"
+#include "schedule.hpp"
 
 namespace meshtensor::pipeline {
 
@@ -101,28 +102,21 @@ step_schedule whole_step(const char* name, int stages, int microbatches, int chu
 }
 }  // namespace schedule_detail
 
-// GPipe: every forward, then every backward fused, in microbatch order.
-inline std::vector<work_item> gpipe_order(int stage, int stages, int microbatches) {
-  schedule_detail::check_schedule_arguments("gpipe", stage, stages, microbatches);
+// GPipe and 1F1B: schedule()'s order (schedule.hpp), each backward fused (BW).
+inline std::vector<work_item> fused_order(schedule_kind kind, int stage, int stages, int microbatches) {
+  schedule_detail::check_schedule_arguments(to_string(kind), stage, stages, microbatches);
   std::vector<work_item> out;
-  for (int b = 0; b < microbatches; ++b) out.push_back({pass::F, b, 0});
-  for (int b = 0; b < microbatches; ++b) out.push_back({pass::BW, b, 0});
+  for (const action& a : schedule(kind, stage, stages, microbatches))
+    out.push_back({a.forward ? pass::F : pass::BW, a.microbatch, 0});
   return out;
 }
-
+// GPipe: every forward, then every backward, in microbatch order.
+inline std::vector<work_item> gpipe_order(int stage, int stages, int microbatches) {
+  return fused_order(schedule_kind::gpipe, stage, stages, microbatches);
+}
 // 1F1B: p - s - 1 forwards, then one forward one backward, then the remaining backwards.
 inline std::vector<work_item> one_f_one_b_order(int stage, int stages, int microbatches) {
-  schedule_detail::check_schedule_arguments("1f1b", stage, stages, microbatches);
-  std::vector<work_item> out;
-  const int warmup = std::min(stages - stage - 1, microbatches);
-  int next_forward = 0, next_backward = 0;
-  for (; next_forward < warmup; ++next_forward) out.push_back({pass::F, next_forward, 0});
-  while (next_forward < microbatches) {
-    out.push_back({pass::F, next_forward++, 0});
-    out.push_back({pass::BW, next_backward++, 0});
-  }
-  while (next_backward < microbatches) out.push_back({pass::BW, next_backward++, 0});
-  return out;
+  return fused_order(schedule_kind::one_f_one_b, stage, stages, microbatches);
 }
 
 // Interleaved 1F1B in Megatron's order (forward_backward_pipelining_with_interleaving): the k-th

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "../geometry/exchange.hpp"
 #include "../kernels/launch.hpp"
 #include "../runtime/agreement.hpp"
 #include "../runtime/collectives.hpp"
@@ -27,14 +28,6 @@ void for_each_box_run(const box<R>& b, const std::array<std::int64_t, R>& ext, F
     const auto [g, l] = runs.at(k);
     f(g, l, runs.length);
   }
-}
-
-// Elements per mesh rank and where each rank's slice starts in a rank-ordered buffer
-// (geometry/exchange.hpp's all_boxes).
-template <std::size_t R>
-std::pair<std::vector<int>, std::vector<int>> slice_counts(const placement<R>& p) {
-  exchange<R> e = all_boxes(p);
-  return {std::move(e.counts), std::move(e.displs)};
 }
 
 inline unsigned all_axes(const communicator& c) {
@@ -60,14 +53,16 @@ void copy_box_from_full(const placement<R>& p, std::int64_t mesh_rank, std::span
 template <class T, std::size_t R>
 void scatter_from_root(communicator& comm, const placement<R>& p, std::span<const T> full_on_root, int root,
                        T* local, std::int64_t local_size) {
-  const int nprocs = comm.nprocs();
+  // Every rank's box, back to back in rank order (geometry/exchange.hpp).
   std::vector<T> packed;
-  std::vector<int> counts, displs;
-  if (!comm.planned()) std::tie(counts, displs) = slice_counts(p);
+  exchange<R> slices;
+  if (!comm.planned()) slices = all_boxes(p);
+  const auto& counts = slices.counts;
+  const auto& displs = slices.displs;
   if (!comm.planned() && comm.rank() == root) {
-    packed.resize(static_cast<std::size_t>(displs.back() + counts.back()));
-    for (int r = 0; r < nprocs; ++r)
-      for_each_box_run(p.box_of(r), p.extents(), [&](std::int64_t g, std::int64_t l, std::int64_t n) {
+    packed.resize(static_cast<std::size_t>(slices.total));
+    for (std::size_t r = 0; r < slices.peers(); ++r)
+      for_each_box_run(slices.boxes[r], p.extents(), [&](std::int64_t g, std::int64_t l, std::int64_t n) {
         std::copy_n(full_on_root.data() + g, n, packed.data() + displs[r] + l);
       });
   }
@@ -87,14 +82,15 @@ void scatter_from_root(communicator& comm, const placement<R>& p, std::span<cons
 template <class T, std::size_t R>
 std::vector<T> gather_slices(communicator& comm, const placement<R>& p, const T* local, std::int64_t local_size,
                              int root) {
-  const int nprocs = comm.nprocs();
   const bool here = root < 0 || comm.rank() == root;
-  std::vector<int> counts, displs;
+  exchange<R> slices;
   std::vector<T> all;
   if (!comm.planned()) {
-    std::tie(counts, displs) = slice_counts(p);
-    all.resize(here ? static_cast<std::size_t>(displs.back() + counts.back()) : 0);
+    slices = all_boxes(p);
+    all.resize(here ? static_cast<std::size_t>(slices.total) : 0);
   }
+  const auto& counts = slices.counts;
+  const auto& displs = slices.displs;
   const auto sub = [&] { return comm.over(all_axes(comm)); };
   const bool ran = comm.run(
       {collective::gather, all_axes(comm), local_size * static_cast<std::int64_t>(sizeof(T))},
@@ -124,8 +120,8 @@ std::vector<T> gather_slices(communicator& comm, const placement<R>& p, const T*
     std::int64_t size = 1;
     for (auto e : p.extents()) size *= e;
     full.resize(static_cast<std::size_t>(size));
-    for (int r = 0; r < nprocs; ++r)
-      for_each_box_run(p.box_of(r), p.extents(), [&](std::int64_t g, std::int64_t l, std::int64_t n) {
+    for (std::size_t r = 0; r < slices.peers(); ++r)
+      for_each_box_run(slices.boxes[r], p.extents(), [&](std::int64_t g, std::int64_t l, std::int64_t n) {
         std::copy_n(all.data() + displs[r] + l, n, full.data() + g);
       });
   }
