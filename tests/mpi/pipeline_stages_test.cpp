@@ -1,6 +1,7 @@
 // pipeline::stages and pipeline::run (pipeline/stages.hpp), one stage per rank: a chain of stages
 // y = x (.) w_s + x, the last stage's loss a weighted sum, gives the loss and the gradients of the
-// same chain computed whole on one processor, under GPipe and 1F1B, with 1 to 5 microbatches; the
+// same chain computed whole on one processor, under GPipe and 1F1B, with 1 to 5 microbatches, and
+// under every schedule of schedules.hpp (interleaved and zb-v with several parts per stage); the
 // sends counted are those the schedule implies; a planned stage counts the same sends; a stage
 // count that does not divide the ranks is an error naming both. With two processors per stage
 // (data parallelism inside it) the weights' gradients are reduced once per step; accumulate_gradient
@@ -27,21 +28,25 @@ struct chain_types {
   static X apply(const X& x, const W& w) { return mt::einsum<i_, j_>(x, w) + x; }
 };
 
+// What a stage of the chain holds, whatever its chunks: a weight per part it holds (parts[c] for
+// chunk c), the last part's loss, the step's gradients.
 template <class L>
-struct chain_stage : chain_types<L> {
+struct chain_stage_parts : chain_types<L> {
   using typename chain_types<L>::X;
   using typename chain_types<L>::W;
   using activation = X;
   const pl::stages<line>& st;
-  int microbatches;
-  std::vector<W> w;
+  std::vector<W> w;  // per chunk
   std::optional<std::tuple<std::vector<W>>> grads;
   mutable double loss_sum = 0;
 
-  chain_stage(const pl::stages<line>& s, int m)
-      : st(s), microbatches(m), w{chain_types<L>::weight_of(s.mesh(), s.index()).requires_grad()} {}
+  chain_stage_parts(const pl::stages<line>& s, const std::vector<int>& parts) : st(s) {
+    for (int k : parts) w.push_back(chain_types<L>::weight_of(s.mesh(), k).requires_grad());
+  }
   typename activation::extents_type extents(int) const { return {R, J}; }
-  X forward(int mb, const X* in) const { return this->apply(in ? *in : this->input_of(st.mesh(), mb), w[0]); }
+  X part_forward(std::size_t chunk, int mb, const X* in) const {
+    return this->apply(in ? *in : this->input_of(st.mesh(), mb), w[chunk]);
+  }
   ten<L> loss(int mb, const X& y) const {
     auto l = weighted_sum(y, 1000 + static_cast<std::uint64_t>(mb));
     if (!st.planned()) loss_sum += mt::item(l);
@@ -49,6 +54,29 @@ struct chain_stage : chain_types<L> {
   }
   auto params() { return std::tie(w); }
   void step_gradients(std::tuple<std::vector<W>>&& g) { grads = std::move(g); }
+};
+
+// One part per stage: the forward run() calls without a chunk.
+template <class L>
+struct chain_stage : chain_stage_parts<L> {
+  using typename chain_types<L>::X;
+  chain_stage(const pl::stages<line>& s, int) : chain_stage_parts<L>(s, {s.index()}) {}
+  X forward(int mb, const X* in) const { return this->part_forward(0, mb, in); }
+};
+
+// A stage holding several parts of the chain (pipeline/schedules.hpp): chunk c is part
+// schedule.part(stage, c), whose weight is the whole chain's weight of that part.
+template <class L>
+struct chunked_chain_stage : chain_stage_parts<L> {
+  using typename chain_types<L>::X;
+  static std::vector<int> parts_of(const pl::stages<line>& s, const pl::step_schedule& schedule) {
+    std::vector<int> parts;
+    for (int c = 0; c < schedule.chunks; ++c) parts.push_back(schedule.part(s.index(), c));
+    return parts;
+  }
+  chunked_chain_stage(const pl::stages<line>& s, const pl::step_schedule& schedule)
+      : chain_stage_parts<L>(s, parts_of(s, schedule)) {}
+  X forward(int chunk, int mb, const X* in) const { return this->part_forward(static_cast<std::size_t>(chunk), mb, in); }
 };
 
 // The whole chain on this processor alone: the loss and every stage's gradient.
@@ -108,16 +136,78 @@ TEST_CASE("a pipelined chain equals the whole chain, under both schedules") {
     }
 }
 
+TEST_CASE("every schedule of schedules.hpp runs a pipelined chain equal to the whole chain") {
+  const int p = world_size();
+  struct named {
+    const char* name;
+    int chunks;
+    std::vector<int> microbatches;
+  };
+  // Interleaving needs microbatches in groups of p; zb-v is laid out for 2p - 1 and drops the rest.
+  const std::vector<named> runs{{"gpipe", 1, {1, 3}},        {"1f1b", 1, {1, 3}},
+                                {"zb-h1", 1, {1, 2, 5}},     {"interleaved", 2, {p, 2 * p}},
+                                {"interleaved", 3, {p}},     {"zb-v", 2, {1, 2, 5}}};
+  for (const auto& run : runs)
+    for (int m : run.microbatches) {
+      const auto schedule = pl::named_schedule(run.name, p, m, run.chunks);
+      INFO(schedule.name << ", " << run.chunks << " chunks, " << m << " microbatches, " << p << " stages");
+      pl::stages<line> st(MPI_COMM_WORLD, p, {1});
+      chunked_chain_stage<mt::layout<line>> stage(st, schedule);
+      st.mesh().reset_counters();
+      const auto stats = pl::run(schedule, st, stage);
+      REQUIRE(stats.max_in_flight == pl::peak_activations(schedule.at(st.index())));
+      const int parts = schedule.parts();
+      const auto [loss, grads] = whole_chain(parts, m);
+      if (schedule.holder(parts - 1).first == st.index())
+        require_close(std::vector<double>{stage.loss_sum}, std::vector<double>{loss}, 1e-12);
+      for (int c = 0; c < schedule.chunks; ++c) {
+        INFO("chunk " << c << ", part " << schedule.part(st.index(), c));
+        require_close(mt::gather_all(std::get<0>(*stage.grads)[static_cast<std::size_t>(c)]),
+                      grads[static_cast<std::size_t>(schedule.part(st.index(), c))], 1e-12);
+      }
+      // Per microbatch, a send from every part but the last (forward) and the first (backward);
+      // a part whose neighbour is on the same stage sends to itself.
+      std::int64_t sends = 0;
+      for (int c = 0; c < schedule.chunks; ++c) {
+        const int k = schedule.part(st.index(), c);
+        sends += (k < parts - 1 ? m : 0) + (k > 0 ? m : 0);
+      }
+      const auto counted = st.mesh().counters();
+      REQUIRE(calls_of(counted, mt::collective::send, 0u) == sends);
+      auto planned = pl::stages<line>::planned(p, st.index(), {1});
+      chunked_chain_stage<mt::layout<line>> planned_stage(planned, schedule);
+      (void)pl::run(schedule, planned, planned_stage);
+      REQUIRE(calls_of(planned.mesh().counters(), mt::collective::send, 0u) == sends);
+    }
+}
+
+TEST_CASE("a schedule that does not fit the pipeline or the stage: errors naming both") {
+  const int p = world_size();
+  pl::stages<line> st(MPI_COMM_WORLD, p, {1});
+  chain_stage<mt::layout<line>> one_chunk(st, 2);
+  REQUIRE_THROWS_WITH(pl::run(pl::zb_h1_schedule(p + 1, 2), st, one_chunk),
+                      Catch::Matchers::ContainsSubstring(mt::detail::cat("is laid out for ", p + 1,
+                                                                         " stages; the pipeline has ", p)));
+  REQUIRE_THROWS_WITH(pl::run(pl::zb_v_schedule(p, 2), st, one_chunk),
+                      Catch::Matchers::ContainsSubstring("gives each stage 2 chunks of the model, and the stage's "
+                                                         "forward takes no chunk"));
+  REQUIRE_THROWS_WITH(pl::named_schedule("zb-h1", p, 2, 2),
+                      Catch::Matchers::ContainsSubstring("zb-h1 runs one chunk per stage, not 2"));
+  REQUIRE_THROWS_WITH(pl::named_schedule("dualpipe", p, 2),
+                      Catch::Matchers::ContainsSubstring("expected gpipe, 1f1b, interleaved, zb-h1 or zb-v"));
+}
+
 TEST_CASE("data parallelism inside a stage: the weights' gradients reduced once per step, not per microbatch") {
   if (world_size() % 2 != 0) SKIP("stages of two processors need an even rank count");
   using L = mt::layout<line, mt::split<i_, x_>>;
   const int stages = world_size() / 2;
+  for (const char* schedule : {"1f1b", "zb-h1"})  // zb-h1: W apart, the reduction still once
   for (int m : {1, 3}) {
-    INFO(m << " microbatches, " << stages << " stages of 2 processors");
+    INFO(schedule << ", " << m << " microbatches, " << stages << " stages of 2 processors");
     pl::stages<line> st(MPI_COMM_WORLD, stages, {2});
     chain_stage<L> stage(st, m);
     st.mesh().reset_counters();
-    (void)pl::run(pl::schedule(pl::schedule_kind::one_f_one_b, st.index(), stages, m), st, stage);
+    (void)pl::run(pl::named_schedule(schedule, stages, m), st, stage);
     const auto counted = st.mesh().counters();
     // w's gradient is a partial sum over x (the rows are split) in every microbatch: one
     // allreduce of J doubles at the step's end. The input's gradient, sent back, is whole on each

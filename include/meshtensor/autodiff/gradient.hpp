@@ -255,6 +255,36 @@ std::tuple<Params...> hand_out_gradients(const Params&... params) {
   return std::tuple<Params...>{gradients_of(params)...};
 }
 
+// The nodes of params that gradients accumulate in, between calls: leaves only.
+template <Parameter... Params>
+std::unordered_set<const tape_node*> leaf_nodes(const char* who, const Params&... params) {
+  std::unordered_set<const tape_node*> kept;
+  const auto keep = [&](const auto& t) {
+    if (!t.tracks_grad()) return;
+    if (!t.node()->parents.empty())
+      throw error(cat(who, ": the parameter ", std::remove_cvref_t<decltype(t)>::type_name(), t.shape_string(),
+                      " is the result of an op, not a leaf (requires_grad() marks leaves): ",
+                      "what it holds would be pushed on again by every later call"));
+    kept.insert(t.node());
+  };
+  (for_each_tensor(params, keep), ...);
+  return kept;
+}
+
+// Runs the backward pass of loss, adding into the gradients of the `kept` nodes what earlier calls
+// left there; every other node's gradient is dropped before and after.
+template <Tensor Loss>
+void accumulate_into(const Loss& loss, const std::unordered_set<const tape_node*>& kept) {
+  const auto order = nodes_newest_first(loss.node());
+  const auto clear_others = [&] {
+    for (auto* n : order)
+      if (!kept.count(n)) n->clear_grad();
+  };
+  clear_others();
+  run_backward(loss, order, [](const tape_node*) {});
+  clear_others();
+}
+
 template <class P>
 struct first_tensor_of {
   using type = typename P::value_type;  // a std::vector of tensors
@@ -314,24 +344,7 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
 template <Tensor Loss, Parameter... Params>
 void accumulate_gradient(const Loss& loss, const Params&... params) {
   detail::check_differentiable(loss, "accumulate_gradient");
-  std::unordered_set<const detail::tape_node*> kept;
-  const auto keep = [&](const auto& t) {
-    if (!t.tracks_grad()) return;
-    if (!t.node()->parents.empty())
-      throw error(detail::cat("accumulate_gradient: the parameter ", std::remove_cvref_t<decltype(t)>::type_name(),
-                              t.shape_string(), " is the result of an op, not a leaf (requires_grad() marks leaves): ",
-                              "what it holds would be pushed on again by every later call"));
-    kept.insert(t.node());
-  };
-  (detail::for_each_tensor(params, keep), ...);
-  const auto order = detail::nodes_newest_first(loss.node());
-  const auto clear_others = [&] {
-    for (auto* n : order)
-      if (!kept.count(n)) n->clear_grad();
-  };
-  clear_others();
-  detail::run_backward(loss, order, [](const detail::tape_node*) {});
-  clear_others();
+  detail::accumulate_into(loss, detail::leaf_nodes("accumulate_gradient", params...));
 }
 
 // The gradients accumulate_gradient summed in the params, reduced where they are still partial

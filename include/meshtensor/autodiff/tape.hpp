@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include "../tensor/allreduce_slice.hpp"
@@ -200,6 +201,56 @@ void push_fresh_grad(const TT& input, TT&& g) {
 template <Tensor TT>
 void push_partial_grad(const TT& input, TT&& g, axis_set axes) {
   if (input.tracks_grad()) input.node()->accumulate_partial(std::move(g).storage(), axes);
+}
+
+// The weight gradients an input-gradient pass (autodiff/split_backward.hpp) leaves for later: each
+// a rule's computation for one weight, with what it reads (captured by value), and the op it
+// belongs to, for a plan's report. A class per computation, not a std::function: moved once, run
+// once (compile time, as rule_node).
+struct deferred_work {
+  const char* plan_op = nullptr;
+  virtual ~deferred_work() = default;
+  virtual void run() = 0;
+};
+template <class F>
+struct deferred_call final : deferred_work {
+  F f;
+  explicit deferred_call(F g) noexcept : f(std::move(g)) {}
+  void run() override { f(); }
+};
+// While an input-gradient pass runs: the weights' nodes and the work deferred for them.
+struct weight_deferral {
+  std::unordered_set<const tape_node*> weights;
+  std::vector<std::unique_ptr<deferred_work>> work;
+  static weight_deferral*& active() {
+    static thread_local weight_deferral* d = nullptr;
+    return d;
+  }
+};
+
+// x's data and extents without its place on the tape: what a deferred weight gradient reads, kept
+// without keeping the tape above x alive until the weight pass.
+template <Tensor TT>
+TT without_node(const TT& x) {
+  auto st = x.storage();
+  st.node.reset();
+  return TT(from_storage, x.mesh().shared_communicator(), st);
+}
+
+// Inside rules, for an input that may be a weight (a product's operand, a norm's scale, a bias, an
+// embedding table): push() computes its gradient and pushes it now or, during an input-gradient
+// pass where `input` is one of the weights, in the weight pass. push() then runs after the tape
+// has gone: it captures by value what it reads, through without_node.
+template <Tensor TT, class Push>
+void push_weight_grad(const TT& input, Push&& push) {
+  if (!input.tracks_grad()) return;
+  if (auto* d = weight_deferral::active(); d && d->weights.count(input.node())) {
+    auto w = std::make_unique<deferred_call<std::decay_t<Push>>>(std::forward<Push>(push));
+    w->plan_op = plan_ledger::get().op();
+    d->work.push_back(std::move(w));
+    return;
+  }
+  push();
 }
 
 }  // namespace detail

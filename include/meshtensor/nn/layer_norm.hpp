@@ -51,7 +51,8 @@ X layer_norm_fused(const X& x, const S& scale, const S& bias, typename X::value_
                                                                             mean.view(), rstd.view(), dx.view(), gs});
           md::push_fresh_grad(x, std::move(dx));
         }
-        if (scale.tracks_grad() || bias.tracks_grad()) {
+        const auto push_scale_and_bias = [x = md::without_node(x), g = md::without_node(g), scale, bias, mean, rstd] {
+          const md::row_shape gs = md::rows_along<D>(x);
           S ds(x.mesh(), scale.extents(), uninitialized), db(x.mesh(), bias.extents(), uninitialized);
           using C = md::layer_norm_grad_columns<T, Mem>;
           md::for_each_item<Exec>(C::blocks(gs), C{x.view(), g.view(), mean.view(), rstd.view(), ds.view(), db.view(), gs});
@@ -60,7 +61,10 @@ X layer_norm_fused(const X& x, const S& scale, const S& bias, typename X::value_
           constexpr unsigned axes = md::axes_mask_of<X, difference_t<typename X::dims, type_list<D>>>();
           md::push_partial_grad(bias, std::move(db), axes);
           md::push_partial_grad(scale, std::move(ds), axes);
-        }
+        };
+        // Both are weights (or neither): an input-gradient pass defers them together.
+        if (scale.tracks_grad()) md::push_weight_grad(scale, push_scale_and_bias);
+        else if (bias.tracks_grad()) md::push_weight_grad(bias, push_scale_and_bias);
       },
       x, scale, bias);
   return y;

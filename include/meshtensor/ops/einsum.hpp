@@ -210,8 +210,13 @@ with_dims_t<A, OutList> contract_recorded(const A& a, const B& b) {
       [a, b](const R& g) {
         // Rules call the kernel, not einsum, so no gradient-of-gradient code is instantiated.
         // Partial sums over the contracted dims' axes: the tape reduces them (autodiff/tape.hpp).
-        if (a.tracks_grad()) push_partial_grad(a, contract<Ad, false>(g, b), contracted_axes<Ad, R, B>());
-        if (b.tracks_grad()) push_partial_grad(b, contract<Bd, false>(a, g), contracted_axes<Bd, A, R>());
+        // Either operand may be a weight, whose product an input-gradient pass defers.
+        push_weight_grad(a, [a, b = without_node(b), g = without_node(g)] {
+          push_partial_grad(a, contract<Ad, false>(g, b), contracted_axes<Ad, R, B>());
+        });
+        push_weight_grad(b, [b, a = without_node(a), g = without_node(g)] {
+          push_partial_grad(b, contract<Bd, false>(a, g), contracted_axes<Bd, A, R>());
+        });
       },
       a, b);
   return out;

@@ -164,7 +164,9 @@ detail::gather_result_t<V, Table, Idx> gather(const Table& table, const Idx& ids
   detail::record<Out>(
       out,
       [table, ids](const Out& g) {
-        detail::push_partial_grad(table, detail::gather_grad<V>(table, ids, g), detail::axes_mask_of<Idx, typename Idx::dims>());
+        detail::push_weight_grad(table, [table, ids = detail::without_node(ids), g = detail::without_node(g)] {
+          detail::push_partial_grad(table, detail::gather_grad<V>(table, ids, g), detail::axes_mask_of<Idx, typename Idx::dims>());
+        });
       },
       table);
   return out;

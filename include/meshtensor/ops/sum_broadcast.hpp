@@ -71,7 +71,9 @@ Out reduce_to(const X& x, reduce_op op) {
 // A gradient rule's sum of g onto an input of type X: pushed as a partial sum for the tape to reduce.
 template <Tensor X, Tensor G>
 void push_summed_grad(const X& input, const G& g) {
-  if (input.tracks_grad()) push_partial_grad(input, reduce_to<X, false>(g, reduce_op::sum), removed_axes<X, G>());
+  push_weight_grad(input, [input, g = without_node(g)] {  // a bias's gradient is a weight's
+    push_partial_grad(input, reduce_to<X, false>(g, reduce_op::sum), removed_axes<X, G>());
+  });
 }
 
 // Out (a superset of X's dims) with x repeated along the dims X lacks.

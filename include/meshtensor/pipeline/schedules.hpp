@@ -249,6 +249,21 @@ inline step_schedule zb_v_schedule(int stages, int microbatches, int chunks = 2)
                                      [&](int s) { return zb_v_order(s, stages, microbatches); });
 }
 
+// The schedule a name gives (a command line's --schedule): gpipe, 1f1b, interleaved (1F1B over
+// `chunks` chunks), zb-h1 or zb-v (two chunks).
+inline step_schedule named_schedule(const std::string& name, int stages, int microbatches, int chunks = 1) {
+  const bool one_chunk = name == "gpipe" || name == "1f1b" || name == "zb-h1";
+  if (one_chunk && chunks != 1)
+    throw error(detail::cat("pipeline schedule ", name, " runs one chunk per stage, not ", chunks,
+                            " (interleaved and zb-v run several)"));
+  if (name == "gpipe") return gpipe_schedule(stages, microbatches);
+  if (name == "1f1b") return one_f_one_b_schedule(stages, microbatches);
+  if (name == "zb-h1") return zb_h1_schedule(stages, microbatches);
+  if (name == "interleaved") return interleaved_1f1b_schedule(stages, microbatches, chunks);
+  if (name == "zb-v") return zb_v_schedule(stages, microbatches, chunks == 1 ? 2 : chunks);
+  throw error(detail::cat("pipeline schedule '", name, "': expected gpipe, 1f1b, interleaved, zb-h1 or zb-v"));
+}
+
 // The most chunk activations a stage holds at once: a forward keeps its activation until the
 // weight gradient (W, or the fused BW) has used it; B alone releases nothing.
 inline int peak_activations(const std::vector<work_item>& items) {

@@ -14,21 +14,24 @@
 // (the bubble is computed on padding, not idle), and the tape differentiates the whole unrolled
 // loop at once, which is GPipe and only GPipe (every microbatch's activations held). Running each
 // stage's own forward and backward per microbatch, in the order a schedule value says
-// (pipeline/schedule.hpp), gives 1F1B as well, holds only the microbatches in flight, and lets a
-// stage idle (and be measured idle) in the bubble.
+// (pipeline/schedules.hpp), gives 1F1B, interleaved stages and zero-bubble schedules as well,
+// holds only the microbatches in flight, and lets a stage idle (and be measured idle) in the bubble.
 //
 //   pl::stages<grid> st(env.world(), 4, {2, 1});           // 4 stages of [2 x 1]
-//   auto stats = pl::run(pl::schedule(kind, st.index(), 4, m), st, my_stage);
+//   auto stats = pl::run(pl::zb_h1_schedule(4, m), st, my_stage);  // or any of schedules.hpp
 //
 // run() needs a Stage with: `using activation = tensor type`, `activation::extents_type
 // extents(int microbatch)`, `activation forward(int microbatch, const activation* in)` (in is null
-// on the first stage: it reads its own input), `tensor<rank 0> loss(int microbatch, const
-// activation& out)` (last stage: this microbatch's share of the step's loss), `params()` (a tuple
-// of references, as optimizers take) and `step_gradients(grads)` (the tuple gradient() would return
-// for them: the step's, summed over its microbatches; called once per step).
+// on the first stage: it reads its own input; with several chunks per stage `forward(int chunk, int
+// microbatch, const activation* in)`, in null on the model's first part), `tensor<rank 0> loss(int
+// microbatch, const activation& out)` (the last part: this microbatch's share of the step's loss),
+// `params()` (a tuple of references, as optimizers take: all of the stage's chunks) and
+// `step_gradients(grads)` (the tuple gradient() would return for them: the step's, summed over its
+// microbatches; called once per step).
 #include <mpi.h>
 
 #include <any>
+#include <map>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -41,7 +44,8 @@
 #include "../ops/elementwise.hpp"
 #include "../ops/partial_sum.hpp"
 #include "../tensor/mpi_buffer.hpp"
-#include "schedule.hpp"
+#include "../autodiff/split_backward.hpp"
+#include "schedules.hpp"
 
 namespace meshtensor::pipeline {
 
@@ -153,65 +157,127 @@ auto inner_product_objective(const X& y, const X& g) {
   return einsum_partial<>(y, g).addend();
 }
 
-// One step of stage st.index() as the schedule says: forwards receive the previous stage's output
-// and send theirs on; backwards receive the gradient of their output, differentiate this stage's
-// part (gradient() of the output's inner product with it, or of the loss on the last stage) and
-// send the gradient of their input back; the parameters' gradients add up over the microbatches
-// (accumulate_gradient: data-parallel partial sums reduced once per step, not once per microbatch)
-// and reach stage.step_gradients once, at the end.
-// Tags: 2 m for microbatch m's activation, 2 m + 1 for its gradient.
+// One step of stage st.index() as the schedule says (pipeline/schedules.hpp): a stage holds
+// schedule.chunks parts of the model, part k = schedule.part(stage, chunk). A forward (F) of part
+// k receives part k - 1's output and sends its own to part k + 1's stage; a backward receives the
+// gradient of its output, differentiates the part (the loss on the last part; elsewhere the
+// output's inner product with that gradient) and sends the gradient of its input back. A fused
+// backward (BW) adds the weights' gradients at once (accumulate_gradient); a split one computes the
+// input's gradient (B, accumulate_input_gradient), sends it at once, and leaves the weights' to the
+// W the schedule places later, which holds until then only what it reads
+// (autodiff/split_backward.hpp). The weights' gradients add up over the microbatches
+// (data-parallel partial sums reduced once per step, not once per microbatch) and reach
+// stage.step_gradients once, at the end.
+//
+// With one chunk the Stage's forward is forward(microbatch, in) (in null on the first stage); with
+// several it is forward(chunk, microbatch, in) (in null on part 0), and loss() is asked of the last
+// part's holder. Tags: 2 (microbatch parts + k) for the activation entering part k, + 1 for the
+// gradient leaving it.
 template <class M, class Stage>
-stage_stats run(const std::vector<action>& plan, stages<M>& st, Stage& stage) {
+stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
   using X = typename Stage::activation;
   using clock = std::chrono::steady_clock;
+  constexpr bool chunked = requires(Stage& s, const X* in) { s.forward(0, 0, in); };
+  if (schedule.stages != st.count())
+    throw error(detail::cat("pipeline::run: schedule ", schedule.name, " is laid out for ", schedule.stages,
+                            " stages; the pipeline has ", st.count()));
+  if (!chunked && schedule.chunks > 1)
+    throw error(detail::cat("pipeline::run: schedule ", schedule.name, " gives each stage ", schedule.chunks,
+                            " chunks of the model, and the stage's forward takes no chunk: give it "
+                            "forward(chunk, microbatch, in)"));
+  const int parts = schedule.parts();
+  if (2 * schedule.microbatches * parts > 32767)  // the tag bound every MPI guarantees
+    throw error(detail::cat("pipeline::run: ", schedule.microbatches, " microbatches through ", parts,
+                            " parts need tags up to ", 2 * schedule.microbatches * parts,
+                            "; MPI guarantees 32767"));
+  const auto tag = [&](int microbatch, int part) { return 2 * (microbatch * parts + part); };
+  const auto& items = schedule.at(st.index());
   stage_stats stats;
-  stats.max_in_flight = max_in_flight(plan);
+  stats.max_in_flight = peak_activations(items);
   struct held {
     std::optional<X> in, out;
+    std::optional<weight_pass> weights;
   };
-  std::vector<held> live(plan.size() / 2);  // one forward and one backward per microbatch
+  std::map<std::pair<int, int>, held> live;  // by (microbatch, chunk)
   const auto t0 = clock::now();
   const auto busy = [&](auto&& f) {
     const auto b = clock::now();
     f();
     stats.busy_seconds += std::chrono::duration<double>(clock::now() - b).count();
   };
-  for (const auto& a : plan) {
-    auto& h = live[a.microbatch];
-    const auto ext = stage.extents(a.microbatch);
-    if (a.forward) {
-      if (!st.first()) {
-        h.in = st.template receive<X>(st.index() - 1, 2 * a.microbatch, ext);
+  for (const work_item& item : items) {
+    const int mb = item.microbatch, k = schedule.part(st.index(), item.chunk);
+    const bool first_part = k == 0, last_part = k == parts - 1;
+    auto& h = live[{mb, item.chunk}];
+    const auto ext = stage.extents(mb);
+    if (item.kind == pass::F) {
+      if (!first_part) {
+        h.in = st.template receive<X>(schedule.holder(k - 1).first, tag(mb, k), ext);
         h.in->requires_grad();
       }
-      busy([&] { h.out = stage.forward(a.microbatch, h.in ? &*h.in : nullptr); });
-      if (!st.last()) st.send(*h.out, st.index() + 1, 2 * a.microbatch);
+      busy([&] {
+        const X* in = h.in ? &*h.in : nullptr;
+        if constexpr (chunked) h.out = stage.forward(item.chunk, mb, in);
+        else h.out = stage.forward(mb, in);
+      });
+      if (!last_part) st.send(*h.out, schedule.holder(k + 1).first, tag(mb, k + 1));
+      continue;
+    }
+    if (item.kind == pass::W) {
+      if (!h.weights)
+        throw error(detail::cat("pipeline::run: schedule ", schedule.name, " runs W of microbatch ", mb, " chunk ",
+                                item.chunk, " on stage ", st.index(), " before its B"));
+      busy([&] { h.weights->run(); });
+      live.erase({mb, item.chunk});
       continue;
     }
     std::optional<X> grad_out;
-    if (!st.last()) grad_out = st.template receive<X>(st.index() + 1, 2 * a.microbatch + 1, ext);
-    // The last stage's loss is float; another's objective has its activation's element type.
+    if (!last_part) grad_out = st.template receive<X>(schedule.holder(k + 1).first, tag(mb, k + 1) + 1, ext);
+    // The last part's loss is float; another's objective has its activation's element type.
     const auto differentiate = [&](const auto& objective) {
-      auto params = stage.params();
-      if (st.first()) {
-        std::apply([&](auto&... p) { accumulate_gradient(objective, p...); }, params);
-      } else {
-        std::apply([&](auto&... p) { accumulate_gradient(objective, *h.in, p...); }, params);
+      std::apply(
+          [&](auto&... p) {
+            if (item.kind == pass::BW) {
+              if (first_part) accumulate_gradient(objective, p...);
+              else accumulate_gradient(objective, *h.in, p...);
+            } else if (first_part) {
+              h.weights = accumulate_input_gradient(objective, std::tuple<>{}, p...);
+            } else {
+              h.weights = accumulate_input_gradient(objective, std::tie(*h.in), p...);
+            }
+          },
+          stage.params());
+      if (!first_part) {
         auto [grad_in] = take_gradients(*h.in);
-        st.send(grad_in, st.index() - 1, 2 * a.microbatch + 1);
+        st.send(grad_in, schedule.holder(k - 1).first, tag(mb, k) + 1);
       }
     };
     busy([&] {
-      if (st.last()) differentiate(stage.loss(a.microbatch, *h.out));
+      if (last_part) differentiate(stage.loss(mb, *h.out));
       else differentiate(inner_product_objective(*h.out, *grad_out));
     });
-    h = held{};  // this microbatch's activations go
+    // The activations go; a split backward's W keeps what it reads.
+    if (item.kind == pass::BW) {
+      live.erase({mb, item.chunk});
+    } else {
+      h.in.reset();
+      h.out.reset();
+    }
   }
   // The weights' gradients, partial sums over the stage's data axes until now: reduced once per step.
   busy([&] { stage.step_gradients(std::apply([](auto&... p) { return take_gradients(p...); }, stage.params())); });
   st.wait_sends();
   stats.total_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return stats;
+}
+
+// One step of schedule()'s gpipe or 1F1B order (schedule.hpp) for this stage: each backward fused.
+template <class M, class Stage>
+stage_stats run(const std::vector<action>& plan, stages<M>& st, Stage& stage) {
+  step_schedule one{"1f1b", st.count(), static_cast<int>(plan.size() / 2), 1, part_placement::round_robin, {}};
+  one.per_stage.resize(static_cast<std::size_t>(st.count()));
+  for (const action& a : plan) one.per_stage[static_cast<std::size_t>(st.index())].push_back({a.forward ? pass::F : pass::BW, a.microbatch, 0});
+  return run(one, st, stage);
 }
 
 }  // namespace meshtensor::pipeline

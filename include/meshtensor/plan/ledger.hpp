@@ -36,9 +36,10 @@ inline const char* to_string(memory_kind k) {
 
 namespace detail {
 
-// What a planned op belongs to: the forward pass, the backward pass, or a block's forward pass
-// run again in the backward pass (autodiff/recompute.hpp).
-enum class plan_phase { forward, backward, recompute };
+// What a planned op belongs to: the forward pass, the backward pass, a block's forward pass run
+// again in the backward pass (autodiff/recompute.hpp), or the weight gradients a split backward
+// pass computes apart (autodiff/split_backward.hpp).
+enum class plan_phase { forward, backward, recompute, weight_gradient };
 
 struct plan_op_record {
   std::int64_t calls = 0;
@@ -179,6 +180,16 @@ class plan_ledger {
     static plan_ledger l;
     return l;
   }
+  // "einsum", "einsum (backward)", ...: how reports and the watchdog name an op in its phase.
+  static std::string label_of(const char* op, plan_phase phase) {
+    const std::string base = op ? op : "other";
+    switch (phase) {
+      case plan_phase::backward: return base + " (backward)";
+      case plan_phase::recompute: return base + " (recompute)";
+      case plan_phase::weight_gradient: return base + " (weight gradient)";
+      default: return base;
+    }
+  }
 
  private:
   using op_key = std::pair<const char*, plan_phase>;
@@ -189,14 +200,6 @@ class plan_ledger {
     return m;
   }
   std::string op_label() const { return label_of(op_, phase_); }
-  static std::string label_of(const char* op, plan_phase phase) {
-    const std::string base = op ? op : "other";
-    switch (phase) {
-      case plan_phase::backward: return base + " (backward)";
-      case plan_phase::recompute: return base + " (recompute)";
-      default: return base;
-    }
-  }
   std::uintptr_t next_ = std::uintptr_t{1} << 44;
   struct claim_record {
     std::int64_t bytes;

@@ -201,9 +201,10 @@ void await_collective(MPI_Request* requests, int n, MPI_Comm group, MPI_Comm wat
   std::snprintf(seconds, sizeof seconds, "%.1f", waited);
   std::string line = cat("meshtensor: collective watchdog: rank ", world_of(me), " waited ", seconds, " s in ", what(),
                          " (ranks ", rank_list(member_world), ")");
-  if (running.op)
-    line += cat(", in op '", running.op, "'",
-                phase == plan_phase::backward ? " (backward)" : phase == plan_phase::recompute ? " (recompute)" : "");
+  if (running.op) {
+    const std::string base(running.op), label = plan_ledger::label_of(running.op, phase);
+    line += cat(", in op '", base, "'", label.substr(base.size()));
+  }
   if (running.tensor) line += cat(" on ", running.tensor());
   line += absent.empty() ? std::string("; every rank of the group waits in it too (collectives called in different orders?)")
                          : cat("; did not arrive: ", absent);
