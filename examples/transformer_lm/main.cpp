@@ -210,8 +210,9 @@ void write_curve(const options& o, const std::vector<double>& losses, std::int64
 }
 
 // --pipeline P: the steps on P stages of --mesh each, world ranks in stage-major blocks. Prints the
-// losses, and per stage the measured bubble against the schedule's (p - 1) / (m + p - 1) and the
-// microbatches held at once. --check-pipeline also trains the unpipelined model on each stage's
+// losses, and per stage the measured bubble against the schedule's (its simulation with a forward,
+// an input gradient and a weight gradient of equal cost: (p - 1) / (m + p - 1) for gpipe and 1f1b)
+// and the chunk activations held at once. --check-pipeline also trains the unpipelined model on each stage's
 // mesh and compares (losses on the last stage, the first step's gradients on every stage).
 int run_pipeline(const mt::environment& env, options o, const std::vector<unsigned char>& text) {
   namespace pl = mt::pipeline;
@@ -240,7 +241,7 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
   // The step's loss is known on the last stage: summed over the world, divided by its processors.
   const int per_stage = g.nprocs();
   std::vector<double> losses(r.losses.size());
-  for (std::size_t i = 0; i < losses.size(); ++i) losses[i] = st.last() ? r.losses[i] / per_stage : 0.0;
+  for (std::size_t i = 0; i < losses.size(); ++i) losses[i] = r.holds_loss ? r.losses[i] / per_stage : 0.0;
   MPI_Allreduce(MPI_IN_PLACE, losses.data(), static_cast<int>(losses.size()), MPI_DOUBLE, MPI_SUM, env.world());
   // Each stage's median bubble over the steps after the first, gathered from its first processor.
   std::vector<double> bubbles;
@@ -254,20 +255,21 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
     for (std::size_t i = 0; i < losses.size(); ++i)
       if ((i + 1) % o.log_every == 0 || i + 1 == losses.size())
         std::printf("step %5zu/%lld  loss %.4f\n", i + 1, (long long)o.steps, losses[i]);
-    const double formula = pl::bubble_fraction(o.pipeline, o.microbatches);
-    std::printf("pipeline: %d stages of %s, %d microbatches of %lld, schedule %s; formula (p - 1) / (m + p - 1) = %.3f\n",
+    const auto sim = pl::simulate(pl::named_schedule(o.schedule, o.pipeline, o.microbatches, o.chunks));
+    std::printf("pipeline: %d stages of %s, %d microbatches of %lld, schedule %s, %d chunk%s per stage; its bubble "
+                "with F = B = W (simulated) per stage:\n",
                 o.pipeline, g.shape().to_string().c_str(), o.microbatches, (long long)(o.batch / o.microbatches),
-                o.schedule.c_str(), formula);
-    for (int s = 0; s < o.pipeline; ++s)
-      std::printf("  stage %d: measured bubble %.3f (median over steps), microbatches held at once %d\n", s,
-                  all[2 * s * per_stage], static_cast<int>(all[2 * s * per_stage + 1]));
-    std::printf("pipeline_bubble_measured_mean %.4f formula %.4f\n",
-                [&] {
-                  double sum = 0;
-                  for (int s = 0; s < o.pipeline; ++s) sum += all[2 * s * per_stage];
-                  return sum / o.pipeline;
-                }(),
-                formula);
+                o.schedule.c_str(), o.chunks, o.chunks > 1 ? "s" : "");
+    double measured = 0, formula = 0;
+    for (int s = 0; s < o.pipeline; ++s) {
+      const double expected = sim.idle[static_cast<std::size_t>(s)] / sim.makespan;
+      std::printf("  stage %d: measured bubble %.3f (median over steps), schedule's %.3f; chunk activations held at "
+                  "once %d\n",
+                  s, all[2 * s * per_stage], expected, static_cast<int>(all[2 * s * per_stage + 1]));
+      measured += all[2 * s * per_stage] / o.pipeline;
+      formula += expected / o.pipeline;
+    }
+    std::printf("pipeline_bubble_measured_mean %.4f formula %.4f\n", measured, formula);
     write_curve(o, losses, 0);
   }
   if (!o.check_pipeline) return 0;
@@ -276,7 +278,7 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
   whole.layout = "2d";
   const auto ref = train<layout_2d>(g, whole, text, false).losses;
   double worst_loss = 0;
-  for (std::size_t i = 0; i < ref.size() && st.last(); ++i)
+  for (std::size_t i = 0; i < ref.size() && r.holds_loss; ++i)
     worst_loss = std::max(worst_loss, std::abs(r.losses[i] - ref[i]) / std::abs(ref[i]));
   double worst[2] = {worst_loss, r.gradient_error};
   MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_DOUBLE, MPI_MAX, env.world());
@@ -291,24 +293,28 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
 // --plan --pipeline P: one planned step per stage (its first processor), side by side. Stages that
 // hold the same (first, last, number of blocks) plan alike and are planned once. With 1F1B a stage
 // holds at most P microbatches, so P of them plan its memory exactly (GPipe: all m are planned).
-// With --calibration: each stage's step time from two more plans, of 1 and 2 microbatches,
-// t(m) = t_fixed + m t_microbatch (t_fixed: the weights' gradient reduction and the optimizer),
-// and the step's, (m + P - 1) max t_microbatch + max t_fixed (the slowest stage sets the pace;
-// P - 1 microbatch times of bubble).
+// With --calibration: each stage's step time from two more plans, of a and 2a microbatches (a = 1,
+// or P for interleaved, whose microbatches go in groups of P), t(m) = t_fixed + m t_microbatch
+// (t_fixed: the weights' gradient reduction and the optimizer), and the step's: the schedule
+// simulated (pipeline/schedules.hpp) with the slowest stage's microbatch time split into forward,
+// input gradient and weight gradient by their FLOPs, per chunk, plus the largest t_fixed. For
+// gpipe and 1f1b that is (m + P - 1) max t_microbatch + max t_fixed.
 namespace pipeline_planning {
 struct stage_plan {
   pipeline_result full;  // memory
   double t_fixed = 0, t_microbatch = 0;
+  double share_forward = 1, share_input_grad = 0, share_weight_grad = 0;  // of a microbatch's FLOPs
   mt::step_time microbatch, fixed;  // by part
   std::int64_t bytes_fixed = 0, bytes_microbatch = 0, flops_fixed = 0, flops_microbatch = 0;
 };
 struct estimate {
-  std::map<std::tuple<bool, bool, std::int64_t>, stage_plan> alike;
+  std::map<std::tuple<bool, bool, std::int64_t, int>, stage_plan> alike;
   std::vector<const stage_plan*> per_stage;
   std::int64_t parameters = 0, peak_bytes = 0;
   const stage_plan* slowest = nullptr;  // by microbatch time
   double step_seconds = 0;
-  mt::step_time step;  // by part: (m + p - 1) times the slowest microbatch's, plus the largest fixed part
+  mt::step_time step;  // by part: the simulated slots times the slowest microbatch's, plus the largest fixed part
+  double slots = 0;     // the simulated step in the slowest stage's microbatch times ((m + p - 1) for 1f1b)
 };
 
 estimate plan_stages(options o, const mt::machine_calibration* calibration) {
@@ -328,31 +334,85 @@ estimate plan_stages(options o, const mt::machine_calibration* calibration) {
     for (const auto& [k, n] : r.totals) b += n.bytes;
     return b;
   };
-  const auto minus = [](const mt::step_time& a, const mt::step_time& b) {
-    return mt::step_time{a.kernels - b.kernels, a.memory - b.memory, a.products - b.products,
-                         a.communication - b.communication};
+  const auto minus = [](const mt::step_time& a, const mt::step_time& b, double times = 1) {
+    return mt::step_time{a.kernels - times * b.kernels, a.memory - times * b.memory, a.products - times * b.products,
+                         a.communication - times * b.communication};
   };
+  const auto scaled = [](const mt::step_time& a, double by) {
+    return mt::step_time{a.kernels * by, a.memory * by, a.products * by, a.communication * by};
+  };
+  // A stage's microbatch costs depend on what it holds (the model's input, its loss, how many
+  // blocks); its memory also on how many chunk activations its order holds at the peak. Stages
+  // alike in both plan once. Gpipe plans all m microbatches; 1f1b min(m, p), the most it holds;
+  // the other schedules the fewest microbatches whose order holds the stage's peak (microbatches
+  // in groups of p for interleaved: the cost plans take p and 2p).
+  const auto schedule = pl::named_schedule(o.schedule, o.pipeline, m, o.chunks);
+  const int group = o.schedule == "interleaved" ? o.pipeline : 1;
+  const auto shape_of = [&](int s) {
+    bool input = false, loss = false;
+    std::int64_t blocks = 0;
+    const std::int64_t parts = schedule.parts();
+    for (int c = 0; c < schedule.chunks; ++c) {
+      const std::int64_t k = schedule.part(s, c);
+      input = input || k == 0;
+      loss = loss || k == parts - 1;
+      blocks += o.layers * (k + 1) / parts - o.layers * k / parts;
+    }
+    return std::make_tuple(input, loss, blocks);
+  };
+  const auto microbatches_for_peak = [&](int s) {
+    if (o.schedule == "gpipe") return m;
+    if (o.schedule == "1f1b") return std::min(m, o.pipeline);
+    const int peak = pl::peak_activations(schedule.at(s));
+    for (int few = group; few < m; few += group)
+      if (pl::peak_activations(pl::named_schedule(o.schedule, o.pipeline, few, o.chunks).at(s)) == peak) return few;
+    return m;
+  };
+  // A microbatch's bytes, FLOPs (by pass) and time on stage s: what plans of a and 2a microbatches
+  // differ by.
+  const auto cost_of = [&](int s) {
+    stage_plan sp;
+    const int a = group;
+    const auto one = plan_with(s, a), two = plan_with(s, 2 * a);
+    sp.bytes_microbatch = (total_bytes(*two.plan) - total_bytes(*one.plan)) / a;
+    sp.bytes_fixed = total_bytes(*one.plan) - a * sp.bytes_microbatch;
+    sp.flops_microbatch = (two.plan->total_flops - one.plan->total_flops) / a;
+    sp.flops_fixed = one.plan->total_flops - a * sp.flops_microbatch;
+    std::map<std::string, std::int64_t> per_op;
+    for (const auto& row : two.plan->flops) per_op[row.op] += row.flops;
+    for (const auto& row : one.plan->flops) per_op[row.op] -= row.flops;
+    double f = 0, b = 0, w = 0;
+    for (const auto& [op, flops] : per_op) {
+      const bool backward = op.ends_with(" (backward)") || op.ends_with(" (recompute)");
+      (backward ? b : op.ends_with(" (weight gradient)") ? w : f) += static_cast<double>(flops);
+    }
+    if (f + b + w > 0) {
+      sp.share_forward = f / (f + b + w);
+      sp.share_input_grad = b / (f + b + w);
+      sp.share_weight_grad = w / (f + b + w);
+    }
+    if (calibration) {
+      const auto p1 = mt::predict(*one.plan, *calibration), p2 = mt::predict(*two.plan, *calibration);
+      sp.microbatch = scaled(minus(p2, p1), 1.0 / a);
+      sp.fixed = minus(p1, sp.microbatch, a);
+      sp.t_microbatch = sp.microbatch.total();
+      sp.t_fixed = sp.fixed.total();
+    }
+    return sp;
+  };
+  const bool stages_alike = o.schedule == "gpipe" || o.schedule == "1f1b";
+  std::map<std::tuple<bool, bool, std::int64_t>, stage_plan> costs;
   estimate e;
   for (int s = 0; s < o.pipeline; ++s) {
-    const std::int64_t blocks = o.layers * (s + 1) / o.pipeline - o.layers * s / o.pipeline;
-    const auto key = std::make_tuple(s == 0, s == o.pipeline - 1, blocks);
+    const auto shape = shape_of(s);
+    const auto [input, loss, blocks] = shape;
+    const auto key = std::make_tuple(input, loss, blocks, stages_alike ? -1 : pl::peak_activations(schedule.at(s)));
     auto it = e.alike.find(key);
     if (it == e.alike.end()) {
-      stage_plan sp;
-      const bool one_f_one_b = pl::schedule_from_string(o.schedule) == pl::schedule_kind::one_f_one_b;
-      sp.full = plan_with(s, one_f_one_b ? std::min(m, o.pipeline) : m);
-      const auto one = plan_with(s, 1), two = plan_with(s, 2);
-      sp.bytes_microbatch = total_bytes(*two.plan) - total_bytes(*one.plan);
-      sp.bytes_fixed = total_bytes(*one.plan) - sp.bytes_microbatch;
-      sp.flops_microbatch = two.plan->total_flops - one.plan->total_flops;
-      sp.flops_fixed = one.plan->total_flops - sp.flops_microbatch;
-      if (calibration) {
-        const auto p1 = mt::predict(*one.plan, *calibration), p2 = mt::predict(*two.plan, *calibration);
-        sp.microbatch = minus(p2, p1);
-        sp.fixed = minus(p1, sp.microbatch);
-        sp.t_microbatch = sp.microbatch.total();
-        sp.t_fixed = sp.fixed.total();
-      }
+      auto cost = costs.find(shape);
+      if (cost == costs.end()) cost = costs.emplace(shape, cost_of(s)).first;
+      stage_plan sp = cost->second;
+      sp.full = plan_with(s, microbatches_for_peak(s));
       it = e.alike.emplace(key, std::move(sp)).first;
     }
     e.per_stage.push_back(&it->second);
@@ -364,8 +424,15 @@ estimate plan_stages(options o, const mt::machine_calibration* calibration) {
     const auto* fixed = e.per_stage[0];
     for (const auto* sp : e.per_stage)
       if (sp->t_fixed > fixed->t_fixed) fixed = sp;
-    const double slots = m + o.pipeline - 1;
-    const auto& mb = e.slowest->microbatch;
+    // The slowest stage's microbatch split over its chunks and passes, the schedule simulated in
+    // units of that microbatch's time.
+    const auto& slow = *e.slowest;
+    const double v = o.chunks;
+    const auto sim = mt::pipeline::simulate(mt::pipeline::named_schedule(o.schedule, o.pipeline, m, o.chunks),
+                                            {slow.share_forward / v, slow.share_input_grad / v, slow.share_weight_grad / v});
+    const double slots = sim.makespan;
+    e.slots = slots;
+    const auto& mb = slow.microbatch;
     e.step = {slots * mb.kernels + fixed->fixed.kernels, slots * mb.memory + fixed->fixed.memory,
               slots * mb.products + fixed->fixed.products, slots * mb.communication + fixed->fixed.communication};
     e.step_seconds = e.step.total();
@@ -374,13 +441,9 @@ estimate plan_stages(options o, const mt::machine_calibration* calibration) {
 }
 }  // namespace pipeline_planning
 
-// --plan --pipeline P: one planned step per stage (its first processor), side by side. Stages that
-// hold the same (first, last, number of blocks) plan alike and are planned once. With 1F1B a stage
-// holds at most P microbatches, so P of them plan its memory exactly (GPipe: all m are planned).
-// With --calibration: each stage's step time from two more plans, of 1 and 2 microbatches,
-// t(m) = t_fixed + m t_microbatch (t_fixed: the weights' gradient reduction and the optimizer),
-// and the step's, (m + P - 1) max t_microbatch + max t_fixed (the slowest stage sets the pace;
-// P - 1 microbatch times of bubble).
+// --plan --pipeline P: one planned step per stage (its first processor), side by side; stages alike
+// are planned once (plan_stages). With --calibration, the step time predicted by simulating the
+// schedule with the slowest stage's costs (plan_stages).
 int plan_pipeline(const mt::environment& env, const options& o) {
   namespace pl = mt::pipeline;
   if (env.world_rank() != 0) return 0;
@@ -398,7 +461,7 @@ int plan_pipeline(const mt::environment& env, const options& o) {
   for (int s = 0; s < o.pipeline; ++s) {
     const auto& sp = *e.per_stage[static_cast<std::size_t>(s)];
     const auto& p = *sp.full.plan;
-    const int held = pl::max_in_flight(pl::schedule(pl::schedule_from_string(o.schedule), s, o.pipeline, m));
+    const int held = pl::peak_activations(pl::named_schedule(o.schedule, o.pipeline, m, o.chunks).at(s));
     const std::int64_t bytes = sp.bytes_fixed + m * sp.bytes_microbatch;
     std::printf("%6d %8d %14s %14s %14s %14s %16lld", s, held, gib(p.bytes_of(mt::memory_kind::parameters)).c_str(),
                 gib(p.bytes_of(mt::memory_kind::optimizer_state)).c_str(),
@@ -414,15 +477,17 @@ int plan_pipeline(const mt::environment& env, const options& o) {
   }
   json += "]";
   if (calibration) {
-    std::printf("predicted step time %.3f s = (m + p - 1) x %.3f ms + %.3f ms (calibration %s)\n", e.step_seconds,
-                1e3 * e.slowest->t_microbatch, 1e3 * (e.step_seconds - (m + o.pipeline - 1) * e.slowest->t_microbatch),
+    std::printf("predicted step time %.3f s = %.2f x %.3f ms + %.3f ms (the schedule's simulated slots ((m + p - 1) for "
+                "1f1b) x the slowest stage's microbatch + the largest fixed part; calibration %s)\n",
+                e.step_seconds, e.slots, 1e3 * e.slowest->t_microbatch,
+                1e3 * (e.step_seconds - e.slots * e.slowest->t_microbatch),
                 o.calibration.c_str());
     std::printf("the slowest stage's microbatch: %s\n", mt::to_string(e.slowest->microbatch).c_str());
   }
   if (!o.plan_json.empty()) {
     std::ofstream out(o.plan_json);
     out << "{\"pipeline\": " << o.pipeline << ", \"microbatches\": " << m << ", \"schedule\": \"" << o.schedule
-        << "\", \"dtype\": \"" << o.dtype << "\", \"layers\": " << o.layers << ", \"d_model\": " << o.d_model
+        << "\", \"chunks\": " << o.chunks << ", \"slots\": " << e.slots << ", \"dtype\": \"" << o.dtype << "\", \"layers\": " << o.layers << ", \"d_model\": " << o.d_model
         << ", \"batch\": " << o.batch << ", \"length\": " << o.length << ", \"parameters\": " << e.parameters
         << ", \"predicted_step_seconds\": " << e.step_seconds << ", \"stages\": " << json << "}\n";
     if (!out) throw mt::io_error(mt::detail::cat("cannot write '", o.plan_json, "'"));
@@ -602,9 +667,14 @@ int main(int argc, char** argv) {
   app.add_option("--microbatches", o.microbatches,
                  "with --pipeline: microbatches per step (default: the stages); alone: gradient accumulation over them")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--schedule", o.schedule, "with --pipeline: gpipe | 1f1b")
-      ->check(CLI::IsMember({"gpipe", "1f1b"}))
+  app.add_option("--schedule", o.schedule,
+                 "with --pipeline: gpipe | 1f1b | interleaved (1f1b over --chunks parts per stage) | zb-h1 | zb-v "
+                 "(zero-bubble: each backward split into the input's and the weights' gradients)")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1", "zb-v"}))
       ->capture_default_str();
+  app.add_option("--chunks", o.chunks,
+                 "with --schedule interleaved: parts of the model per stage (default 2; zb-v runs 2, the others 1)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--check-pipeline", o.check_pipeline,
                "with --pipeline: also train the unpipelined model on each stage's mesh and check losses and the first "
                "step's gradients agree to --tolerance");
@@ -636,6 +706,10 @@ int main(int argc, char** argv) {
     // --microbatches without --pipeline: one stage, its microbatches' gradients accumulated.
     if (o.pipeline > 1 || o.microbatches > 0 || o.check_pipeline) {
       if (o.microbatches == 0) o.microbatches = o.pipeline;
+      if (o.chunks == 0) o.chunks = o.schedule == "interleaved" || o.schedule == "zb-v" ? 2 : 1;
+      // The schedule's own checks (microbatches in groups of the stages for interleaved, chunks),
+      // before any stage is built.
+      (void)mt::pipeline::named_schedule(o.schedule, o.pipeline, o.microbatches, o.chunks);
       if (o.compare || o.compare_dtypes || o.rank_layouts || o.generate > 0 || !o.checkpoint.empty() || !o.resume.empty())
         throw mt::error("--pipeline trains (or plans, or checks) only: no --compare-layouts, --compare-dtypes, "
                         "--rank-layouts, --generate or checkpoints");

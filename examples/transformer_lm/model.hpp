@@ -126,6 +126,7 @@ struct options {
   int processors = 0;      // --rank-layouts over pipeline shapes of this many processors
   int microbatch_rows = 1;
   std::string schedule = "1f1b";
+  int chunks = 0;  // parts of the model per stage; 0: the schedule's (2 for interleaved and zb-v, else 1)
   bool check_pipeline = false;
 
   bool fsdp() const { return layout.rfind("fsdp", 0) == 0; }
@@ -786,11 +787,12 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
 
 // --pipeline (pipeline.cpp): one stage's run of the steps.
 struct pipeline_result {
-  std::vector<double> losses;                       // the step's loss on the last stage (0 elsewhere)
+  std::vector<double> losses;                       // the step's loss where holds_loss (0 elsewhere)
+  bool holds_loss = false;                          // this stage computes the loss (the last part's)
   std::vector<mt::pipeline::stage_stats> stats;     // per step
   std::int64_t param_bytes = 0, state_bytes = 0;    // this processor's
   std::int64_t parameters = 0;                      // the stage's (global extents)
-  int max_in_flight = 0;                            // the schedule's
+  int max_in_flight = 0;                            // the schedule's, in chunk activations
   double gradient_error = 0;                        // --check-pipeline: against the unpipelined model
   std::optional<mt::plan_report> plan;              // on a planned stage
 };

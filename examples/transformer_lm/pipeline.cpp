@@ -1,8 +1,10 @@
 // --pipeline P: the blocks split over P stages (pipeline/stages.hpp), each stage a [rows x cols]
 // mesh computing under layout_2d (data parallelism over rows, model parallelism over cols: a 3-D
-// mesh [stage x rows x cols]). Stage s holds blocks [s L / P, (s + 1) L / P); the first also the
-// embedding and positions, the last the final layer norm and the output projection. A step splits
-// the batch into --microbatches microbatches and runs them as --schedule (gpipe or 1f1b) says.
+// mesh [stage x rows x cols]). The model is cut into P v parts (v = --chunks: 2 for zb-v, 1 but for
+// interleaved) and stage s holds the parts the schedule gives it (pipeline/schedules.hpp: chunk c
+// is part c P + s, or the V of zb-v); part k holds blocks [k L / (P v), (k + 1) L / (P v)), part 0
+// also the embedding and positions, the last part the final layer norm and the output projection.
+// A step splits the batch into --microbatches microbatches and runs them as --schedule says.
 // Weights are drawn with the seeds model<L> gives them, so the pipelined model is the unpipelined
 // one: --check-pipeline trains both on each stage's mesh and compares losses and gradients.
 #include <mpi.h>
@@ -27,7 +29,12 @@ struct pipeline_stage {
   using activation = mt::tensor<C, L, batch, length, d_model>;
   const pl::stages<grid>& st;
   const options& o;
-  std::int64_t first_block = 0, end_block = 0;
+  const pl::step_schedule& schedule;
+  // Per chunk: its blocks [first, end) and where they start in the block vectors below.
+  std::vector<std::int64_t> chunk_first, chunk_end;
+  std::vector<std::size_t> chunk_offset;
+  std::vector<std::int64_t> block_ids;  // the model's block of each entry of the block vectors
+  bool holds_input = false, holds_loss = false;  // parts 0 and P v - 1
   some<vocab, d_model> embedding;
   some<length, d_model> positions;
   some<d_model> ln1_scale, ln1_bias;
@@ -53,22 +60,31 @@ struct pipeline_stage {
                     lnf_bias, softmax_weights);
   }
 
-  pipeline_stage(const pl::stages<grid>& s, const options& opt) : st(s), o(opt) {
+  pipeline_stage(const pl::stages<grid>& s, const options& opt, const pl::step_schedule& sch)
+      : st(s), o(opt), schedule(sch) {
     const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);
     const grid& g = st.mesh();
-    first_block = o.layers * st.index() / st.count();
-    end_block = o.layers * (st.index() + 1) / st.count();
+    const std::int64_t parts = schedule.parts();
+    for (int c = 0; c < schedule.chunks; ++c) {
+      const std::int64_t k = schedule.part(st.index(), c);
+      holds_input = holds_input || k == 0;
+      holds_loss = holds_loss || k == parts - 1;
+      chunk_first.push_back(o.layers * k / parts);
+      chunk_end.push_back(o.layers * (k + 1) / parts);
+      chunk_offset.push_back(block_ids.size());
+      for (std::int64_t b = chunk_first.back(); b < chunk_end.back(); ++b) block_ids.push_back(b);
+    }
     // model<L>'s seeds: embedding, positions, then six per block (push_block), then the output
     // projection.
     const std::uint64_t s0 = o.seed * 1000;
     const std::int64_t dm = o.d_model;
-    if (st.first()) {
+    if (holds_input) {
       embedding.push_back(mt::random_normal<t<vocab, d_model>>(g, {o.vocab, dm}, s0, 0, 0.3));
       positions.push_back(mt::random_normal<t<length, d_model>>(g, {o.length, dm}, s0 + 1, 0, 0.1));
     }
-    for (std::int64_t b = first_block; b < end_block; ++b)
+    for (std::int64_t b : block_ids)
       push_block(g, o, b, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out);
-    if (st.last()) {
+    if (holds_loss) {
       lnf_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
       lnf_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
       softmax_weights.push_back(nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, softmax_seed(o)));
@@ -104,7 +120,7 @@ struct pipeline_stage {
     return working[k];
   }
 
-  activation forward(int mb, const activation* in) const {
+  activation forward(int chunk, int mb, const activation* in) const {
     // The rows looked up and the positions added in float, then cast: a bf16 copy of the whole table
     // per microbatch would be held by the lookup's gradient rule until that microbatch's backward.
     activation x = in ? *in : as_c(t<batch, length, d_model>(nn::embedding<vocab>(embedding[0], ids[mb]) + positions[0]));
@@ -112,9 +128,10 @@ struct pipeline_stage {
     // Made here, outside any block: made inside a recomputed block's first run, the copies would be
     // that block's own nodes, which its recompute replaces (their gradients would never reach the
     // weights).
-    if (end_block > first_block) (void)weights_of(0);
-    for (std::int64_t b = first_block; b < end_block; ++b) {
-      const std::size_t k = static_cast<std::size_t>(b - first_block);
+    if (!block_ids.empty()) (void)weights_of(0);
+    const auto c = static_cast<std::size_t>(chunk);
+    for (std::int64_t b = chunk_first[c]; b < chunk_end[c]; ++b) {
+      const std::size_t k = chunk_offset[c] + static_cast<std::size_t>(b - chunk_first[c]);
       const std::uint64_t site = dseed + 2 * static_cast<std::uint64_t>(b), at = step;
       const double rate = o.dropout;
       const auto memory = o.attention_memory();
@@ -168,7 +185,7 @@ double compare_gradients(pipeline_stage<C>& stage, const grid& g, const options&
           if constexpr (mt::Tensor<std::remove_cvref_t<decltype(ref)>>) {
             if (!got.empty()) compare(got[0], ref);
           } else if constexpr (I >= 2 && I <= 11) {  // the blocks' kinds
-            for (std::size_t k = 0; k < got.size(); ++k) compare(got[k], ref[stage.first_block + k]);
+            for (std::size_t k = 0; k < got.size(); ++k) compare(got[k], ref[static_cast<std::size_t>(stage.block_ids[k])]);
           } else if (!got.empty()) {
             compare(got[0], ref[0]);
           }
@@ -196,9 +213,10 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
     throw mt::error("--check-pipeline compares with the unpipelined model, whose dropout masks are drawn over the "
                     "whole batch (a microbatch draws its own): use --dropout 0");
   pipeline_result result;
-  pipeline_stage<C> stage(st, o);
+  const auto schedule = pl::named_schedule(o.schedule, st.count(), o.microbatches, o.chunks);
+  pipeline_stage<C> stage(st, o, schedule);
+  result.holds_loss = stage.holds_loss;
   optimizers<L, L> opt(o);
-  const auto plan = pl::schedule(pl::schedule_from_string(o.schedule), st.index(), st.count(), o.microbatches);
   std::mt19937_64 rng(o.seed);  // train()'s batches
   std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
   const std::int64_t rows_per = o.batch / o.microbatches;
@@ -211,14 +229,14 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
     for (int m = 0; m < o.microbatches; ++m) {
       const std::span<const float> part_ids(ids.data() + m * rows_per * o.length, rows_per * o.length);
       const std::span<const float> part_labels(labels.data() + m * rows_per * o.length, rows_per * o.length);
-      if (st.first()) stage.ids.push_back(mt::from_host<t<batch, length>>(g, {rows_per, o.length}, part_ids));
-      if (st.last()) stage.labels.push_back(mt::from_host<t<batch, length>>(g, {rows_per, o.length}, part_labels));
+      if (stage.holds_input) stage.ids.push_back(mt::from_host<t<batch, length>>(g, {rows_per, o.length}, part_ids));
+      if (stage.holds_loss) stage.labels.push_back(mt::from_host<t<batch, length>>(g, {rows_per, o.length}, part_labels));
     }
     stage.step = static_cast<std::uint64_t>(step);
     stage.grads.reset();
     stage.working.clear();  // the weights changed: new working copies at the first forward pass
     stage.step_loss = 0;
-    const auto stats = pl::run(plan, st, stage);
+    const auto stats = pl::run(schedule, st, stage);
     if constexpr (std::is_same_v<C, float>)
       if (step == 0 && o.check_pipeline) result.gradient_error = compare_gradients(stage, g, o, ids, labels);
     auto params = stage.params();
@@ -231,7 +249,7 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
     for (const auto& w : stage.working) result.param_bytes += std::apply([](const auto&... c) { return mt::local_bytes(c...); }, w);
   for_each_param_tensor(stage.params(), [&](std::size_t, const auto& p) { result.parameters += p.size(); });
   result.state_bytes = opt.visit(o, [&](auto& chosen) { return chosen.state_bytes(stage.params()); });
-  result.max_in_flight = pl::max_in_flight(plan);
+  result.max_in_flight = pl::peak_activations(schedule.at(st.index()));
   if (g.is_planned()) result.plan = mt::plan_report_of(g);
   return result;
 }

@@ -2,9 +2,9 @@
 // (autodiff/split_backward.hpp), on a Transformer block with an embedding, layer norm, attention
 // and a biased feed-forward, under four layouts: B gives the input's gradient before any weight's
 // is computed; B then W gives the gradients of one backward pass; two microbatches' Bs and Ws in
-// a zero-bubble order (B1 B2 W2 W1) give the gradient of their sum; the collectives equal the
-// unsplit pass's; a plan reports W's products apart and the FLOPs of B and W add up to the
-// unsplit backward pass's.
+// a zero-bubble order (B1 B2 W2 W1) give the gradient of their sum; a weight used through an op
+// (scaled) is deferred too; the collectives equal the unsplit pass's; a plan reports W's products
+// apart and the FLOPs of B and W add up to the unsplit backward pass's.
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <meshtensor/autodiff/split_backward.hpp>
 #include <meshtensor/nn/attention.hpp>
@@ -76,7 +76,9 @@ struct block {
     const X a = h + nn::causal_attention<length, mlen, d_model, heads, d_kv>(nn::layer_norm<d_model>(h, scale, bias), wq,
                                                                             wk, wv, wo);
     const auto u = mt::relu(mt::einsum<batch, length, d_ff>(a, w1) + b1);
-    return weighted_sum(X(a + mt::einsum<batch, length, d_model>(u, w2)), 100 + seed);
+    // w2 scaled: a node computed from a weight alone, whose product W computes too (as a bf16
+    // working copy's).
+    return weighted_sum(X(a + mt::einsum<batch, length, d_model>(u, W2(w2 * 0.5))), 100 + seed);
   }
 };
 

@@ -274,8 +274,8 @@ std::unordered_set<const tape_node*> leaf_nodes(const char* who, const Params&..
 // Runs the backward pass of loss, adding into the gradients of the `kept` nodes what earlier calls
 // left there; every other node's gradient is dropped before and after.
 template <Tensor Loss>
-void accumulate_into(const Loss& loss, const std::unordered_set<const tape_node*>& kept) {
-  const auto order = nodes_newest_first(loss.node());
+void accumulate_into(const Loss& loss, const std::unordered_set<const tape_node*>& kept,
+                     const std::vector<tape_node*>& order) {
   const auto clear_others = [&] {
     for (auto* n : order)
       if (!kept.count(n)) n->clear_grad();
@@ -344,7 +344,8 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
 template <Tensor Loss, Parameter... Params>
 void accumulate_gradient(const Loss& loss, const Params&... params) {
   detail::check_differentiable(loss, "accumulate_gradient");
-  detail::accumulate_into(loss, detail::leaf_nodes("accumulate_gradient", params...));
+  detail::accumulate_into(loss, detail::leaf_nodes("accumulate_gradient", params...),
+                          detail::nodes_newest_first(loss.node()));
 }
 
 // The gradients accumulate_gradient summed in the params, reduced where they are still partial

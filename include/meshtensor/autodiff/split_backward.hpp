@@ -16,11 +16,17 @@
 // layer norm's scale and bias and an embedding's table defer. A rule that does not (a convolution's
 // filter) computes its weight's gradient in B: still correct, W is only smaller.
 //
+// A node computed from weights alone (a bf16 working copy of a float weight, a weight scaled) is a
+// weight too: the products that read it defer, and W, after the deferred work, runs such nodes'
+// rules (newest first), which carry their gradients to the weights. Without that, a bf16 model's
+// products, whose operands are the copies, would all run in B.
+//
 // B then W gives one backward pass's gradients: the same kernels on the same operands; only the
 // order in which a weight used several times adds its parts differs.
 // Communication: B and W together make what one backward pass makes (each op's header says what);
 // the weights' partial sums over data axes stay partial until take_gradients, as with
 // accumulate_gradient. A plan reports W's work as "op (weight gradient)".
+#include <algorithm>
 #include <memory>
 #include <tuple>
 #include <utility>
@@ -36,7 +42,9 @@ namespace meshtensor {
 class [[nodiscard]] weight_pass {
  public:
   weight_pass() = default;
-  explicit weight_pass(std::vector<std::unique_ptr<detail::deferred_work>> work) : work_(std::move(work)) {}
+  weight_pass(std::vector<std::unique_ptr<detail::deferred_work>> work,
+              std::vector<std::shared_ptr<detail::tape_node>> derived_weights)
+      : work_(std::move(work)), derived_(std::move(derived_weights)) {}
 
   // The deferred computations still to run.
   std::size_t pending() const { return work_.size(); }
@@ -47,7 +55,9 @@ class [[nodiscard]] weight_pass {
     // Taken out first: what each computation holds is freed as soon as it has run, and an error
     // half-way leaves none to run twice.
     auto work = std::move(work_);
+    auto derived = std::move(derived_);
     work_.clear();
+    derived_.clear();
     for (auto& w : work) {
       {
         const detail::plan_node_scope op(w->plan_op);
@@ -55,10 +65,18 @@ class [[nodiscard]] weight_pass {
       }
       w.reset();
     }
+    // The nodes computed from weights (newest first): their gradients, complete now, go on to the
+    // weights, and are dropped (a working copy shared by several microbatches gets the next one's).
+    for (const auto& n : derived) {
+      const detail::plan_node_scope op(n->plan_op);
+      n->backward();
+      n->clear_grad();
+    }
   }
 
  private:
   std::vector<std::unique_ptr<detail::deferred_work>> work_;
+  std::vector<std::shared_ptr<detail::tape_node>> derived_;  // newest first
 };
 
 // B: the backward pass of `loss` with the weights' gradient work deferred into the result. The
@@ -75,6 +93,17 @@ weight_pass accumulate_input_gradient(const Loss& loss, const std::tuple<Inputs.
     if (deferral.weights.count(n))
       throw error("accumulate_input_gradient: a tensor is given both as an input and as a weight");
   kept.insert(deferral.weights.begin(), deferral.weights.end());
+  const auto order = detail::nodes_newest_first(loss.node());
+  // Nodes whose parents are all weights are weights too (oldest first: parents come before).
+  std::vector<std::shared_ptr<detail::tape_node>> derived;
+  for (auto n = order.rbegin(); n != order.rend(); ++n) {
+    const auto& parents = (*n)->parents;
+    if (parents.empty() || deferral.weights.count(*n)) continue;
+    if (std::all_of(parents.begin(), parents.end(), [&](const auto& p) { return deferral.weights.count(p.get()) > 0; })) {
+      deferral.weights.insert(*n);
+      derived.push_back((*n)->shared_from_this());
+    }
+  }
   {
     auto& active = detail::weight_deferral::active();
     struct restore {
@@ -83,9 +112,10 @@ weight_pass accumulate_input_gradient(const Loss& loss, const std::tuple<Inputs.
       ~restore() { slot = was; }
     } const guard{active, active};
     active = &deferral;
-    detail::accumulate_into(loss, kept);
+    detail::accumulate_into(loss, kept, order);
   }
-  return weight_pass(std::move(deferral.work));
+  std::reverse(derived.begin(), derived.end());
+  return weight_pass(std::move(deferral.work), std::move(derived));
 }
 
 }  // namespace meshtensor

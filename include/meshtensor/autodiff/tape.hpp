@@ -48,7 +48,7 @@ class recording_scope {
   bool was_;
 };
 
-struct tape_node {
+struct tape_node : std::enable_shared_from_this<tape_node> {
   std::uint64_t id = next_node_id();
   std::vector<std::shared_ptr<tape_node>> parents;
   std::shared_ptr<communicator> comm;  // the result's mesh's: partial gradients are reduced over its axes

@@ -171,8 +171,11 @@ auto inner_product_objective(const X& y, const X& g) {
 //
 // With one chunk the Stage's forward is forward(microbatch, in) (in null on the first stage); with
 // several it is forward(chunk, microbatch, in) (in null on part 0), and loss() is asked of the last
-// part's holder. Tags: 2 (microbatch parts + k) for the activation entering part k, + 1 for the
-// gradient leaving it.
+// part's holder. Tags: 2 k for the activations entering part k, 2 k + 1 for the gradients leaving
+// it, whatever the microbatch: every schedule runs a chunk's forwards, and its backwards, in
+// microbatch order (checked), and MPI delivers the messages of one sender and tag in the order
+// they were sent, so the microbatches need no tags of their own (a tag per microbatch and part ran
+// out of MPI's guaranteed 32767 at 512 microbatches of 64 parts).
 template <class M, class Stage>
 stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
   using X = typename Stage::activation;
@@ -186,12 +189,23 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
                             " chunks of the model, and the stage's forward takes no chunk: give it "
                             "forward(chunk, microbatch, in)"));
   const int parts = schedule.parts();
-  if (2 * schedule.microbatches * parts > 32767)  // the tag bound every MPI guarantees
-    throw error(detail::cat("pipeline::run: ", schedule.microbatches, " microbatches through ", parts,
-                            " parts need tags up to ", 2 * schedule.microbatches * parts,
-                            "; MPI guarantees 32767"));
-  const auto tag = [&](int microbatch, int part) { return 2 * (microbatch * parts + part); };
+  if (2 * parts > 32767)  // the tag bound every MPI guarantees
+    throw error(detail::cat("pipeline::run: ", parts, " parts need tags up to ", 2 * parts, "; MPI guarantees 32767"));
+  const auto tag = [](int, int part) { return 2 * part; };
   const auto& items = schedule.at(st.index());
+  {
+    std::map<std::pair<bool, int>, int> last;  // (forward, chunk): the last microbatch
+    for (const work_item& item : items) {
+      if (item.kind == pass::W) continue;
+      const auto at = last.find({item.kind == pass::F, item.chunk});
+      if (at != last.end() && item.microbatch <= at->second)
+        throw error(detail::cat("pipeline::run: schedule ", schedule.name, " runs ", to_string(item.kind),
+                                " of microbatch ", item.microbatch, " on chunk ", item.chunk, " of stage ", st.index(),
+                                " after microbatch ", at->second, "; a chunk's passes must go in microbatch order "
+                                "(the tags say only the part)"));
+      last[{item.kind == pass::F, item.chunk}] = item.microbatch;
+    }
+  }
   stage_stats stats;
   stats.max_in_flight = peak_activations(items);
   struct held {
