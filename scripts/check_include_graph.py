@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The library's include graph keeps its layers (docs/design.md, "Layers"): no include cycle, and no
+"""The library's include graph keeps its layers (docs/design/layers.md): no include cycle, and no
 include from a folder up to a higher layer or across to another folder of the same layer, no
 MPI or Kokkos include in the layers of values below the runtime (PURE), no include of another
 folder's detail/ (private to the folder that holds it), and no Kokkos launch, copy or fence outside

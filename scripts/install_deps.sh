@@ -19,6 +19,10 @@
 # Sourcing this file only defines its functions (tests/scripts/debian_uri_test.sh uses debian_uri).
 
 log() { echo "[install_deps] $*" >&2; }
+
+# The documentation site's generators (scripts/docs.sh, which installs only these where missing):
+# Doxygen reads the headers, Sphinx with Breathe and MyST renders the site.
+DOCS_PACKAGES=(doxygen python3-sphinx python3-breathe python3-myst-parser python3-sphinx-rtd-theme)
 die() { echo "install_deps.sh: $*" >&2; exit 1; }
 
 # debian_uri [FILE...]: the URI of the machine's own Debian mirror (never hard-coded here): that of
@@ -127,7 +131,8 @@ main() {
             libsentencepiece-dev   # examples/translation's tokenizer; the packages below install its corpus's French catalogs (corpus.hpp)
             sentencepiece          # spm_decode and spm_export_vocab: the PyTorch translation peer's detokenizer in any Python (scripts/bench_translation.sh)
             libc-l10n git gettext gettext-base libdpkg-perl libglib2.0-data gnupg-l10n iso-codes
-            clang-14 libclang-rt-14-dev libomp-14-dev)   # libFuzzer (ctest label fuzz); LLVM's libomp and Archer (scripts/tsan.sh)
+            clang-14 libclang-rt-14-dev libomp-14-dev   # libFuzzer (ctest label fuzz); LLVM's libomp and Archer (scripts/tsan.sh)
+            "${DOCS_PACKAGES[@]}" chromium)   # the site (scripts/docs.sh) and its test in a browser (ctest label docs)
   local backports_packages=(catch2)
   # Optional (--bench): Eigen and ScaLAPACK (C++ peers), matplotlib (plots),
   # venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/bench_venv.sh).

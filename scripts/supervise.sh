@@ -130,7 +130,8 @@ cause() {
     sed -E 's/.*process rank ([0-9]+) .*exited on signal ([0-9]+)( \(([^)]*)\))?.*/rank \1 exited on signal \2 (\4)/; s/ \(\)$//' <<<"$line"
     return
   fi
-  # meshtensor's own last words on a rank that failed alone (docs/design.md, "No rank is ever left waiting").
+  # meshtensor's own last words on a rank that failed alone (docs/design/faults.md, "No rank is
+  # ever left waiting").
   line=$(grep -h -m 1 -o 'meshtensor: rank [0-9]*: .*' "${out[@]}" 2>/dev/null | head -n 1)
   if [ -n "$line" ]; then echo "$line (exit status $status)"; return; fi
   # Open MPI: "MPI_ABORT was invoked on rank 1 in communicator MPI_COMM_WORLD\nwith errorcode 75."

@@ -2,7 +2,7 @@
 # watchdog_stop_test.sh SUPERVISE TRANSFORMER_LM MPIEXEC WORKDIR [TIMEOUT]: a rank that stops
 # (SIGSTOP: a hung process, a node that no longer answers) ends the job by the collective watchdog
 # within TIMEOUT seconds plus a few, and the supervisor restarts it from its checkpoint to the
-# result of a job never stopped, bit for bit (docs/design.md, "Faults").
+# result of a job never stopped, bit for bit (docs/design/faults.md, "Faults").
 #
 # transformer_lm on 4 ranks ([2 x 2], layout 2d, dropout 0.1), 60 steps, a checkpoint every 10;
 # first a clean run (no watchdog). Then the same job under the supervisor (--restarts 1) with

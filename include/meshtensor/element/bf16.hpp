@@ -3,7 +3,7 @@
 // Arithmetic is float's: a bf16 converts implicitly to float, so `a * b + c` on bf16 values is
 // computed in float and rounded once where it is stored into a bf16. Kernels that accumulate
 // (sums, products, the row kernels of softmax and layer norm) accumulate in compute_t<T>, float
-// for bf16 (docs/design.md, "Mixed precision").
+// for bf16 (docs/design/training.md, "Mixed precision").
 //
 // Why a class of our own and not __nv_bfloat16 or OpenBLAS's bfloat16 (a uint16_t typedef): the
 // same type on host and device, in every backend, with the conversion to float a shift (exact) and

@@ -4,7 +4,7 @@
 // geometry/box.hpp: the innermost dims merged with every dim along which the region covers both
 // buffers whole). One work item copies (a chunk of) one run; the index division is paid
 // once per run, not per element. The kernel is a named functor templated on (execution space,
-// element type) only, so every rank and layout shares it (see docs/design.md, kernels).
+// element type) only, so every rank and layout shares it (see docs/design/devices.md, kernels).
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <array>

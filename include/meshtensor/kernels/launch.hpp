@@ -1,7 +1,7 @@
 #pragma once
-// The one door for local work (docs/design.md, "Kernels"). Ops say what to compute on their slice;
-// every launch goes through these entry points, which skip the work in one place while a planned
-// mesh exists (the plan counts the launch instead) and otherwise hand it to the provider:
+// The one door for local work (docs/design/devices.md, "Kernels"). Ops say what to compute on
+// their slice; every launch goes through these entry points, which skip the work in one place while
+// a planned mesh exists (the plan counts the launch instead) and otherwise hand it to the provider:
 //   kernels::parallel_for / parallel_reduce   maps, row kernels, reductions (Kokkos, any space)
 //   kernels::deep_copy                        copies and fills (Kokkos)
 //   kernels::host_mirror / copy_to / fence    staging between memory spaces, and waiting for a

@@ -19,7 +19,7 @@
 //
 // Why an explicit fuse and not operators that return lazy expressions (Eigen, xtensor): the point
 // where memory is written stays visible, no expression outlives the tensors it refers to (Eigen's
-// dangling `auto`), and every other op keeps taking tensors, not expressions. docs/design.md,
+// dangling `auto`), and every other op keeps taking tensors, not expressions. docs/design/ops.md,
 // "Fused elementwise expressions".
 //
 // Communication: none forward; the gradient's sums over broadcast dims as above.

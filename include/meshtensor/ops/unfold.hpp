@@ -68,8 +68,9 @@ Kokkos::Array<std::int64_t, R> device_array(const A& a) {
 }
 
 // The kernels depend on (space, element type, ranks) only, not on the tensor types: one instance
-// serves every layout (docs/design.md, "Ops and communication"). Dims [0, P) of x hold the spatial
-// dims; dims [P, R) follow them (channels, usually) and are copied as contiguous runs of `inner`.
+// serves every layout (docs/design/ops.md, "Ops and communication"). Dims [0, P) of x hold the
+// spatial dims; dims [P, R) follow them (channels, usually) and are copied as contiguous runs of
+// `inner`.
 // unfold: out[a..., k..., t...] = buffer[a at o * stride - pad_lo + k * dilation, t...], else fill.
 template <class Exec, class T, std::size_t R, std::size_t N>
 void unfold_kernel(const halo_buffer<T, typename Exec::memory_space, R>& b, const window_maps<R, N>& m, std::size_t P,

@@ -70,8 +70,8 @@ bool sendrecv(communicator& c, axis_set axes, const T* send, std::int64_t send_n
 // group's size is a power of two, that form is recursive doubling over point-to-point messages
 // (log2 P exchanges with a partner, each reduced locally): Open MPI's MPI_Iallreduce (libnbc) took
 // twice the blocking call's time on 2 ranks from 4 bytes to 64 KB, and this takes the same as the
-// blocking call (docs/design.md, "Faults"). Partners add the same two values (a + b == b + a), so
-// every rank ends with the same bits.
+// blocking call (docs/design/faults.md, "Faults"). Partners add the same two values
+// (a + b == b + a), so every rank ends with the same bits.
 template <class T>
 void allreduce_in_place(communicator& c, axis_set axes, T* data, std::int64_t n, MPI_Op op) {
   const collective_call call{collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)), true};

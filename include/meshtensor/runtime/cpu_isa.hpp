@@ -1,6 +1,6 @@
 #pragma once
 // The CPU instruction set that the local kernels of a job may use, agreed by every rank once, when
-// meshtensor::environment starts (docs/design.md, "One provider rule for every rank").
+// meshtensor::environment starts (docs/design/devices.md, "One provider rule for every rank").
 //
 // Why agree: replicas of a tensor must round alike. oneDNN picks its kernels (and with them the
 // order of its sums) from the CPU it runs on, and has bf16 products only on AVX-512 cores; a job

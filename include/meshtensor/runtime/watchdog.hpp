@@ -1,5 +1,5 @@
 #pragma once
-// The collective watchdog (docs/design.md, "Faults"). A rank that stops answering (stopped,
+// The collective watchdog (docs/design/faults.md, "Faults"). A rank that stops answering (stopped,
 // swapping, a deadlocked thread) leaves the others waiting in MPI forever: nothing fails, nothing
 // ends. With MESHTENSOR_COLLECTIVE_TIMEOUT=S (seconds, > 0) every collective of collectives.hpp is
 // started nonblocking and polled; one still incomplete after S seconds ends the job (MPI_Abort with

@@ -1,0 +1,30 @@
+# Sphinx's configuration for meshtensor's documentation site; scripts/docs.sh builds it (with
+# Doxygen's XML of the public headers for the API reference) and says what it needs.
+import os
+
+project = 'meshtensor'
+author = 'the meshtensor authors'
+copyright = '2026, the meshtensor authors'
+
+extensions = ['myst_parser', 'breathe']
+
+# The guides are the Markdown files beside this one (MyST, Debian's python3-myst-parser); links
+# between them keep working on GitHub and in the site alike.
+source_suffix = {'.md': 'markdown'}
+myst_heading_anchors = 4          # `page.md#a-heading` links resolve, as on GitHub
+myst_enable_extensions = ['colon_fence']
+exclude_patterns = ['_build', 'tools', 'README.md']
+
+# The API reference: Doxygen's XML, written by scripts/docs.sh.
+breathe_projects = {'meshtensor': os.environ.get('MESHTENSOR_DOXYGEN_XML', '../build/docs-xml/xml')}
+breathe_default_project = 'meshtensor'
+breathe_show_include = True
+primary_domain = 'cpp'
+highlight_language = 'none'   # a fence without a language is shown as written
+
+html_theme = 'sphinx_rtd_theme'   # Debian's python3-sphinx-rtd-theme: the navigation a reader expects
+html_title = 'meshtensor'
+html_show_sourcelink = False
+html_theme_options = {'navigation_depth': 3, 'collapse_navigation': False}
+html_static_path = ['_static']
+html_css_files = ['api.css']
