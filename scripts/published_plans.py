@@ -182,7 +182,7 @@ def megatron_rows(binary, failures):
         flops = megatron_flops(batch, 2048, layers, h, MEGATRON_VOCAB) / gpus
         tflops = flops / step / 1e12
         # What unfused elementwise kernels cost (the memory term) taken out: an upper bound.
-        unfused = (m + p - 1) * parts["memory"]
+        unfused = d["slots"] * parts["memory"]
         tflops_fused = flops / (step - unfused) / 1e12
         err = tflops / published - 1
         worst = max(worst, abs(err))
@@ -321,16 +321,15 @@ KORTHIKANTI_RUNS = {"22B": (1, 8, 4, 1.42, 1.10), "175B": (8, 64, 64, 18.13, 13.
 
 def plan_time(binary, *args):
     """A plan with --calibration: its JSON with the predicted step and its memory term in seconds
-    ("memory_seconds": a pipelined plan's (m + p - 1) x the slowest stage's per microbatch, as
-    megatron_rows takes it out) and the peak per processor (the largest stage's); or {"error": ...}."""
+    ("memory_seconds": a pipelined plan's simulated slots ((m + p - 1) for 1f1b) x the slowest stage's per
+    microbatch, as megatron_rows takes it out) and the peak per processor (the largest stage's); or
+    {"error": ...}."""
     d = plan_json(binary, *args)
     if "error" in d:
         return d
     if "stages" in d:
         slowest = max(d["stages"], key=lambda st: st["seconds_per_microbatch"])
-        m = int(args[list(args).index("--microbatches") + 1])
-        p = int(args[list(args).index("--pipeline") + 1])
-        d["memory_seconds"] = (m + p - 1) * slowest["microbatch_seconds"]["memory"]
+        d["memory_seconds"] = d["slots"] * slowest["microbatch_seconds"]["memory"]
         d["peak_bytes"] = max(st["plan"]["memory"]["peak"] for st in d["stages"])
     else:
         d["memory_seconds"] = d["predicted_memory_seconds"]
@@ -404,6 +403,68 @@ def korthikanti_times(binary, failures):
                 print("| " + " | ".join(map(str, cells)) + " |")
         finally:
             os.unlink(cal.name)
+
+
+def smallest_divisor_above_one(n):
+    return next(d for d in range(2, n + 1) if n % d == 0)
+
+
+def megatron_schedules(binary, failures):
+    """Megatron-LM's pipelined Table 1 rows re-planned with the interleaved schedule, which
+    Narayanan et al. ran them with (section 5.1; the chunks per stage are not stated: here the
+    fewest above one that divide the blocks per stage), side by side with 1F1B; and the 1 T row with
+    the zero-bubble schedules."""
+    print("\n## Megatron-LM's Table 1 re-planned: interleaved (as they ran it) and zero-bubble schedules\n")
+    print("The rows above planned again with `--schedule interleaved --chunks v` (Narayanan et al. 2021, section 5.1: "
+          "\"we use the interleaved pipeline schedule\"; v is not stated, so v is the fewest chunks above one that "
+          "divide the blocks per stage) and, for the 1 T row, `--schedule zb-h1` and `zb-v`, on the same A100 "
+          "calibration. Slots: the schedule's simulated step in units of the slowest stage's microbatch, its forward, "
+          "input-gradient and weight-gradient shares taken from the plan's FLOPs ((m + p - 1) for 1F1B). Memory: the "
+          "largest stage's planned peak; 74.5 GiB is an 80 GB card.\n")
+    print("| params | p | m | schedule | v | slots | predicted step | predicted TFLOP/s | published | memory/GPU (peak stage) | fits 80 GB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    results = {}
+    for params, heads, h, layers, t, p, gpus, batch, published in MEGATRON:
+        if p == 1:
+            continue
+        nd = gpus // (t * p)
+        m = batch // nd
+        v = smallest_divisor_above_one(layers // p)
+        runs = [("1f1b", 1), ("interleaved", v)]
+        if params > 1000:
+            runs += [("zb-h1", 1), ("zb-v", 2)]
+        with tempfile.NamedTemporaryFile("w", suffix=".calibration", delete=False) as cal:
+            cal.write(a100_calibration(t, sorted({1, t, nd, nd * t})))
+        try:
+            for schedule, chunks in runs:
+                d = plan_json(binary, "--pipeline", p, "--mesh", nd, t, "--microbatches", m, "--schedule", schedule,
+                              "--chunks", chunks, "--dtype", "bf16", "--recompute", "--layers", layers, "--d-model", h,
+                              "--heads", heads, "--d-kv", h // heads, "--d-ff", 4 * h, "--length", 2048, "--batch",
+                              batch, "--vocab", MEGATRON_VOCAB, "--calibration", cal.name)
+                if "error" in d:
+                    failures.append(f"Megatron {params} B, {schedule}: {d['error']}")
+                    print(f"| {params} B | {p} | {m} | {schedule} | {chunks} | not planned: {d['error']} |")
+                    continue
+                peak = max(st["plan"]["memory"]["peak"] for st in d["stages"])
+                step = d["predicted_step_seconds"]
+                tflops = megatron_flops(batch, 2048, layers, h, MEGATRON_VOCAB) / gpus / step / 1e12
+                results[(params, schedule)] = step
+                print(f"| {params} B | {p} | {m} | {schedule} | {chunks} | {d['slots']:.1f} | {step:.2f} s | {tflops:.0f} | "
+                      f"{published} | {peak / 2**30:.1f} GiB | {'yes' if peak <= 80e9 else 'no'} |")
+        finally:
+            os.unlink(cal.name)
+    for params, _, _, _, _, p, _, _, _ in MEGATRON:
+        if p > 1 and (params, "interleaved") in results and (params, "1f1b") in results:
+            gain = results[(params, "1f1b")] / results[(params, "interleaved")] - 1
+            print(f"\n{params} B: interleaved predicted {100 * gain:+.1f}% faster than 1F1B", end="")
+    one_t = MEGATRON[-1][0]
+    if (one_t, "zb-h1") in results:
+        print(f"\n\n1 T: ZB-H1 predicted {100 * (results[(one_t, '1f1b')] / results[(one_t, 'zb-h1')] - 1):+.1f}% "
+              f"faster than 1F1B, ZB-V {100 * (results[(one_t, '1f1b')] / results[(one_t, 'zb-v')] - 1):+.1f}%")
+    # The schedules must not predict a longer step than 1F1B for the same work: their bubbles are smaller.
+    for (params, schedule), step in results.items():
+        if schedule != "1f1b" and step > results[(params, "1f1b")] * 1.05:
+            failures.append(f"Megatron {params} B: {schedule} predicted {step:.2f} s, 1F1B {results[(params, '1f1b')]:.2f} s")
 
 
 def rank_shapes(binary):
@@ -492,6 +553,7 @@ def main():
     megatron_rows(binary, failures)
     korthikanti_rows(binary, failures)
     korthikanti_times(binary, failures)
+    megatron_schedules(binary, failures)
     if rank_shapes(binary) is None:
         failures.append("--rank-layouts --processors found no shape or not Megatron's")
     for f in failures:

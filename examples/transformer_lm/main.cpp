@@ -248,6 +248,12 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
   for (std::size_t i = 1; i < r.stats.size(); ++i) bubbles.push_back(r.stats[i].bubble());
   if (bubbles.empty()) bubbles.push_back(r.stats[0].bubble());
   std::sort(bubbles.begin(), bubbles.end());
+  // The step's time: each stage's median over the steps after the first; the slowest stage's is the step's.
+  std::vector<double> times;
+  for (std::size_t i = r.stats.size() > 1 ? 1 : 0; i < r.stats.size(); ++i) times.push_back(r.stats[i].total_seconds);
+  std::sort(times.begin(), times.end());
+  double step_seconds = times[times.size() / 2];
+  MPI_Allreduce(MPI_IN_PLACE, &step_seconds, 1, MPI_DOUBLE, MPI_MAX, env.world());
   double mine[2] = {bubbles[bubbles.size() / 2], static_cast<double>(r.max_in_flight)};
   std::vector<double> all(2 * static_cast<std::size_t>(env.world_size()));
   MPI_Gather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, env.world());
@@ -270,6 +276,7 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
       formula += expected / o.pipeline;
     }
     std::printf("pipeline_bubble_measured_mean %.4f formula %.4f\n", measured, formula);
+    std::printf("pipeline_step_seconds_median %.4f\n", step_seconds);
     write_curve(o, losses, 0);
   }
   if (!o.check_pipeline) return 0;
@@ -500,7 +507,10 @@ int plan_pipeline(const mt::environment& env, const options& o) {
 // stages of [rows x cols] (the 2d layout inside each: data parallelism over rows, model parallelism
 // over cols), P a divisor of N up to the layers, microbatches of --microbatch-rows rows per
 // data-parallel processor (P = 1: the whole batch at once), ranked by predicted step time among those
-// whose largest stage fits the budget.
+// whose largest stage fits the budget. With --rank-schedules each pipelined shape is ranked under
+// every schedule as well (interleaved with the chunks, 2 to 4, that fit the layers and whose
+// microbatches come in groups of P): the schedules trade idle time for memory (zb-h1's last stages
+// hold what their deferred weight gradients read; interleaved holds more chunk activations).
 int rank_pipeline_shapes(const mt::environment& env, const options& o) {
   if (o.calibration.empty()) throw mt::error("--rank-layouts needs --calibration FILE (bench_calibrate writes one)");
   if (env.world_rank() != 0) return 0;
@@ -521,13 +531,25 @@ int rank_pipeline_shapes(const mt::environment& env, const options& o) {
         continue;
       }
       oc.microbatches = p == 1 ? 1 : static_cast<int>(o.batch / per_microbatch);
-      const auto e = pipeline_planning::plan_stages(oc, &c);
-      mt::plan_report peak = *e.per_stage[0]->full.plan;
-      for (const auto* sp : e.per_stage)
-        if (sp->full.plan->peak_bytes > peak.peak_bytes) peak = *sp->full.plan;
-      candidates.push_back({mt::detail::cat("--pipeline ", p, " --mesh ", rows, " ", cols, " --microbatches ",
-                                            oc.microbatches),
-                            peak, e.step, true});
+      std::vector<std::pair<std::string, int>> schedules{{o.schedule, o.chunks}};
+      if (o.rank_schedules && p > 1) {
+        schedules = {{"1f1b", 1}, {"zb-h1", 1}};
+        if (2 * p <= o.layers) schedules.emplace_back("zb-v", 2);
+        for (int v = 2; v <= 4 && v * p <= o.layers; ++v)
+          if (oc.microbatches % p == 0) schedules.emplace_back("interleaved", v);
+      }
+      for (const auto& [schedule, chunks] : schedules) {
+        oc.schedule = schedule;
+        oc.chunks = chunks;
+        const auto e = pipeline_planning::plan_stages(oc, &c);
+        mt::plan_report peak = *e.per_stage[0]->full.plan;
+        for (const auto* sp : e.per_stage)
+          if (sp->full.plan->peak_bytes > peak.peak_bytes) peak = *sp->full.plan;
+        std::string name = mt::detail::cat("--pipeline ", p, " --mesh ", rows, " ", cols, " --microbatches ", oc.microbatches);
+        if (o.rank_schedules && p > 1)
+          name += mt::detail::cat(" --schedule ", schedule, schedule == "interleaved" ? mt::detail::cat(" --chunks ", chunks) : "");
+        candidates.push_back({name, peak, e.step, true});
+      }
     }
   }
   if (candidates.empty())
@@ -537,7 +559,7 @@ int rank_pipeline_shapes(const mt::environment& env, const options& o) {
   const auto ranked = mt::rank_layouts(candidates, budget);
   std::printf("%d processors as stages x [rows x cols], schedule %s, %s, calibration %s, budget %s per processor "
               "(peak: the largest stage's):\n",
-              o.processors, o.schedule.c_str(), o.dtype.c_str(), o.calibration.c_str(),
+              o.processors, o.rank_schedules ? "each" : o.schedule.c_str(), o.dtype.c_str(), o.calibration.c_str(),
               mt::detail::cat(o.memory_budget_gib, " GiB").c_str());
   std::printf("%s", mt::ranking_table(ranked).c_str());
   if (skipped) std::printf("(%d shapes left out: their rows do not divide --batch into whole microbatches)\n", skipped);
@@ -658,6 +680,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--rank-layouts", o.rank_layouts,
                "rank the compiled-in layouts on --mesh by predicted step time (needs --calibration)");
+  app.add_flag("--rank-schedules", o.rank_schedules,
+               "with --rank-layouts --processors: rank each pipelined shape under 1f1b, zb-h1, zb-v and interleaved "
+               "(2 to 4 chunks) too, with the memory each needs");
   app.add_flag("--check-plan", o.check_plan, "run one step, plan it, and check the plan equals it on every rank");
   app.add_option("--pipeline", o.pipeline,
                  "split the blocks over this many pipeline stages of --mesh each (ranks: stages x rows x cols), "
@@ -703,10 +728,10 @@ int main(int argc, char** argv) {
       throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
     if (o.zero != 3 && !o.fsdp() && !o.compare && !o.rank_layouts)
       throw mt::error(mt::detail::cat("--zero ", o.zero, " applies to --layout fsdp and fsdp_2d, not ", o.layout));
+    if (o.chunks == 0) o.chunks = o.schedule == "interleaved" || o.schedule == "zb-v" ? 2 : 1;
     // --microbatches without --pipeline: one stage, its microbatches' gradients accumulated.
     if (o.pipeline > 1 || o.microbatches > 0 || o.check_pipeline) {
       if (o.microbatches == 0) o.microbatches = o.pipeline;
-      if (o.chunks == 0) o.chunks = o.schedule == "interleaved" || o.schedule == "zb-v" ? 2 : 1;
       // The schedule's own checks (microbatches in groups of the stages for interleaved, chunks),
       // before any stage is built.
       (void)mt::pipeline::named_schedule(o.schedule, o.pipeline, o.microbatches, o.chunks);

@@ -114,6 +114,7 @@ struct options {
   bool plan = false, check_plan = false;
   std::string plan_json, calibration;
   bool rank_layouts = false;
+  bool rank_schedules = false;  // --rank-layouts --processors: each pipelined shape under every schedule too
   double memory_budget_gib = 8.0;
   // Sampling after training (--generate N): N bytes after --prompt, with a key-value cache.
   std::int64_t generate = 0;
