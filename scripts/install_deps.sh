@@ -127,7 +127,8 @@ main() {
             libsentencepiece-dev   # examples/translation's tokenizer; the packages below install its corpus's French catalogs (corpus.hpp)
             sentencepiece          # spm_decode and spm_export_vocab: the PyTorch translation peer's detokenizer in any Python (scripts/bench_translation.sh)
             libc-l10n git gettext gettext-base libdpkg-perl libglib2.0-data gnupg-l10n iso-codes
-            clang-14 libclang-rt-14-dev libomp-14-dev)   # libFuzzer (ctest label fuzz); LLVM's libomp and Archer (scripts/tsan.sh)
+            clang-14 libclang-rt-14-dev libomp-14-dev   # libFuzzer (ctest label fuzz); LLVM's libomp and Archer (scripts/tsan.sh)
+            slurmctld slurmd slurm-client)   # a two-node Slurm started by the tests (ctest label slurm; tests/slurm)
   local backports_packages=(catch2)
   # Optional (--bench): Eigen and ScaLAPACK (C++ peers), matplotlib (plots),
   # venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/bench_venv.sh).
