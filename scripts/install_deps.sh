@@ -132,7 +132,8 @@ main() {
             sentencepiece          # spm_decode and spm_export_vocab: the PyTorch translation peer's detokenizer in any Python (scripts/bench_translation.sh)
             libc-l10n git gettext gettext-base libdpkg-perl libglib2.0-data gnupg-l10n iso-codes
             clang-14 libclang-rt-14-dev libomp-14-dev   # libFuzzer (ctest label fuzz); LLVM's libomp and Archer (scripts/tsan.sh)
-            "${DOCS_PACKAGES[@]}" chromium)   # the site (scripts/docs.sh) and its test in a browser (ctest label docs)
+            "${DOCS_PACKAGES[@]}" chromium     # the site (scripts/docs.sh) and its test in a browser (ctest label docs)
+            slurmctld slurmd slurm-client)   # a two-node Slurm started by the tests (ctest label slurm; tests/slurm)
   local backports_packages=(catch2)
   # Optional (--bench): Eigen and ScaLAPACK (C++ peers), matplotlib (plots),
   # venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/bench_venv.sh).

@@ -18,6 +18,14 @@
 #
 # DIR defaults to the value of the command's own --checkpoint option. SIGINT, SIGTERM or SIGHUP to
 # the supervisor stops the job (SIGTERM to mpiexec, which ends every rank) and restarts nothing.
+#
+# The scheduler's warning (docs/cluster.md): SIGUSR1 or SIGUSR2 to the supervisor is passed on to the
+# job (mpiexec, mpirun and srun pass both on to every rank), and nothing else is done. A job that
+# stops on such a signal after saving its checkpoint exits with status 85 (meshtensor's
+# stopped_exit_code, runtime/stop_request.hpp): the supervisor does not restart it; with --requeue,
+# inside a Slurm job, it asks Slurm to requeue the job (`scontrol requeue $SLURM_JOB_ID`), which
+# runs the batch script again later (examples/slurm/train.sbatch resumes from the checkpoint). It
+# exits 85 either way.
 set -uo pipefail
 
 usage() {
@@ -35,17 +43,23 @@ Options:
                      --checkpoint option; without one, every restart starts from scratch)
   --log FILE         also append the supervisor's lines, with date and time, to FILE
   --delay SECONDS    wait this long before each restart (default 0)
+  --requeue          when the job stops on a signal with its checkpoint saved (exit status 85),
+                     requeue this Slurm job: scontrol requeue $SLURM_JOB_ID
   -h, --help         print this help and exit
 
 The job's output passes through. The supervisor prints to stderr one line per restart naming the
 cause, e.g. `supervise: restart 1/3 after: rank 2 exited on signal 9 (Killed)`, and the checkpoint
 it resumes from. SIGINT/SIGTERM/SIGHUP stop the job and the supervisor without a restart.
+SIGUSR1/SIGUSR2 are passed on to the job (a scheduler's warning); a job that then saves a checkpoint
+and exits with status 85 is not restarted, but requeued with --requeue, and the supervisor exits 85.
 EOF
 }
 
 die() { echo "supervise: $*" >&2; echo "Run with --help for usage." >&2; exit 2; }
 
-restarts=3 ckpt="" logfile="" delay=0
+restarts=3 ckpt="" logfile="" delay=0 requeue=0
+# The job's exit status after it stopped on a signal with its checkpoint saved (stop_request.hpp).
+stopped_status=85
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help) usage; exit 0 ;;
@@ -57,6 +71,7 @@ while [ $# -gt 0 ]; do
     --log=*) logfile=${1#*=}; shift ;;
     --delay) [ $# -ge 2 ] || die "--delay needs a value"; delay=$2; shift 2 ;;
     --delay=*) delay=${1#*=}; shift ;;
+    --requeue) requeue=1; shift ;;
     --) shift; break ;;
     -*) die "unknown option '$1'" ;;
     *) break ;;
@@ -85,7 +100,7 @@ log() {
 }
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/supervise.XXXXXX") || exit 1
-job="" tee_err="" stop_signal=""
+job="" tee_err="" stop_signal="" warned=""
 cleanup() { rm -rf "$work"; }
 trap cleanup EXIT
 on_signal() {
@@ -95,6 +110,14 @@ on_signal() {
 trap 'on_signal INT' INT
 trap 'on_signal TERM' TERM
 trap 'on_signal HUP' HUP
+# A scheduler's warning: passed on, the job decides (it saves and exits 85, or ignores it).
+on_warning() {
+  warned=$1
+  log "SIG$1 received: passed on to the job"
+  if [ -n "$job" ]; then kill "-$1" "$job" 2>/dev/null; fi
+}
+trap 'on_warning USR1' USR1
+trap 'on_warning USR2' USR2
 
 # run ARGS...: runs the job, its stderr (where mpiexec, MPI_Abort and meshtensor's errors write)
 # also copied to $work/err; sets status. Its stdout passes straight through.
@@ -163,6 +186,29 @@ checkpoint() {
   echo "$ckpt/$name"
 }
 
+# stopped WHY: the job will not be restarted here: logged, requeued with --requeue, exit 85.
+stopped() {
+  log "$1; not restarted"
+  if [ "$requeue" = 1 ]; then
+    if [ -z "${SLURM_JOB_ID:-}" ]; then
+      log "--requeue: not inside a Slurm job (no SLURM_JOB_ID), nothing to requeue"
+    elif ! command -v scontrol >/dev/null; then
+      log "--requeue: no scontrol command in PATH, cannot requeue Slurm job $SLURM_JOB_ID"
+    else
+      # Read before the requeue: Slurm then sends SIGTERM to the job's processes, and a command
+      # substitution's subshell does not keep this shell's traps.
+      local at out
+      at=$(checkpoint) || at="scratch (no complete checkpoint in ${ckpt:-an unnamed directory})"
+      if out=$(scontrol requeue "$SLURM_JOB_ID" 2>&1); then
+        log "requeued Slurm job $SLURM_JOB_ID (scontrol requeue); it will resume from $at"
+      else
+        log "scontrol requeue $SLURM_JOB_ID failed: $out"
+      fi
+    fi
+  fi
+  exit "$stopped_status"
+}
+
 current=("${command[@]}")
 restarted=0
 while :; do
@@ -175,6 +221,12 @@ while :; do
     if [ "$restarted" -gt 0 ]; then log "the job completed after $restarted restart(s)"; fi
     exit 0
   fi
+  if [ "$status" -eq "$stopped_status" ]; then
+    stopped "the job stopped on a signal with its checkpoint saved (exit status $status${warned:+, after SIG$warned})"
+  fi
+  # Warned, then ended otherwise (a job that does not catch the signal dies of it): time is short,
+  # so no restart here; a requeue resumes from the latest complete checkpoint.
+  if [ -n "$warned" ]; then stopped "the job ended after SIG$warned: $(cause)"; fi
   why=$(cause)
   if [ "$restarted" -ge "$restarts" ]; then
     log "giving up after $restarted restart(s): the job ended abnormally again: $why"
@@ -207,4 +259,5 @@ while :; do
   fi
   if [ "$delay" != 0 ]; then sleep "$delay" & wait $!; fi
   if [ -n "$stop_signal" ]; then log "stopped by SIG$stop_signal before restart $restarted; no restart"; exit $((128 + $(kill -l "$stop_signal"))); fi
+  if [ -n "$warned" ]; then stopped "SIG$warned came before restart $restarted"; fi
 done

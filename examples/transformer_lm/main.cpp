@@ -31,7 +31,10 @@
 // optimizer's state and step count, the step and the data position every N steps (a safetensors
 // file per checkpoint, written by all ranks in parallel, made current atomically). --resume DIR
 // continues from DIR's current checkpoint up to --steps, under any layout and rank count: on the
-// same layout the losses equal those of an uninterrupted run bit for bit.
+// same layout the losses equal those of an uninterrupted run bit for bit. --stop-on SIGNALS (default
+// USR1,TERM; docs/cluster.md): on one of them, to any rank, every rank finishes its step, they agree
+// (mt::stop_request), a checkpoint is saved and the job exits with status 85 (mt::stopped_exit_code),
+// which scripts/supervise.sh --requeue and examples/slurm/train.sbatch turn into a Slurm requeue.
 //
 // Planning (docs/scale.md): --plan runs one training step (forward, backward, optimizer) of this
 // code on a planned mesh of --mesh sizes, in one process, with no data, and prints what one
@@ -644,6 +647,10 @@ int main(int argc, char** argv) {
   app.add_option("--save-every", o.save_every, "save a checkpoint every N steps (needs --checkpoint)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--resume", o.resume, "continue from this directory's current checkpoint, up to --steps");
+  app.add_option("--stop-on", o.stop_on,
+                 "signals that stop training after the current step on every rank, save a checkpoint (with "
+                 "--checkpoint) and exit with status 85 (a batch scheduler's warning; 'none': the default actions)")
+      ->capture_default_str();
   app.add_option("--layers", o.layers, "number of Transformer blocks")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--sequence-parallel", o.sequence_parallel,
                "layouts model and 2d: split the residual stream along length over the axes of heads, so that the "
@@ -757,8 +764,13 @@ int main(int argc, char** argv) {
                   g.size<cols>(), o.optimizer.c_str(), o.lr, o.dropout);
     if (!o.compare && !o.compare_dtypes) {
       if (root) std::printf("layout %s; local kernels: %s\n", o.layout.c_str(), mt::kernels::describe().c_str());
+      // Caught from here on: a signal before it ends the process as it would without (MPI_Init is done).
+      std::optional<mt::stop_request> stop;
+      if (const auto sigs = mt::stop_request::parse(o.stop_on); !sigs.empty()) stop.emplace(sigs);
+      o.stop = stop ? &*stop : nullptr;
       const auto r = train_layout(o.layout, g, o, text, true);
       if (root) write_curve(o, r.losses, r.first_step);
+      if (r.stopped) return mt::stopped_exit_code;
       return r.generated_ok ? 0 : 3;
     }
     if (o.compare_dtypes) return compare_dtypes(g, o, text);

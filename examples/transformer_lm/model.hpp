@@ -99,6 +99,10 @@ struct options {
   bool memory = false;
   std::string checkpoint, resume;
   std::int64_t save_every = 0;
+  // --stop-on: the signals that stop training after the current step, with a checkpoint, on every
+  // rank alike (mt::stop_request); set by main for the training run only.
+  std::string stop_on = "USR1,TERM";
+  const mt::stop_request* stop = nullptr;
   std::int64_t layers = 2;
   bool tie_embeddings = false;  // the logits from the embedding, no output projection of their own
   bool recompute = false;  // each block's activations computed again in the backward pass
@@ -585,6 +589,7 @@ struct train_result {
   std::int64_t param_bytes = 0, state_bytes = 0;  // this processor's slices, and its optimizer's state
   std::optional<mt::plan_report> plan;        // on a planned mesh: what the steps would cost
   bool generated_ok = true;                   // --check-generate's verdict
+  int stopped = 0;                            // the stop signal the ranks agreed on, 0 if none
 };
 
 // The bf16 loss of each layout, compiled in train_<layout>_bf16.cpp (beside train_<layout>.cpp:
@@ -719,7 +724,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     }
     opt.visit(o, [&](auto& chosen) { chosen.step(params, grads); });
     losses.push_back(mt::item(loss));
-    if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
+    const auto save = [&] {
       auto state = training_state(m, opt, o);
       auto meta = run_config(o);
       meta["step"] = std::to_string(step + 1);
@@ -729,7 +734,10 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
       meta["ranks"] = std::to_string(g.nprocs());
       const auto name = mt::io::checkpoints(o.checkpoint).save(state, step + 1, meta);
       if (verbose && root) std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name.c_str());
-    }
+      return name;
+    };
+    const bool saved = o.save_every > 0 && (step + 1) % o.save_every == 0;
+    if (saved) save();
     step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - tlast).count());
     tlast = std::chrono::steady_clock::now();
     if (verbose && root && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
@@ -742,10 +750,26 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
       std::fflush(stdout);
       tlog = now;
     }
+    // The scheduler's warning (mt::stop_request): every rank asks after the same step, so all stop
+    // together, whichever rank the signal reached; the checkpoint holds this step.
+    if (o.stop && step + 1 < o.steps) {
+      if (const int sig = o.stop->agreed(g)) {
+        if (!saved && !o.checkpoint.empty()) save();
+        if (verbose && root) {
+          std::printf("stopped on %s after step %lld of %lld: %s\n", mt::stop_request::name(sig).c_str(),
+                      (long long)(step + 1), (long long)o.steps,
+                      o.checkpoint.empty() ? "no --checkpoint, nothing saved (a restart starts from scratch)"
+                                           : "resume with --resume to continue bit for bit");
+          std::fflush(stdout);
+        }
+        result.stopped = sig;
+        break;
+      }
+    }
   }
   if (verbose && root) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const auto trained = o.steps - std::min(step0, o.steps);
+    const auto trained = static_cast<std::int64_t>(losses.size());
     std::printf("trained %lld steps in %.1f s (%.2f steps/s)\n", (long long)trained, s, trained / s);
   }
   if (o.warmup >= 0 && o.warmup < static_cast<std::int64_t>(step_seconds.size())) {

@@ -8,6 +8,7 @@
 #include "runtime/communicator.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/mesh.hpp"
+#include "runtime/stop_request.hpp"
 #include "layout/layout.hpp"
 #include "plan/comm_plan.hpp"
 #include "plan/report.hpp"

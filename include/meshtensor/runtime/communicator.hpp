@@ -188,6 +188,25 @@ class communicator {
     await(requests, 1, collective::allreduce, all, sizeof(int));
     detail::throw_if_agreed_failure<E>(over(all), me, first, message_if_not);
   }
+  // The largest of the ranks' values over the whole mesh: one MPI_Allreduce (MPI_MAX) of one int.
+  // Like agree_or_throw, a program's bookkeeping (stop_request.hpp's agreed stop), not an op's:
+  // not counted, so plans and counters are unchanged; watched under the watchdog, since a rank
+  // that never arrives must not leave the others waiting here either. A planned mesh has no one
+  // to agree with: mine.
+  int agree_max(int mine) {
+    if (planned_) return mine;
+    int largest = mine;
+    if (watch_ == MPI_COMM_NULL) {
+      MPI_Allreduce(&mine, &largest, 1, MPI_INT, MPI_MAX, cart_);
+      return largest;
+    }
+    const unsigned all = (1u << shape_.sizes().size()) - 1u;
+    ++sequence_[all];  // as agree_or_throw: every rank agrees in the same order
+    MPI_Request requests[1];
+    MPI_Iallreduce(&mine, &largest, 1, MPI_INT, MPI_MAX, over(all), &requests[0]);
+    await(requests, 1, collective::allreduce, all, sizeof(int));
+    return largest;
+  }
   // True under the collective watchdog (MESHTENSOR_COLLECTIVE_TIMEOUT).
   bool watched() const { return watch_ != MPI_COMM_NULL; }
   // True for a planned communicator (no processes, no MPI).
