@@ -632,6 +632,11 @@ int main(int argc, char** argv) {
   app.add_option("--optimizer", o.optimizer)->check(CLI::IsMember({"adam", "adafactor"}))->capture_default_str();
   app.add_option("--seed", o.seed)->capture_default_str();
   app.add_option("--log-every", o.log_every)->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--straggler-warn", o.straggler_warn,
+                 "at each log line, name the rank the others waited for; warn when it is behind by more than this "
+                 "share of the stretch")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   app.add_option("--csv", o.csv, "loss curve output (a PNG next to it when gnuplot is installed)")->capture_default_str();
   app.add_flag("--compare-layouts", o.compare, "train every layout for --steps steps and check the losses agree");
   app.add_option("--layouts", o.compared, "with --compare-layouts: the layouts compared, the first the reference")

@@ -16,6 +16,7 @@
 #include <optional>
 #include <random>
 #include <sys/resource.h>
+#include <thread>
 
 namespace mt = meshtensor;
 namespace nn = meshtensor::nn;
@@ -89,6 +90,7 @@ struct options {
   bool prefetch = false;  // --zero 3: the next block's gathers started while this block computes
   std::uint64_t seed = 1;
   int log_every = 25;
+  double straggler_warn = 0.1;  // the slow-rank report warns beyond this share of a logged stretch
   std::string csv = "transformer_lm_loss.csv";
   bool compare = false;
   std::vector<std::string> compared{"data", "model", "2d", "fsdp", "fsdp_2d"};
@@ -682,7 +684,19 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
   std::vector<double> losses;
   const bool root = g.rank() == 0;
   const auto t0 = std::chrono::steady_clock::now();
+  // A test hook (tests/faults/straggler_test.sh): MESHTENSOR_TEST_SLOW_RANK="R,MS" makes world rank R
+  // sleep MS milliseconds of extra work per step, a slow node the straggler report must name.
+  const auto slow_rank_hook = [slow = [] {
+    std::pair<int, int> rank_ms{-1, 0};
+    if (const char* v = std::getenv("MESHTENSOR_TEST_SLOW_RANK")) std::sscanf(v, "%d,%d", &rank_ms.first, &rank_ms.second);
+    int me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    return me == rank_ms.first ? rank_ms.second : 0;
+  }()] {
+    if (slow > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow));
+  };
   auto tlog = t0, tlast = t0;
+  mt::straggler_watch watch(g, o.straggler_warn);  // the slow rank, named at each log line
   for (std::int64_t step = step0; step < o.steps; ++step) {
     // A plan reports its last step (the second has the optimizer's state from its start).
     if (g.is_planned()) mt::reset_plan(g);
@@ -723,6 +737,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
       }
     }
     opt.visit(o, [&](auto& chosen) { chosen.step(params, grads); });
+    slow_rank_hook();
     losses.push_back(mt::item(loss));
     const auto save = [&] {
       auto state = training_state(m, opt, o);
@@ -749,6 +764,14 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
                   k * o.batch * o.length / dt);
       std::fflush(stdout);
       tlog = now;
+    }
+    // Every rank, at each log line: who the others waited for (runtime/straggler.hpp).
+    if (verbose && ((step + 1) % o.log_every == 0 || step + 1 == o.steps) && g.nprocs() > 1) {
+      const auto report = watch.report(g);
+      if (root && (report.warn || o.log_every <= o.steps)) {
+        std::printf("  %s\n", report.describe().c_str());
+        std::fflush(stdout);
+      }
     }
     // The scheduler's warning (mt::stop_request): every rank asks after the same step, so all stop
     // together, whichever rank the signal reached; the checkpoint holds this step.

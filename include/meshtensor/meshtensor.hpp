@@ -9,6 +9,7 @@
 #include "runtime/collectives.hpp"
 #include "runtime/mesh.hpp"
 #include "runtime/stop_request.hpp"
+#include "runtime/straggler.hpp"
 #include "layout/layout.hpp"
 #include "plan/comm_plan.hpp"
 #include "plan/report.hpp"

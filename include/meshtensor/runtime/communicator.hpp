@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -137,6 +138,7 @@ class communicator {
     count(c.kind, c.axes, c.bytes);
     if (planned_) return false;
     if (c.alone_is_noop && size_over(c.axes) == 1) return true;
+    const timed_wait waiting(*this);
     if (watch_ == MPI_COMM_NULL) {
       blocking();
     } else if constexpr (std::is_invocable_v<Start>) {
@@ -162,6 +164,7 @@ class communicator {
   // Waits for requests of a collective started elsewhere (a started allreduce), under the watchdog
   // when it is on.
   void await(MPI_Request* requests, int n, collective kind, axis_set mask, std::int64_t bytes) {
+    const timed_wait waiting(*this);
     if (watch_ == MPI_COMM_NULL) {
       MPI_Waitall(n, requests, MPI_STATUSES_IGNORE);
       return;
@@ -177,6 +180,7 @@ class communicator {
   // one's notice.
   template <class E = shape_error>
   void agree_or_throw(bool ok_here, const std::string& message_if_not) {
+    const timed_wait waiting(*this);  // a step's first wait for the others is often this one
     if (watch_ == MPI_COMM_NULL) return detail::agree_or_throw<E>(cart_, ok_here, message_if_not);
     const unsigned all = (1u << shape_.sizes().size()) - 1u;
     ++sequence_[all];  // every rank agrees in the same order: the tickets stay comparable
@@ -195,6 +199,7 @@ class communicator {
   // to agree with: mine.
   int agree_max(int mine) {
     if (planned_) return mine;
+    const timed_wait waiting(*this);
     int largest = mine;
     if (watch_ == MPI_COMM_NULL) {
       MPI_Allreduce(&mine, &largest, 1, MPI_INT, MPI_MAX, cart_);
@@ -207,6 +212,27 @@ class communicator {
     await(requests, 1, collective::allreduce, all, sizeof(int));
     return largest;
   }
+  // Every rank's values, n per rank, rank by rank (in the mesh's rank order): one MPI_Allgather of
+  // doubles over the whole mesh. Bookkeeping, as agree_max (runtime/straggler.hpp's report): not
+  // counted, watched under the watchdog. A planned mesh: mine.
+  std::vector<double> gather_bookkeeping(const std::vector<double>& mine) {
+    if (planned_) return mine;
+    const int n = static_cast<int>(mine.size());
+    std::vector<double> all(mine.size() * static_cast<std::size_t>(shape_.nprocs()));
+    if (watch_ == MPI_COMM_NULL) {
+      MPI_Allgather(mine.data(), n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, cart_);
+      return all;
+    }
+    const unsigned whole = (1u << shape_.sizes().size()) - 1u;
+    ++sequence_[whole];  // as agree_or_throw: every rank gathers in the same order
+    MPI_Request requests[1];
+    MPI_Iallgather(mine.data(), n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, over(whole), &requests[0]);
+    await(requests, 1, collective::allgather, whole, static_cast<std::int64_t>(mine.size() * sizeof(double)));
+    return all;
+  }
+  // Seconds this processor has spent inside collectives (their blocking calls and their waits, and
+  // the agreements) since the communicator was made: the time it waited for others, and moved data.
+  double collective_seconds() const { return collective_seconds_; }
   // True under the collective watchdog (MESHTENSOR_COLLECTIVE_TIMEOUT).
   bool watched() const { return watch_ != MPI_COMM_NULL; }
   // True for a planned communicator (no processes, no MPI).
@@ -225,6 +251,26 @@ class communicator {
     if (call_log_) call_log_->push_back({kind, mask});
   }
 
+  // Times a collective's call or wait into collective_seconds_; a wait inside another (the
+  // allreduce's recursive doubling awaits its steps) is not counted twice.
+  class timed_wait {
+   public:
+    explicit timed_wait(communicator& c) : c_(c), outer_(c.waiting_depth_++ == 0) {
+      if (outer_) t0_ = std::chrono::steady_clock::now();
+    }
+    timed_wait(const timed_wait&) = delete;
+    timed_wait& operator=(const timed_wait&) = delete;
+    ~timed_wait() {
+      --c_.waiting_depth_;
+      if (outer_) c_.collective_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    }
+
+   private:
+    communicator& c_;
+    bool outer_;
+    std::chrono::steady_clock::time_point t0_;
+  };
+
   mesh_shape shape_;
   std::vector<int> coords_;
   MPI_Comm cart_ = MPI_COMM_NULL;
@@ -235,6 +281,8 @@ class communicator {
   bool planned_ = false;
   MPI_Comm watch_ = MPI_COMM_NULL;
   std::map<unsigned, std::int64_t> sequence_;  // collectives called per axis set: the watchdog's tickets
+  double collective_seconds_ = 0;
+  int waiting_depth_ = 0;
 };
 
 namespace detail {

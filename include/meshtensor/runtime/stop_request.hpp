@@ -1,5 +1,6 @@
 #pragma once
-// Stopping on the scheduler's warning (docs/cluster.md; docs/design.md, "Stopping on a signal").
+// Stopping on the scheduler's warning (docs/cluster.md; docs/design/faults.md, "Stopping on the
+// scheduler's warning").
 // A batch scheduler warns a job before its time limit or a preemption with a signal (Slurm:
 // `sbatch --signal=B:USR1@120`; SIGTERM when the time is up). A rank that stopped where it got it
 // would leave the others waiting in their next collective, and a checkpoint needs every rank. So:
