@@ -98,17 +98,27 @@ trap 'echo "slurm test: interrupted, cleaning up" >&3; exit 143' HUP INT PIPE TE
 
 rm -rf "$work"
 mkdir -p "$work/state" "$work/spool-$node1" "$work/spool-$node2" "$work/tmp-$node1" "$work/tmp-$node2"
-# Ports: from this run's PID (another run, in another build tree, may hold others), checked free.
+# Ports: from this run's PID (another run, in another build tree, may hold others), below the
+# kernel's ephemeral range (outgoing connections take ports there at any moment: a CI run lost a
+# slurmd to one) and free in every state, listening or not (ss; /dev/tcp where ss is missing).
+ephemeral_low=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+port_span=$(((ephemeral_low - 20000) / 4))
+[ "$port_span" -ge 16 ] || skip "the ephemeral port range starts at $ephemeral_low: no room for the nodes' ports below it"
 ports_free() {
   local p
   for p in "$@"; do
-    if (exec 9<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then return 1; fi
+    if command -v ss >/dev/null; then
+      [ -z "$(ss -Htan "( sport = :$p )" 2>/dev/null)" ] || return 1
+    elif (exec 9<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      return 1
+    fi
   done
 }
-base=$((20000 + ($$ % 4000) * 4))
+slot=$(($$ % port_span))
 for _ in 1 2 3 4 5 6 7 8; do
+  base=$((20000 + slot * 4))
   ports_free "$base" $((base + 1)) $((base + 2)) && break
-  base=$((20000 + (base + 4 - 20000) % 16000))
+  slot=$(((slot + 1) % port_span))
 done
 ports_free "$base" $((base + 1)) $((base + 2)) || skip "no three free TCP ports found near $base"
 
