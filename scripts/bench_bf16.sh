@@ -12,16 +12,13 @@
 # and the ratios are those of that fallback.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=bench_common.sh
+source "$root/scripts/bench_common.sh"
 rounds=5
 if [ "${1:-}" = "--rounds" ]; then rounds="$2"; shift 2; fi
 build=${1:-${MESHTENSOR_BUILD_DIR:-$root/build/bench}}
 log() { echo "[bench_bf16] $*" >&2; }
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  kokkos=$(bash "$root/scripts/install_deps.sh" | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMESHTENSOR_EXAMPLE_OPTIMIZATION= -DKokkos_ROOT="$kokkos" \
-        -DMESHTENSOR_BUILD_TESTS=OFF >/dev/null
-fi
-cmake --build "$build" -j "${MESHTENSOR_BUILD_JOBS:-$(nproc)}" --target bench_bf16 >&2
+bench_build_target "$build" bench_bf16 -- -DMESHTENSOR_BUILD_TESTS=OFF
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
 log "load average before: $(cut -d' ' -f1-3 /proc/loadavg) (1-minute above 0.5: not a quiet machine)"

@@ -10,18 +10,15 @@
 # OPENBLAS_CORETYPE is read, never set, and printed with the load average before and after.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=bench_common.sh
+source "$root/scripts/bench_common.sh"
 rounds=5
 if [ "${1:-}" = "--rounds" ]; then rounds="$2"; shift 2; fi
 build=${1:-${MESHTENSOR_BUILD_DIR:-$root/build/bench}}
 log() { echo "[bench_conv] $*" >&2; }
 # A tree of its own, configured here where it is not yet (at the build type's -O3, with the
 # kernels this machine has: oneDNN where installed).
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  kokkos=$(bash "$root/scripts/install_deps.sh" | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMESHTENSOR_EXAMPLE_OPTIMIZATION= -DKokkos_ROOT="$kokkos" \
-        -DMESHTENSOR_BUILD_TESTS=OFF >/dev/null
-fi
-cmake --build "$build" -j "${MESHTENSOR_BUILD_JOBS:-$(nproc)}" --target bench_conv >&2
+bench_build_target "$build" bench_conv -- -DMESHTENSOR_BUILD_TESTS=OFF
 # Open MPI refuses root and more ranks than cores unless told.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)

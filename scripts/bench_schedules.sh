@@ -17,23 +17,12 @@
 # MESHTENSOR_BUILD_DIR (default build/training) chooses the build of transformer_lm.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=bench_common.sh
+source "$root/scripts/bench_common.sh"
 stages=4 rounds=3 steps=6 gpipe=0
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --stages) stages="$2"; shift 2 ;;
-    --rounds) rounds="$2"; shift 2 ;;
-    --steps) steps="$2"; shift 2 ;;
-    --gpipe) gpipe=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
-    *) echo "bench_schedules.sh: unknown argument '$1'" >&2; exit 2 ;;
-  esac
-done
+bench_args "$0" 2,18 --stages:stages --rounds:rounds --steps:steps --gpipe:gpipe=1 -- "$@"
 build=${MESHTENSOR_BUILD_DIR:-$root/build/training}
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  kokkos=$(bash "$root/scripts/install_deps.sh" | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMESHTENSOR_EXAMPLE_OPTIMIZATION= -DKokkos_ROOT="$kokkos" >/dev/null
-fi
-cmake --build "$build" -j "${MESHTENSOR_BUILD_JOBS:-$(nproc)}" --target transformer_lm >&2
+bench_build_target "$build" transformer_lm
 lm="$build/examples/transformer_lm"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1

@@ -22,25 +22,14 @@
 set -euo pipefail
 cores=$(getconf _NPROCESSORS_ONLN)
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=bench_common.sh
+source "$root/scripts/bench_common.sh"
 rounds=5 steps=10 warmup=3 large=1
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --rounds) rounds="$2"; shift 2 ;;
-    --steps) steps="$2"; shift 2 ;;
-    --warmup) warmup="$2"; shift 2 ;;
-    --small-only) large=0; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
-    *) echo "bench_training.sh: unknown argument '$1'" >&2; exit 2 ;;
-  esac
-done
+bench_args "$0" 2,20 --rounds:rounds --steps:steps --warmup:warmup --small-only:large=0 -- "$@"
 log() { echo "[bench_training] $*" >&2; }
 
 build=${MESHTENSOR_BUILD_DIR:-$root/build/training}
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  kokkos=$(bash "$root/scripts/install_deps.sh" | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMESHTENSOR_EXAMPLE_OPTIMIZATION= -DKokkos_ROOT="$kokkos" >/dev/null
-fi
-cmake --build "$build" -j "${MESHTENSOR_BUILD_JOBS:-$(nproc)}" --target transformer_lm >&2
+bench_build_target "$build" transformer_lm
 lm="$build/examples/transformer_lm"
 torch_ref="$root/examples/transformer_lm/torch_reference.py"
 

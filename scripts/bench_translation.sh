@@ -16,21 +16,14 @@
 # install script's Python environment's.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=bench_common.sh
+source "$root/scripts/bench_common.sh"
 steps=2000 batch=32 out="$root/build/bench_translation" layouts=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --steps) steps="$2"; shift 2 ;;
-    --batch) batch="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    --layouts) layouts="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
-    *) echo "bench_translation.sh: unknown argument '$1'" >&2; exit 2 ;;
-  esac
-done
+bench_args "$0" 2,17 --steps:steps --batch:batch --out:out --layouts:layouts -- "$@"
 log() { echo "[bench_translation] $*" >&2; }
 
 deps=$(bash "$root/scripts/install_deps.sh")
-kokkos=$(echo "$deps" | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
+bench_kokkos=$(echo "$deps" | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
 python=$(echo "$deps" | sed -n 's/^CHECKPOINT_PYTHON=//p' | tail -n 1)
 if [ -z "$python" ] || ! "$python" -c 'import sacrebleu, torch' 2>/dev/null; then
   echo "bench_translation.sh: needs the install script's Python environment with sacrebleu and PyTorch" \
@@ -38,10 +31,7 @@ if [ -z "$python" ] || ! "$python" -c 'import sacrebleu, torch' 2>/dev/null; the
   exit 1
 fi
 build=${MESHTENSOR_BUILD_DIR:-$root/build/translation}
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMESHTENSOR_EXAMPLE_OPTIMIZATION= -DKokkos_ROOT="$kokkos" >/dev/null
-fi
-cmake --build "$build" -j "${MESHTENSOR_BUILD_JOBS:-$(nproc)}" --target translation >&2
+bench_build_target "$build" translation
 bin="$build/examples/translation"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1

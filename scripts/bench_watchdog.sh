@@ -13,16 +13,13 @@
 # there. OPENBLAS_CORETYPE is read, never set; the load average is printed before and after.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=bench_common.sh
+source "$root/scripts/bench_common.sh"
 rounds=5
 if [ "${1:-}" = "--rounds" ]; then rounds="$2"; shift 2; fi
 build=${1:-${MESHTENSOR_BUILD_DIR:-$root/build/bench}}
 log() { echo "[bench_watchdog] $*" >&2; }
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  kokkos=$(bash "$root/scripts/install_deps.sh" | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
-  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMESHTENSOR_EXAMPLE_OPTIMIZATION= -DKokkos_ROOT="$kokkos" \
-        -DMESHTENSOR_BUILD_TESTS=OFF >/dev/null
-fi
-cmake --build "$build" -j "${MESHTENSOR_BUILD_JOBS:-$(nproc)}" --target transformer_lm >&2
+bench_build_target "$build" transformer_lm -- -DMESHTENSOR_BUILD_TESTS=OFF
 lm=$build/examples/transformer_lm
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false

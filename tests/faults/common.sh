@@ -1,6 +1,7 @@
 # shellcheck shell=bash disable=SC2154,SC2034
-# Helpers of the fault tests (kill_restart_test.sh, watchdog_stop_test.sh); sourced, not run.
-# They expect: supervise lm mpiexec work (paths), and common (transformer_lm's arguments).
+# Helpers of the fault tests (kill_restart_test.sh, watchdog_stop_test.sh, stop_signal_test.sh,
+# straggler_test.sh); sourced, not run.
+# clean_run and same_result expect: lm mpiexec work (paths), and common (transformer_lm's arguments).
 
 # A string as an extended regular expression matching itself.
 re_escape() { sed 's/[][\.*^$+?(){}|/]/\\&/g' <<<"$1"; }
@@ -14,6 +15,19 @@ rank_pids() {
   done
 }
 rank_of() { tr '\0' '\n' <"/proc/$1/environ" | sed -n 's/^OMPI_COMM_WORLD_RANK=//p'; }
+
+# wait_rank_pids N CSV: sets pids to the PIDs of the ranks of the job writing CSV (rank_pids),
+# waiting up to 5 s for N of them; fails where there are not N by then (pids as last found).
+wait_rank_pids() {
+  local n=$1 csv=$2 _
+  pids=()
+  for _ in $(seq 100); do
+    mapfile -t pids < <(rank_pids "$csv")
+    [ "${#pids[@]}" -eq "$n" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
 
 # wait_line FILE FROM REGEX SECONDS PID: the first line after line FROM of FILE matching REGEX, as
 # "NUMBER:LINE"; fails after SECONDS, or when PID (the supervisor) has ended without it.
@@ -62,7 +76,15 @@ same_result() {
       ckpt="$(basename "$sup")" "$work/clean/loss.csv" "$work/supervised.csv"
 }
 
-# draw N: sets drawn to a pseudo-random number in 0..N-1 from random_state (set it to a seed first);
+# seed_random WHAT: sets seed (MESHTENSOR_FAULTS_SEED, else one from the clock) and random_state
+# (draw's) to it, and says "seed S (MESHTENSOR_FAULTS_SEED=S repeats WHAT)".
+seed_random() {
+  seed=${MESHTENSOR_FAULTS_SEED:-$(( $(date +%s%N) % 1000000 ))}
+  random_state=$seed
+  echo "seed $seed (MESHTENSOR_FAULTS_SEED=$seed repeats $1)"
+}
+
+# draw N: sets drawn to a pseudo-random number in 0..N-1 from random_state (seed_random first);
 # the high bits of an LCG (bash's RANDOM, seeded, gave the same rank three times in a row).
 draw() {
   random_state=$(( (random_state * 1103515245 + 12345) & 0x7fffffff ))

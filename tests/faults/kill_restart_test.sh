@@ -17,9 +17,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/common.sh"
 rm -rf "$work"
 mkdir -p "$work/clean"
-seed=${MESHTENSOR_FAULTS_SEED:-$(( $(date +%s%N) % 1000000 ))}
-random_state=$seed
-echo "seed $seed (MESHTENSOR_FAULTS_SEED=$seed repeats these kills)"
+seed_random "these kills"
 save_every=10
 common=(--layout 2d --mesh 2 2 --dropout 0.1 --steps 80 --save-every "$save_every" --log-every 1)
 started=$(date +%s.%N)
@@ -49,13 +47,7 @@ for k in 1 2 3; do
   draw 15
   target=$(( resumed + save_every + 1 + drawn ))
   hit=$(wait_line "$out" "$from" "^step +$target/" 60 "$sup") || fail "attempt $k did not reach step $target"
-  pids=()
-  for _ in $(seq 100); do
-    mapfile -t pids < <(rank_pids "$work/supervised.csv")
-    [ "${#pids[@]}" -eq 4 ] && break
-    sleep 0.05
-  done
-  [ "${#pids[@]}" -eq 4 ] || fail "attempt $k: found ${#pids[@]} ranks, not 4: ${pids[*]}"
+  wait_rank_pids 4 "$work/supervised.csv" || fail "attempt $k: found ${#pids[@]} ranks, not 4: ${pids[*]}"
   draw 4
   pid=${pids[drawn]}
   rank=$(rank_of "$pid")

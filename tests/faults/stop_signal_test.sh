@@ -19,9 +19,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/common.sh"
 rm -rf "$work"
 mkdir -p "$work/clean"
-seed=${MESHTENSOR_FAULTS_SEED:-$(( $(date +%s%N) % 1000000 ))}
-random_state=$seed
-echo "seed $seed (MESHTENSOR_FAULTS_SEED=$seed repeats this run)"
+seed_random "this run"
 steps=40
 common=(--layout 2d --mesh 2 2 --dropout 0.1 --steps "$steps" --save-every "$steps" --log-every 1)
 export MESHTENSOR_COLLECTIVE_TIMEOUT=20
@@ -42,13 +40,7 @@ sup=$!
 fail() { echo "$*"; echo "--- the supervised job's output:"; cat "$out"; exit 1; }
 
 wait_line "$out" 0 "^step +4/" 60 "$sup" >/dev/null || fail "the job did not reach step 4"
-pids=()
-for _ in $(seq 100); do
-  mapfile -t pids < <(rank_pids "$work/supervised.csv")
-  [ "${#pids[@]}" -eq 4 ] && break
-  sleep 0.05
-done
-[ "${#pids[@]}" -eq 4 ] || fail "found ${#pids[@]} ranks, not 4: ${pids[*]}"
+wait_rank_pids 4 "$work/supervised.csv" || fail "found ${#pids[@]} ranks, not 4: ${pids[*]}"
 draw 4
 pid=${pids[drawn]}
 rank=$(rank_of "$pid")

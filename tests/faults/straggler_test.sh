@@ -16,9 +16,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/common.sh"
 rm -rf "$work"
 mkdir -p "$work"
-seed=${MESHTENSOR_FAULTS_SEED:-$(( $(date +%s%N) % 1000000 ))}
-random_state=$seed
-echo "seed $seed (MESHTENSOR_FAULTS_SEED=$seed repeats this run)"
+seed_random "this run"
 draw 4
 slow_rank=$drawn
 echo "rank $slow_rank does 20 ms of extra work per step"

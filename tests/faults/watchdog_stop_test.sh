@@ -21,9 +21,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/common.sh"
 rm -rf "$work"
 mkdir -p "$work/clean"
-seed=${MESHTENSOR_FAULTS_SEED:-$(( $(date +%s%N) % 1000000 ))}
-random_state=$seed
-echo "seed $seed (MESHTENSOR_FAULTS_SEED=$seed repeats this run)"
+seed_random "this run"
 save_every=10
 common=(--layout 2d --mesh 2 2 --dropout 0.1 --steps 60 --save-every "$save_every" --log-every 1)
 started=$(date +%s.%N)
@@ -53,13 +51,7 @@ draw 10
 target=$(( save_every + 1 + drawn ))
 hit=$(wait_line "$out" 0 "^step +$target/" 60 "$sup") || fail "the job did not reach step $target"
 from=${hit%%:*}
-pids=()
-for _ in $(seq 100); do
-  mapfile -t pids < <(rank_pids "$work/supervised.csv")
-  [ "${#pids[@]}" -eq 4 ] && break
-  sleep 0.05
-done
-[ "${#pids[@]}" -eq 4 ] || fail "found ${#pids[@]} ranks, not 4: ${pids[*]}"
+wait_rank_pids 4 "$work/supervised.csv" || fail "found ${#pids[@]} ranks, not 4: ${pids[*]}"
 draw 4
 pid=${pids[drawn]}
 rank=$(rank_of "$pid")

@@ -40,7 +40,9 @@ case $hosts in 2 | 3 | 4) ;; *) echo "HOSTS must be 2, 3 or 4 (got '$hosts')" >&
 per_host=2
 ranks=$((hosts * per_host))
 mesh=(2 "$hosts")
-deadline=$((SECONDS + ${MESHTENSOR_MULTIHOST_DEADLINE:-150}))
+# shellcheck source-path=SCRIPTDIR source=../cluster_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../cluster_common.sh"
+cluster_deadline MESHTENSOR_MULTIHOST_DEADLINE
 
 made_etc_netns=""   # /etc/netns is removed at the end if this run made it (or found it empty)
 skip() {
@@ -109,18 +111,11 @@ for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${prefix}[0
   fi
 done
 
-exec 3>&1
-child=""
-cleanup() {
-  local rc=$?
-  trap - EXIT HUP INT PIPE TERM
-  if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null || true; fi
+end_cluster() {
   for ns in $(netns_of_run "$id"); do remove_ns "$ns"; done
   [ -z "$made_etc_netns" ] || rmdir /etc/netns 2>/dev/null || true
-  exit "$rc"
 }
-trap cleanup EXIT
-trap 'echo "multihost test: interrupted, cleaning up" >&3; exit 143' HUP INT PIPE TERM
+cluster_traps "multihost test" end_cluster
 
 rm -rf "$work"
 mkdir -p "$work"
@@ -161,21 +156,7 @@ agent=$work/rsh_agent
 } >"$agent"
 chmod +x "$agent"
 
-left() { echo $((deadline - SECONDS)); }
-# limited CMD...: CMD in the background (so that SIGTERM reaches the trap at once), killed when the
-# deadline passes.
-limited() {
-  local t
-  t=$(left)
-  if [ "$t" -le 5 ]; then echo "FAILED: out of time (MESHTENSOR_MULTIHOST_DEADLINE) before: $*" >&3; exit 1; fi
-  timeout -k 5 "$t" "$@" &
-  child=$!
-  local rc=0
-  wait "$child" || rc=$?
-  child=""
-  [ "$rc" != 124 ] && [ "$rc" != 137 ] || echo "FAILED: out of time (MESHTENSOR_MULTIHOST_DEADLINE): $*" >&3
-  return "$rc"
-}
+# (left and limited, which keep to the deadline: tests/cluster_common.sh)
 # on_hosts N CMD...: CMD on N ranks across the hosts (mpiexec runs in the first host).
 # The hosts share this machine's cores, which each host's slots do not show Open MPI: without
 # mpi_yield_when_idle, its ranks poll without yielding and a step of transformer_lm takes 10x longer.

@@ -34,7 +34,9 @@ if [ $# -ne 6 ]; then
   exit 2
 fi
 mode=$1 mpiexec=$2 lm=$3 supervise=$4 sbatch_script=$5 work=$6
-deadline=$((SECONDS + ${MESHTENSOR_SLURM_DEADLINE:-150}))
+# shellcheck source-path=SCRIPTDIR source=../cluster_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../cluster_common.sh"
+cluster_deadline MESHTENSOR_SLURM_DEADLINE
 skip() { echo "SKIPPED: slurm test ($mode): $*"; exit 77; }
 
 # ---- What the machine allows ------------------------------------------------------------------------
@@ -83,18 +85,11 @@ for run in $(grep -h -s -z -o "^$marker=${prefix}[0-9]*\$" /proc/[0-9]*/environ 
   fi
 done
 
-exec 3>&1
-child=""
-cleanup() {
-  local rc=$?
-  trap - EXIT HUP INT PIPE TERM
-  if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null || true; fi
+end_cluster() {
   end_run "$id"
   rm -f /dev/shm/vader_segment."$id"* 2>/dev/null || true   # Open MPI's, of ranks killed here
-  exit "$rc"
 }
-trap cleanup EXIT
-trap 'echo "slurm test: interrupted, cleaning up" >&3; exit 143' HUP INT PIPE TERM
+cluster_traps "slurm test" end_cluster
 
 rm -rf "$work"
 mkdir -p "$work/state" "$work/spool-$node1" "$work/spool-$node2" "$work/tmp-$node1" "$work/tmp-$node2"
@@ -189,19 +184,7 @@ echo "Slurm $(sinfo --version | awk '{print $2}'), nodes $node1 and $node2 idle 
 case " $mpis " in *" pmix "*) ;; *) skip "this Slurm has no PMIx plugin (srun --mpi=list: $mpis): srun cannot start Open MPI's ranks" ;; esac
 
 # ---- Helpers -------------------------------------------------------------------------------------------
-left() { echo $((deadline - SECONDS)); }
-# limited CMD...: CMD in the background (so that SIGTERM reaches the trap at once), ended at the deadline.
-limited() {
-  local t rc=0
-  t=$(left)
-  if [ "$t" -le 5 ]; then echo "FAILED: out of time (MESHTENSOR_SLURM_DEADLINE) before: $*" >&3; exit 1; fi
-  timeout -k 5 "$t" "$@" &
-  child=$!
-  wait "$child" || rc=$?
-  child=""
-  [ "$rc" != 124 ] && [ "$rc" != 137 ] || echo "FAILED: out of time (MESHTENSOR_SLURM_DEADLINE): $*" >&3
-  return "$rc"
-}
+# (left and limited: tests/cluster_common.sh)
 # run LOG CMD...: its output into WORKDIR/LOG.log, shown if it fails.
 run() {
   local log=$work/$1.log

@@ -191,7 +191,7 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
   const int parts = schedule.parts();
   if (2 * parts > 32767)  // the tag bound every MPI guarantees
     throw error(detail::cat("pipeline::run: ", parts, " parts need tags up to ", 2 * parts, "; MPI guarantees 32767"));
-  const auto tag = [](int, int part) { return 2 * part; };
+  const auto tag = [](int part) { return 2 * part; };
   const auto& items = schedule.at(st.index());
   {
     std::map<std::pair<bool, int>, int> last;  // (forward, chunk): the last microbatch
@@ -226,7 +226,7 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
     const auto ext = stage.extents(mb);
     if (item.kind == pass::F) {
       if (!first_part) {
-        h.in = st.template receive<X>(schedule.holder(k - 1).first, tag(mb, k), ext);
+        h.in = st.template receive<X>(schedule.holder(k - 1).first, tag(k), ext);
         h.in->requires_grad();
       }
       busy([&] {
@@ -234,7 +234,7 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
         if constexpr (chunked) h.out = stage.forward(item.chunk, mb, in);
         else h.out = stage.forward(mb, in);
       });
-      if (!last_part) st.send(*h.out, schedule.holder(k + 1).first, tag(mb, k + 1));
+      if (!last_part) st.send(*h.out, schedule.holder(k + 1).first, tag(k + 1));
       continue;
     }
     if (item.kind == pass::W) {
@@ -246,7 +246,7 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
       continue;
     }
     std::optional<X> grad_out;
-    if (!last_part) grad_out = st.template receive<X>(schedule.holder(k + 1).first, tag(mb, k + 1) + 1, ext);
+    if (!last_part) grad_out = st.template receive<X>(schedule.holder(k + 1).first, tag(k + 1) + 1, ext);
     // The last part's loss is float; another's objective has its activation's element type.
     const auto differentiate = [&](const auto& objective) {
       std::apply(
@@ -263,7 +263,7 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
           stage.params());
       if (!first_part) {
         auto [grad_in] = take_gradients(*h.in);
-        st.send(grad_in, schedule.holder(k - 1).first, tag(mb, k) + 1);
+        st.send(grad_in, schedule.holder(k - 1).first, tag(k) + 1);
       }
     };
     busy([&] {
