@@ -6,7 +6,8 @@
 # agree to 1e-5 relative. ARGS go to every run (transformer_lm's test turns dropout on, so the
 # resumed run must also continue the dropout masks, besides the data position). The layouts and rank
 # counts come from the environment: RESUME_RANKS and RESUME_LAYOUT (default 4, --layout 2d),
-# OTHER_RANKS and OTHER_LAYOUT (default 2, --layout data --mesh 2 1).
+# OTHER_RANKS and OTHER_LAYOUT (default 2, --layout data --mesh 2 1). SAVE_EVERY (default 20) and
+# SAVE_ARGS (e.g. --async-save) go to the saving run of 20 steps; the runs resume from its last save.
 set -euo pipefail
 lm=$1 mpiexec=$2 work=$3
 shift 3
@@ -19,21 +20,25 @@ read -r -a layout <<<"${RESUME_LAYOUT:---layout 2d}"
 read -r -a other <<<"${OTHER_LAYOUT:---layout data --mesh 2 1}"
 
 run "$ranks" "${layout[@]}" "${common[@]}" --steps 40 --csv "$work/full.csv"
-run "$ranks" "${layout[@]}" "${common[@]}" --steps 20 --checkpoint "$work/ckpt" --save-every 20 --csv "$work/first.csv"
+every=${SAVE_EVERY:-20}
+read -r -a save_args <<<"${SAVE_ARGS:-}"
+at=$((20 / every * every))
+run "$ranks" "${layout[@]}" "${common[@]}" --steps 20 --checkpoint "$work/ckpt" --save-every "$every" "${save_args[@]}" \
+  --csv "$work/first.csv"
 run "$ranks" "${layout[@]}" "${common[@]}" --steps 40 --resume "$work/ckpt" --csv "$work/resumed.csv"
-grep -q "resumed from $work/ckpt at step 20" "$work/last.log" || { echo "the run did not resume:"; cat "$work/last.log"; exit 1; }
+grep -q "resumed from $work/ckpt at step $at" "$work/last.log" || { echo "the run did not resume at step $at:"; cat "$work/last.log"; exit 1; }
 run "$other_ranks" "${other[@]}" "${common[@]}" --steps 40 --resume "$work/ckpt" --csv "$work/other_layout.csv"
 
 # Same layout: the 40-step curve is the 20-step curve followed by the resumed one, exactly.
 if ! diff <(sed -n '2,21p' "$work/full.csv") <(sed -n '2,$p' "$work/first.csv") >/dev/null ||
-   ! diff <(sed -n '22,41p' "$work/full.csv") <(sed -n '2,$p' "$work/resumed.csv"); then
+   ! diff <(sed -n "$((at + 2)),41p" "$work/full.csv") <(sed -n '2,$p' "$work/resumed.csv"); then
   echo "resumed losses differ from the uninterrupted run's (steps, losses above)"
   exit 1
 fi
-[ "$(wc -l <"$work/resumed.csv")" -eq 21 ] || { echo "the resumed run did not train steps 21..40"; exit 1; }
+[ "$(wc -l <"$work/resumed.csv")" -eq $((41 - at)) ] || { echo "the resumed run did not train steps $((at + 1))..40"; exit 1; }
 # Another layout and rank count: equal to 1e-5 relative.
-paste -d, <(sed -n '22,41p' "$work/full.csv") <(sed -n '2,$p' "$work/other_layout.csv") |
+paste -d, <(sed -n "$((at + 2)),41p" "$work/full.csv") <(sed -n '2,$p' "$work/other_layout.csv") |
   awk -F, '{ d = $2 - $4; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > worst) worst = r; if ($1 != $3) bad = 1 }
-           END { printf "resumed on another layout and rank count: largest relative difference %.2e over steps 21..40\n", worst;
+           END { printf "resumed on another layout and rank count: largest relative difference %.2e over the resumed steps\n", worst;
                  exit (bad || worst > 1e-5) }'
-echo "resumed on the same layout: steps 21..40 equal the uninterrupted run bit for bit"
+echo "resumed on the same layout: steps $((at + 1))..40 equal the uninterrupted run bit for bit"

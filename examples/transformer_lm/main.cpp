@@ -29,7 +29,8 @@
 //
 // Checkpoints (docs/checkpoints.md): --checkpoint DIR --save-every N saves the parameters, the
 // optimizer's state and step count, the step and the data position every N steps (a safetensors
-// file per checkpoint, written by all ranks in parallel, made current atomically). --resume DIR
+// file per checkpoint, written by all ranks in parallel, made current atomically); with --async-save
+// a save only copies each rank's state and a thread writes it while training goes on. --resume DIR
 // continues from DIR's current checkpoint up to --steps, under any layout and rank count: on the
 // same layout the losses equal those of an uninterrupted run bit for bit. --stop-on SIGNALS (default
 // USR1,TERM; docs/cluster.md): on one of them, to any rank, every rank finishes its step, they agree
@@ -651,6 +652,8 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", o.checkpoint, "directory for checkpoints (with --save-every)");
   app.add_option("--save-every", o.save_every, "save a checkpoint every N steps (needs --checkpoint)")
       ->check(CLI::NonNegativeNumber);
+  app.add_flag("--async-save", o.async_save,
+               "write checkpoints in the background: a save blocks only to copy this rank's state");
   app.add_option("--resume", o.resume, "continue from this directory's current checkpoint, up to --steps");
   app.add_option("--stop-on", o.stop_on,
                  "signals that stop training after the current step on every rank, save a checkpoint (with "
@@ -731,6 +734,7 @@ int main(int argc, char** argv) {
 
   try {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
+    if (o.async_save && o.checkpoint.empty()) throw mt::error("--async-save needs --checkpoint DIR");
     if (o.compare && (!o.checkpoint.empty() || !o.resume.empty()))
       throw mt::error("--compare-layouts trains every layout from scratch; it takes no --checkpoint or --resume");
     if (o.prefetch && (!o.fsdp() || o.zero != 3 || o.recompute || o.dtype != "float32") && !o.compare)

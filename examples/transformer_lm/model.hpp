@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <iomanip>
+#include <meshtensor/io/async_checkpoint.hpp>
 #include <meshtensor/io/checkpoint.hpp>
 #include <meshtensor/meshtensor.hpp>
 #include <optional>
@@ -101,6 +102,7 @@ struct options {
   bool memory = false;
   std::string checkpoint, resume;
   std::int64_t save_every = 0;
+  bool async_save = false;  // checkpoints written by a thread while training goes on
   // --stop-on: the signals that stop training after the current step, with a checkpoint, on every
   // rank alike (mt::stop_request); set by main for the training run only.
   std::string stop_on = "USR1,TERM";
@@ -697,7 +699,12 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
   };
   auto tlog = t0, tlast = t0;
   mt::straggler_watch watch(g, o.straggler_warn);  // the slow rank, named at each log line
+  // --async-save: each save blocks only to copy this rank's state; a later step's poll publishes it.
+  std::optional<mt::io::async_checkpoints> background;
+  if (o.async_save && !o.checkpoint.empty()) background.emplace(o.checkpoint);
+  std::vector<double> save_seconds, in_flight_seconds, idle_seconds;  // what the saves cost training
   for (std::int64_t step = step0; step < o.steps; ++step) {
+    const bool saving = background && background->in_flight();
     // A plan reports its last step (the second has the optimizer's state from its start).
     if (g.is_planned()) mt::reset_plan(g);
     draw_batch(o, text, rng, start, ids, labels);
@@ -747,13 +754,22 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
       meta["optimizer.steps"] = std::to_string(opt.visit(o, [](auto& chosen) { return chosen.steps(); }));
       meta["layout"] = o.layout;
       meta["ranks"] = std::to_string(g.nprocs());
-      const auto name = mt::io::checkpoints(o.checkpoint).save(state, step + 1, meta);
-      if (verbose && root) std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name.c_str());
+      const auto t = std::chrono::steady_clock::now();
+      const auto name = background ? background->save(state, step + 1, meta)
+                                   : mt::io::checkpoints(o.checkpoint).save(state, step + 1, meta);
+      save_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
+      if (verbose && root)
+        std::printf(background ? "saving checkpoint %s/%s (written in the background)\n" : "saved checkpoint %s/%s\n",
+                    o.checkpoint.c_str(), name.c_str());
       return name;
     };
+    if (background)
+      if (const auto name = background->poll(); name && verbose && root)
+        std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name->c_str());
     const bool saved = o.save_every > 0 && (step + 1) % o.save_every == 0;
     if (saved) save();
     step_seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - tlast).count());
+    if (o.save_every > 0 && !saved) (saving ? in_flight_seconds : idle_seconds).push_back(step_seconds.back());
     tlast = std::chrono::steady_clock::now();
     if (verbose && root && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
       const auto now = std::chrono::steady_clock::now();
@@ -778,6 +794,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     if (o.stop && step + 1 < o.steps) {
       if (const int sig = o.stop->agreed(g)) {
         if (!saved && !o.checkpoint.empty()) save();
+        if (background) background->wait();  // on disk and current before the job exits
         if (verbose && root) {
           std::printf("stopped on %s after step %lld of %lld: %s\n", mt::stop_request::name(sig).c_str(),
                       (long long)(step + 1), (long long)o.steps,
@@ -789,6 +806,23 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
         break;
       }
     }
+  }
+  if (background)
+    if (const auto name = background->wait(); name && verbose && root && !result.stopped)
+      std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name->c_str());
+  if (verbose && root && !save_seconds.empty()) {
+    // What the saves cost training (scripts/bench_async_checkpoint.sh): the time a save blocks the
+    // step that makes it, and the other steps' times with a save in flight or none.
+    const auto median = [](std::vector<double> v) {
+      if (v.empty()) return 0.0;
+      std::sort(v.begin(), v.end());
+      return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    };
+    std::printf("checkpoint_blocked_ms %.3f per save (median of %zu, %s); step_ms %.3f with a save in flight (%zu), "
+                "%.3f without (%zu)\n",
+                1e3 * median(save_seconds), save_seconds.size(), background ? "async" : "sync",
+                1e3 * median(in_flight_seconds), in_flight_seconds.size(), 1e3 * median(idle_seconds),
+                idle_seconds.size());
   }
   if (verbose && root) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

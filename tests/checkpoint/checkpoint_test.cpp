@@ -3,14 +3,19 @@
 // on disk are the global row-major array whatever the layout; bad files are io_errors on every
 // rank naming the file and the tensor, and leave the tensors as they were; optimizer state and the
 // step count survive a round trip; the checkpoint directory keeps `keep` checkpoints and a
-// `latest` pointer.
+// `latest` pointer; an asynchronous save writes the same bytes, of the values at its call, and
+// moves `latest` only once published.
+#include <algorithm>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <meshtensor/io/async_checkpoint.hpp>
 #include <meshtensor/io/checkpoint.hpp>
 #include <test_support.hpp>
+#include <thread>
 
 using namespace tst;
 namespace mt = meshtensor;
@@ -385,5 +390,108 @@ TEST_CASE("the checkpoint directory: latest names the newest complete one, keep 
   }
   MPI_Barrier(MPI_COMM_WORLD);
   require_io_error_everywhere([&] { (void)ckpt.current(MPI_COMM_WORLD); }, {"step-00000099", "does not exist"});
+  remove_dir(fs::path(dir).parent_path().string());
+}
+
+namespace {
+// Rank 0 compares two files byte for byte; every rank gets the verdict ("" when equal).
+std::string files_differ(const std::string& a, const std::string& b) {
+  std::string problem;
+  if (world_rank() == 0) {
+    auto read = [](const std::string& p) {
+      std::ifstream in(p, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(in), {});
+    };
+    const std::string x = read(a), y = read(b);
+    if (x.empty()) problem = "'" + a + "' is empty or missing";
+    else if (x != y) problem = "'" + a + "' (" + std::to_string(x.size()) + " bytes) differs from '" + b + "' (" +
+                               std::to_string(y.size()) + " bytes)";
+  }
+  int len = static_cast<int>(problem.size());
+  MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  problem.resize(static_cast<std::size_t>(len));
+  MPI_Bcast(problem.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
+  return problem;
+}
+}  // namespace
+
+TEST_CASE("an asynchronous save writes io::save's bytes of the values at its call; latest moves when published",
+          "[checkpoint]") {
+  const auto dir = shared_dir("async");
+  const auto g = world_grid();
+  using L = mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>;
+  using L2 = mt::layout<grid, mt::split<j_, r_, c_>>;
+  using R = mt::layout<grid>;
+  const std::array<std::int64_t, 2> ext{13, 3};  // uneven over 2 and 4 parts
+  const auto a_host = values<float>(13 * 3);
+  const auto b_host = values<double>(13);
+  auto a = mt::from_host<mt::tensor<float, L, i_, j_>>(g, ext, a_host);
+  auto b = mt::from_host<mt::tensor<double, R, i_>>(g, {13}, b_host);
+  io::tensor_set set;
+  set.add("a", a).add("b", b);
+  const io::metadata meta{{"step", "5"}};
+  io::save(dir + "/sync.safetensors", set, meta);
+
+  io::async_checkpoints ckpt(dir + "/run", 2);
+  REQUIRE(ckpt.save(set, 5, meta) == "step-00000005");
+  REQUIRE(ckpt.in_flight());
+  // Training goes on: the tensors change at once; the save holds the values of its call.
+  a = mt::from_host<mt::tensor<float, L, i_, j_>>(g, ext, std::vector<float>(13 * 3, 42.0f));
+  b = mt::from_host<mt::tensor<double, R, i_>>(g, {13}, std::vector<double>(13, 7.0));
+  REQUIRE(!ckpt.current(MPI_COMM_WORLD));  // not published before every rank's write is done
+  REQUIRE(ckpt.wait() == std::optional<std::string>("step-00000005"));
+  REQUIRE(!ckpt.in_flight());
+  REQUIRE(ckpt.buffered_bytes() > 0);  // kept for the next save
+  REQUIRE(*ckpt.current(MPI_COMM_WORLD) == "step-00000005");
+  REQUIRE(files_differ(ckpt.file_of("step-00000005"), dir + "/sync.safetensors") == "");
+  mt::tensor<float, L2, i_, j_> a2(g, ext);
+  mt::tensor<double, L2, i_> b2(g, {13});
+  io::tensor_set in;
+  in.add("a", a2).add("b", b2);
+  REQUIRE(ckpt.load(in).at("step") == "5");
+  REQUIRE(mt::gather_all(a2) == a_host);
+  REQUIRE(mt::gather_all(b2) == b_host);
+  remove_dir(dir);
+}
+
+TEST_CASE("asynchronous saves: one in flight, poll publishes, keep prunes, errors on every rank", "[checkpoint]") {
+  const auto dir = shared_dir("async-dir") + "/run";
+  const auto g = world_line();
+  using L = mt::layout<line, mt::split<i_, x_>>;
+  auto x = mt::from_host<mt::tensor<float, L, i_>>(g, {9}, values<float>(9));
+  io::tensor_set set;
+  set.add("x", x);
+  io::async_checkpoints ckpt(dir, 2);
+  REQUIRE(!ckpt.poll());  // nothing in flight: no checkpoint, no collective
+  REQUIRE(ckpt.save(set, 10) == "step-00000010");
+  REQUIRE(ckpt.save(set, 20) == "step-00000020");  // waits for step 10 and publishes it first
+  REQUIRE(*ckpt.current(MPI_COMM_WORLD) == "step-00000010");
+  std::optional<std::string> published;
+  for (int k = 0; k < 10000 && !published; ++k) {  // every rank gets the same answer from each poll
+    published = ckpt.poll();
+    if (!published) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(published == std::optional<std::string>("step-00000020"));
+  REQUIRE(*ckpt.current(MPI_COMM_WORLD) == "step-00000020");
+  REQUIRE(ckpt.save(set, 30) == "step-00000030");
+  REQUIRE(ckpt.wait() == std::optional<std::string>("step-00000030"));
+  REQUIRE(!ckpt.wait());
+  std::vector<std::string> names;
+  for (const auto& d : fs::directory_iterator(dir)) names.push_back(d.path().filename().string());
+  std::sort(names.begin(), names.end());
+  REQUIRE(names == std::vector<std::string>{"latest", "step-00000020", "step-00000030"});
+  // A directory that cannot be made: io_error on every rank, naming it; nothing in flight after.
+  const std::string blocked = fs::path(dir).parent_path().string() + "/a-file";
+  if (world_rank() == 0) std::ofstream(blocked) << "not a directory\n";
+  MPI_Barrier(MPI_COMM_WORLD);
+  io::async_checkpoints bad(blocked + "/run");
+  require_io_error_everywhere([&] { bad.save(set, 1); }, {"a-file"});
+  REQUIRE(!bad.in_flight());
+  // The writer's own errors name the file (here a directory that went away).
+  io::detail::file_image img;
+  img.path = blocked + ".gone/model.safetensors";
+  img.bytes = {'x'};
+  img.runs.push_back({0, 0, 1});
+  REQUIRE_THAT(io::detail::write_image(img), ContainsSubstring("cannot open '" + img.path + "'"));
   remove_dir(fs::path(dir).parent_path().string());
 }

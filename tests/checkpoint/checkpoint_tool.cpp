@@ -3,6 +3,8 @@
 //   checkpoint_tool read FILE LAYOUT         loads them under LAYOUT and checks every value
 //   checkpoint_tool loop DIR COUNT MB        COUNT checkpoints into DIR (steps after the current
 //                                            one), tensor "big" of MB megabytes holding step + i
+//   checkpoint_tool loop-async DIR COUNT MB  the same with io::async_checkpoints: each save written
+//                                            while the next values are made (poll, then wait at the end)
 //   checkpoint_tool verify DIR               loads DIR's current checkpoint and checks it is whole
 // LAYOUT: rep | i | j | ij | ji on mesh [r x c] = [2 x P/2] for even P, else [P x 1].
 // The formulas (also in read_with_python.py): a[i][j] (float) = 0.25 * (i * J + j) - 3,
@@ -10,9 +12,11 @@
 // (uneven over 2, 4 and 8 parts). Exit 0 and "verified ..." on success; io_error text otherwise.
 #include <cstdio>
 #include <cstdlib>
+#include <meshtensor/io/async_checkpoint.hpp>
 #include <meshtensor/io/checkpoint.hpp>
 #include <meshtensor/meshtensor.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace mt = meshtensor;
@@ -76,8 +80,9 @@ std::vector<float> big_values(std::int64_t n, std::int64_t step) {
   return v;
 }
 
+template <class Checkpoints>
 int loop(const grid& g, const std::string& dir, int count, double mb) {
-  io::checkpoints ckpt(dir, 2);
+  Checkpoints ckpt(dir, 2);
   const std::int64_t n = static_cast<std::int64_t>(mb * 1e6 / 4);
   std::int64_t step = 0;
   big_t big(g, {n});
@@ -94,7 +99,9 @@ int loop(const grid& g, const std::string& dir, int count, double mb) {
     const auto name = ckpt.save(s, step, {{"step", std::to_string(step)}});
     if (g.rank() == 0) std::printf("saved %s\n", name.c_str());
     std::fflush(stdout);
+    if constexpr (std::is_same_v<Checkpoints, io::async_checkpoints>) ckpt.poll();
   }
+  if constexpr (std::is_same_v<Checkpoints, io::async_checkpoints>) ckpt.wait();
   return 0;
 }
 
@@ -122,11 +129,14 @@ int verify(const grid& g, const std::string& dir) {
 int main(int argc, char** argv) {
   mt::environment env(argc, argv);
   try {
-    if (argc < 3) throw mt::error("usage: checkpoint_tool write|read FILE LAYOUT | loop DIR COUNT MB | verify DIR");
+    if (argc < 3) throw mt::error("usage: checkpoint_tool write|read FILE LAYOUT | loop|loop-async DIR COUNT MB | verify DIR");
     const std::string mode = argv[1], path = argv[2];
     const int p = env.world_size();
     grid g(env, p % 2 == 0 ? std::array<int, 2>{2, p / 2} : std::array<int, 2>{p, 1});
-    if (mode == "loop") return loop(g, path, argc > 3 ? std::atoi(argv[3]) : 1, argc > 4 ? std::atof(argv[4]) : 16);
+    const int count = argc > 3 ? std::atoi(argv[3]) : 1;
+    const double mb = argc > 4 ? std::atof(argv[4]) : 16;
+    if (mode == "loop") return loop<io::checkpoints>(g, path, count, mb);
+    if (mode == "loop-async") return loop<io::async_checkpoints>(g, path, count, mb);
     if (mode == "verify") return verify(g, path);
     const std::string layout = argc > 3 ? argv[3] : "rep";
     if (layout == "rep") return write_or_read<mt::layout<grid>>(g, mode, path);

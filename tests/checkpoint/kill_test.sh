@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# kill_test.sh TOOL MPIEXEC WORKDIR TRIALS: kills checkpoint saves with SIGKILL at random moments
-# and checks each time that the current checkpoint still loads whole (docs/checkpoints.md).
+# kill_test.sh TOOL MPIEXEC WORKDIR TRIALS [loop|loop-async]: kills checkpoint saves with SIGKILL at
+# random moments and checks each time that the current checkpoint still loads whole
+# (docs/checkpoints.md). loop-async: the saves of io::async_checkpoints, whose files are written by
+# a thread while the next values are made; the chosen phases are begin, writing (the thread's,
+# held there), renamed and current.
 # Each trial starts `checkpoint_tool loop` (2 ranks, one save after another of 16 MB) and kills
 # the whole job (SIGKILL to its process group): odd trials after a random delay (mostly while data
 # is written, the longest phase), even trials at a chosen phase in turn (begin, written, renamed,
@@ -9,7 +12,7 @@
 # right, and its step must never go back. The phase each kill landed in (the trace's last line) is
 # tallied; the test fails unless every one of the four phases was hit.
 set -euo pipefail
-tool=$1 mpiexec=$2 work=$3 trials=$4
+tool=$1 mpiexec=$2 work=$3 trials=$4 loop=${5:-loop}
 rm -rf "$work"
 mkdir -p "$work"
 dir=$work/ckpt
@@ -19,6 +22,7 @@ run 2 loop "$dir" 1 16 >/dev/null   # one complete checkpoint before the first k
 declare -A phases
 last_step=0
 targets=(begin written renamed current)
+[ "$loop" = loop ] || targets=(begin writing renamed current)
 RANDOM=$$
 for t in $(seq 1 "$trials"); do
   trace=$work/trace.$t
@@ -31,16 +35,19 @@ for t in $(seq 1 "$trials"); do
     when="at phase $target"
   fi
   MESHTENSOR_CHECKPOINT_TRACE=1 MESHTENSOR_CHECKPOINT_PAUSE_AT=$target \
-    setsid "$mpiexec" -n 2 "$tool" loop "$dir" 1000 16 >/dev/null 2>"$trace" &
+    setsid "$mpiexec" -n 2 "$tool" "$loop" "$dir" 1000 16 >/dev/null 2>"$trace" &
   pid=$!
   if [ -n "$delay" ]; then
     sleep "$delay"
   else
     for _ in $(seq 200); do grep -q "^checkpoint: $target " "$trace" && break; sleep 0.1; done
+    # A held write: the job goes on for a second (its next values, its polls), so a save published
+    # before its bytes are on disk would be current when the kill comes.
+    if [ "$target" = writing ]; then sleep 1; fi
   fi
   kill -KILL -- "-$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
-  pkill -KILL -f "$tool loop $dir" 2>/dev/null || true
+  pkill -KILL -f "$tool $loop $dir" 2>/dev/null || true
   phase=$(grep "^checkpoint: " "$trace" | tail -n 1 | awk "{print \$2}" || true)
   phase=${phase:-before-first-save}
   phases[$phase]=$(( ${phases[$phase]:-0} + 1 ))

@@ -105,7 +105,6 @@ class checkpoints {
   // Saves the set as checkpoint "step-<step>" (8 digits; "-2", "-3", ... if that name is taken) and
   // makes it current once it is complete and synced. Returns its name. Collective.
   std::string save(const tensor_set& set, std::int64_t step, const metadata& meta = {}) const {
-    namespace fs = std::filesystem;
     const MPI_Comm comm = set.comm();
     // A watched rendezvous first (a no-op without MESHTENSOR_COLLECTIVE_TIMEOUT): the save's
     // file-system agreements and MPI-IO are not watched, and ranks that reached them while another
@@ -114,48 +113,11 @@ class checkpoints {
     const meshtensor::detail::unpolled_region_deadline deadline(meshtensor::detail::cat("checkpoint save to '", dir_, "'"));
     int rank = 0;
     MPI_Comm_rank(comm, &rank);
-    char base[32];
-    std::snprintf(base, sizeof base, "step-%08lld", static_cast<long long>(step));
-    const std::string name = detail::on_root(comm, [&] {
-      fs::create_directories(dir_);
-      for (const auto& d : fs::directory_iterator(dir_))  // saves a crash interrupted
-        if (d.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(d.path());
-      std::string n = base;
-      for (int k = 2; fs::exists(fs::path(dir_) / n); ++k) n = detail::cat(base, "-", k);
-      fs::create_directory(fs::path(dir_) / (".tmp-" + n));
-      return n;
-    });
+    const std::string name = begin(comm, step);
     detail::trace_phase(rank, "begin", name);
-    const fs::path tmp = fs::path(dir_) / (".tmp-" + name), final_dir = fs::path(dir_) / name;
-    io::save((tmp / file_name).string(), set, meta);
+    io::save((std::filesystem::path(dir_) / (".tmp-" + name) / file_name).string(), set, meta);
     detail::trace_phase(rank, "written", name);
-    detail::on_root(comm, [&] {
-      detail::sync_path(tmp, true);
-      fs::rename(tmp, final_dir);
-      detail::sync_path(dir_, true);
-      detail::trace_phase(0, "renamed", name);
-      const fs::path pointer_tmp = fs::path(dir_) / "latest.tmp";
-      {
-        std::ofstream out(pointer_tmp, std::ios::trunc);
-        out << name << '\n';
-        out.close();
-        if (!out) throw io_error(detail::cat("cannot write '", pointer_tmp.string(), "'"));
-      }
-      detail::sync_path(pointer_tmp, false);
-      fs::rename(pointer_tmp, fs::path(dir_) / "latest");
-      detail::sync_path(dir_, true);
-      detail::trace_phase(0, "current", name);
-      // Beyond the newest `keep`, complete checkpoints go (names sort by step: 8 digits).
-      std::vector<std::string> all;
-      for (const auto& d : fs::directory_iterator(dir_))
-        if (d.is_directory() && detail::is_checkpoint_name(d.path().filename().string()))
-          all.push_back(d.path().filename().string());
-      std::sort(all.begin(), all.end());
-      for (std::size_t i = 0; i + static_cast<std::size_t>(keep_) < all.size(); ++i)
-        if (all[i] != name) fs::remove_all(fs::path(dir_) / all[i]);
-      detail::trace_phase(0, "pruned", name);
-      return std::string();
-    });
+    publish(comm, name);
     return name;
   }
 
@@ -194,6 +156,63 @@ class checkpoints {
   }
 
   static constexpr const char* file_name = "model.safetensors";
+
+ protected:
+  // Names the checkpoint of this step and makes its .tmp-<name>/ directory (removing saves a crash
+  // interrupted); with create_file, an empty .tmp-<name>/model.safetensors too. Collective.
+  std::string begin(MPI_Comm comm, std::int64_t step, bool create_file = false) const {
+    namespace fs = std::filesystem;
+    char base[32];
+    std::snprintf(base, sizeof base, "step-%08lld", static_cast<long long>(step));
+    return detail::on_root(comm, [&] {
+      fs::create_directories(dir_);
+      for (const auto& d : fs::directory_iterator(dir_))  // saves a crash interrupted
+        if (d.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(d.path());
+      std::string n = base;
+      for (int k = 2; fs::exists(fs::path(dir_) / n); ++k) n = detail::cat(base, "-", k);
+      fs::create_directory(fs::path(dir_) / (".tmp-" + n));
+      if (create_file) {
+        const fs::path file = fs::path(dir_) / (".tmp-" + n) / file_name;
+        std::ofstream out(file, std::ios::trunc | std::ios::binary);
+        if (!out) throw io_error(detail::cat("cannot create '", file.string(), "'"));
+      }
+      return n;
+    });
+  }
+
+  // Makes the complete .tmp-<name>/ checkpoint current: syncs it, renames it to <name>/, moves
+  // `latest`, prunes beyond `keep`. Every rank's file must be written and synced. Collective.
+  void publish(MPI_Comm comm, const std::string& name) const {
+    namespace fs = std::filesystem;
+    const fs::path tmp = fs::path(dir_) / (".tmp-" + name), final_dir = fs::path(dir_) / name;
+    detail::on_root(comm, [&] {
+      detail::sync_path(tmp, true);
+      fs::rename(tmp, final_dir);
+      detail::sync_path(dir_, true);
+      detail::trace_phase(0, "renamed", name);
+      const fs::path pointer_tmp = fs::path(dir_) / "latest.tmp";
+      {
+        std::ofstream out(pointer_tmp, std::ios::trunc);
+        out << name << '\n';
+        out.close();
+        if (!out) throw io_error(detail::cat("cannot write '", pointer_tmp.string(), "'"));
+      }
+      detail::sync_path(pointer_tmp, false);
+      fs::rename(pointer_tmp, fs::path(dir_) / "latest");
+      detail::sync_path(dir_, true);
+      detail::trace_phase(0, "current", name);
+      // Beyond the newest `keep`, complete checkpoints go (names sort by step: 8 digits).
+      std::vector<std::string> all;
+      for (const auto& d : fs::directory_iterator(dir_))
+        if (d.is_directory() && detail::is_checkpoint_name(d.path().filename().string()))
+          all.push_back(d.path().filename().string());
+      std::sort(all.begin(), all.end());
+      for (std::size_t i = 0; i + static_cast<std::size_t>(keep_) < all.size(); ++i)
+        if (all[i] != name) fs::remove_all(fs::path(dir_) / all[i]);
+      detail::trace_phase(0, "pruned", name);
+      return std::string();
+    });
+  }
 
  private:
   std::string dir_;
