@@ -4,10 +4,10 @@
 // bf16 goes to oneDNN's matmul where the build has it (float accumulation, AVX512_BF16 or AMX
 // where the CPU has them), else it is widened to float for sgemm; float32 goes to oneDNN's matmul
 // on AVX-512 cores, else to OpenBLAS (kernels/product.hpp says why). The peer is PyTorch's matmul on
-// one thread (benchmarks/peers/torch_matmul.py, the same shapes; scripts/bench_bf16.sh runs both in
+// one thread (benchmarks/peers/torch_matmul.py, the same shapes; scripts/dev/bench_bf16.sh runs both in
 // interleaved rounds). The JSON's context names oneDNN's ISA.
 //   float_provider/<nb>x<m>x<k>x<n>/<op(a)><op(b)>/{openblas,onednn}
-// float32 products at the shapes of the Transformer step (scripts/bench_training.sh's model: 1024
+// float32 products at the shapes of the Transformer step (scripts/dev/bench_training.sh's model: 1024
 // tokens, d_model 256, d_ff 1024, vocab 1024, 32 attention matrices of 128 x 128 over d_kv 64),
 // each through both providers directly: the measurement behind kernels::product's choice.
 #include <cblas.h>

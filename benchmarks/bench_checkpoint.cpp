@@ -1,6 +1,6 @@
 // Checkpoint throughput: saves and loads MB megabytes of float parameters (8 tensors [rows, 1024],
 // rows split over every rank) with mt::io::save / load, ROUNDS times, and prints one line per
-// round: "save_s <s> load_s <s> bytes <n>". scripts/bench_checkpoint.sh runs it at 1, 2 and 4
+// round: "save_s <s> load_s <s> bytes <n>". scripts/dev/bench_checkpoint.sh runs it at 1, 2 and 4
 // ranks beside a plain write + fsync of the same bytes (dd) and reports medians.
 //   mpiexec -n P bench_checkpoint DIR MB ROUNDS
 #include <chrono>
@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
       mt::io::save(path, set);
       MPI_Barrier(MPI_COMM_WORLD);
       const double save_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      // Load from disk, not the page cache: scripts/bench_checkpoint.sh asks for the drop (root only).
+      // Load from disk, not the page cache: scripts/dev/bench_checkpoint.sh asks for the drop (root only).
       const char* drop = std::getenv("MESHTENSOR_BENCH_DROP_CACHES");
       if (env.world_rank() == 0 && drop && *drop == '1' &&
           std::system("sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null") != 0) {

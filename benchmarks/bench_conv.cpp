@@ -4,7 +4,7 @@
 // Local work: oneDNN's direct convolution where the build has it (the label names the
 // implementations oneDNN chose), else unfold + sgemm.
 // The peer is PyTorch's conv2d on one thread (benchmarks/peers/torch_conv.py, the same shapes;
-// scripts/bench_conv.sh runs both in interleaved rounds and prints medians and ratios).
+// scripts/dev/bench_conv.sh runs both in interleaved rounds and prints medians and ratios).
 #include <meshtensor/meshtensor.hpp>
 
 #include "common.hpp"

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Aggregates the raw results of scripts/bench.sh: a table, results/<date>.json, plots in docs/.
+"""Aggregates the raw results of scripts/dev/bench.sh: a table, results/<date>.json, plots in docs/.
 
   report.py RAW_DIR OUT_JSON PLOT_DIR
 

@@ -10,7 +10,7 @@
 #   /usr/local/cuda/bin); Kokkos 3.4.01 is then patched for CUDA 13 and C++20
 #   (scripts/kokkos-3.4.01-cuda13.patch) and built for MESHTENSOR_CUDA_ARCH (Kokkos's name of
 #   the GPU architecture, default HOPPER90; e.g. AMPERE80), into a prefix of its own.
-#   --bench also installs the benchmarks' peers and plotting (scripts/bench.sh); the test suite
+#   --bench also installs the benchmarks' peers and plotting (scripts/dev/bench.sh); the test suite
 #   does not need them.
 # Prints one line per step on stderr; apt's, dpkg's and the Kokkos build's output go to a log
 # (${XDG_CACHE_HOME:-~/.cache}/meshtensor/install_deps.log), whose tail is shown on failure.
@@ -129,14 +129,14 @@ main() {
             dataset-fashion-mnist zlib1g-dev gnuplot-nox libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
             python3-torch python3-numpy python3-venv libdnnl-dev   # oneDNN: local kernels (MESHTENSOR_DNNL); PyTorch: the transformer_lm cross-check (ctest label crosscheck)
             libsentencepiece-dev   # examples/translation's tokenizer; the packages below install its corpus's French catalogs (corpus.hpp)
-            sentencepiece          # spm_decode and spm_export_vocab: the PyTorch translation peer's detokenizer in any Python (scripts/bench_translation.sh)
+            sentencepiece          # spm_decode and spm_export_vocab: the PyTorch translation peer's detokenizer in any Python (scripts/dev/bench_translation.sh)
             libc-l10n git gettext gettext-base libdpkg-perl libglib2.0-data gnupg-l10n iso-codes
-            clang-14 libclang-rt-14-dev libomp-14-dev   # libFuzzer (ctest label fuzz); LLVM's libomp and Archer (scripts/tsan.sh)
+            clang-14 libclang-rt-14-dev libomp-14-dev   # libFuzzer (ctest label fuzz); LLVM's libomp and Archer (scripts/dev/tsan.sh)
             "${DOCS_PACKAGES[@]}" chromium     # the site (scripts/docs.sh) and its test in a browser (ctest label docs)
             slurmctld slurmd slurm-client)   # a two-node Slurm started by the tests (ctest label slurm; tests/slurm)
   local backports_packages=(catch2)
   # Optional (--bench): Eigen and ScaLAPACK (C++ peers), matplotlib (plots),
-  # venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/bench_venv.sh).
+  # venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/dev/bench_venv.sh).
   local bench_packages=(libeigen3-dev libscalapack-openmpi-dev python3-matplotlib python3-venv python3-pip)
   if [ "$bench" = 1 ]; then packages+=("${bench_packages[@]}"); fi
   if [ "$cuda" = 1 ]; then packages+=(patch); fi   # applies the CUDA 13 patch to Kokkos

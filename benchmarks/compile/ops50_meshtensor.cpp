@@ -1,6 +1,6 @@
 // Compile-time benchmark: 50 ops through meshtensor (10 groups of einsum, add, multiply, relu and
 // reduce_sum, each group on dims of its own, so every op is a new instantiation). Its twin
-// ops50_plain.cpp does the same work by hand with Kokkos, cblas and MPI. scripts/bench.sh times
+// ops50_plain.cpp does the same work by hand with Kokkos, cblas and MPI. scripts/dev/bench.sh times
 // the compile of each; they are built, never run.
 #include <meshtensor/meshtensor.hpp>
 

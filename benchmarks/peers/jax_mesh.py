@@ -6,7 +6,7 @@ two-layer MLP step of bench_dist, same shapes, same layouts, float32.
           w1 P(None,'cols'), w2 P('cols',None)
 
 Prints one JSON object per line: {"name": ..., "seconds": <mean per iteration>}. Run in
-.venv-bench (scripts/bench_venv.sh). XLA_FLAGS must hold --xla_force_host_platform_device_count=4
+.venv-bench (scripts/dev/bench_venv.sh). XLA_FLAGS must hold --xla_force_host_platform_device_count=4
 before jax is imported; this script adds it when missing, and --xla_cpu_multi_thread_eigen=false so
 each device computes on one thread, like one MPI rank with OMP_NUM_THREADS=1.
 """

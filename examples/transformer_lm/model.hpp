@@ -811,7 +811,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     if (const auto name = background->wait(); name && verbose && root && !result.stopped)
       std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name->c_str());
   if (verbose && root && !save_seconds.empty()) {
-    // What the saves cost training (scripts/bench_async_checkpoint.sh): the time a save blocks the
+    // What the saves cost training (scripts/dev/bench_async_checkpoint.sh): the time a save blocks the
     // step that makes it, and the other steps' times with a save in flight or none.
     const auto median = [](std::vector<double> v) {
       if (v.empty()) return 0.0;

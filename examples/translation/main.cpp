@@ -19,7 +19,7 @@
 // trains PyTorch's nn.Transformer on exactly those tokens). After training: --translate TEXT (any
 // number) prints the French; --hypotheses FILE decodes the test split (beam search, --beam 4,
 // --alpha 0.6, or --decode greedy) into FILE, with the references in FILE.ref and the sources in
-// FILE.src (scripts/bench_translation.sh scores them with sacrebleu); --check-decode checks that
+// FILE.src (scripts/dev/bench_translation.sh scores them with sacrebleu); --check-decode checks that
 // beam search with beam 1 equals greedy decoding and that the key-value cache's logits equal a full
 // forward pass. --checkpoint DIR saves the parameters and Adam's state at the end; --resume DIR
 // continues from them (to decode only, --steps equal to the checkpoint's).

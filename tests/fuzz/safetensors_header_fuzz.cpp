@@ -13,7 +13,7 @@
 // of thousands, so not the default.
 //
 // Built by tests/fuzz/CMakeLists.txt with clang++ -fsanitize=fuzzer,address,undefined (ctest
-// label fuzz) and by scripts/fuzz.sh for long runs. It includes the whole safetensors.hpp (MPI's
+// label fuzz) and by scripts/dev/fuzz.sh for long runs. It includes the whole safetensors.hpp (MPI's
 // and Kokkos's headers too) but uses nothing that needs Kokkos's library.
 #include <meshtensor/io/safetensors.hpp>
 

@@ -3,7 +3,7 @@
 # Builds its own tree (build/tsan, or $MESHTENSOR_BUILD_DIR) and runs a chosen set of test
 # programs at 1 rank with OMP_NUM_THREADS=2 and 4, each with the default row walk and the team walk.
 #
-#   scripts/tsan.sh [TARGET ...]      (default: the set below; about 15 min on 2 cores, once built)
+#   scripts/dev/tsan.sh [TARGET ...]      (default: the set below; about 15 min on 2 cores, once built)
 #
 # Why not Debian's libgomp: it is not built with TSan, so TSan cannot see its barriers and reports
 # every kernel that follows another as a race. LLVM's libomp (Debian's libomp-14-dev) carries
@@ -24,8 +24,9 @@ set -euo pipefail
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(mpi_nn_gradient_test mpi_reductions_test mpi_reshape_test mpi_elementwise_test mpi_einsum_test
                                      mpi_cross_entropy_equivalence_test mpi_conv_direct_equivalence_test)
-export MESHTENSOR_BUILD_DIR=${MESHTENSOR_BUILD_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/tsan}
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+export MESHTENSOR_BUILD_DIR=${MESHTENSOR_BUILD_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build/tsan}
+# shellcheck source-path=SCRIPTDIR source=../common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 log() { echo "[tsan] $*" >&2; }
 
 llvm=/usr/lib/llvm-14/lib

@@ -3,7 +3,7 @@
 # tests/fuzz/safetensors_header_fuzz.cpp with clang++ -fsanitize=fuzzer,address,undefined and runs
 # it from the seed corpus. The ctest `fuzz` label runs it for 30 s; this is the long run by hand.
 #
-#   scripts/fuzz.sh [SECONDS] [libFuzzer flags ...]     (default 3600: an hour)
+#   scripts/dev/fuzz.sh [SECONDS] [libFuzzer flags ...]     (default 3600: an hour)
 #
 # Runs at nice 19 (it shares the cores with builds). New inputs go to build/fuzz/corpus (kept
 # across runs: a second run starts where the first stopped), crashes to build/fuzz/crash-*, the
@@ -12,7 +12,7 @@
 # libclang-rt-14-dev), Open MPI and nlohmann-json; Kokkos's headers only (KOKKOS_ROOT, or
 # /opt/meshtensor-deps or ~/.local/meshtensor-deps as scripts/install_deps.sh installs it).
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 seconds=${1:-3600}
 shift || true
 out=${MESHTENSOR_BUILD_DIR:-$root/build/fuzz}
@@ -34,7 +34,7 @@ nice -n 19 "$cxx" -std=c++20 -g -O1 -fopenmp -fsanitize=fuzzer,address,undefined
 echo "fuzz.sh: built $exe; fuzzing for $seconds s (log: $out/fuzz.log)" >&2
 cd "$out"
 if [ "${MESHTENSOR_FUZZ_MPIIO:-}" = 1 ]; then
-  # Open MPI's own allocations, kept until exit, suppressed by library as scripts/sanitize.sh does
+  # Open MPI's own allocations, kept until exit, suppressed by library as scripts/dev/sanitize.sh does
   # (its plugins kept loaded so that they are named; malloc's callers unwound from DWARF).
   printf 'leak:%s\n' libmpi.so libopen-pal.so libopen-rte.so libhwloc.so libpmix.so libevent mca_ >"$out/lsan-openmpi.supp"
   export OMPI_MCA_mca_base_component_disable_dlclose=1 ASAN_OPTIONS=fast_unwind_on_malloc=0

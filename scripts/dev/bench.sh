@@ -2,7 +2,7 @@
 # Builds and runs every benchmark comparison (docs/performance.md), prints the table, writes
 # benchmarks/results/<date>.json and the plots docs/bench_*.png.
 #
-#   OPENBLAS_CORETYPE=SkylakeX scripts/bench.sh [--rounds N] [--quick] [--no-peers] [--no-compile]
+#   OPENBLAS_CORETYPE=SkylakeX scripts/dev/bench.sh [--rounds N] [--quick] [--no-peers] [--no-compile]
 #
 #   --rounds N    rounds of every benchmark (default 5); each number is the median over the rounds,
 #                 with min and max. One round runs each binary once, ours and the peer interleaved
@@ -17,7 +17,7 @@
 # (one thread per device) XLA and TensorFlow. MPI runs use 2 and 4 ranks; the machine's core count
 # decides whether 4 ranks oversubscribe.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 rounds=5 quick=0 peers=1 compile=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     *) echo "bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
-command_line="scripts/bench.sh $*"
+command_line="scripts/dev/bench.sh $*"
 log() { echo "[bench] $*" >&2; }
 
 kokkos=$(bash "$root/scripts/install_deps.sh" --bench | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)
@@ -39,7 +39,7 @@ cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMESHTENSOR_EXAMPLE_OPT
 cmake --build "$build" -j "$(nproc)" --target bench_local bench_dist bench_comm >&2
 venv="" venv_mtf=""
 if [ "$peers" = 1 ]; then
-  mapfile -t venvs < <(bash "$root/scripts/bench_venv.sh")
+  mapfile -t venvs < <(bash "$root/scripts/dev/bench_venv.sh")
   venv=${venvs[0]} venv_mtf=${venvs[1]}
 fi
 

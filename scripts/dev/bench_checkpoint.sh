@@ -4,9 +4,9 @@
 # run: dd writing as many bytes (from /dev/zero, so that no generator limits it) with fsync (conv=fsync) and reading them back after dropping the
 # page cache. Each figure is the median of --rounds rounds (default 3). Dropping the page cache
 # needs root; without it loads may come from memory (the table says which).
-#   scripts/bench_checkpoint.sh [--rounds 3] [--sizes "256 1024"] [--dir DIR]
+#   scripts/dev/bench_checkpoint.sh [--rounds 3] [--sizes "256 1024"] [--dir DIR]
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 rounds=3 sizes="256 1024" dir=""
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -19,6 +19,7 @@ while [ $# -gt 0 ]; do
 done
 export MESHTENSOR_BUILD_DIR=${MESHTENSOR_BUILD_DIR:-$root/build/bench}
 MESHTENSOR_TARGETS=bench_checkpoint
+# shellcheck source-path=SCRIPTDIR source=../common.sh
 source "$root/scripts/common.sh"
 configure_and_build -DMESHTENSOR_EXAMPLE_OPTIMIZATION= >&2
 export OMP_NUM_THREADS=1

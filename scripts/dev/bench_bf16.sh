@@ -5,15 +5,15 @@
 # bf16 flags and oneDNN's ISA (also in the benchmark's JSON context), and a second table: float32
 # products at the Transformer step's shapes through OpenBLAS and through oneDNN.
 #
-#   OPENBLAS_CORETYPE=... scripts/bench_bf16.sh [--rounds N] [BUILD_DIR]
+#   OPENBLAS_CORETYPE=... scripts/dev/bench_bf16.sh [--rounds N] [BUILD_DIR]
 #
 # BUILD_DIR (default $MESHTENSOR_BUILD_DIR or build/bench) is configured where it is not yet.
 # On a CPU without AVX512_BF16 the table says so: bf16 then runs emulated (or widened to float),
 # and the ratios are those of that fallback.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=bench_common.sh
-source "$root/scripts/bench_common.sh"
+source "$root/scripts/dev/bench_common.sh"
 rounds=5
 if [ "${1:-}" = "--rounds" ]; then rounds="$2"; shift 2; fi
 build=${1:-${MESHTENSOR_BUILD_DIR:-$root/build/bench}}

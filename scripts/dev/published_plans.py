@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plans of transformer_lm against published figures (docs/scale.md, "Published figures").
 
-    python3 scripts/published_plans.py BUILD/examples/transformer_lm [--check]
+    python3 scripts/dev/published_plans.py BUILD/examples/transformer_lm [--check]
 
 --check (ctest example.transformer_lm.published_plans) exits 1 unless every GPT-3 size and Megatron
 configuration is within 1% of the closed form, every planned ZeRO row within 0.1% of ZeRO's formula

@@ -2,16 +2,16 @@
 # conv2d forward + backward: meshtensor (benchmarks/bench_conv.cpp) against PyTorch's conv2d on one
 # thread (benchmarks/peers/torch_conv.py), and meshtensor's split image at 2 and 4 ranks against 1.
 #
-#   OPENBLAS_CORETYPE=... scripts/bench_conv.sh [--rounds N] [BUILD_DIR]
+#   OPENBLAS_CORETYPE=... scripts/dev/bench_conv.sh [--rounds N] [BUILD_DIR]
 #
 # BUILD_DIR (default $MESHTENSOR_BUILD_DIR or build/bench) is configured where it is not yet, and
 # bench_conv is built there. MESHTENSOR_KERNELS=portable times the portable path (unfold + sgemm)
 # where the build has oneDNN. Rounds interleave the runs; each figure is the median over the rounds of each run's median.
 # OPENBLAS_CORETYPE is read, never set, and printed with the load average before and after.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=bench_common.sh
-source "$root/scripts/bench_common.sh"
+source "$root/scripts/dev/bench_common.sh"
 rounds=5
 if [ "${1:-}" = "--rounds" ]; then rounds="$2"; shift 2; fi
 build=${1:-${MESHTENSOR_BUILD_DIR:-$root/build/bench}}

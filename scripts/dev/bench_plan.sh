@@ -6,7 +6,7 @@
 # the prediction (--rank-layouts) is within 10% of the fastest measured. Prints Markdown tables and
 # writes benchmarks/results/plan-<date>.json.
 #
-#   OPENBLAS_CORETYPE=SkylakeX scripts/bench_plan.sh [--rounds 3]
+#   OPENBLAS_CORETYPE=SkylakeX scripts/dev/bench_plan.sh [--rounds 3]
 #
 # LM: batch 8, length 128, d_model 256, heads 4 (d_kv 64), d_ff 1024, vocab 256, 2 layers, Adam;
 # median of 20 steps after 5 warm-up steps. MLP: fashion_mnist's default (784-256-10, batch 128,
@@ -15,9 +15,9 @@
 # time on a loaded machine (load average above 0.5 per core); MESHTENSOR_BUILD_DIR (default
 # build/plan) chooses the build.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=bench_common.sh
-source "$root/scripts/bench_common.sh"
+source "$root/scripts/dev/bench_common.sh"
 rounds=3
 bench_args "$0" 2,16 --rounds:rounds -- "$@"
 log() { echo "[bench_plan] $*" >&2; }

@@ -5,8 +5,8 @@
 # layout on 1, 2 and 4 ranks against (split parameters / P + replicated ones) x 3. Prints a
 # Markdown table (docs/performance.md, section "Training step").
 #
-#   OPENBLAS_CORETYPE=SkylakeX scripts/bench_training.sh [--rounds 5] [--steps 10] [--warmup 3] [--small-only]
-#   ONEDNN_MAX_CPU_ISA=AVX2 scripts/bench_training.sh      # as an AVX2-only CPU runs (runtime/cpu_isa.hpp)
+#   OPENBLAS_CORETYPE=SkylakeX scripts/dev/bench_training.sh [--rounds 5] [--steps 10] [--warmup 3] [--small-only]
+#   ONEDNN_MAX_CPU_ISA=AVX2 scripts/dev/bench_training.sh      # as an AVX2-only CPU runs (runtime/cpu_isa.hpp)
 #
 # Each round runs every configuration once, interleaved: ours on 1 rank (local kernels as built,
 # then MESHTENSOR_KERNELS=portable, then --dtype bf16), PyTorch, ours on 2 ranks (data, model), and
@@ -21,9 +21,9 @@
 # Debian's python3-torch run by /usr/bin/python3.
 set -euo pipefail
 cores=$(getconf _NPROCESSORS_ONLN)
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=bench_common.sh
-source "$root/scripts/bench_common.sh"
+source "$root/scripts/dev/bench_common.sh"
 rounds=5 steps=10 warmup=3 large=1
 bench_args "$0" 2,20 --rounds:rounds --steps:steps --warmup:warmup --small-only:large=0 -- "$@"
 log() { echo "[bench_training] $*" >&2; }

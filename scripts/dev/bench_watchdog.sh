@@ -3,7 +3,7 @@
 # MESHTENSOR_COLLECTIVE_TIMEOUT unset (MPI's blocking collectives) and set (every collective
 # started nonblocking and polled, runtime/watchdog.hpp), side by side in interleaved rounds.
 #
-#   OPENBLAS_CORETYPE=... scripts/bench_watchdog.sh [--rounds N] [BUILD_DIR]
+#   OPENBLAS_CORETYPE=... scripts/dev/bench_watchdog.sh [--rounds N] [BUILD_DIR]
 #
 # Two cases at 2 ranks, one thread each: the default small model (d_model 64: many small,
 # latency-bound collectives, the watchdog's worst case) under the data and the 2d layouts, and a
@@ -12,9 +12,9 @@
 # $MESHTENSOR_BUILD_DIR or build/bench) is configured where it is not yet, and transformer_lm built
 # there. OPENBLAS_CORETYPE is read, never set; the load average is printed before and after.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=bench_common.sh
-source "$root/scripts/bench_common.sh"
+source "$root/scripts/dev/bench_common.sh"
 rounds=5
 if [ "${1:-}" = "--rounds" ]; then rounds="$2"; shift 2; fi
 build=${1:-${MESHTENSOR_BUILD_DIR:-$root/build/bench}}

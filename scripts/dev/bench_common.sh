@@ -39,7 +39,7 @@ bench_build_target() {
   shift
   while [ $# -gt 0 ] && [ "$1" != -- ]; do targets+=("$1"); shift; done
   [ $# -eq 0 ] || shift
-  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
   if [ ! -f "$build/CMakeCache.txt" ]; then
     kokkos=${bench_kokkos-$(bash "$root/scripts/install_deps.sh" | sed -n 's/^KOKKOS_ROOT=//p' | tail -n 1)}
     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMESHTENSOR_EXAMPLE_OPTIMIZATION= -DKokkos_ROOT="$kokkos" \

@@ -5,11 +5,11 @@
 # d_ff 2048, 4 layers, vocab 8192). For each, in the same round, a run with synchronous saves and
 # one with --async-save; the LM reports the time a save blocks its step and the median step time
 # of the other steps with a save in flight or none. Figures: medians over --rounds rounds (default 3).
-#   scripts/bench_async_checkpoint.sh [--rounds 3] [--ranks "1 2 4"] [--steps 24] [--build DIR]
+#   scripts/dev/bench_async_checkpoint.sh [--rounds 3] [--ranks "1 2 4"] [--steps 24] [--build DIR]
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# shellcheck source=scripts/bench_common.sh
-source "$root/scripts/bench_common.sh"
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=bench_common.sh
+source "$root/scripts/dev/bench_common.sh"
 rounds=3 ranks_list="1 2 4" steps=24 build=$root/build/bench
 bench_args "$0" 2,9 --rounds:rounds --ranks:ranks_list --steps:steps --build:build -- "$@"
 bench_build_target "$build" transformer_lm

@@ -6,7 +6,7 @@
 # against the French references, beside the copy-the-source baseline. Prints a Markdown table and
 # writes the curves (CSV, and a PNG when gnuplot is installed) to the output directory.
 #
-#   OPENBLAS_CORETYPE=SkylakeX scripts/bench_translation.sh [--steps 2000] [--batch 32] [--out DIR]
+#   OPENBLAS_CORETYPE=SkylakeX scripts/dev/bench_translation.sh [--steps 2000] [--batch 32] [--out DIR]
 #                                                        [--layouts "model_parallel dp_mp"]
 #
 # Model: d_model 128, heads 4 (d_kv 32), d_ff 512, 2 + 2 layers, SentencePiece vocab 4000, lengths
@@ -15,9 +15,9 @@
 # MESHTENSOR_BUILD_DIR (default build/translation); PyTorch is Debian's python3-torch, sacrebleu the
 # install script's Python environment's.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=bench_common.sh
-source "$root/scripts/bench_common.sh"
+source "$root/scripts/dev/bench_common.sh"
 steps=2000 batch=32 out="$root/build/bench_translation" layouts=""
 bench_args "$0" 2,17 --steps:steps --batch:batch --out:out --layouts:layouts -- "$@"
 log() { echo "[bench_translation] $*" >&2; }

@@ -5,8 +5,8 @@ MPI or Kokkos include in the layers of values below the runtime (PURE), no inclu
 folder's detail/ (private to the folder that holds it), and no Kokkos launch, copy or fence outside
 kernels/ (the one door for local work).
 
-    python3 scripts/check_include_graph.py [include/meshtensor]   # exit 1 and the edges when broken
-    python3 scripts/check_include_graph.py --self-test            # the check finds planted faults
+    python3 scripts/dev/check_include_graph.py [include/meshtensor]   # exit 1 and the edges when broken
+    python3 scripts/dev/check_include_graph.py --self-test            # the check finds planted faults
 
 Only the library's own quoted includes count (`#include "..."`, resolved against the including file).
 A folder's layer is LAYERS' index; meshtensor.hpp, the umbrella, may include anything and nothing
@@ -207,7 +207,7 @@ def main():
     if "--self-test" in sys.argv[1:]:
         return self_test()
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    root = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "include", "meshtensor")
+    root = args[0] if args else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "include", "meshtensor")
     graph, calls = read_graph(root)
     found = problems(graph, calls)
     edges = sum(len(v) for v in graph.values())

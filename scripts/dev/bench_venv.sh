@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates the virtual environments of the Python peers of the benchmarks, with pip from the package
 # index pip is configured for. Idempotent. Prints the two venv directories.
-#   scripts/bench_venv.sh [PREFIX]   (default PREFIX: .venv-bench at the repository root)
+#   scripts/dev/bench_venv.sh [PREFIX]   (default PREFIX: .venv-bench at the repository root)
 #   PREFIX      JAX (jax, jaxlib; CPU)
 #   PREFIX-mtf  Mesh-TensorFlow 0.1.21 (its last release, 2022) on tensorflow-cpu 2.12.1: it
 #               imports tf.compat.v1.estimator (gone in TensorFlow 2.16) and
@@ -11,7 +11,7 @@
 # PyTorch is not installed here: the benchmarks use Debian's python3-torch with /usr/bin/python3
 # (scripts/install_deps.sh --bench).
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 venv="${1:-$root/.venv-bench}"
 
 make_venv() {  # dir, packages...

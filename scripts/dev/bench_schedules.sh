@@ -7,7 +7,7 @@
 # 1f1b's in the same round, and the chunk activations each stage holds with their planned bytes at
 # the peak (--plan, the same model). Prints a Markdown table.
 #
-#   scripts/bench_schedules.sh [--stages 4] [--rounds 3] [--steps 6] [--gpipe]
+#   scripts/dev/bench_schedules.sh [--stages 4] [--rounds 3] [--steps 6] [--gpipe]
 #
 # Each round runs every configuration once, interleaved; every figure is the median over rounds.
 # Model: 8 blocks, d_model 128, d_ff 512, heads 4 of 32, batch 64 x length 64, vocab 256 (the
@@ -16,9 +16,9 @@
 # cores, stages share cores and a stage's neighbours slow it: say so with the figures.
 # MESHTENSOR_BUILD_DIR (default build/training) chooses the build of transformer_lm.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=bench_common.sh
-source "$root/scripts/bench_common.sh"
+source "$root/scripts/dev/bench_common.sh"
 stages=4 rounds=3 steps=6 gpipe=0
 bench_args "$0" 2,18 --stages:stages --rounds:rounds --steps:steps --gpipe:gpipe=1 -- "$@"
 build=${MESHTENSOR_BUILD_DIR:-$root/build/training}

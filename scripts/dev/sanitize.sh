@@ -4,7 +4,7 @@
 # $MESHTENSOR_BUILD_DIR) at -O1 -g with -fsanitize=address,undefined, the library's code and the
 # tests instrumented (Kokkos, Open MPI, OpenBLAS and oneDNN are Debian's, not instrumented).
 #
-#   scripts/sanitize.sh [TARGET ...]       (default: the set below)
+#   scripts/dev/sanitize.sh [TARGET ...]       (default: the set below)
 #
 # Leaks that Open MPI, hwloc, PMIx and libevent keep until exit are suppressed (LSan's
 # suppressions, written to the build tree); everything else reported fails the run. Each run's
@@ -14,8 +14,9 @@ set -euo pipefail
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(unit_tests mpi_reductions_test mpi_reshape_test mpi_conv_direct_equivalence_test
                                      mpi_cross_entropy_equivalence_test mpi_nn_gradient_test checkpoint_test)
-export MESHTENSOR_BUILD_DIR=${MESHTENSOR_BUILD_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/build/sanitize}
-source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+export MESHTENSOR_BUILD_DIR=${MESHTENSOR_BUILD_DIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/build/sanitize}
+# shellcheck source-path=SCRIPTDIR source=../common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../common.sh"
 log() { echo "[sanitize] $*" >&2; }
 
 flags="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined"

@@ -4,10 +4,10 @@
 # ranks and the Transformer training step (examples/transformer_lm: batch 8, length 128, d_model
 # 256, heads 4, d_kv 64, d_ff 1024, vocab 1024, Adam) at 1 and 2 ranks, each configuration of the
 # two builds run alternately, --rounds times; every figure is the median over the rounds.
-#   OPENBLAS_CORETYPE=SkylakeX scripts/bench_compare.sh BEFORE_BUILD_DIR AFTER_BUILD_DIR [--rounds 5]
+#   OPENBLAS_CORETYPE=SkylakeX scripts/dev/bench_compare.sh BEFORE_BUILD_DIR AFTER_BUILD_DIR [--rounds 5]
 #     [--filter REGEX]   (bench_comm benchmarks; default relayout, gather_relayout, reduce_sum)
 # Each build dir must hold benchmarks/bench_comm and examples/transformer_lm (e.g. a worktree of
-# the old commit configured like scripts/bench.sh, and build/bench). OPENBLAS_CORETYPE is read, never set.
+# the old commit configured like scripts/dev/bench.sh, and build/bench). OPENBLAS_CORETYPE is read, never set.
 set -euo pipefail
 before=$1 after=$2
 shift 2
