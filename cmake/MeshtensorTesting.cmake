@@ -42,11 +42,14 @@ endmacro()
 # set, so every example and benchmark compiles with the same flags), these targets reuse transformer_lm's
 # precompiled header instead of each parsing the library again (about 2.5 s per TU). Other trees keep
 # their own parse: there `scripts/run_example.sh`'s matmul alone would otherwise wait for the header of
-# transformer_lm. nvcc has no precompiled headers.
+# transformer_lm. nvcc has no precompiled headers. GCC uses the header only where the -D flags match
+# its own: the targets get transformer_lm's definitions, those of its libraries included ({fmt}'s
+# FMT_SHARED).
 function(meshtensor_share_example_pch)
   if(NOT "${MESHTENSOR_EXAMPLE_OPTIMIZATION}" STREQUAL "" AND TARGET transformer_lm AND NOT Kokkos_ENABLE_CUDA)
     foreach(target IN LISTS ARGN)
       target_precompile_headers(${target} REUSE_FROM transformer_lm)
+      target_compile_definitions(${target} PRIVATE $<TARGET_PROPERTY:transformer_lm,COMPILE_DEFINITIONS>)
     endforeach()
   endif()
 endfunction()

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <fmt/core.h>
 #include <meshtensor/error.hpp>
 #include <string>
 #include <vector>
@@ -18,7 +19,7 @@ struct array {
   std::vector<std::uint8_t> data;
 };
 
-namespace detail {
+namespace file_reading {
 inline std::uint32_t big_endian(const unsigned char* p) {
   return (std::uint32_t(p[0]) << 24) | (std::uint32_t(p[1]) << 16) | (std::uint32_t(p[2]) << 8) | std::uint32_t(p[3]);
 }
@@ -28,8 +29,8 @@ inline std::vector<unsigned char> read_gz(const std::string& path) {
   errno = 0;
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f)
-    throw meshtensor::io_error(meshtensor::detail::cat("cannot open '", path, "': ",
-                                                       errno ? std::strerror(errno) : "zlib could not allocate"));
+    throw meshtensor::io_error(fmt::format("cannot open '{}': {}", path,
+                                           errno ? std::strerror(errno) : "zlib could not allocate"));
   std::vector<unsigned char> out;
   unsigned char buf[1 << 16];
   for (;;) {
@@ -38,28 +39,30 @@ inline std::vector<unsigned char> read_gz(const std::string& path) {
       int code = 0;
       const std::string msg = gzerror(f, &code);
       gzclose(f);
-      throw meshtensor::io_error(meshtensor::detail::cat("'", path, "' is not a readable gzip file: ", msg));
+      throw meshtensor::io_error(fmt::format("'{}' is not a readable gzip file: {}", path, msg));
     }
     if (n == 0) break;
     out.insert(out.end(), buf, buf + n);
   }
   const int rc = gzclose(f);
   if (rc != Z_OK)
-    throw meshtensor::io_error(meshtensor::detail::cat("'", path, "' is not a valid gzip file (", rc == Z_BUF_ERROR ? "truncated" : "corrupt", ")"));
+    throw meshtensor::io_error(fmt::format("'{}' is not a valid gzip file ({})", path,
+                                           rc == Z_BUF_ERROR ? "truncated" : "corrupt"));
   return out;
 }
 
 // Parses an idx file of unsigned bytes with `rank` dims.
 inline array parse(const std::string& path, const std::vector<unsigned char>& raw, int rank) {
   if (raw.size() < 4)
-    throw meshtensor::io_error(meshtensor::detail::cat("'", path, "' is not an idx file: ", raw.size(), " bytes, too short for a header"));
+    throw meshtensor::io_error(fmt::format("'{}' is not an idx file: {} bytes, too short for a header", path,
+                                           raw.size()));
   const std::uint32_t magic = big_endian(raw.data()), want = 0x0800u + static_cast<std::uint32_t>(rank);
   if (magic != want)
-    throw meshtensor::io_error(meshtensor::detail::cat("'", path, "' is not an idx file of unsigned bytes with ", rank,
-                                                       " dims: magic number 0x", std::hex, magic, ", expected 0x", want));
+    throw meshtensor::io_error(fmt::format("'{}' is not an idx file of unsigned bytes with {} dims: magic number 0x{:x}, "
+                                           "expected 0x{:x}", path, rank, magic, want));
   const std::size_t header = 4 + 4 * static_cast<std::size_t>(rank);
   if (raw.size() < header)
-    throw meshtensor::io_error(meshtensor::detail::cat("'", path, "' is truncated inside its header"));
+    throw meshtensor::io_error(fmt::format("'{}' is truncated inside its header", path));
   array a;
   std::size_t n = 1;
   for (int i = 0; i < rank; ++i) {
@@ -67,12 +70,12 @@ inline array parse(const std::string& path, const std::vector<unsigned char>& ra
     n *= static_cast<std::size_t>(a.dims.back());
   }
   if (raw.size() - header != n)
-    throw meshtensor::io_error(meshtensor::detail::cat("'", path, "' holds ", raw.size() - header,
-                                                       " bytes of data, but its header announces ", n));
+    throw meshtensor::io_error(fmt::format("'{}' holds {} bytes of data, but its header announces {}", path,
+                                           raw.size() - header, n));
   a.data.assign(raw.begin() + static_cast<std::ptrdiff_t>(header), raw.end());
   return a;
 }
-}  // namespace detail
+}  // namespace file_reading
 
 // Every rank gets the same array or the same io_error.
 inline array read(const std::string& path, int rank, MPI_Comm comm) {
@@ -82,7 +85,7 @@ inline array read(const std::string& path, int rank, MPI_Comm comm) {
   std::string err;
   if (me == 0) {
     try {
-      a = detail::parse(path, detail::read_gz(path), rank);
+      a = file_reading::parse(path, file_reading::read_gz(path), rank);
     } catch (const meshtensor::io_error& e) {
       err = e.what();
     }

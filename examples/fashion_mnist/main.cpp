@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fmt/core.h>
 #include <fstream>
 #include <iomanip>
 #include <map>
@@ -85,11 +86,11 @@ dataset load(const std::string& dir, const std::string& prefix, MPI_Comm comm) {
   auto im = idx::read(ip, 3, comm);
   auto lb = idx::read(lp, 1, comm);
   if (im.dims[1] != 28 || im.dims[2] != 28)
-    throw mt::io_error(mt::detail::cat("'", ip, "' holds images of ", im.dims[1], "x", im.dims[2], " pixels, expected 28x28"));
+    throw mt::io_error(fmt::format("'{}' holds images of {}x{} pixels, expected 28x28", ip, im.dims[1], im.dims[2]));
   if (im.dims[0] != lb.dims[0])
-    throw mt::io_error(mt::detail::cat("'", ip, "' holds ", im.dims[0], " images but '", lp, "' holds ", lb.dims[0], " labels"));
+    throw mt::io_error(fmt::format("'{}' holds {} images but '{}' holds {} labels", ip, im.dims[0], lp, lb.dims[0]));
   for (auto v : lb.data)
-    if (v > 9) throw mt::io_error(mt::detail::cat("'", lp, "' holds the label ", int(v), "; Fashion-MNIST labels are 0..9"));
+    if (v > 9) throw mt::io_error(fmt::format("'{}' holds the label {}; Fashion-MNIST labels are 0..9", lp, int(v)));
   return {im.dims[0], std::move(im.data), std::move(lb.data)};
 }
 
@@ -159,8 +160,8 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te,
     const auto meta = mt::io::checkpoints(o.resume).load(set);
     for (const auto& [k, v] : config)
       if (!meta.count(k) || meta.at(k) != v)
-        throw mt::io_error(mt::detail::cat("--resume ", o.resume, ": the checkpoint has ", k, " = ",
-                                           meta.count(k) ? meta.at(k) : "(none)", ", this run ", v));
+        throw mt::io_error(fmt::format("--resume {}: the checkpoint has {} = {}, this run {}", o.resume, k,
+                                       meta.count(k) ? meta.at(k) : "(none)", v));
     step0 = std::stoll(meta.at("step"));
     if (o.optimizer == "sgd") sgd.set_steps(std::stoll(meta.at("optimizer.steps")));
     else adam.set_steps(std::stoll(meta.at("optimizer.steps")));
@@ -227,7 +228,7 @@ int train(const grid& g, const options& o, const dataset& tr, const dataset& te,
     std::ofstream csv(o.csv);
     csv << "step,loss\n" << std::setprecision(17);  // exact: the float32 loss as a double
     for (std::size_t i = 0; i < losses.size(); ++i) csv << step0 + static_cast<std::int64_t>(i) + 1 << ',' << losses[i] << '\n';
-    if (!csv) throw mt::io_error(mt::detail::cat("cannot write '", o.csv, "'"));
+    if (!csv) throw mt::io_error(fmt::format("cannot write '{}'", o.csv));
   }
 
   // Test accuracy, in batches whose size divides by every mesh size used here.

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fmt/core.h>
 #include <map>
 #include <meshtensor/meshtensor.hpp>
 #include <optional>
@@ -84,7 +85,7 @@ dataset load(const std::string& dir, const std::string& prefix) {
   auto im = idx::read(ip, 3, MPI_COMM_WORLD);
   auto lb = idx::read(lp, 1, MPI_COMM_WORLD);
   if (im.dims[1] != 28 || im.dims[2] != 28 || im.dims[0] != lb.dims[0])
-    throw mt::io_error(mt::detail::cat("'", ip, "' and '", lp, "' do not hold matching 28x28 images and labels"));
+    throw mt::io_error(fmt::format("'{}' and '{}' do not hold matching 28x28 images and labels", ip, lp));
   return {im.dims[0], std::move(im.data), std::move(lb.data)};
 }
 

@@ -63,6 +63,7 @@
 // every rank that the planned collectives (calls and bytes per collective and axis set) and the
 // bytes of the parameters and optimizer state equal the real step's.
 #include <CLI/CLI.hpp>
+#include <fmt/core.h>
 #include <meshtensor/layout/candidates.hpp>
 
 #include "model.hpp"
@@ -109,21 +110,21 @@ int rank_layouts(const mt::environment& env, const options& o) {
       options oz = o;
       oz.zero = zero;
       auto r = plan_layout(oz, name);
-      const std::string label = name.rfind("fsdp", 0) == 0 ? mt::detail::cat(name, " --zero ", zero) : name;
+      const std::string label = name.rfind("fsdp", 0) == 0 ? fmt::format("{} --zero {}", name, zero) : name;
       candidates.push_back({label, *r.plan, mt::predict(*r.plan, c), true});
     }
   const std::int64_t budget = static_cast<std::int64_t>(o.memory_budget_gib * 1073741824.0);
   const auto ranked = mt::rank_layouts(candidates, budget);
   if (env.world_rank() != 0) return 0;
   std::printf("layouts on mesh [rows=%d x cols=%d], calibration %s (%d ranks), budget %s per processor:\n", o.mesh[0],
-              o.mesh[1], o.calibration.c_str(), c.ranks, mt::detail::cat(o.memory_budget_gib, " GiB").c_str());
+              o.mesh[1], o.calibration.c_str(), c.ranks, fmt::format("{:g} GiB", o.memory_budget_gib).c_str());
   std::printf("%s", mt::ranking_table(ranked).c_str());
   const std::string best = ranked[0].name.substr(0, ranked[0].name.find(' '));
   std::printf("best: --layout %s, that is\n  %s\n", ranked[0].name.c_str(), layout_type(best).c_str());
   return 0;
 }
 
-std::string gib(std::int64_t bytes) { return mt::detail::cat(std::round(bytes / 1073741824.0 * 1000) / 1000, " GiB"); }
+std::string gib(std::int64_t bytes) { return fmt::format("{:g} GiB", std::round(bytes / 1073741824.0 * 1000) / 1000); }
 
 // --plan: a step of the model planned on a mesh of o.mesh's sizes, printed on rank 0.
 int plan(const mt::environment& env, const options& o) {
@@ -163,7 +164,7 @@ int plan(const mt::environment& env, const options& o) {
     if (predicted)  // with --calibration, as the pipelined plan's JSON has it
       out << ", \"predicted_step_seconds\": " << predicted->total() << ", \"predicted_memory_seconds\": " << predicted->memory;
     out << ", \"plan\": " << p.json() << "}\n";
-    if (!out) throw mt::io_error(mt::detail::cat("cannot write '", o.plan_json, "'"));
+    if (!out) throw mt::io_error(fmt::format("cannot write '{}'", o.plan_json));
     std::printf("plan written to %s\n", o.plan_json.c_str());
   }
   return 0;
@@ -196,7 +197,7 @@ int check_plan(const grid& g, options o, const std::vector<unsigned char>& text)
 // The loss of each step, exactly (17 digits: the float32 loss as a double, round-trippable).
 void write_curve(const options& o, const std::vector<double>& losses, std::int64_t first_step) {
   std::ofstream csv(o.csv);
-  if (!csv) throw mt::io_error(mt::detail::cat("cannot write '", o.csv, "'"));
+  if (!csv) throw mt::io_error(fmt::format("cannot write '{}'", o.csv));
   csv << "step,loss\n" << std::setprecision(17);
   for (std::size_t i = 0; i < losses.size(); ++i) csv << first_step + i + 1 << ',' << losses[i] << '\n';
   csv.close();
@@ -479,12 +480,13 @@ int plan_pipeline(const mt::environment& env, const options& o) {
                 gib(p.peak_bytes_of(mt::memory_kind::activations)).c_str(), gib(p.peak_bytes).c_str(), (long long)bytes);
     if (calibration) std::printf("  %10.3f %10.3f", 1e3 * sp.t_microbatch, 1e3 * sp.t_fixed);
     std::printf("\n");
-    json += mt::detail::cat(s ? ", " : "", "{\"stage\": ", s, ", \"held\": ", held, ", \"parameters\": ", sp.full.parameters,
-                            ", \"bytes_per_step\": ", bytes, ", \"flops_per_step\": ", sp.flops_fixed + m * sp.flops_microbatch,
-                            ", \"seconds_per_microbatch\": ", sp.t_microbatch, ", \"seconds_fixed\": ", sp.t_fixed,
-                            ", \"microbatch_seconds\": {\"kernels\": ", sp.microbatch.kernels, ", \"memory\": ",
-                            sp.microbatch.memory, ", \"products\": ", sp.microbatch.products, ", \"communication\": ",
-                            sp.microbatch.communication, "}", ", \"plan\": ", p.json(), "}");
+    json += fmt::format("{}{{\"stage\": {}, \"held\": {}, \"parameters\": {}, \"bytes_per_step\": {}, "
+                        "\"flops_per_step\": {}, \"seconds_per_microbatch\": {:g}, \"seconds_fixed\": {:g}, "
+                        "\"microbatch_seconds\": {{\"kernels\": {:g}, \"memory\": {:g}, \"products\": {:g}, "
+                        "\"communication\": {:g}}}, \"plan\": {}}}",
+                        s ? ", " : "", s, held, sp.full.parameters, bytes, sp.flops_fixed + m * sp.flops_microbatch,
+                        sp.t_microbatch, sp.t_fixed, sp.microbatch.kernels, sp.microbatch.memory, sp.microbatch.products,
+                        sp.microbatch.communication, p.json());
   }
   json += "]";
   if (calibration) {
@@ -501,7 +503,7 @@ int plan_pipeline(const mt::environment& env, const options& o) {
         << "\", \"chunks\": " << o.chunks << ", \"slots\": " << e.slots << ", \"dtype\": \"" << o.dtype << "\", \"layers\": " << o.layers << ", \"d_model\": " << o.d_model
         << ", \"batch\": " << o.batch << ", \"length\": " << o.length << ", \"parameters\": " << e.parameters
         << ", \"predicted_step_seconds\": " << e.step_seconds << ", \"stages\": " << json << "}\n";
-    if (!out) throw mt::io_error(mt::detail::cat("cannot write '", o.plan_json, "'"));
+    if (!out) throw mt::io_error(fmt::format("cannot write '{}'", o.plan_json));
     std::printf("plan written to %s\n", o.plan_json.c_str());
   }
   return 0;
@@ -549,27 +551,28 @@ int rank_pipeline_shapes(const mt::environment& env, const options& o) {
         mt::plan_report peak = *e.per_stage[0]->full.plan;
         for (const auto* sp : e.per_stage)
           if (sp->full.plan->peak_bytes > peak.peak_bytes) peak = *sp->full.plan;
-        std::string name = mt::detail::cat("--pipeline ", p, " --mesh ", rows, " ", cols, " --microbatches ", oc.microbatches);
+        std::string name = fmt::format("--pipeline {} --mesh {} {} --microbatches {}", p, rows, cols, oc.microbatches);
         if (o.rank_schedules && p > 1)
-          name += mt::detail::cat(" --schedule ", schedule, schedule == "interleaved" ? mt::detail::cat(" --chunks ", chunks) : "");
+          name += fmt::format(" --schedule {}{}", schedule,
+                              schedule == "interleaved" ? fmt::format(" --chunks {}", chunks) : "");
         candidates.push_back({name, peak, e.step, true});
       }
     }
   }
   if (candidates.empty())
-    throw mt::error(mt::detail::cat("--rank-layouts --processors ", o.processors, ": no shape divides --batch ", o.batch,
-                                    " into microbatches of --microbatch-rows ", o.microbatch_rows, " per row"));
+    throw mt::error(fmt::format("--rank-layouts --processors {}: no shape divides --batch {} into microbatches of "
+                                "--microbatch-rows {} per row", o.processors, o.batch, o.microbatch_rows));
   const std::int64_t budget = static_cast<std::int64_t>(o.memory_budget_gib * 1073741824.0);
   const auto ranked = mt::rank_layouts(candidates, budget);
   std::printf("%d processors as stages x [rows x cols], schedule %s, %s, calibration %s, budget %s per processor "
               "(peak: the largest stage's):\n",
               o.processors, o.rank_schedules ? "each" : o.schedule.c_str(), o.dtype.c_str(), o.calibration.c_str(),
-              mt::detail::cat(o.memory_budget_gib, " GiB").c_str());
+              fmt::format("{:g} GiB", o.memory_budget_gib).c_str());
   std::printf("%s", mt::ranking_table(ranked).c_str());
   if (skipped) std::printf("(%d shapes left out: their rows do not divide --batch into whole microbatches)\n", skipped);
   const auto& best = ranked[0];
   std::printf("best: %s (%s)\n", best.name.c_str(),
-              best.fits ? mt::detail::cat("fits; ", mt::to_string(best.time)).c_str() : "NONE FITS: the smallest peak");
+              best.fits ? fmt::format("fits; {}", mt::to_string(best.time)).c_str() : "NONE FITS: the smallest peak");
   return 0;
 }
 
@@ -743,7 +746,7 @@ int main(int argc, char** argv) {
     if (o.sequence_parallel && !o.compare && (o.layout == "data" || o.fsdp()))
       throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
     if (o.zero != 3 && !o.fsdp() && !o.compare && !o.rank_layouts)
-      throw mt::error(mt::detail::cat("--zero ", o.zero, " applies to --layout fsdp and fsdp_2d, not ", o.layout));
+      throw mt::error(fmt::format("--zero {} applies to --layout fsdp and fsdp_2d, not {}", o.zero, o.layout));
     if (o.chunks == 0) o.chunks = o.schedule == "interleaved" || o.schedule == "zb-v" ? 2 : 1;
     // --microbatches without --pipeline: one stage, its microbatches' gradients accumulated.
     if (o.pipeline > 1 || o.microbatches > 0 || o.check_pipeline) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fmt/core.h>
 #include <fstream>
 #include <iterator>
 #include <iomanip>
@@ -158,7 +159,7 @@ inline std::vector<std::string> param_names(std::int64_t layers, bool tied_embed
 template <class Params, class F>
 void for_each_param_tensor(Params&& params, F&& f) {
   std::size_t i = 0;
-  std::apply([&](auto&... p) { (mt::detail::for_each_tensor(p, [&](auto& t) { f(i++, t); }), ...); }, params);
+  std::apply([&](auto&... p) { (mt::for_each_tensor(p, [&](auto& t) { f(i++, t); }), ...); }, params);
 }
 
 // A float32 array in NumPy's .npy format (version 1.0, little-endian, C order).
@@ -170,14 +171,14 @@ inline void write_npy(const std::string& path, const std::vector<float>& data, c
   header.append((64 - unpadded % 64) % 64, ' ');
   header += '\n';
   std::ofstream out(path, std::ios::binary);
-  if (!out) throw mt::io_error(mt::detail::cat("cannot write '", path, "'"));
+  if (!out) throw mt::io_error(fmt::format("cannot write '{}'", path));
   const std::uint16_t len = static_cast<std::uint16_t>(header.size());
   out.write("\x93NUMPY\x01\x00", 8);
   const unsigned char le[2] = {static_cast<unsigned char>(len & 0xff), static_cast<unsigned char>(len >> 8)};
   out.write(reinterpret_cast<const char*>(le), 2);
   out << header;
   out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * sizeof(float)));
-  if (!out) throw mt::io_error(mt::detail::cat("cannot write '", path, "'"));
+  if (!out) throw mt::io_error(fmt::format("cannot write '{}'", path));
 }
 
 // Gathers t to rank 0, which writes it to path. Collective.
@@ -477,8 +478,8 @@ bool generate(const model<L>& m, const grid& g, const options& o) {
   if (o.vocab != 256) throw mt::error("--generate samples bytes: it needs --vocab 256");
   if (n_prompt == 0) throw mt::error("--generate needs a --prompt of at least one byte");
   if (total > o.length)
-    throw mt::error(mt::detail::cat("--generate: the prompt's ", n_prompt, " bytes and ", o.generate,
-                                    " new ones exceed --length ", o.length, " (the positions the model has)"));
+    throw mt::error(fmt::format("--generate: the prompt's {} bytes and {} new ones exceed --length {} (the positions "
+                                "the model has)", n_prompt, o.generate, o.length));
   // Positions 0 .. total - 2 go through the cache (the last byte is only sampled).
   typename model<L>::kv_cache cache(m, g, total - 1);
   std::mt19937_64 rng(o.seed * 31 + 7);  // the same draws on every rank
@@ -539,11 +540,11 @@ bool generate(const model<L>& m, const grid& g, const options& o) {
 
 inline std::vector<unsigned char> read_text(const std::string& path, std::int64_t need) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw mt::io_error(mt::detail::cat("cannot open '", path, "'"));
+  if (!in) throw mt::io_error(fmt::format("cannot open '{}'", path));
   std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (static_cast<std::int64_t>(bytes.size()) < need)
-    throw mt::io_error(mt::detail::cat("'", path, "' has ", bytes.size(), " bytes; at least ", need,
-                                       " are needed for sequences of this length"));
+    throw mt::io_error(fmt::format("'{}' has {} bytes; at least {} are needed for sequences of this length", path,
+                                   bytes.size(), need));
   return bytes;
 }
 
@@ -555,7 +556,7 @@ inline mt::io::metadata run_config(const options& o) {
           {"length", std::to_string(o.length)},   {"layers", std::to_string(o.layers)},
           {"seed", std::to_string(o.seed)},       {"optimizer", o.optimizer},
           {"tie_embeddings", o.tie_embeddings ? "1" : "0"},
-          {"dropout", mt::detail::cat(o.dropout)}, {"lr", mt::detail::cat(o.lr)}};
+          {"dropout", fmt::format("{:g}", o.dropout)}, {"lr", fmt::format("{:g}", o.lr)}};
 }
 
 // Inner with its state split as fsdp splits L's parameters; Inner itself where no layout does.
@@ -689,8 +690,8 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     for (const auto& [k, v] : run_config(o))
       // (checkpoints from before --tie-embeddings have no such key: they are untied)
       if (k != "lr" && k != "dropout" && (meta.count(k) ? meta.at(k) != v : !(k == "tie_embeddings" && v == "0")))
-        throw mt::io_error(mt::detail::cat("--resume ", o.resume, ": the checkpoint has ", k, " = ",
-                                           meta.count(k) ? meta.at(k) : "(none)", ", this run ", v));
+        throw mt::io_error(fmt::format("--resume {}: the checkpoint has {} = {}, this run {}", o.resume, k,
+                                       meta.count(k) ? meta.at(k) : "(none)", v));
     step0 = std::stoll(meta.at("step"));
     const auto opt_steps = std::stoll(meta.at("optimizer.steps"));
     opt.visit(o, [&](auto& chosen) { chosen.set_steps(opt_steps); });

@@ -8,6 +8,7 @@
 // Weights are drawn with the seeds model<L> gives them, so the pipelined model is the unpipelined
 // one: --check-pipeline trains both on each stage's mesh and compares losses and gradients.
 #include <mpi.h>
+#include <fmt/core.h>
 
 #include "model.hpp"
 
@@ -203,8 +204,8 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
   auto& st = const_cast<pl::stages<grid>&>(st_const);
   const grid& g = st.mesh();
   if (o.batch % o.microbatches != 0)
-    throw mt::error(mt::detail::cat("--pipeline: --batch ", o.batch, " does not divide into --microbatches ",
-                                    o.microbatches, " equal microbatches"));
+    throw mt::error(fmt::format("--pipeline: --batch {} does not divide into --microbatches {} equal microbatches",
+                                o.batch, o.microbatches));
   if (o.tie_embeddings || o.sequence_parallel || o.fsdp())
     throw mt::error("--pipeline runs the 2d layout, without --tie-embeddings, --sequence-parallel or fsdp");
   if (o.check_pipeline && !std::is_same_v<C, float>)

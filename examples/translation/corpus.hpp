@@ -61,7 +61,7 @@ struct mo_catalog {
   mo_skip_counts skipped;
 };
 
-namespace detail {
+namespace catalog_reading {
 
 inline std::string_view trim(std::string_view s) {
   constexpr std::string_view space = " \t\n\r\f\v";
@@ -93,7 +93,7 @@ inline std::string header_charset(std::string_view header) {
   return std::string(value);
 }
 
-}  // namespace detail
+}  // namespace catalog_reading
 
 // Reads a compiled gettext catalog: a 28-byte header of 32-bit words (magic 0x950412de in the
 // writer's byte order, which tells the reader that order; revision; N; offset of the table of
@@ -110,7 +110,7 @@ inline std::string header_charset(std::string_view header) {
 // Throws std::runtime_error naming the file and what is wrong for a file that cannot be read, is
 // truncated, has a bad magic number or revision, or locates a table or string outside the file.
 inline mo_catalog read_mo(const std::string& path) {
-  const std::string bytes = detail::read_file_bytes(path, "gettext catalog");
+  const std::string bytes = catalog_reading::read_file_bytes(path, "gettext catalog");
   const auto size = static_cast<std::uint64_t>(bytes.size());
   auto fail = [&](const std::string& what) -> std::runtime_error {
     return std::runtime_error(path + ": not a valid gettext .mo catalog: " + what);
@@ -161,7 +161,7 @@ inline mo_catalog read_mo(const std::string& path) {
     const std::string_view msgstr = string_at(translations, i, "translation");
     auto& skip = catalog.skipped;
     if (msgid.empty()) {
-      catalog.charset = detail::header_charset(msgstr);
+      catalog.charset = catalog_reading::header_charset(msgstr);
       ++skip.header;
       continue;
     }
@@ -170,7 +170,7 @@ inline mo_catalog read_mo(const std::string& path) {
       ++skip.plural;
       continue;
     }
-    const std::string_view en = detail::trim(msgid), fr = detail::trim(msgstr);
+    const std::string_view en = catalog_reading::trim(msgid), fr = catalog_reading::trim(msgstr);
     if (fr.empty() || en.empty()) { ++skip.untranslated; continue; }
     if (en.find_first_of("\n\r\t") != std::string_view::npos || fr.find_first_of("\n\r\t") != std::string_view::npos) {
       ++skip.multi_line;
@@ -276,7 +276,7 @@ struct corpus {
   std::int64_t size() const { return static_cast<std::int64_t>(train.size() + dev.size() + test.size()); }
 };
 
-namespace detail {
+namespace catalog_reading {
 
 // dpkg's path-exclude of /usr/share/locale (Debian's -slim container images have one) explains
 // catalogs that are missing although their packages are installed.
@@ -293,7 +293,7 @@ inline std::string dpkg_locale_exclusion() {
   return {};
 }
 
-}  // namespace detail
+}  // namespace catalog_reading
 
 // Reads the catalogs of catalog_files under <locale_dir>/fr/LC_MESSAGES, in list order, and
 // splits their pairs by split_of. A pair seen before (same English and French) is dropped and
@@ -316,7 +316,7 @@ inline corpus load_corpus(const std::string& locale_dir = "/usr/share/locale") {
       continue;
     }
     catalogs.push_back(read_mo(path));
-    const std::string charset = detail::lowercase_ascii(catalogs.back().charset);
+    const std::string charset = catalog_reading::lowercase_ascii(catalogs.back().charset);
     if (!charset.empty() && charset != "utf-8" && charset != "utf8" && charset != "ascii" && charset != "us-ascii")
       throw std::runtime_error(path + ": the catalog is in " + catalogs.back().charset +
                                ", not UTF-8 (the corpus and tokenizer expect UTF-8)");
@@ -332,7 +332,7 @@ inline corpus load_corpus(const std::string& locale_dir = "/usr/share/locale") {
                           std::to_string(catalog_files.size()) + " French catalogs of the corpus are missing from " +
                           c.catalog_dir + ": " + join(c.catalogs_missing) + ". Installing the Debian packages " +
                           join(missing_packages) + " (scripts/install_deps.sh does) provides them.";
-    if (const std::string exclusion = detail::dpkg_locale_exclusion(); !exclusion.empty())
+    if (const std::string exclusion = catalog_reading::dpkg_locale_exclusion(); !exclusion.empty())
       message += " Note that " + exclusion + ": dpkg does not install message catalogs while it is there "
                  "(remove it, then reinstall the packages).";
     if (2 * c.catalogs_read.size() < catalog_files.size())
@@ -381,7 +381,7 @@ inline std::string describe(const corpus& c) {
 // ---------------------------------------------------------------------------------------------
 // Tokenizer
 
-namespace detail {
+namespace tokenizer_training {
 
 // Hands the training split to SentencePiece's trainer in memory: each pair's English, then its
 // French.
@@ -401,7 +401,7 @@ class training_sentences : public sentencepiece::SentenceIterator {
   std::size_t index_ = 0;
 };
 
-}  // namespace detail
+}  // namespace tokenizer_training
 
 // Trains a SentencePiece unigram model of vocab_size pieces on the training split only (dev and
 // test stay unseen), English and French together: one vocabulary shared by source and target,
@@ -442,7 +442,7 @@ inline void train_tokenizer(const corpus& c, int vocab_size, const std::string& 
       {"minloglevel", "1"},  // no INFO lines (dozens per training)
   };
   sentencepiece::SetRandomGeneratorSeed(20240101u);
-  detail::training_sentences sentences(c.train);
+  tokenizer_training::training_sentences sentences(c.train);
   const auto status = sentencepiece::SentencePieceTrainer::Train(options, &sentences);
   if (!status.ok())
     throw std::runtime_error(model_prefix + ".model: training the SentencePiece model failed: " + status.ToString());

@@ -378,7 +378,8 @@ static void test_real_corpus_and_tokenizer(const fs::path& tmp) {
   start = std::chrono::steady_clock::now();
   train_tokenizer(c, 2000, prefix2);
   std::printf("train_tokenizer again: %.2f s\n", seconds_since(start));
-  CHECK(detail::read_file_bytes(prefix + ".vocab", "vocabulary") == detail::read_file_bytes(prefix2 + ".vocab", "vocabulary"));
+  CHECK(catalog_reading::read_file_bytes(prefix + ".vocab", "vocabulary") ==
+        catalog_reading::read_file_bytes(prefix2 + ".vocab", "vocabulary"));
 
   EXPECT_ERROR(tokenizer((tmp / "absent.model").string()), (tmp / "absent.model").string());
   write_bytes(tmp / "garbage.model", "this is no model");

@@ -31,6 +31,7 @@
 // --check-plan runs one real step and checks its plan equals it on every rank.
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <fmt/core.h>
 #include <iomanip>
 #include <mpi.h>
 
@@ -45,7 +46,7 @@ train_result train_layout(const std::string& name, const grid& g, const options&
   return train<layout_dp_mp>(g, o, d, tok, verbose);
 }
 
-std::string gib(std::int64_t bytes) { return mt::detail::cat(std::round(bytes / 1073741824.0 * 1000) / 1000, " GiB"); }
+std::string gib(std::int64_t bytes) { return fmt::format("{:g} GiB", std::round(bytes / 1073741824.0 * 1000) / 1000); }
 
 // Two steps planned on a mesh of o.mesh's sizes; the report is the second's.
 train_result plan_layout(options o, const std::string& layout) {
@@ -102,8 +103,8 @@ int plan_table3(const mt::environment& env, options o) {
     const auto dm = plan_layout(o, "dp_mp");
     if (!root) continue;
     const auto cell = [&](const train_result& r) {
-      return mt::detail::cat(gib(r.plan->peak_bytes), r.plan->peak_bytes <= budget ? " (fits)" : " (OVER)", ", ",
-                             std::round(bytes_sent(*r.plan) / 1e6), " MB");
+      return fmt::format("{}{}, {:g} MB", gib(r.plan->peak_bytes), r.plan->peak_bytes <= budget ? " (fits)" : " (OVER)",
+                         std::round(bytes_sent(*r.plan) / 1e6));
     };
     std::printf("%5lld %6lld %15lld %7.3f %6.2f | %-28s | %-28s\n", (long long)heads, (long long)o.d_ff,
                 (long long)mp.parameters, mp.parameters / 1e9, paper[row], cell(mp).c_str(), cell(dm).c_str());
@@ -139,7 +140,7 @@ int check_plan(const grid& g, options o, const dataset& d) {
 
 void write_curve(const options& o, const train_result& r) {
   std::ofstream csv(o.csv);
-  if (!csv) throw mt::io_error(mt::detail::cat("cannot write '", o.csv, "'"));
+  if (!csv) throw mt::io_error(fmt::format("cannot write '{}'", o.csv));
   csv << "step,loss,dev_loss\n" << std::setprecision(9);
   std::size_t next_dev = 0;
   const std::int64_t first = o.steps - static_cast<std::int64_t>(r.losses.size());

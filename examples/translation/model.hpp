@@ -9,6 +9,7 @@
 #include <cmath>
 #include <array>
 #include <cstdio>
+#include <fmt/core.h>
 #include <fstream>
 #include <tuple>
 #include <limits>
@@ -103,7 +104,7 @@ inline std::vector<std::string> param_names(std::int64_t layers) {
   std::vector<std::string> names{"src_embedding", "tgt_embedding"};
   const auto per_block = [&](const char* prefix, std::initializer_list<const char*> kinds) {
     for (const char* k : kinds)
-      for (std::int64_t b = 0; b < layers; ++b) names.push_back(mt::detail::cat(prefix, b, ".", k));
+      for (std::int64_t b = 0; b < layers; ++b) names.push_back(fmt::format("{}{}.{}", prefix, b, k));
   };
   per_block("encoder.", {"ln1_scale", "ln1_bias", "wq", "wk", "wv", "wo", "ln2_scale", "ln2_bias", "w_in", "w_out"});
   names.insert(names.end(), {"encoder.ln_scale", "encoder.ln_bias"});
@@ -116,7 +117,7 @@ inline std::vector<std::string> param_names(std::int64_t layers) {
 template <class Params, class F>
 void for_each_param_tensor(Params&& params, F&& f) {
   std::size_t i = 0;
-  std::apply([&](auto&... p) { (mt::detail::for_each_tensor(p, [&](auto& t) { f(i++, t); }), ...); }, params);
+  std::apply([&](auto&... p) { (mt::for_each_tensor(p, [&](auto& t) { f(i++, t); }), ...); }, params);
 }
 
 // A sentence pair as token ids (no bos or eos).
@@ -602,10 +603,10 @@ bool decode_requests(const model<L>& m, const grid& g, const options& o, const d
         ref << data.test_fr[i] << '\n';
         src << data.test_en[i] << '\n';
       }
-      if (!hyp || !ref || !src) throw mt::io_error(mt::detail::cat("cannot write '", o.hypotheses, "' (or its .ref, .src)"));
+      if (!hyp || !ref || !src) throw mt::io_error(fmt::format("cannot write '{}' (or its .ref, .src)", o.hypotheses));
       if (verbose)
         std::printf("decoded %zu test sentences (%s%s) in %.1f s: %s (references %s.ref, sources %s.src)\n", n,
-                    o.decode_mode.c_str(), o.decode_mode == "beam" ? mt::detail::cat(" ", o.beam, ", alpha ", o.alpha).c_str() : "",
+                    o.decode_mode.c_str(), o.decode_mode == "beam" ? fmt::format(" {}, alpha {:g}", o.beam, o.alpha).c_str() : "",
                     seconds, o.hypotheses.c_str(), o.hypotheses.c_str(), o.hypotheses.c_str());
     }
   }
@@ -666,8 +667,8 @@ train_result train(const grid& g, const options& o, const dataset& data, const t
     const auto meta = mt::io::checkpoints(o.resume).load(state);
     for (const auto& [key, value] : run_config(o))
       if (!meta.count(key) || meta.at(key) != value)
-        throw mt::io_error(mt::detail::cat("--resume ", o.resume, ": the checkpoint has ", key, " = ",
-                                           meta.count(key) ? meta.at(key) : "(none)", ", this run ", value));
+        throw mt::io_error(fmt::format("--resume {}: the checkpoint has {} = {}, this run {}", o.resume, key,
+                                       meta.count(key) ? meta.at(key) : "(none)", value));
     step0 = std::stoll(meta.at("step"));
     adam.set_steps(std::stoll(meta.at("optimizer.steps")));
     if (verbose && root) std::printf("resumed from %s at step %lld\n", o.resume.c_str(), (long long)step0);
@@ -728,7 +729,7 @@ train_result train(const grid& g, const options& o, const dataset& data, const t
       const auto now = std::chrono::steady_clock::now();
       std::printf("step %5lld/%lld  loss %.4f%s  %.1f ms/step\n", (long long)(step + 1), (long long)o.steps,
                   result.losses.back(),
-                  eval_now ? mt::detail::cat("  dev loss ", std::round(result.dev_losses.back().second * 1e4) / 1e4).c_str() : "",
+                  eval_now ? fmt::format("  dev loss {:g}", std::round(result.dev_losses.back().second * 1e4) / 1e4).c_str() : "",
                   1e3 * std::chrono::duration<double>(now - tlog).count() /
                       double(std::min<std::int64_t>(o.log_every, step + 1 - step0)));
       std::fflush(stdout);

@@ -308,7 +308,7 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
   const auto clear = [](const auto& t) {
     if (t.tracks_grad()) t.node()->clear_grad();
   };
-  (detail::for_each_tensor(params, clear), ...);
+  (for_each_tensor(params, clear), ...);
 
   // A param's gradient is final once every node that uses it has run: then it joins a bucket
   // (above), whose allreduce overlaps the rest of the backward pass.
@@ -321,7 +321,7 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
         buckets.add(*t.node(), t.mesh());
       });
   };
-  (detail::for_each_tensor(params, watch), ...);
+  (for_each_tensor(params, watch), ...);
   detail::run_backward(loss, order, [&](const detail::tape_node* p) {
     if (const auto f = when_final.find(p); f != when_final.end())
       for (auto& join : f->second) join();
@@ -363,14 +363,14 @@ std::tuple<Params...> take_gradients(const Params&... params) {
     const auto join = [&](const auto& t) {
       if (t.tracks_grad()) buckets.add(*t.node(), t.mesh());
     };
-    (detail::for_each_tensor(params, join), ...);
+    (for_each_tensor(params, join), ...);
     buckets.finish();
   }
   auto result = detail::hand_out_gradients(params...);
   const auto clear = [](const auto& t) {
     if (t.tracks_grad()) t.node()->clear_grad();
   };
-  (detail::for_each_tensor(params, clear), ...);
+  (for_each_tensor(params, clear), ...);
   return result;
 }
 

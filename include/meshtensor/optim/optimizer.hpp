@@ -84,7 +84,7 @@ class optimizer {
     if (states_.empty()) make_states(params);
     check_count(params, "for_each_state");
     std::size_t i = 0;
-    std::apply([&](auto&... p) { (detail::for_each_tensor(p, [&](auto& t) { visit_one(t, i++, f); }), ...); }, params);
+    std::apply([&](auto&... p) { (for_each_tensor(p, [&](auto& t) { visit_one(t, i++, f); }), ...); }, params);
   }
 
   // The bytes of this processor's slices of the optimizer's state for these params (made first
@@ -109,7 +109,7 @@ class optimizer {
   template <Parameter... Ps>
   void make_states(std::tuple<Ps&...> params) {
     const plan_kind_scope as_state(memory_kind::optimizer_state);
-    std::apply([&](auto&... p) { (detail::for_each_tensor(p, [&](auto& t) { make_state(t); }), ...); }, params);
+    std::apply([&](auto&... p) { (for_each_tensor(p, [&](auto& t) { make_state(t); }), ...); }, params);
   }
   template <class P>
   void make_state(P& p) {

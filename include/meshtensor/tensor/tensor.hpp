@@ -285,14 +285,16 @@ inline constexpr bool is_tensor_vector_v<std::vector<T, A>> = true;
 template <class T>
 concept Parameter = Tensor<T> || is_tensor_vector_v<std::remove_cvref_t<T>>;
 
-namespace detail {
-// f(t) for the tensor p, or for each tensor of the vector p.
-template <class P, class F>
+// f(t) for the tensor p, or for each tensor of the vector p. Public: code that names, saves or
+// initializes parameters walks them in the order gradient() and the optimizers do.
+template <Parameter P, class F>
 void for_each_tensor(P& p, F&& f) {
   if constexpr (Tensor<P>) f(p);
   else
     for (auto& t : p) f(t);
 }
+
+namespace detail {
 template <class P>
 std::size_t tensor_count(const P& p) {
   if constexpr (Tensor<P>) return 1;
@@ -307,7 +309,7 @@ std::int64_t local_bytes(const Ps&... params) {
   const auto add = [&](const auto& t) {
     n += t.local_size() * static_cast<std::int64_t>(sizeof(typename std::remove_cvref_t<decltype(t)>::value_type));
   };
-  (detail::for_each_tensor(params, add), ...);
+  (for_each_tensor(params, add), ...);
   return n;
 }
 template <Parameter... Ps>
