@@ -32,7 +32,7 @@ void run_all(const M& g, Layouts layouts) {
     {  // unary ops
       check_grad<IJ>(g, e_ij, 1, [&](const IJ& x) {
         return weighted(mt::exp(x) + mt::tanh(x) * mt::sigmoid(x) + mt::gelu(x) + mt::square(x) + mt::sin(x) +
-                        mt::cos(x) + mt::negative(x) + mt::relu(x) + mt::abs(x));
+                        mt::cos(x) + mt::negative(x) + mt::relu(x) + mt::abs(x) + mt::silu(x));
       });
       check_grad<IJ>(g, e_ij, 2, [&](const IJ& x) {
         return weighted(mt::log(x) + mt::sqrt(x) + mt::rsqrt(x) + mt::reciprocal(x));

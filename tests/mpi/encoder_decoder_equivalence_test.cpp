@@ -5,19 +5,13 @@
 #include <meshtensor/nn/transformer.hpp>
 #include <test_support.hpp>
 
+#include "transformer_dims.hpp"
+
 using namespace tst;
 namespace mt = meshtensor;
 namespace nn = meshtensor::nn;
 
 namespace {
-struct batch : mt::dim<"batch"> {};
-struct length : mt::dim<"length"> {};
-struct mlen : mt::dim<"memory_length"> {};
-struct d_model : mt::dim<"d_model"> {};
-struct heads : mt::dim<"heads"> {};
-struct d_kv : mt::dim<"d_kv"> {};
-struct d_ff : mt::dim<"d_ff"> {};
-
 using L_replicated = mt::layout<grid>;
 using L_data = mt::layout<grid, mt::split<batch, r_, c_>>;
 using L_model = mt::layout<grid, mt::split<heads, r_, c_>, mt::split<d_ff, r_, c_>>;

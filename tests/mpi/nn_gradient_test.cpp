@@ -9,20 +9,13 @@
 #include <meshtensor/nn/layer_norm.hpp>
 #include <test_support.hpp>
 
+#include "transformer_dims.hpp"
+
 using namespace tst;
 namespace mt = meshtensor;
 namespace nn = meshtensor::nn;
 
 namespace {
-struct batch : mt::dim<"batch"> {};
-struct length : mt::dim<"length"> {};
-struct mlen : mt::dim<"memory_length"> {};
-struct d_model : mt::dim<"d_model"> {};
-struct heads : mt::dim<"heads"> {};
-struct d_kv : mt::dim<"d_kv"> {};
-struct d_ff : mt::dim<"d_ff"> {};
-struct vocab : mt::dim<"vocab"> {};
-
 // x uniform in [-1, 1) (seed); every stride-th element, h = 1e-6, tolerance 1e-6.
 template <class X, class M, class F>
 void check_grad(const M& g, const typename X::extents_type& ext, std::uint64_t seed, F loss_of, std::size_t stride = 5) {

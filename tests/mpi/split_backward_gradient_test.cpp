@@ -12,20 +12,13 @@
 #include <meshtensor/nn/layer_norm.hpp>
 #include <test_support.hpp>
 
+#include "transformer_dims.hpp"
+
 using namespace tst;
 namespace mt = meshtensor;
 namespace nn = meshtensor::nn;
 
 namespace {
-struct batch : mt::dim<"batch"> {};
-struct length : mt::dim<"length"> {};
-struct mlen : mt::dim<"memory_length"> {};
-struct d_model : mt::dim<"d_model"> {};
-struct heads : mt::dim<"heads"> {};
-struct d_kv : mt::dim<"d_kv"> {};
-struct d_ff : mt::dim<"d_ff"> {};
-struct vocab : mt::dim<"vocab"> {};
-
 using layouts = list<mt::layout<grid>, mt::layout<grid, mt::split<batch, r_>, mt::split<heads, c_>, mt::split<d_ff, c_>>,
                      mt::layout<grid, mt::split<heads, r_, c_>, mt::split<vocab, r_, c_>>,
                      mt::layout<grid, mt::split<d_model, r_>, mt::split<length, c_>>>;

@@ -50,14 +50,16 @@ enum class attention_memory { keep_all, recompute_core };
 }  // namespace meshtensor::nn
 
 namespace meshtensor::detail {
-// causal_attention's heads' outputs [B..., heads, length, d_kv], before the output projection.
-template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W>
-auto attention_heads(const X& x, const W& wq, const W& wk, const W& wv,
-                     nn::attention_memory memory = nn::attention_memory::keep_all) {
-  using B = difference_t<typename X::dims, type_list<Length, DModel>>;
-  using QDims = concat_t<B, type_list<Heads, Length, DKv>>;
-  using KDims = concat_t<B, type_list<Heads, MemLength, DKv>>;
-  using LDims = concat_t<B, type_list<Heads, Length, MemLength>>;
+// causal_attention's heads' outputs [B..., QHeads..., length, d_kv], before the output projection.
+// q's heads are QHeads (heads; or kv_heads, group under grouped-query attention), k's and v's
+// KvHeads (heads; or kv_heads): each q head attends with the k and v of the heads it shares, the
+// einsum broadcasting k and v over the group.
+template <Dim Length, Dim MemLength, class QHeads, class KvHeads, Dim DKv, Tensor X, Tensor W, Tensor WK>
+auto attention_heads_of(const X& x, const W& wq, const WK& wk, const WK& wv, nn::attention_memory memory) {
+  using B = difference_t<typename X::dims, concat_t<type_list<Length>, difference_t<typename W::dims, concat_t<QHeads, type_list<DKv>>>>>;
+  using QDims = concat_t<B, concat_t<QHeads, type_list<Length, DKv>>>;
+  using KDims = concat_t<B, concat_t<KvHeads, type_list<MemLength, DKv>>>;
+  using LDims = concat_t<B, concat_t<QHeads, type_list<Length, MemLength>>>;
   const double scale = 1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>()));
   const auto xm = meshtensor::rename<Length, MemLength>(x);
   const auto q = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(x, wq); }(QDims{});
@@ -72,6 +74,12 @@ auto attention_heads(const X& x, const W& wq, const W& wk, const W& wv,
   };
   if (memory == nn::attention_memory::recompute_core) return meshtensor::recompute(core, q, k, v);
   return core(q, k, v);
+}
+
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W>
+auto attention_heads(const X& x, const W& wq, const W& wk, const W& wv,
+                     nn::attention_memory memory = nn::attention_memory::keep_all) {
+  return attention_heads_of<Length, MemLength, type_list<Heads>, type_list<Heads>, DKv>(x, wq, wk, wv, memory);
 }
 }  // namespace meshtensor::detail
 
@@ -94,6 +102,24 @@ auto causal_attention_partial(const X& x, const W& wq, const W& wk, const W& wv,
   const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"causal_attention"});
   const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, memory);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum_partial<Ds...>(o, wo); }(typename X::dims{});
+}
+
+
+// Grouped-query attention (Ainslie et al. 2023; Llama 2 70B and Llama 3): KvHeads key and value
+// heads, each shared by Group query heads, so the cache and k, v are Group times smaller than
+// multi-head attention's. wq[DModel, KvHeads, Group, DKv], wk and wv[DModel, KvHeads, DKv],
+// wo[KvHeads, Group, DKv, DModel]; causal. Group = 1 is causal_attention; equal to it with each k
+// and v head repeated Group times. Communication: KvHeads split over mesh axes (tensor parallelism
+// up to the number of KV heads, as Megatron and Meta split Llama) needs none for q, k, v and the
+// core, and the output product allreduces over the heads' axes; Group may be split too, k and v then
+// replicated over its axes. Gradient: through x and every weight.
+template <Dim Length, Dim MemLength, Dim DModel, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK, Tensor WO>
+X grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo,
+                           attention_memory memory = attention_memory::keep_all) {
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"grouped_causal_attention"});
+  const auto o = meshtensor::detail::attention_heads_of<Length, MemLength, type_list<KvHeads, Group>, type_list<KvHeads>, DKv>(
+      x, wq, wk, wv, memory);
+  return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
 }
 
 }  // namespace meshtensor::nn

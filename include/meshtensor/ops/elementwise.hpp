@@ -141,6 +141,9 @@ MESHTENSOR_UNARY(gelu, T(0.5) * x * (T(1) + tanh(T(0.7978845608028654) * (x + T(
                   T(0.5) * x * (T(1) - tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x)) *
                                            tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x))) *
                       T(0.7978845608028654) * (T(1) + T(3) * T(0.044715) * x * x)))
+// silu (swish), x * sigmoid(x): the gate of Llama's SwiGLU feed-forward. Its derivative,
+// s (1 + x (1 - s)) with s = sigmoid(x), is s (1 + x - y) since x s = y.
+MESHTENSOR_UNARY(silu, x / (T(1) + exp(-x)), (T(1) / (T(1) + exp(-x))) * (T(1) + x - y))
 #undef MESHTENSOR_UNARY
 }  // namespace fn
 
@@ -176,6 +179,7 @@ MESHTENSOR_UNARY_API(relu)
 MESHTENSOR_UNARY_API(sin)
 MESHTENSOR_UNARY_API(cos)
 MESHTENSOR_UNARY_API(gelu)
+MESHTENSOR_UNARY_API(silu)
 #undef MESHTENSOR_UNARY_API
 
 // ---- binary ---------------------------------------------------------------------------------
