@@ -495,3 +495,22 @@ TEST_CASE("asynchronous saves: one in flight, poll publishes, keep prunes, error
   REQUIRE_THAT(io::detail::write_image(img), ContainsSubstring("cannot open '" + img.path + "'"));
   remove_dir(fs::path(dir).parent_path().string());
 }
+
+TEST_CASE("an asynchronous save's copy on several threads copies every byte once", "[checkpoint]") {
+  // 13 MiB in pieces of uneven sizes (one across thread boundaries), 1 to 4 threads.
+  const std::int64_t n = std::int64_t{13} << 20;
+  std::vector<char> from(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) from[static_cast<std::size_t>(i)] = static_cast<char>((i * 131 + i / 7) & 0xff);
+  for (int threads = 1; threads <= 4; ++threads) {
+    INFO(threads << " threads");
+    std::vector<char> to(from.size() + 2, 'z');
+    std::vector<io::detail::copy_piece> pieces;
+    const std::int64_t cuts[] = {0, 3, (std::int64_t{5} << 20) + 1, (std::int64_t{9} << 20) - 7, n};
+    for (int k = 0; k + 1 < 5; ++k)
+      pieces.push_back({to.data() + 1 + cuts[k], from.data() + cuts[k], cuts[k + 1] - cuts[k]});
+    io::detail::copy_pieces(pieces, threads);
+    REQUIRE(to.front() == 'z');
+    REQUIRE(to.back() == 'z');
+    REQUIRE(std::equal(from.begin(), from.end(), to.begin() + 1));
+  }
+}

@@ -10,8 +10,8 @@
 //   ckpt.wait();                                           // the last save current before exit
 //
 // save() copies what this rank writes of every tensor (its boxes, as io::save would write them)
-// into host buffers and returns: the tensors may change at once. A thread of this rank then writes
-// the buffers into .tmp-<name>/model.safetensors with pwrite at the file's offsets (rank 0 also the
+// into host buffers, with the node's cores its ranks leave free (up to 8 threads), and returns:
+// the tensors may change at once. A thread of this rank then writes the buffers into .tmp-<name>/model.safetensors with pwrite at the file's offsets (rank 0 also the
 // header) and fsyncs it. The file is byte for byte the one io::save writes. The thread makes no MPI
 // or Kokkos call, so MPI_THREAD_SINGLE suffices and training's collectives are never interleaved
 // with the save's. poll() asks every rank (one small watched agreement) whether its write is done;
@@ -31,6 +31,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -56,11 +57,45 @@ struct file_image {
   std::vector<run> runs;
 };
 
+// Copies the pieces (destination, source, bytes) with `threads` threads, each about the same
+// number of bytes: one core's copy is bounded by its own memory bandwidth, and the cores a rank
+// does not use on its node would otherwise idle while training waits.
+struct copy_piece {
+  char* to;
+  const char* from;
+  std::int64_t count;
+};
+inline void copy_pieces(const std::vector<copy_piece>& pieces, int threads) {
+  std::int64_t total = 0;
+  for (const auto& p : pieces) total += p.count;
+  constexpr std::int64_t min_per_thread = std::int64_t{4} << 20;
+  threads = static_cast<int>(std::max<std::int64_t>(1, std::min<std::int64_t>(threads, total / min_per_thread)));
+  if (threads == 1) {
+    for (const auto& p : pieces) std::memcpy(p.to, p.from, static_cast<std::size_t>(p.count));
+    return;
+  }
+  // Thread t copies bytes [t total / threads, (t + 1) total / threads) of the pieces laid end to end.
+  const auto share = [&](int t) {
+    const std::int64_t lo = total * t / threads, hi = total * (t + 1) / threads;
+    std::int64_t at = 0;
+    for (const auto& p : pieces) {
+      const std::int64_t b = std::max(lo, at), e = std::min(hi, at + p.count);
+      if (b < e) std::memcpy(p.to + (b - at), p.from + (b - at), static_cast<std::size_t>(e - b));
+      at += p.count;
+    }
+  };
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < threads; ++t) helpers.emplace_back(share, t);
+  share(0);
+  for (auto& h : helpers) h.join();
+}
+
 // This rank's part of the safetensors file io::save would write for the set: the header (rank 0)
-// and the boxes this rank writes, copied out of the tensors.
-// buffer: the bytes of an earlier image, reused (memory already touched copies fastest).
+// and the boxes this rank writes, copied out of the tensors (with copy_threads threads).
+// buffer: the bytes of an earlier image, reused (memory already touched copies fastest; a buffer of
+// the same size is not even cleared).
 inline file_image image_of(const tensor_set& set, const metadata& meta, const std::string& path,
-                           std::vector<char> buffer = {}) {
+                           std::vector<char> buffer = {}, int copy_threads = 1) {
   check_same_mesh(set, path);
   if (meta.count("meshtensor.dims"))
     throw io_error(cat("'", path, "': the metadata key 'meshtensor.dims' is meshtensor's own"));
@@ -72,29 +107,35 @@ inline file_image image_of(const tensor_set& set, const metadata& meta, const st
   file_image img;
   img.path = path;
   img.bytes = std::move(buffer);
-  img.bytes.clear();
   std::int64_t total = rank == 0 ? data_start : 0;
   for (const auto& e : set.entries())
     if (e.writes) total += e.local_elements() * e.elem_size;
-  img.bytes.reserve(static_cast<std::size_t>(total));
+  img.bytes.resize(static_cast<std::size_t>(total));
+  std::int64_t at = 0;
   if (rank == 0) {
     const std::uint64_t n = header.size();
-    for (int i = 0; i < 8; ++i) img.bytes.push_back(static_cast<char>(static_cast<unsigned char>(n >> (8 * i))));
-    img.bytes.insert(img.bytes.end(), header.begin(), header.end());
+    for (int i = 0; i < 8; ++i) img.bytes[static_cast<std::size_t>(i)] = static_cast<char>(static_cast<unsigned char>(n >> (8 * i)));
+    std::memcpy(img.bytes.data() + 8, header.data(), header.size());
     img.runs.push_back({0, 0, data_start});
+    at = data_start;
   }
+  // Slices in host memory are copied together at the end, the threads sharing all their bytes; a
+  // device tensor's host copy lives only inside with_host_bytes, so its bytes are copied there.
+  std::vector<copy_piece> resident;
   for (std::size_t i = 0; i < set.entries().size(); ++i) {
     const auto& e = set.entries()[i];
     if (!e.writes || e.local_elements() == 0) continue;
     e.with_host_bytes([&](const char* local) {
-      for_each_run(e, [&](std::int64_t file, std::int64_t at, std::int64_t n) {
-        const auto from = local + at * e.elem_size;
-        img.runs.push_back({data_start + begins[i] + file * e.elem_size, static_cast<std::int64_t>(img.bytes.size()),
-                            n * e.elem_size});
-        img.bytes.insert(img.bytes.end(), from, from + n * e.elem_size);
+      std::vector<copy_piece> staged;
+      for_each_run(e, [&](std::int64_t file, std::int64_t from, std::int64_t n) {
+        img.runs.push_back({data_start + begins[i] + file * e.elem_size, at, n * e.elem_size});
+        (e.host_resident ? resident : staged).push_back({img.bytes.data() + at, local + from * e.elem_size, n * e.elem_size});
+        at += n * e.elem_size;
       });
+      copy_pieces(staged, copy_threads);
     });
   }
+  copy_pieces(resident, copy_threads);
   return img;
 }
 
@@ -152,7 +193,7 @@ class async_checkpoints : private checkpoints {
     std::string problem;
     detail::file_image img;
     try {
-      img = detail::image_of(set, meta, file_of_tmp(name), std::move(spare_));
+      img = detail::image_of(set, meta, file_of_tmp(name), std::move(spare_), copy_threads(comm));
     } catch (const std::exception& e) {
       problem = e.what();
     }
@@ -207,6 +248,20 @@ class async_checkpoints : private checkpoints {
     std::thread writer;
   };
 
+  // The copy's threads: this node's cores shared among its ranks (MPI_COMM_TYPE_SHARED; once).
+  int copy_threads(MPI_Comm comm) {
+    if (copy_threads_ == 0) {
+      MPI_Comm node;
+      int node_ranks = 1;
+      MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+      MPI_Comm_size(node, &node_ranks);
+      MPI_Comm_free(&node);
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      copy_threads_ = std::clamp(cores / std::max(1, node_ranks), 1, 8);
+    }
+    return copy_threads_;
+  }
+
   std::string file_of_tmp(const std::string& name) const {
     return (std::filesystem::path(directory()) / (".tmp-" + name) / file_name).string();
   }
@@ -227,6 +282,7 @@ class async_checkpoints : private checkpoints {
 
   std::unique_ptr<flight> flight_;
   std::vector<char> spare_;
+  int copy_threads_ = 0;
 };
 
 }  // namespace meshtensor::io

@@ -36,6 +36,7 @@ struct entry {
   // Calls its argument with the local slice's bytes (row-major) in host memory: the slice itself
   // where the host can read it, else a host copy.
   std::function<void(const std::function<void(const char*)>&)> with_host_bytes;
+  bool host_resident = false;  // with_host_bytes passes the slice itself, valid while the tensor lives
   std::function<void(const char*)> copy_in;           // host bytes to the local slice; empty if const
   std::int64_t local_elements() const {
     std::int64_t n = 1;
@@ -86,6 +87,7 @@ class tensor_set {
       if (!(used & (1u << a)) && comm.coords()[a] != 0) e.writes = false;
     auto view = t.view();
     [[maybe_unused]] const std::size_t bytes = static_cast<std::size_t>(t.local_size()) * sizeof(V);
+    e.host_resident = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename TT::memory_space>::accessible;
     e.with_host_bytes = [view](const std::function<void(const char*)>& use) {
       auto host = meshtensor::detail::host_copy<typename TT::execution_space>(view);  // view itself on the host
       use(reinterpret_cast<const char*>(host.data()));
