@@ -50,6 +50,21 @@ enum class attention_memory { keep_all, recompute_core };
 }  // namespace meshtensor::nn
 
 namespace meshtensor::detail {
+// The core of causal attention: softmax(q . k, causal) . v, q[.., Length, DKv] and k, v[..,
+// MemLength, DKv], the result over QDims. The scale and the causal mask inside the softmax's pass
+// (ops/softmax.hpp): no pass for q * scale, no mask tensor and no add, no exponential of the masked
+// half; the same weights.
+template <Dim Length, Dim MemLength, class LDims, class QDims, Tensor Q, Tensor K>
+auto causal_core(const Q& q, const K& k, const K& v, double scale, nn::attention_memory memory) {
+  const auto core = [scale](const auto& q, const auto& k, const auto& v) {
+    const auto logits = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(q, k); }(LDims{});
+    const auto weights = meshtensor::causal_softmax<Length, MemLength>(logits, scale);
+    return [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(weights, v); }(QDims{});
+  };
+  if (memory == nn::attention_memory::recompute_core) return meshtensor::recompute(core, q, k, v);
+  return core(q, k, v);
+}
+
 // causal_attention's heads' outputs [B..., QHeads..., length, d_kv], before the output projection.
 // q's heads are QHeads (heads; or kv_heads, group under grouped-query attention), k's and v's
 // KvHeads (heads; or kv_heads): each q head attends with the k and v of the heads it shares, the
@@ -65,15 +80,7 @@ auto attention_heads_of(const X& x, const W& wq, const WK& wk, const WK& wv, nn:
   const auto q = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(x, wq); }(QDims{});
   const auto k = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(xm, wk); }(KDims{});
   const auto v = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(xm, wv); }(KDims{});
-  // The scale and the causal mask inside the softmax's pass (ops/softmax.hpp): no pass for q *
-  // scale, no mask tensor and no add, no exponential of the masked half; the same weights.
-  const auto core = [scale](const auto& q, const auto& k, const auto& v) {
-    const auto logits = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(q, k); }(LDims{});
-    const auto weights = meshtensor::causal_softmax<Length, MemLength>(logits, scale);
-    return [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(weights, v); }(QDims{});
-  };
-  if (memory == nn::attention_memory::recompute_core) return meshtensor::recompute(core, q, k, v);
-  return core(q, k, v);
+  return causal_core<Length, MemLength, LDims, QDims>(q, k, v, scale, memory);
 }
 
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W>
