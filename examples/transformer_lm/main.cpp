@@ -13,6 +13,8 @@
 //          once per step, 1 keeps the parameters whole and splits the optimizer's state only
 //   fsdp_2d  2d, with the parameters' d_model split over rows as well (ZeRO over the data axis,
 //          model parallelism over cols)
+//   context  batch over rows, the sequence (length) over cols: context parallelism, attention by
+//          all-to-all (the sequence's split moved to the heads and back; float32, no pipeline)
 // Parameters are initialised from counter-based random numbers and dropout masks are functions of
 // (seed, step, global index), so every layout computes the same model: --compare-layouts trains
 // each layout in turn from the same start on the same batches and checks their losses agree.
@@ -76,6 +78,7 @@ train_result train_layout(const std::string& name, const grid& g, const options&
   if (name == "fsdp") return o.zero == 1 ? train<layout_data>(g, o, text, verbose) : train<layout_data, params_fsdp>(g, o, text, verbose);
   if (name == "fsdp_2d")
     return o.zero == 1 ? train<layout_2d>(g, o, text, verbose) : train<layout_2d, params_fsdp_2d>(g, o, text, verbose);
+  if (name == "context") return train<layout_context>(g, o, text, verbose);
   return train<layout_2d>(g, o, text, verbose);
 }
 
@@ -84,6 +87,7 @@ std::string layout_type(const std::string& name) {
   if (name == "model") return mt::layout_string<layout_model>();
   if (name == "fsdp") return mt::layout_string<layout_data>() + ", parameters " + mt::layout_string<params_fsdp>();
   if (name == "fsdp_2d") return mt::layout_string<layout_2d>() + ", parameters " + mt::layout_string<params_fsdp_2d>();
+  if (name == "context") return mt::layout_string<layout_context>();
   return mt::layout_string<layout_2d>();
 }
 
@@ -612,8 +616,8 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{"meshtensor: a byte-level Transformer language model on a 2-D mesh"};
   app.add_option("--text", o.text, "training text")->capture_default_str();
-  app.add_option("--layout", o.layout, "data | model | 2d | fsdp | fsdp_2d")
-      ->check(CLI::IsMember({"data", "model", "2d", "fsdp", "fsdp_2d"}))
+  app.add_option("--layout", o.layout, "data | model | 2d | fsdp | fsdp_2d | context")
+      ->check(CLI::IsMember({"data", "model", "2d", "fsdp", "fsdp_2d", "context"}))
       ->capture_default_str();
   app.add_option("--zero", o.zero,
                  "with --layout fsdp or fsdp_2d: 3 parameters, gradients and optimizer state split, each parameter "
@@ -644,7 +648,7 @@ int main(int argc, char** argv) {
   app.add_option("--csv", o.csv, "loss curve output (a PNG next to it when gnuplot is installed)")->capture_default_str();
   app.add_flag("--compare-layouts", o.compare, "train every layout for --steps steps and check the losses agree");
   app.add_option("--layouts", o.compared, "with --compare-layouts: the layouts compared, the first the reference")
-      ->check(CLI::IsMember({"data", "model", "2d", "fsdp", "fsdp_2d"}))
+      ->check(CLI::IsMember({"data", "model", "2d", "fsdp", "fsdp_2d", "context"}))
       ->capture_default_str();
   app.add_option("--tolerance", o.tolerance, "relative tolerance of --compare-layouts")->capture_default_str();
   app.add_option("--vocab", o.vocab, "vocabulary: 256 = bytes; above, byte pairs mod vocab")
@@ -743,6 +747,11 @@ int main(int argc, char** argv) {
     if (o.prefetch && (!o.fsdp() || o.zero != 3 || o.recompute || o.dtype != "float32") && !o.compare)
       throw mt::error("--prefetch starts the gathers of --layout fsdp or fsdp_2d at --zero 3, in float32, without "
                       "--recompute (whose blocks gather again in the backward pass)");
+    const bool context = o.layout == "context" ||
+                         (o.compare && std::find(o.compared.begin(), o.compared.end(), "context") != o.compared.end());
+    if (context && (o.generate > 0 || o.sequence_parallel || o.pipeline > 1 || o.microbatches > 0 || o.dtype == "bf16"))
+      throw mt::error("--layout context trains float32 without --generate, --sequence-parallel or --pipeline (not "
+                      "combined yet)");
     if (o.sequence_parallel && !o.compare && (o.layout == "data" || o.fsdp()))
       throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
     if (o.zero != 3 && !o.fsdp() && !o.compare && !o.rank_layouts)

@@ -40,6 +40,10 @@ using layout_model = mt::layout<grid, mt::split<vocab, rows, cols>, mt::split<he
                                 mt::split<d_ff, rows, cols>>;
 using layout_2d = mt::layout<grid, mt::split<batch, rows>, mt::split<vocab, cols>, mt::split<heads, cols>,
                              mt::split<d_ff, cols>>;
+// --layout context: the batch over rows and the sequence over cols (context parallelism; with
+// --mesh 1 N the sequence alone). Attention moves the sequence's split to the heads and back
+// (nn::all_to_all_causal_attention: four alltoalls each way); everything else is per position.
+using layout_context = mt::layout<grid, mt::split<batch, rows>, mt::split<length, cols>>;
 
 // --sequence-parallel: between the blocks' products, the residual stream [batch, length, d_model]
 // has length split over the axes that split heads and d_ff, so the products' pending sums arrive
@@ -198,8 +202,13 @@ X transformer_block(const X& in, const S& ln1_scale, const S& ln1_bias, const Q&
                     std::uint64_t site, std::uint64_t step,
                     nn::attention_memory memory = nn::attention_memory::keep_all) {
   const auto h = nn::layer_norm<d_model>(in, ln1_scale, ln1_bias);
-  const X a = nn::residual_dropout(
-      in, nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory), rate, site, step);
+  const auto attended = [&] {
+    if constexpr (std::is_same_v<typename X::layout_type::template axes_of<length>, mt::type_list<>>)
+      return nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory);
+    else  // the sequence split: context parallelism
+      return nn::all_to_all_causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory);
+  };
+  const X a = nn::residual_dropout(in, attended(), rate, site, step);
   const auto f = nn::layer_norm<d_model>(a, ln2_scale, ln2_bias);
   return nn::residual_dropout(a, nn::feed_forward<d_model, d_ff>(f, w_in, w_out), rate, site + 1, step);
 }
@@ -907,6 +916,7 @@ pipeline_result train_pipelined(const mt::pipeline::stages<grid>& st, const opti
 extern template train_result train<layout_data>(const grid&, const options&, const std::vector<unsigned char>&, bool);
 extern template train_result train<layout_model>(const grid&, const options&, const std::vector<unsigned char>&, bool);
 extern template train_result train<layout_2d>(const grid&, const options&, const std::vector<unsigned char>&, bool);
+extern template train_result train<layout_context>(const grid&, const options&, const std::vector<unsigned char>&, bool);
 extern template train_result train<layout_data, params_fsdp>(const grid&, const options&, const std::vector<unsigned char>&,
                                                              bool);
 extern template train_result train<layout_2d, params_fsdp_2d>(const grid&, const options&,
