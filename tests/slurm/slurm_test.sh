@@ -85,14 +85,21 @@ for run in $(grep -h -s -z -o "^$marker=${prefix}[0-9]*\$" /proc/[0-9]*/environ 
   fi
 done
 
+# The nodes' spool and temporary directories under a short path: slurmstepd binds a Unix socket
+# in the spool directory (<spool>/<node>_<job>.<step>), and a socket path has at most 108 bytes; one
+# under a deep build tree exceeded it (110), and the job's launch failed.
+nodes=$(mktemp -d "${TMPDIR:-/tmp}/mtsl.XXXXXX")
 end_cluster() {
   end_run "$id"
   rm -f /dev/shm/vader_segment."$id"* 2>/dev/null || true   # Open MPI's, of ranks killed here
+  rm -rf "$nodes"
 }
 cluster_traps "slurm test" end_cluster
 
 rm -rf "$work"
-mkdir -p "$work/state" "$work/spool-$node1" "$work/spool-$node2" "$work/tmp-$node1" "$work/tmp-$node2"
+mkdir -p "$work/state" "$nodes/spool-$node1" "$nodes/spool-$node2" "$nodes/tmp-$node1" "$nodes/tmp-$node2"
+socket="$nodes/spool-$node1/${node1}_4294967295.4294967291"
+[ "${#socket}" -le 107 ] || skip "the nodes' directories under ${TMPDIR:-/tmp} are too deep for slurmstepd's sockets (${#socket} > 107 bytes)"
 # Ports: from this run's PID (another run, in another build tree, may hold others), below the
 # kernel's ephemeral range (outgoing connections take ports there at any moment: a CI run lost a
 # slurmd to one) and free in every state, listening or not (ss; /dev/tcp where ss is missing).
@@ -131,8 +138,8 @@ AuthType=auth/none
 CredType=cred/none
 AuthInfo=cred_expire=5
 StateSaveLocation=$work/state
-SlurmdSpoolDir=$work/spool-%n
-TmpFS=$work/tmp-%n
+SlurmdSpoolDir=$nodes/spool-%n
+TmpFS=$nodes/tmp-%n
 SlurmctldPidFile=$work/slurmctld.pid
 SlurmdPidFile=$work/slurmd-%n.pid
 SlurmctldLogFile=$work/slurmctld.log
