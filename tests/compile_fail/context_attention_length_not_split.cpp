@@ -1,5 +1,5 @@
 // all_to_all_causal_attention on a sequence whose length is not split: nothing to move to the heads.
-// expect: all_to_all_causal_attention moves the sequence's split to the heads; x's layout does not split Length
+// expect: all_to_all_grouped_causal_attention. moves the sequence's split to the heads; x's layout does not split Length
 // expect: context_attention_needs_a_split_length<length>
 #include <meshtensor/nn/context_attention.hpp>
 namespace mt = meshtensor;

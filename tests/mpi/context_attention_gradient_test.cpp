@@ -79,3 +79,49 @@ TEST_CASE("all-to-all context attention equals causal attention on the whole seq
     }
   });
 }
+
+TEST_CASE("grouped-query attention by all-to-all equals grouped_causal_attention", "[gradient]") {
+  // The sequence over both axes; with batch over one; with the group (query heads) over one.
+  using LA = mt::layout<grid, mt::split<length, r_, c_>>;
+  using LB = mt::layout<grid, mt::split<batch, r_>, mt::split<length, c_>>;
+  using LC = mt::layout<grid, mt::split<group, r_>, mt::split<length, c_>>;
+  using L0 = mt::layout<grid>;
+  constexpr std::int64_t KV = 4, G = 2;
+  const auto g = world_grid();
+  const auto S = GENERATE(std::int64_t{8}, std::int64_t{7});
+  for_each_type(list<LA, LB, LC>{}, [&]<class L>() {
+    INFO(layout_name<L>() << ", length " << S);
+    using X = mt::tensor<double, L, batch, length, d_model>;
+    using WQ = mt::tensor<double, L, d_model, kv_heads, group, d_kv>;
+    using WK = mt::tensor<double, L, d_model, kv_heads, d_kv>;
+    using WO = mt::tensor<double, L, kv_heads, group, d_kv, d_model>;
+    const typename X::extents_type ex{B, S, M};
+    auto wq = mt::random_normal<WQ>(g, {M, KV, G, K}, 41, 0, 0.5);
+    auto wk = mt::random_normal<WK>(g, {M, KV, K}, 42, 0, 0.5), wv = mt::random_normal<WK>(g, {M, KV, K}, 43, 0, 0.5);
+    auto wo = mt::random_normal<WO>(g, {KV, G, K, M}, 44, 0, 0.5);
+    auto x0 = mt::random_normal<X>(g, ex, 45);
+    const auto att = [](const X& x, const WQ& q, const WK& k, const WK& v, const WO& o) {
+      return nn::all_to_all_grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(x, q, k, v, o);
+    };
+    const auto on_one = [&](const auto& t) { return mt::from_host<mt::with_layout_t<std::remove_cvref_t<decltype(t)>, L0>>(g, t.extents(), mt::gather_all(t)); };
+    const auto whole = nn::grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(
+        on_one(x0), on_one(wq), on_one(wk), on_one(wv), on_one(wo));
+    g.reset_counters();
+    const auto split = att(x0, wq, wk, wv, wo);
+    const auto counted = calls_of(g);
+    REQUIRE(max_rel_error(mt::gather_all(split), mt::gather_all(whole)) < 1e-12);
+    const auto seq = typename L::template axes_of<length>{};
+    const unsigned seq_mask = [&]<class... As>(mt::type_list<As...>) { return grid::template mask<As...>(); }(seq);
+    mt::comm_counters want;
+    want[{mt::collective::alltoall, mt::axis_set(seq_mask)}].calls = 4;
+    if constexpr (std::is_same_v<L, LC>) want[{mt::collective::allreduce, mt::axis_set(grid::template mask<r_>())}].calls = 1;
+    require_counts(counted, want);
+    if (S == 7) {
+      check_grad<X>(g, ex, 1, [&](const X& x) { return weighted_sum(att(x, wq, wk, wv, wo), 2); }, 5);
+      check_grad<WQ>(g, {M, KV, G, K}, 3, [&](const WQ& w) { return weighted_sum(att(x0, w, wk, wv, wo), 2); }, 7);
+      check_grad<WK>(g, {M, KV, K}, 4, [&](const WK& w) { return weighted_sum(att(x0, wq, w, wv, wo), 2); }, 4);
+      check_grad<WK>(g, {M, KV, K}, 5, [&](const WK& w) { return weighted_sum(att(x0, wq, wk, w, wo), 2); }, 4);
+      check_grad<WO>(g, {KV, G, K, M}, 6, [&](const WO& w) { return weighted_sum(att(x0, wq, wk, wv, w), 2); }, 7);
+    }
+  });
+}

@@ -10,6 +10,8 @@
 // processor holds the whole sequence of |Heads| / (its heads' parts) heads at a time, so the
 // degree of the split is capped by the heads (parts beyond them hold no head and idle).
 // attention_memory::recompute_core keeps q, k and v only, as for causal_attention.
+// all_to_all_grouped_causal_attention<Length, MemLength, DModel, KvHeads, Group, DKv>: the same for
+// grouped-query attention (grouped_causal_attention's weights), the split moved onto KvHeads.
 // Gradient: through x and every weight (the relayouts' gradients are the relayouts back).
 #include "../ops/gather_for_use.hpp"
 #include "../ops/relayout.hpp"
@@ -21,13 +23,14 @@ namespace diagnostic {
 template <class Length>
 struct context_attention_needs_a_split_length {
   static_assert(sizeof(Length) == 0,
-                "meshtensor: all_to_all_causal_attention moves the sequence's split to the heads; x's layout "
-                "does not split Length: use causal_attention");
+                "meshtensor: all-to-all attention (all_to_all_causal_attention, all_to_all_grouped_causal_attention) "
+                "moves the sequence's split to the heads; x's layout does not split Length: use causal_attention "
+                "or grouped_causal_attention");
 };
 template <class MemLength>
 struct context_attention_memory_length_split {
   static_assert(sizeof(MemLength) == 0,
-                "meshtensor: all_to_all_causal_attention attends over the whole memory length on each "
+                "meshtensor: all-to-all attention attends over the whole memory length on each "
                 "processor; the layout must not split MemLength");
 };
 }  // namespace diagnostic
@@ -63,6 +66,44 @@ struct length_split_to_heads<layout<Mesh, Rules...>, Length, Heads> {
 };
 template <class L, class Length, class Heads>
 using length_split_to_heads_t = typename length_split_to_heads<L, Length, Heads>::type;
+
+// The heads' outputs of attention by all-to-all, back under x's layout (Length split), before the
+// output projection. q's heads are QHeads, k's and v's KvHeads (as attention_heads_of); Length's
+// split moves onto Moved (the first of KvHeads: every q head then sits with its k and v head).
+template <Dim Length, Dim MemLength, class QHeads, class KvHeads, Dim Moved, Dim DKv, Tensor X, Tensor WQ, Tensor WK>
+auto all_to_all_heads_of(const X& x, const WQ& wq, const WK& wk, const WK& wv, nn::attention_memory memory) {
+  using L1 = typename X::layout_type;
+  using L2 = length_split_to_heads_t<L1, Length, Moved>;
+  using B = difference_t<typename X::dims, concat_t<type_list<Length>, difference_t<typename WQ::dims, concat_t<QHeads, type_list<DKv>>>>>;
+  using QDims = concat_t<B, concat_t<QHeads, type_list<Length, DKv>>>;
+  using KDims = concat_t<B, concat_t<KvHeads, type_list<Length, DKv>>>;
+  using LDims = concat_t<B, concat_t<QHeads, type_list<Length, MemLength>>>;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>()));
+  // Computed where the positions are (local: Length split, the heads as in x's layout), then moved.
+  const auto project = [&]<class... Ds>(type_list<Ds...>, const auto& w) {
+    const auto here = meshtensor::einsum<Ds...>(x, w);
+    return meshtensor::relayout<with_layout_t<decltype(here), L2>>(here);
+  };
+  const auto q = project(QDims{}, wq);
+  const auto k = meshtensor::rename<Length, MemLength>(project(KDims{}, wk));  // Length whole under L2: a local rename
+  const auto v = meshtensor::rename<Length, MemLength>(project(KDims{}, wv));
+  const auto o = causal_core<Length, MemLength, LDims, QDims>(q, k, v, scale, memory);
+  return meshtensor::relayout<with_layout_t<std::remove_cvref_t<decltype(o)>, L1>>(o);
+}
+
+// The compile-time refusals shared by the all-to-all attentions; true when x's layout is usable.
+template <Dim Length, Dim MemLength, class L>
+constexpr bool all_to_all_layout_usable() {
+  if constexpr (std::is_same_v<typename L::template axes_of<Length>, type_list<>>) {
+    (void)sizeof(diagnostic::context_attention_needs_a_split_length<Length>);
+    return false;
+  } else if constexpr (!std::is_same_v<typename L::template axes_of<MemLength>, type_list<>>) {
+    (void)sizeof(diagnostic::context_attention_memory_length_split<MemLength>);
+    return false;
+  } else {
+    return true;
+  }
+}
 }  // namespace detail
 
 namespace nn {
@@ -70,32 +111,31 @@ namespace nn {
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
 X all_to_all_causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo,
                               attention_memory memory = attention_memory::keep_all) {
-  using L1 = typename X::layout_type;
-  if constexpr (std::is_same_v<typename L1::template axes_of<Length>, type_list<>>) {
-    (void)sizeof(diagnostic::context_attention_needs_a_split_length<Length>);
-    return x;
-  } else if constexpr (!std::is_same_v<typename L1::template axes_of<MemLength>, type_list<>>) {
-    (void)sizeof(diagnostic::context_attention_memory_length_split<MemLength>);
+  namespace md = meshtensor::detail;
+  if constexpr (!md::all_to_all_layout_usable<Length, MemLength, typename X::layout_type>()) {
     return x;
   } else {
-    namespace md = meshtensor::detail;
     const md::op_call call(md::composite_op{"all_to_all_causal_attention"});
-    using L2 = md::length_split_to_heads_t<L1, Length, Heads>;
-    using B = difference_t<typename X::dims, type_list<Length, DModel>>;
-    using QDims = md::concat_t<B, type_list<Heads, Length, DKv>>;
-    using KDims = md::concat_t<B, type_list<Heads, MemLength, DKv>>;
-    using LDims = md::concat_t<B, type_list<Heads, Length, MemLength>>;
-    const double scale = 1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>()));
-    // Computed where the positions are (local: Length split, Heads as in x's layout), then moved.
-    const auto project = [&](const W& w) {
-      const auto here = [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(x, w); }(QDims{});
-      return relayout<with_layout_t<decltype(here), L2>>(here);
-    };
-    const auto q = project(wq);
-    const auto k = rename<Length, MemLength>(project(wk));  // Length whole under L2: a local rename
-    const auto v = rename<Length, MemLength>(project(wv));
-    const auto o = md::causal_core<Length, MemLength, LDims, QDims>(q, k, v, scale, memory);
-    const auto back = relayout<with_layout_t<std::remove_cvref_t<decltype(o)>, L1>>(o);
+    const auto back =
+        md::all_to_all_heads_of<Length, MemLength, type_list<Heads>, type_list<Heads>, Heads, DKv>(x, wq, wk, wv, memory);
+    return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(back, wo); }(typename X::dims{});
+  }
+}
+
+// Grouped-query attention (grouped_causal_attention's weights and result) by all-to-all: Length's
+// split moves onto KvHeads, so each processor attends for whole KV heads and their groups; the
+// degree of the split is capped by the KV heads. Communication: four alltoalls over Length's axes
+// forward (q, k, v, the output; k's and v's Group times smaller than q's), four back.
+template <Dim Length, Dim MemLength, Dim DModel, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK, Tensor WO>
+X all_to_all_grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo,
+                                      attention_memory memory = attention_memory::keep_all) {
+  namespace md = meshtensor::detail;
+  if constexpr (!md::all_to_all_layout_usable<Length, MemLength, typename X::layout_type>()) {
+    return x;
+  } else {
+    const md::op_call call(md::composite_op{"all_to_all_grouped_causal_attention"});
+    const auto back = md::all_to_all_heads_of<Length, MemLength, type_list<KvHeads, Group>, type_list<KvHeads>, KvHeads, DKv>(
+        x, wq, wk, wv, memory);
     return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(back, wo); }(typename X::dims{});
   }
 }
