@@ -1,0 +1,270 @@
+// A Llama-style language model (RMSNorm, grouped-query attention, a SwiGLU feed-forward) that learns
+// a text's next byte, its tensors split over a 2-D mesh [rows x cols] by one of three layouts:
+//   data     the batch over rows and cols (data parallelism)
+//   tensor   the batch over rows; KV heads, d_ff and the vocabulary over cols (Megatron's split)
+//   context  the batch over rows; the sequence over cols (context parallelism: attention by
+//            all-to-all, everything else per position)
+// The model below is the same code under each: only the layout type differs. --plan prints what a
+// step needs per processor and what it communicates, on a mesh of any size, without running it.
+// (No position embedding: causal attention infers order on its own; Llama's rotary one is not in
+// the library yet.)
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <fmt/core.h>
+#include <fstream>
+#include <iterator>
+#include <meshtensor/io/checkpoint.hpp>
+#include <meshtensor/meshtensor.hpp>
+#include <random>
+
+namespace mt = meshtensor;
+namespace nn = meshtensor::nn;
+
+struct batch : mt::dim<"batch"> {};
+struct length : mt::dim<"length"> {};
+struct memory_length : mt::dim<"memory_length"> {};  // the attended positions
+struct d_model : mt::dim<"d_model"> {};
+struct kv_heads : mt::dim<"kv_heads"> {};  // key and value heads
+struct group : mt::dim<"group"> {};        // query heads per KV head
+struct d_kv : mt::dim<"d_kv"> {};
+struct d_ff : mt::dim<"d_ff"> {};
+struct vocab : mt::dim<"vocab"> {};
+struct rows : mt::axis<"rows"> {};
+struct cols : mt::axis<"cols"> {};
+using grid = mt::mesh<rows, cols>;
+
+using data_layout = mt::layout<grid, mt::split<batch, rows, cols>>;
+using tensor_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
+                                 mt::split<vocab, cols>>;
+using context_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<length, cols>>;
+
+struct options {
+  std::string layout = "data", text = "/usr/share/common-licenses/GPL-3", checkpoint, resume, csv;
+  std::vector<int> mesh{1, 1};
+  std::int64_t steps = 100, batch = 8, length = 64, d_model = 64, layers = 2, kv_heads = 2, group = 2, d_kv = 16,
+               d_ff = 172, vocab = 256, save_every = 0, log_every = 10;
+  double lr = 3e-3;
+  bool plan = false;
+};
+
+template <class T>
+constexpr bool is_vector = false;
+template <class T>
+constexpr bool is_vector<std::vector<T>> = true;
+
+template <class L>
+struct model {
+  template <class... D>
+  using t = mt::tensor<float, L, D...>;
+  template <class... D>
+  using per_block = std::vector<t<D...>>;  // one entry per block: gradient() and adam take a vector as one
+  t<vocab, d_model> embedding;
+  per_block<d_model> attention_norm, feed_forward_norm;
+  per_block<d_model, kv_heads, group, d_kv> wq;
+  per_block<d_model, kv_heads, d_kv> wk, wv;
+  per_block<kv_heads, group, d_kv, d_model> wo;
+  per_block<d_model, d_ff> w_gate, w_up;
+  per_block<d_ff, d_model> w_down;
+  t<d_model> final_norm;
+  t<d_model, vocab> output;
+
+  auto tie() { return std::tie(embedding, attention_norm, feed_forward_norm, wq, wk, wv, wo, w_gate, w_up, w_down, final_norm, output); }
+  static constexpr const char* names[] = {"embedding", "attention_norm", "feed_forward_norm", "wq", "wk", "wv",
+                                          "wo", "w_gate", "w_up", "w_down", "final_norm", "output"};
+
+  model(const grid& g, const options& o) {
+    const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);  // what a plan counts them as
+    const std::int64_t dm = o.d_model, kv = o.kv_heads, gr = o.group, dk = o.d_kv, ff = o.d_ff;
+    std::uint64_t seed = 1;
+    const auto init = [&]<class W, class FanIn>(std::vector<W>& ws, const typename W::extents_type& e, FanIn) {
+      ws.push_back(nn::normal_fan_in<W, FanIn>(g, e, seed++));
+    };
+    embedding = mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, seed++, 0, 1);
+    for (std::int64_t b = 0; b < o.layers; ++b) {
+      attention_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
+      feed_forward_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
+      init(wq, {dm, kv, gr, dk}, d_model{});
+      init(wk, {dm, kv, dk}, d_model{});
+      init(wv, {dm, kv, dk}, d_model{});
+      wo.push_back(nn::normal_fan_in<t<kv_heads, group, d_kv, d_model>, kv_heads, group, d_kv>(g, {kv, gr, dk, dm}, seed++));
+      init(w_gate, {dm, ff}, d_model{});
+      init(w_up, {dm, ff}, d_model{});
+      init(w_down, {ff, dm}, d_ff{});
+    }
+    final_norm = mt::full<t<d_model>>(g, {dm}, 1.0f);
+    output = nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, seed++);
+    std::apply([](auto&... p) { (mt::for_each_tensor(p, [](auto& w) { w.requires_grad(); }), ...); }, tie());
+  }
+
+  // Grouped-query attention: where the layout splits the sequence, by all-to-all.
+  t<batch, length, d_model> attention(const t<batch, length, d_model>& x, std::size_t b) const {
+    if constexpr (std::is_same_v<L, context_layout>)
+      return nn::all_to_all_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, wq[b], wk[b], wv[b], wo[b]);
+    else
+      return nn::grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, wq[b], wk[b], wv[b], wo[b]);
+  }
+
+  // Mean next-token cross-entropy of a batch of token ids.
+  t<> loss(const t<batch, length>& ids, const t<batch, length>& labels) const {
+    auto x = nn::embedding<vocab>(embedding, ids);
+    for (std::size_t b = 0; b < wq.size(); ++b) {
+      x = x + attention(nn::rms_norm<d_model>(x, attention_norm[b]), b);
+      x = x + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(x, feed_forward_norm[b]), w_gate[b], w_up[b], w_down[b]);
+    }
+    const auto logits = nn::dense<d_model, vocab>(nn::rms_norm<d_model>(x, final_norm), output);
+    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits, labels));
+  }
+};
+
+std::vector<unsigned char> read_text(const std::string& path, std::int64_t need) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw mt::io_error(fmt::format("cannot open '{}'", path));
+  std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (static_cast<std::int64_t>(bytes.size()) < need)
+    throw mt::io_error(fmt::format("'{}' has {} bytes; sequences of this length need {}", path, bytes.size(), need));
+  return bytes;
+}
+
+// Trains (or, on a planned mesh, plans) up to step o.steps; returns the losses from the first step
+// run (after a resumed checkpoint's).
+struct losses_from {
+  std::int64_t first_step = 0;
+  std::vector<double> losses;
+};
+
+template <class L>
+losses_from train(const grid& g, const options& o, const std::vector<unsigned char>& text) {
+  using ids_t = mt::tensor<float, L, batch, length>;
+  model<L> m(g, o);
+  mt::optim::adam adam({.lr = o.lr});
+  auto params = m.tie();
+  const auto state = [&] {  // what a checkpoint holds: the weights and adam's moments
+    mt::io::tensor_set set;
+    std::vector<std::string> names;
+    std::size_t kind = 0;
+    const auto add = [&]<class P>(P& p) {
+      if constexpr (is_vector<P>)
+        for (std::size_t b = 0; b < p.size(); ++b) set.add(names.emplace_back(fmt::format("blocks.{}.{}", b, model<L>::names[kind])), p[b]);
+      else
+        set.add(names.emplace_back(model<L>::names[kind]), p);
+      ++kind;
+    };
+    std::apply([&](auto&... p) { (add(p), ...); }, params);
+    mt::io::add_optimizer_state(set, adam, params, names);
+    return set;
+  };
+  std::mt19937_64 rng(7);  // the same batches on every rank and under every layout
+  std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
+  std::int64_t step0 = 0;
+  if (!o.resume.empty()) {
+    auto set = state();
+    const auto meta = mt::io::checkpoints(o.resume).load(set);
+    step0 = std::stoll(meta.at("step"));
+    adam.set_steps(step0);
+    for (std::int64_t k = 0; k < step0 * o.batch; ++k) (void)start(rng);  // the batches drawn before
+  }
+  std::vector<float> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
+  std::vector<double> losses;
+  if (g.is_planned() && g.rank() == 0) {
+    std::int64_t n = 0;
+    std::apply([&](auto&... p) { (mt::for_each_tensor(p, [&](auto& w) { n += w.size(); }), ...); }, params);
+    fmt::print("parameters: {} ({:.2f} billion)\n", n, n / 1e9);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  for (std::int64_t step = step0; step < o.steps; ++step) {
+    if (g.is_planned()) mt::reset_plan(g);  // a plan reports the last step, the optimizer's state made
+    for (std::int64_t b = 0; b < o.batch; ++b)
+      for (std::int64_t s = start(rng), p = 0; p < o.length; ++p) {
+        ids[b * o.length + p] = static_cast<float>(text[s + p] % o.vocab);
+        labels[b * o.length + p] = static_cast<float>(text[s + p + 1] % o.vocab);
+      }
+    const auto loss = m.loss(mt::from_host<ids_t>(g, {o.batch, o.length}, ids), mt::from_host<ids_t>(g, {o.batch, o.length}, labels));
+    const auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+    adam.step(params, grads);
+    if (g.is_planned()) continue;
+    losses.push_back(mt::item(loss));
+    if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
+      const auto name = mt::io::checkpoints(o.checkpoint).save(state(), step + 1, {{"step", std::to_string(step + 1)}});
+      if (g.rank() == 0) fmt::print("saved {}/{}\n", o.checkpoint, name);
+    }
+    if (g.rank() == 0 && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      fmt::print("step {:5d}  loss {:.4f}  {:.0f} tokens/s\n", step + 1, losses.back(), o.log_every * o.batch * o.length / s);
+      std::fflush(stdout);
+      t0 = std::chrono::steady_clock::now();
+    }
+  }
+  return {step0, losses};
+}
+
+// --plan: two steps on a planned mesh (no processes, no data), the second reported.
+template <class L>
+void plan(const options& o) {
+  const grid pm = grid::planned({o.mesh[0], o.mesh[1]});
+  train<L>(pm, o, std::vector<unsigned char>(static_cast<std::size_t>(o.length + 3), ' '));
+  const auto p = mt::plan_report_of(pm);
+  const auto gib = [](std::int64_t bytes) { return bytes / 1073741824.0; };
+  fmt::print("one training step of layout {} on mesh {}, per processor (the first):\n", o.layout, p.shape.to_string());
+  fmt::print("  peak {:.3f} GiB = parameters {:.3f} + optimizer state {:.3f} + gradients {:.3f} + activations {:.3f}\n",
+             gib(p.peak_bytes), gib(p.peak_bytes_of(mt::memory_kind::parameters)),
+             gib(p.peak_bytes_of(mt::memory_kind::optimizer_state)), gib(p.peak_bytes_of(mt::memory_kind::gradients)),
+             gib(p.peak_bytes_of(mt::memory_kind::activations)));
+  fmt::print("{}", p.table());
+}
+
+template <class L>
+int run(const mt::environment& env, options o) {
+  if (o.plan) {
+    o.steps = 2;
+    if (env.world_rank() == 0) plan<L>(o);
+    return 0;
+  }
+  const grid g(env, {o.mesh[0], o.mesh[1]});
+  const auto [first, losses] = train<L>(g, o, read_text(o.text, o.length + 2));
+  if (g.rank() == 0 && !o.csv.empty()) {
+    std::ofstream csv(o.csv);
+    csv << "step,loss\n";
+    for (std::size_t i = 0; i < losses.size(); ++i) csv << fmt::format("{},{:.9g}\n", first + std::int64_t(i) + 1, losses[i]);
+    if (!csv) throw mt::io_error(fmt::format("cannot write '{}'", o.csv));
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  mt::environment env(argc, argv);
+  CLI::App app{"meshtensor: a Llama-style language model on a 2-D mesh"};
+  options o;
+  app.add_option("--layout", o.layout, "data, tensor or context")->check(CLI::IsMember({"data", "tensor", "context"}))->capture_default_str();
+  app.add_option("--mesh", o.mesh, "mesh sizes rows cols (their product: the number of ranks, or any with --plan)")->expected(2);
+  app.add_option("--steps", o.steps, "training steps")->capture_default_str();
+  app.add_option("--batch", o.batch, "sequences per step")->capture_default_str();
+  app.add_option("--length", o.length, "tokens per sequence")->capture_default_str();
+  app.add_option("--d-model", o.d_model, "width of the residual stream")->capture_default_str();
+  app.add_option("--layers", o.layers, "blocks")->capture_default_str();
+  app.add_option("--kv-heads", o.kv_heads, "key and value heads")->capture_default_str();
+  app.add_option("--group", o.group, "query heads per KV head")->capture_default_str();
+  app.add_option("--d-kv", o.d_kv, "width of a head")->capture_default_str();
+  app.add_option("--d-ff", o.d_ff, "width of the feed-forward")->capture_default_str();
+  app.add_option("--vocab", o.vocab, "vocabulary (256: bytes; larger only matters to --plan)")->capture_default_str();
+  app.add_option("--lr", o.lr, "Adam's learning rate")->capture_default_str();
+  app.add_option("--text", o.text, "training text")->capture_default_str();
+  app.add_option("--checkpoint", o.checkpoint, "directory of checkpoints, saved every --save-every steps");
+  app.add_option("--save-every", o.save_every, "steps between checkpoints");
+  app.add_option("--resume", o.resume, "continue from the latest checkpoint in this directory");
+  app.add_option("--log-every", o.log_every, "steps between printed losses")->capture_default_str();
+  app.add_option("--csv", o.csv, "write every step's loss to this file");
+  app.add_flag("--plan", o.plan, "print what a step needs on --mesh, without running it");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {  // every rank parses the same argv: rank 0 prints help or the error
+    return env.world_rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+  }
+  try {
+    if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
+    if (o.layout == "tensor") return run<tensor_layout>(env, o);
+    if (o.layout == "context") return run<context_layout>(env, o);
+    return run<data_layout>(env, o);
+  } catch (const std::exception& e) {
+    return env.fail(e, "llama: ");  // one rank's error ends the job with its message
+  }
+}

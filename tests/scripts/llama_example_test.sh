@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The tests of examples/llama: llama_example_test.sh CASE LLAMA WORKDIR MPIEXEC
+#   layouts_agree  data, tensor and context on [2 x 2] (and the sequence unevenly over [1 x 4])
+#                  give one processor's losses (float32: relative 1e-4)
+#   resume         6 steps, against 3 steps, a checkpoint and 3 resumed: the same losses
+#   learns         the loss falls by a quarter in 60 steps on [2 x 2]
+#   plan           Llama 3 8B's sizes planned on 8 processors: 8.03 billion parameters (Meta's
+#                  figure) and the all-to-all attention's alltoalls in the table
+set -euo pipefail
+case_=$1 llama=$2 dir=$3 mpiexec=$4
+rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
+run() { local n=$1; shift; "$mpiexec" -n "$n" "$llama" --log-every 1000 "$@" >/dev/null; }
+# same A B FROM: every step >= FROM of A is in B, equal to 1e-4 relative
+same() {
+  awk -F, -v from="$3" 'NR == FNR { if (FNR > 1) a[$1] = $2; next }
+    FNR > 1 && $1 >= from { n++; if (!($1 in a)) { print "step " $1 " missing"; bad = 1; next }
+                           d = ($2 - a[$1]) / a[$1]; if (d < 0) d = -d; if (d > 1e-4) { print "step " $1 ": " a[$1] " != " $2; bad = 1 } }
+    END { if (n == 0) { print "no steps compared"; bad = 1 } exit bad }' "$1" "$2" || { echo "FAIL: $2 differs from $1"; exit 1; }
+  echo "$2 equals $1 from step $3"
+}
+case $case_ in
+  layouts_agree)
+    run 1 --steps 4 --csv one.csv
+    for layout in data tensor context; do
+      run 4 --mesh 2 2 --layout "$layout" --steps 4 --csv "$layout.csv"
+      same one.csv "$layout.csv" 1
+    done
+    run 1 --steps 4 --length 30 --csv one30.csv
+    run 4 --mesh 1 4 --layout context --length 30 --steps 4 --csv context30.csv  # 8, 8, 7, 7 positions
+    same one30.csv context30.csv 1 ;;
+  resume)
+    run 2 --mesh 1 2 --layout tensor --steps 6 --csv whole.csv
+    run 2 --mesh 1 2 --layout tensor --steps 3 --checkpoint ckpt --save-every 3
+    run 2 --mesh 1 2 --layout tensor --steps 6 --resume ckpt --csv resumed.csv
+    same whole.csv resumed.csv 4 ;;
+  learns)
+    run 4 --mesh 2 2 --layout tensor --steps 60 --csv loss.csv
+    awk -F, 'NR == 2 { first = $2 } END { print "loss " first " -> " $2; exit !($2 < 0.75 * first) }' loss.csv ;;
+  plan)
+    out=$("$mpiexec" -n 1 "$llama" --plan --mesh 1 8 --layout context --d-model 4096 --layers 32 --kv-heads 8 --group 4 \
+            --d-kv 128 --d-ff 14336 --vocab 128256 --batch 1 --length 8192)
+    echo "$out"
+    grep -q '(8.03 billion)' <<<"$out" || { echo "FAIL: not Llama 3 8B's 8.03 billion parameters"; exit 1; }
+    grep -q 'alltoall' <<<"$out" || { echo "FAIL: no alltoall in the plan"; exit 1; } ;;
+  *) echo "unknown case $case_"; exit 2 ;;
+esac
