@@ -43,7 +43,7 @@ struct options {
   std::vector<int> mesh{1, 1};
   std::int64_t steps = 100, batch = 8, length = 64, d_model = 64, layers = 2, kv_heads = 2, group = 2, d_kv = 16,
                d_ff = 172, vocab = 256, save_every = 0, log_every = 10;
-  double lr = 3e-3;
+  double lr = 3e-3, memory_budget = 0;  // GiB per processor; 0: unchecked
   bool plan = false;
 };
 
@@ -165,7 +165,7 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
   }
   std::vector<float> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
   std::vector<double> losses;
-  if (g.is_planned() && g.rank() == 0) {
+  if (g.is_planned() && o.plan && g.rank() == 0) {
     std::int64_t n = 0;
     std::apply([&](auto&... p) { (mt::for_each_tensor(p, [&](auto& w) { n += w.size(); }), ...); }, params);
     fmt::print("parameters: {} ({:.2f} billion)\n", n, n / 1e9);
@@ -197,27 +197,39 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
   return {step0, losses};
 }
 
-// --plan: two steps on a planned mesh (no processes, no data), the second reported.
+// --plan: two steps on a planned mesh (no processes, no data), the second reported; returns the
+// peak bytes of the first processor (which holds the largest parts).
 template <class L>
-void plan(const options& o) {
+std::int64_t plan(options o, bool print) {
+  o.steps = 2;
   const grid pm = grid::planned({o.mesh[0], o.mesh[1]});
   train<L>(pm, o, std::vector<unsigned char>(static_cast<std::size_t>(o.length + 3), ' '));
   const auto p = mt::plan_report_of(pm);
   const auto gib = [](std::int64_t bytes) { return bytes / 1073741824.0; };
-  fmt::print("one training step of layout {} on mesh {}, per processor (the first):\n", o.layout, p.shape.to_string());
-  fmt::print("  peak {:.3f} GiB = parameters {:.3f} + optimizer state {:.3f} + gradients {:.3f} + activations {:.3f}\n",
-             gib(p.peak_bytes), gib(p.peak_bytes_of(mt::memory_kind::parameters)),
-             gib(p.peak_bytes_of(mt::memory_kind::optimizer_state)), gib(p.peak_bytes_of(mt::memory_kind::gradients)),
-             gib(p.peak_bytes_of(mt::memory_kind::activations)));
-  fmt::print("{}", p.table());
+  if (print) {
+    fmt::print("one training step of layout {} on mesh {}, per processor (the first):\n", o.layout, p.shape.to_string());
+    fmt::print("  peak {:.3f} GiB = parameters {:.3f} + optimizer state {:.3f} + gradients {:.3f} + activations {:.3f}\n",
+               gib(p.peak_bytes), gib(p.peak_bytes_of(mt::memory_kind::parameters)),
+               gib(p.peak_bytes_of(mt::memory_kind::optimizer_state)), gib(p.peak_bytes_of(mt::memory_kind::gradients)),
+               gib(p.peak_bytes_of(mt::memory_kind::activations)));
+    if (!o.plan) return p.peak_bytes;
+    fmt::print("{}", p.table());
+  }
+  return p.peak_bytes;
 }
 
 template <class L>
-int run(const mt::environment& env, options o) {
-  if (o.plan) {
-    o.steps = 2;
-    if (env.world_rank() == 0) plan<L>(o);
-    return 0;
+int run(const mt::environment& env, const options& o) {
+  const bool root = env.world_rank() == 0;
+  if (o.plan || o.memory_budget > 0) {
+    // Every rank plans alike (no communication), so every rank takes the same decision.
+    const std::int64_t peak = plan<L>(o, root);
+    if (o.memory_budget > 0) {
+      const bool fits = peak <= o.memory_budget * 1073741824.0;
+      if (root) fmt::print("  budget {:g} GiB per processor: {}\n", o.memory_budget, fits ? "fits" : "DOES NOT FIT");
+      if (!fits) return 2;  // refused before any data is read
+    }
+    if (o.plan) return 0;
   }
   const grid g(env, {o.mesh[0], o.mesh[1]});
   const auto [first, losses] = train<L>(g, o, read_text(o.text, o.length + 2));
@@ -254,6 +266,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", o.log_every, "steps between printed losses")->capture_default_str();
   app.add_option("--csv", o.csv, "write every step's loss to this file");
   app.add_flag("--plan", o.plan, "print what a step needs on --mesh, without running it");
+  app.add_option("--memory-budget", o.memory_budget, "GiB per processor: plan the step first, refuse to run (exit 2) if it does not fit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {  // every rank parses the same argv: rank 0 prints help or the error

@@ -4,6 +4,8 @@
 #                  give one processor's losses (float32: relative 1e-4)
 #   resume         6 steps, against 3 steps, a checkpoint and 3 resumed: the same losses
 #   learns         the loss falls by a quarter in 60 steps on [2 x 2]
+#   budget         a sequence of 1024 whose step needs more than 0.05 GiB on one processor: refused
+#                  there (exit 2, before training), and trained with the sequence over 4 ranks
 #   plan           Llama 3 8B's sizes planned on 8 processors: 8.03 billion parameters (Meta's
 #                  figure) and the all-to-all attention's alltoalls in the table
 set -euo pipefail
@@ -36,6 +38,17 @@ case $case_ in
   learns)
     run 4 --mesh 2 2 --layout tensor --steps 60 --csv loss.csv
     awk -F, 'NR == 2 { first = $2 } END { print "loss " first " -> " $2; exit !($2 < 0.75 * first) }' loss.csv ;;
+  budget)
+    small=(--layout context --kv-heads 4 --group 1 --batch 1 --length 1024 --memory-budget 0.05 --steps 1)
+    set +e
+    out=$("$mpiexec" -n 1 "$llama" --mesh 1 1 "${small[@]}" 2>&1)
+    rc=$?
+    set -e
+    echo "$out"
+    [ "$rc" = 2 ] && grep -q 'budget 0.05 GiB per processor: DOES NOT FIT' <<<"$out" || { echo "FAIL: one processor not refused (rc $rc)"; exit 1; }
+    out=$("$mpiexec" -n 4 "$llama" --mesh 1 4 "${small[@]}" --csv four.csv)
+    echo "$out"
+    grep -q 'budget 0.05 GiB per processor: fits' <<<"$out" && [ "$(wc -l < four.csv)" = 2 ] || { echo "FAIL: four ranks did not train"; exit 1; } ;;
   plan)
     out=$("$mpiexec" -n 1 "$llama" --plan --mesh 1 8 --layout context --d-model 4096 --layers 32 --kv-heads 8 --group 4 \
             --d-kv 128 --d-ff 14336 --vocab 128256 --batch 1 --length 8192)
