@@ -55,6 +55,7 @@
 #include "nn/conv.hpp"
 #include "nn/attention.hpp"
 #include "nn/context_attention.hpp"
+#include "nn/ring_attention.hpp"
 #include "nn/transformer.hpp"
 #include "nn/feed_forward.hpp"
 #include "nn/cross_entropy.hpp"

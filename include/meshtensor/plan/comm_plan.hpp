@@ -3,6 +3,7 @@
 // derived from the operand types alone. Tests compare it with the counted calls.
 #include <array>
 #include <cstddef>
+#include <cstdint>
 
 #include "collective.hpp"
 
@@ -11,6 +12,7 @@ namespace meshtensor {
 struct planned_collective {
   collective kind = collective::allreduce;
   axis_set axes;
+  std::int64_t calls = 1;  // the same collective this many times in a row (a ring's P - 1 steps)
   friend constexpr bool operator==(const planned_collective&, const planned_collective&) = default;
 };
 
@@ -24,6 +26,12 @@ struct comm_plan {
     if (axes != 0) steps[size++] = {kind, axes};
     return *this;
   }
+  // The same collective `calls` times (one step that counts `calls`: a ring of P processors calls
+  // P - 1 shifts, more than `capacity` steps would hold). Nothing when calls is 0 or axes is empty.
+  constexpr comm_plan& then(collective kind, axis_set axes, std::int64_t calls) {
+    if (axes != 0 && calls > 0) steps[size++] = {kind, axes, calls};
+    return *this;
+  }
   constexpr comm_plan& then(const comm_plan& other) {
     for (std::size_t i = 0; i < other.size; ++i) steps[size++] = other.steps[i];
     return *this;
@@ -32,7 +40,7 @@ struct comm_plan {
   // Calls per (collective, axes), the shape of the counters a run leaves.
   comm_counters as_counts() const {
     comm_counters c;
-    for (std::size_t i = 0; i < size; ++i) c[{steps[i].kind, steps[i].axes}].calls += 1;
+    for (std::size_t i = 0; i < size; ++i) c[{steps[i].kind, steps[i].axes}].calls += steps[i].calls;
     return c;
   }
 };

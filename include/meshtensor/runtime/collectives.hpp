@@ -303,6 +303,32 @@ void shift_v(communicator& c, int axis, const T* send, std::int64_t send_n, T* r
   detail::sendrecv(c, axis_set(1u << axis), send, send_n, to, recv, recv_n, from);
 }
 
+// One hop of a ring over the axes (sub-communicator ranks `to` and `from`), around local work:
+// the receive is posted first, then the send (before compute() when send_first, after it
+// otherwise: a buffer that compute() still adds to), so that the transfer overlaps the work where
+// MPI progresses; then both are awaited (under the watchdog when it is on). send() gives the
+// send buffer when the send is posted (a staged copy is taken then). Counted as one `shift` of
+// the bytes sent; in a plan compute() runs (its kernels are skipped) and nothing is sent.
+template <class T, class Send, class Compute>
+void ring_exchange(communicator& c, axis_set axes, Send send, std::int64_t send_n, int to, T* recv, std::int64_t recv_n,
+                   int from, bool send_first, Compute compute) {
+  constexpr int tag = 0x7269;  // apart from shift's and the allreduce's messages on the same communicator
+  const std::int64_t bytes = send_n * static_cast<std::int64_t>(sizeof(T));
+  MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  r[0] = c.start({collective::shift, axes, bytes}, [&](MPI_Request* q) {
+    MPI_Irecv(recv, detail::checked_count(recv_n), detail::mpi_type<T>(), from, tag, c.over(axes), q);
+  });
+  const auto post_send = [&] {
+    if (c.planned()) return;
+    const T* data = send();
+    MPI_Isend(data, detail::checked_count(send_n), detail::mpi_type<T>(), to, tag, c.over(axes), &r[1]);
+  };
+  if (send_first) post_send();
+  compute();
+  if (!send_first) post_send();
+  if (!c.planned()) c.await(r, 2, collective::shift, axes, bytes);
+}
+
 // Exclusive prefix reduction in sub-communicator rank order (row-major over the axes in mesh
 // order): sub-rank r receives op over the send buffers of sub-ranks 0..r-1; sub-rank 0 receives
 // zeros (T{}).

@@ -1,0 +1,460 @@
+#pragma once
+// ring_causal_attention<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, wo): causal attention
+// of a sequence split over mesh axes (context parallelism as ring attention and Megatron-Core do
+// it). x's Length is split over axes A into P contiguous blocks (its layout's rule, uneven extents
+// included); q, k and v are computed where the positions are. Then P steps: at step s each
+// processor holds the k and v block of the processor s places before it along the ring of A,
+// attends its q block to it with an online softmax (running max and sum per row, in float or wider
+// accumulators) under the causal mask in global positions, and passes the block on; a block wholly
+// in the future of the q block is not computed, but still passed. The result is causal_attention's
+// under x's layout. Heads may be split over other axes (tensor parallelism: the output projection
+// allreduces over them, as causal_attention's), the batch dims too (data parallelism).
+// Communication: P - 1 shifts over A forward (k and v, one message a step), P backward (k, v and
+// the dk, dv partial sums of the block P - 1 times, then the finished dk, dv home once); the output
+// projection allreduces over Heads' own axes. Besides its own q, k and v, each processor holds two
+// k, v blocks at a time (the one computed and the one arriving), never the whole sequence, and no
+// scores: the kernel loops over a block's keys per query row.
+// The backward pass runs the ring again (recomputing each block's scores from q, k, v and the
+// per-row log-sum-exp kept by the forward pass): dq accumulates where it is, dk and dv travel with
+// their block. attention_memory has no effect: the ring keeps q, k, v, the heads' output and the
+// log-sum-exp under both (never the softmax's weights).
+// Gradient: through x and every weight.
+#include <Kokkos_Core.hpp>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "../autodiff/tape.hpp"
+#include "../element/bf16.hpp"
+#include "../element/kokkos_math.hpp"
+#include "../geometry/placement.hpp"
+#include "../kernels/launch.hpp"
+#include "../kernels/pool.hpp"
+#include "../ops/detail/along.hpp"
+#include "../ops/einsum.hpp"
+#include "../ops/op_call.hpp"
+#include "../plan/comm_plan.hpp"
+#include "../runtime/collectives.hpp"
+#include "../tensor/mpi_buffer.hpp"
+#include "attention.hpp"
+
+namespace meshtensor {
+
+namespace diagnostic {
+template <class Length>
+struct ring_attention_needs_a_split_length {
+  static_assert(sizeof(Length) == 0,
+                "meshtensor: ring_causal_attention passes blocks of a split sequence around a ring; x's layout "
+                "does not split Length: use causal_attention");
+};
+template <class MemLength>
+struct ring_attention_memory_length_split {
+  static_assert(sizeof(MemLength) == 0,
+                "meshtensor: ring_causal_attention keeps the keys' positions in x's Length split; the layout "
+                "must not split MemLength");
+};
+template <class Heads>
+struct ring_attention_heads_on_a_context_axis {
+  static_assert(sizeof(Heads) == 0,
+                "meshtensor: ring_causal_attention: a context axis also used for heads under the ring; split "
+                "Heads over axes that do not split Length");
+};
+template <class DKv>
+struct ring_attention_dkv_split {
+  static_assert(sizeof(DKv) == 0,
+                "meshtensor: ring_causal_attention computes each score on one processor; the layout must not "
+                "split DKv");
+};
+}  // namespace diagnostic
+
+// The ring's collectives over the axes A that split Length into `parts` blocks: P - 1 shifts
+// forward; P backward (none on one processor).
+inline comm_plan ring_attention_plan(axis_set axes, std::int64_t parts) {
+  return comm_plan{}.then(collective::shift, axes, parts - 1);
+}
+inline comm_plan ring_attention_backward_plan(axis_set axes, std::int64_t parts) {
+  return comm_plan{}.then(collective::shift, axes, parts > 1 ? parts : 0);
+}
+
+// What one processor of the ring sends, before any run: the plans' calls with their bytes. From
+// the parts' extents along Length (in part order), this processor's part, the local elements per
+// position (local batch x local heads x |DKv|), and the bytes of an element of x and of its
+// accumulator (compute_t: the backward message is [k; v; dk; dv] in it). A planned run counts the
+// same (tests/mpi/ring_attention_gradient_test.cpp checks both against a real one).
+struct ring_attention_traffic {
+  std::int64_t forward_calls = 0, forward_bytes = 0, backward_calls = 0, backward_bytes = 0;
+};
+inline ring_attention_traffic ring_attention_traffic_of(const std::vector<std::int64_t>& part_extents, int me,
+                                                        std::int64_t per_position, std::int64_t value_bytes,
+                                                        std::int64_t accumulator_bytes) {
+  const int P = static_cast<int>(part_extents.size());
+  const auto block = [&](int p) { return per_position * part_extents[static_cast<std::size_t>(((p % P) + P) % P)]; };
+  ring_attention_traffic t;
+  for (int s = 0; s + 1 < P; ++s) {
+    t.forward_bytes += 2 * block(me - s) * value_bytes;
+    t.backward_bytes += 4 * block(me - s) * accumulator_bytes;
+  }
+  if (P > 1) t.backward_bytes += 2 * block(me + 1) * accumulator_bytes;
+  t.forward_calls = P - 1;
+  t.backward_calls = P > 1 ? P : 0;
+  return t;
+}
+
+namespace detail {
+
+// Where the blocks are: this processor's part along the ring, its neighbours' sub-communicator
+// ranks, every part's offset and extent along Length, and the local [outer, n, inner] of q.
+struct ring_geometry {
+  axis_set axes;
+  int parts = 1, me = 0, to = 0, from = 0;  // to: the next part's processor, from: the previous'
+  std::vector<std::int64_t> offset, extent;  // per part
+  std::int64_t outer = 1, inner = 1;
+  int part(int steps_back) const { return ((me - steps_back) % parts + parts) % parts; }
+  std::int64_t block(int p) const { return outer * extent[p] * inner; }
+  // Whether the keys of part k hold a position at or before the last query of this block: else
+  // the block is in the future of every query here (or a block is empty), and not computed.
+  bool visible(int k) const { return extent[me] > 0 && extent[k] > 0 && offset[k] <= offset[me] + extent[me] - 1; }
+};
+
+template <Dim Length, Tensor Q>
+ring_geometry ring_geometry_of(const Q& q) {
+  constexpr dim_split s = Q::layout_type::template split_of<Length>();
+  const communicator& comm = q.mesh().communicator();
+  ring_geometry g;
+  g.axes = axis_set(s.mask());
+  const auto by_subrank = parts_by_subrank(s, comm.shape(), comm.coords());
+  g.parts = static_cast<int>(by_subrank.size());
+  std::vector<int> subrank_of(by_subrank.size());
+  for (std::size_t r = 0; r < by_subrank.size(); ++r) subrank_of[static_cast<std::size_t>(by_subrank[r])] = static_cast<int>(r);
+  g.me = static_cast<int>(s.part_at(comm.sizes(), comm.coords()));
+  g.to = subrank_of[static_cast<std::size_t>((g.me + 1) % g.parts)];
+  g.from = subrank_of[static_cast<std::size_t>(g.part(1))];
+  const placement<1> p({s}, comm.shape(), {q.template extent<Length>()});
+  for (int k = 0; k < g.parts; ++k) {
+    g.offset.push_back(p.part_offset(0, k));
+    g.extent.push_back(p.part_extent(0, k));
+  }
+  const auto local = local_along<Length>(q);
+  g.outer = local.outer;
+  g.inner = local.inner;
+  return g;
+}
+
+// The ring's step: its plan is ring_attention_plan of the run's number of parts.
+struct ring_op {
+  const char* name;
+  axis_set axes;
+  std::int64_t parts;
+  comm_plan plan() const { return ring_attention_plan(axes, parts); }
+};
+
+// The blockwise kernels. A parallel_for over (outer, row) with loops over the other block's rows
+// and over DKv, not kernels::product and the row softmax: the online softmax carries each row's
+// running max and sum from block to block, and the causal mask is in global positions of two
+// different blocks; a product would also need the block's scores [rows x keys] in memory. The
+// scores are computed twice per row (the block's max first, then the weights), as flash
+// attention's first version did, so that nothing of size keys is kept per row.
+//
+// Forward, one block: q [outer, nq, inner] at global positions q0.., keys and values kv =
+// [k; v], each [outer, nk, inner] at global positions k0..; m, l [outer, nq] the running max and
+// sum, acc [outer, nq, inner] the running sum of weights times values (rescaled as the max grows).
+template <class Exec, class TV, class CV>
+void ring_forward_block(const TV& q, const TV& kv, const CV& m, const CV& l, const CV& acc, std::int64_t outer,
+                        std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0, std::int64_t k0,
+                        typename CV::value_type scale) {
+  using C = typename CV::value_type;
+  const std::int64_t voff = outer * nk * inner;
+  kernels::parallel_for(
+      "meshtensor::ring_attention_forward", Kokkos::RangePolicy<Exec>(0, outer * nq), KOKKOS_LAMBDA(std::int64_t row) {
+        const std::int64_t o = row / nq, i = row % nq;
+        const std::int64_t last = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;  // keys at or before the query
+        if (last <= 0) return;
+        const std::int64_t qa = row * inner;
+        const auto score = [&](std::int64_t t) {
+          C s = 0;
+          const std::int64_t ka = (o * nk + t) * inner;
+          for (std::int64_t d = 0; d < inner; ++d) s += static_cast<C>(q(qa + d)) * static_cast<C>(kv(ka + d));
+          return s * scale;
+        };
+        C block_max = score(0);
+        for (std::int64_t t = 1; t < last; ++t) {
+          const C s = score(t);
+          block_max = s > block_max ? s : block_max;
+        }
+        const C m_old = m(row), m_new = m_old > block_max ? m_old : block_max;
+        const C alpha = kmath::exp(m_old - m_new);  // 0 for the first block (m_old the lowest value)
+        C sum = l(row) * alpha;
+        for (std::int64_t d = 0; d < inner; ++d) acc(qa + d) *= alpha;
+        for (std::int64_t t = 0; t < last; ++t) {
+          const C p = kmath::exp(score(t) - m_new);
+          sum += p;
+          const std::int64_t va = voff + (o * nk + t) * inner;
+          for (std::int64_t d = 0; d < inner; ++d) acc(qa + d) += p * static_cast<C>(kv(va + d));
+        }
+        m(row) = m_new;
+        l(row) = sum;
+      });
+}
+
+// Backward, one block, the queries' side: dq [outer, nq, inner] += the block's contribution,
+// from the weights p = exp(score - lse) and ds = p (dO . v - delta), delta = dO . O per row.
+template <class Exec, class TV, class CV, class KV>
+void ring_backward_dq(const TV& q, const TV& dout, const CV& lse, const CV& delta, const KV& kv, const CV& dq,
+                      std::int64_t outer, std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0,
+                      std::int64_t k0, typename CV::value_type scale) {
+  using C = typename CV::value_type;
+  const std::int64_t voff = outer * nk * inner;
+  kernels::parallel_for(
+      "meshtensor::ring_attention_backward_dq", Kokkos::RangePolicy<Exec>(0, outer * nq), KOKKOS_LAMBDA(std::int64_t row) {
+        const std::int64_t o = row / nq, i = row % nq;
+        const std::int64_t last = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;
+        const std::int64_t qa = row * inner;
+        for (std::int64_t t = 0; t < last; ++t) {
+          const std::int64_t ka = (o * nk + t) * inner, va = voff + ka;
+          C s = 0, dp = 0;
+          for (std::int64_t d = 0; d < inner; ++d) {
+            s += static_cast<C>(q(qa + d)) * static_cast<C>(kv(ka + d));
+            dp += static_cast<C>(dout(qa + d)) * static_cast<C>(kv(va + d));
+          }
+          const C p = kmath::exp(s * scale - lse(row));
+          const C ds = p * (dp - delta(row)) * scale;
+          for (std::int64_t d = 0; d < inner; ++d) dq(qa + d) += ds * static_cast<C>(kv(ka + d));
+        }
+      });
+}
+
+// Backward, one block, the keys' side: the block's dk, dv (in kv after k and v: [k; v; dk; dv])
+// += this processor's queries' contributions. A thread per key row, so that no two threads add
+// into one row (no atomics; the sums come out the same on every run).
+template <class Exec, class TV, class CV, class KV>
+void ring_backward_dkv(const TV& q, const TV& dout, const CV& lse, const CV& delta, const KV& kv, std::int64_t outer,
+                       std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0, std::int64_t k0,
+                       typename CV::value_type scale) {
+  using C = typename CV::value_type;
+  const std::int64_t blk = outer * nk * inner;
+  kernels::parallel_for(
+      "meshtensor::ring_attention_backward_dkv", Kokkos::RangePolicy<Exec>(0, outer * nk), KOKKOS_LAMBDA(std::int64_t key) {
+        const std::int64_t o = key / nk, t = key % nk;
+        const std::int64_t first = k0 + t - q0 > 0 ? k0 + t - q0 : 0;  // queries at or after the key
+        const std::int64_t ka = key * inner, va = blk + ka, dka = 2 * blk + ka, dva = 3 * blk + ka;
+        for (std::int64_t i = first; i < nq; ++i) {
+          const std::int64_t row = o * nq + i, qa = row * inner;
+          C s = 0, dp = 0;
+          for (std::int64_t d = 0; d < inner; ++d) {
+            s += static_cast<C>(q(qa + d)) * kv(ka + d);
+            dp += static_cast<C>(dout(qa + d)) * kv(va + d);
+          }
+          const C p = kmath::exp(s * scale - lse(row));
+          const C ds = p * (dp - delta(row)) * scale;
+          for (std::int64_t d = 0; d < inner; ++d) {
+            kv(dva + d) += p * static_cast<C>(dout(qa + d));
+            kv(dka + d) += ds * static_cast<C>(q(qa + d));
+          }
+        }
+      });
+}
+
+// The ring's backward pass: dq, dk, dv of the core from its output's gradient g.
+template <Dim Length, Tensor Q, class CV>
+void ring_core_backward(const Q& g, const Q& q, const Q& k, const Q& v, const Q& out, const CV& lse, double scale) {
+  using T = typename Q::value_type;
+  using C = typename CV::value_type;
+  using Exec = typename Q::execution_space;
+  using Mem = typename Q::memory_space;
+  using CPool = view_pool<C, Mem>;
+  const collective_subject subject(&Q::type_name);
+  communicator& comm = q.mesh().communicator();
+  const ring_geometry ring = ring_geometry_of<Length>(q);
+  const std::int64_t P = ring.parts, nq = ring.extent[static_cast<std::size_t>(ring.me)], outer = ring.outer,
+                     inner = ring.inner, rows = outer * nq, q0 = ring.offset[static_cast<std::size_t>(ring.me)];
+  const C s = static_cast<C>(scale);
+  // delta = rowsum(dO * O), per query row.
+  const auto delta = CPool::get().allocate(static_cast<std::size_t>(rows));
+  {
+    const auto gv = g.view(), ov = out.view();
+    kernels::parallel_for(
+        "meshtensor::ring_attention_delta", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
+          C d = 0;
+          for (std::int64_t e = 0; e < inner; ++e) d += static_cast<C>(gv(row * inner + e)) * static_cast<C>(ov(row * inner + e));
+          delta(row) = d;
+        });
+  }
+  const auto dq = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
+  kernels::deep_copy(dq, C(0));
+  // The travelling message [k; v; dk; dv] of one block, in C (dk and dv are sums of P parts).
+  const auto own_blk = ring.block(ring.me);
+  auto cur = CPool::get().allocate(static_cast<std::size_t>(4 * own_blk));
+  {
+    const auto kv_ = k.view(), vv = v.view();
+    kernels::parallel_for(
+        "meshtensor::ring_attention_pack", Kokkos::RangePolicy<Exec>(0, own_blk), KOKKOS_LAMBDA(std::int64_t e) {
+          cur(e) = static_cast<C>(kv_(e));
+          cur(own_blk + e) = static_cast<C>(vv(e));
+          cur(2 * own_blk + e) = C(0);
+          cur(3 * own_blk + e) = C(0);
+        });
+  }
+  using buffer = mpi_buffer<Exec, C>;
+  using CView = Kokkos::View<C*, Mem>;
+  const auto qv = q.view(), gv = g.view();
+  CView home(cur.data() + 2 * own_blk, static_cast<std::size_t>(2 * own_blk));  // this part's [dk; dv]
+  CView home_owner = cur;  // keeps home's memory alive (home does not count as its reference)
+  for (int step = 0; step < P; ++step) {
+    const int j = ring.part(step);
+    const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)], k0 = ring.offset[static_cast<std::size_t>(j)];
+    const auto compute = [&, j, nk, k0] {
+      if (!ring.visible(j)) return;
+      ring_backward_dq<Exec>(qv, gv, lse, delta, cur, dq, outer, nq, nk, inner, q0, k0, s);
+      ring_backward_dkv<Exec>(qv, gv, lse, delta, cur, outer, nq, nk, inner, q0, k0, s);
+    };
+    if (P == 1) {
+      compute();
+      break;
+    }
+    // Steps 0 .. P - 2 pass the whole message on; the last passes the finished dk, dv of the
+    // block it holds (the next part's) home, and receives this part's.
+    const bool last = step == P - 1;
+    const std::int64_t send_n = last ? 2 * ring.block(j) : 4 * ring.block(j);
+    const std::int64_t recv_n = last ? 2 * own_blk : 4 * ring.block(ring.part(step + 1));
+    std::optional<buffer> sent;
+    const buffer received = buffer::writing(static_cast<std::size_t>(recv_n));
+    ring_exchange<C>(
+        comm, ring.axes,
+        [&] {
+          sent.emplace(buffer::reading(CView(cur.data() + (last ? 2 * ring.block(j) : 0), static_cast<std::size_t>(send_n))));
+          return static_cast<const C*>(sent->data());
+        },
+        send_n, ring.to, received.data(), recv_n, ring.from, false, compute);
+    if (last) home = home_owner = received.view();
+    else cur = received.view();
+  }
+  // Back to T: dq here, and this part's dk and dv.
+  Q gq(q.mesh(), q.extents()), gk(q.mesh(), q.extents()), gvv(q.mesh(), q.extents());
+  {
+    const auto a = gq.view(), b = gk.view(), c = gvv.view();
+    kernels::parallel_for(
+        "meshtensor::ring_attention_unpack", Kokkos::RangePolicy<Exec>(0, own_blk), KOKKOS_LAMBDA(std::int64_t e) {
+          a(e) = static_cast<T>(dq(e));
+          b(e) = static_cast<T>(home(e));
+          c(e) = static_cast<T>(home(own_blk + e));
+        });
+  }
+  push_fresh_grad(q, std::move(gq));
+  push_fresh_grad(k, std::move(gk));
+  push_fresh_grad(v, std::move(gvv));
+}
+
+// The ring itself: softmax(q . k / sqrt(|DKv|), causal) . v with q, k and v [B..., Heads, Length,
+// DKv] (keys at the same positions as the queries), Length split over the ring's axes.
+template <Dim Length, Tensor Q>
+Q ring_core(const Q& q, const Q& k, const Q& v, double scale) {
+  using T = typename Q::value_type;
+  using C = compute_t<T>;
+  using Exec = typename Q::execution_space;
+  using Mem = typename Q::memory_space;
+  using CPool = view_pool<C, Mem>;
+  const ring_geometry ring = ring_geometry_of<Length>(q);
+  const op_call call(ring_op{"ring_causal_attention", ring.axes, ring.parts}, q);
+  const collective_subject subject(&Q::type_name);
+  communicator& comm = q.mesh().communicator();
+  const std::int64_t P = ring.parts, nq = ring.extent[static_cast<std::size_t>(ring.me)], outer = ring.outer,
+                     inner = ring.inner, rows = outer * nq, q0 = ring.offset[static_cast<std::size_t>(ring.me)];
+  const C s = static_cast<C>(scale);
+  const auto m = CPool::get().allocate(static_cast<std::size_t>(rows));
+  const auto l = CPool::get().allocate(static_cast<std::size_t>(rows));
+  const auto acc = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
+  kernels::deep_copy(m, std::numeric_limits<C>::lowest());
+  kernels::deep_copy(l, C(0));
+  kernels::deep_copy(acc, C(0));
+  // The travelling message [k; v] of one block, in T.
+  using TPool = view_pool<T, Mem>;
+  const auto own_blk = ring.block(ring.me);
+  auto cur = TPool::get().allocate(static_cast<std::size_t>(2 * own_blk));
+  kernels::deep_copy(Kokkos::View<T*, Mem>(cur.data(), static_cast<std::size_t>(own_blk)), k.view());
+  kernels::deep_copy(Kokkos::View<T*, Mem>(cur.data() + own_blk, static_cast<std::size_t>(own_blk)), v.view());
+  using buffer = mpi_buffer<Exec, T>;
+  const auto qv = q.view();
+  for (int step = 0; step < P; ++step) {
+    const int j = ring.part(step);
+    const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)], k0 = ring.offset[static_cast<std::size_t>(j)];
+    const auto compute = [&, j, nk, k0] {
+      if (ring.visible(j)) ring_forward_block<Exec>(qv, cur, m, l, acc, outer, nq, nk, inner, q0, k0, s);
+    };
+    if (step == P - 1) {  // the last block: nothing more to pass
+      compute();
+      break;
+    }
+    const std::int64_t send_n = 2 * ring.block(j), recv_n = 2 * ring.block(ring.part(step + 1));
+    std::optional<buffer> sent;
+    const buffer received = buffer::writing(static_cast<std::size_t>(recv_n));
+    ring_exchange<T>(
+        comm, ring.axes,
+        [&] {
+          sent.emplace(buffer::reading(cur));
+          return static_cast<const T*>(sent->data());
+        },
+        send_n, ring.to, received.data(), recv_n, ring.from, true, compute);
+    cur = received.view();
+  }
+  // o = acc / l; lse = m + log(l), what the backward pass recomputes the weights from.
+  Q out(q.mesh(), q.extents());
+  const auto lse = CPool::get().allocate(static_cast<std::size_t>(rows));
+  {
+    const auto ov = out.view();
+    kernels::parallel_for(
+        "meshtensor::ring_attention_finish", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
+          const C sum = l(row);
+          for (std::int64_t d = 0; d < inner; ++d) ov(row * inner + d) = static_cast<T>(acc(row * inner + d) / sum);
+          lse(row) = m(row) + kmath::log(sum);
+        });
+  }
+  record<Q>(
+      out,
+      [q, k, v, o = out.detached(), lse, scale](const Q& g) { ring_core_backward<Length>(g, q, k, v, o, lse, scale); },
+      q, k, v);
+  return out;
+}
+
+}  // namespace detail
+
+namespace nn {
+
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
+X ring_causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo,
+                        attention_memory memory = attention_memory::keep_all) {
+  using L = typename X::layout_type;
+  (void)memory;  // the ring keeps the same under both (the header's comment)
+  if constexpr (L::template split_of<Length>().count == 0) {
+    (void)sizeof(diagnostic::ring_attention_needs_a_split_length<Length>);
+    return x;
+  } else if constexpr (L::template split_of<MemLength>().count != 0) {
+    (void)sizeof(diagnostic::ring_attention_memory_length_split<MemLength>);
+    return x;
+  } else if constexpr ((L::template split_of<Heads>().mask() & L::template split_of<Length>().mask()) != 0) {
+    (void)sizeof(diagnostic::ring_attention_heads_on_a_context_axis<Heads>);
+    return x;
+  } else if constexpr (L::template split_of<DKv>().count != 0) {
+    (void)sizeof(diagnostic::ring_attention_dkv_split<DKv>);
+    return x;
+  } else {
+    namespace md = meshtensor::detail;
+    const md::op_call call(md::composite_op{"ring_causal_attention"});
+    using B = difference_t<typename X::dims, type_list<Length, DModel>>;
+    using QDims = md::concat_t<B, type_list<Heads, Length, DKv>>;
+    const double scale = 1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>()));
+    // Computed where the positions are (local: Length split, Heads as in x's layout). The keys
+    // keep Length: MemLength names no dim here (the ring's blocks are x's).
+    const auto project = [&](const W& w) {
+      return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(x, w); }(QDims{});
+    };
+    const auto q = project(wq), k = project(wk), v = project(wv);
+    const auto o = md::ring_core<Length>(q, k, v, scale);
+    return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
+  }
+}
+
+}  // namespace nn
+}  // namespace meshtensor

@@ -1,0 +1,174 @@
+// Context parallelism by a ring (nn::ring_causal_attention): with the sequence split over mesh axes
+// (alone, over two axes in either order, with data parallelism, with tensor parallelism over the
+// heads), the result equals causal_attention's on the whole sequence and all-to-all attention's,
+// uneven lengths included; the shifts counted forward (P - 1) and backward (P), calls and bytes,
+// are the plan's and the header's formula, and a planned run counts what the real one sends;
+// gradients through x and every weight equal central differences.
+#include <meshtensor/nn/context_attention.hpp>
+#include <meshtensor/nn/ring_attention.hpp>
+#include <test_support.hpp>
+
+#include "comm_counts.hpp"
+#include "transformer_dims.hpp"
+
+using namespace tst;
+namespace mt = meshtensor;
+namespace nn = meshtensor::nn;
+
+namespace {
+constexpr std::int64_t B = 2, M = 6, H = 4, K = 3;
+
+template <class X, class Mesh, class Fn>
+void check_grad(const Mesh& g, const typename X::extents_type& ext, std::uint64_t seed, Fn loss_of, std::size_t stride) {
+  check_gradient<X>(g, ext, mt::gather_all(mt::random_uniform<X>(g, ext, seed, -1.0, 1.0)), loss_of,
+                    {.h = 1e-6, .tol = 1e-6, .stride = stride});
+}
+
+// The bytes this processor's ring sends, by the header's formula: a block of part p is
+// outer x |part p| x |DKv| elements (outer: the local batch times the local heads); forward the k
+// and v of the blocks of parts me, me - 1, ..., me - P + 2; backward those with their dk and dv,
+// then the dk and dv of part me + 1 home.
+struct ring_bytes {
+  std::int64_t forward = 0, backward = 0;
+};
+template <class X>
+ring_bytes ring_bytes_of(const X& x, std::int64_t local_heads) {
+  const auto pl = x.placement();
+  constexpr std::size_t d = X::template index_of<length>();
+  const std::int64_t P = pl.parts(d);
+  const std::int64_t me = pl.part_at(d, x.mesh().communicator().coords());
+  const auto block = [&](std::int64_t p) {
+    return x.template local_extent<batch>() * local_heads * pl.part_extent(d, ((p % P) + P) % P) * K *
+           static_cast<std::int64_t>(sizeof(double));
+  };
+  ring_bytes r;
+  for (std::int64_t s = 0; s + 1 < P; ++s) {
+    r.forward += 2 * block(me - s);
+    r.backward += 4 * block(me - s);
+  }
+  if (P > 1) r.backward += 2 * block(me + 1);
+  return r;
+}
+}  // namespace
+
+TEST_CASE("ring attention equals causal attention on the whole sequence", "[gradient]") {
+  // The sequence over both axes (in mesh order, and reversed: parts then differ from the
+  // sub-communicator's ranks); with batch over one (data); with the heads over one (tensor).
+  using LA = mt::layout<grid, mt::split<length, r_, c_>>;
+  using LR = mt::layout<grid, mt::split<length, c_, r_>>;
+  using LB = mt::layout<grid, mt::split<batch, r_>, mt::split<length, c_>>;
+  using LC = mt::layout<grid, mt::split<heads, r_>, mt::split<length, c_>>;
+  using L0 = mt::layout<grid>;
+  const auto g = world_grid();
+  // 7: uneven over 2, 3 and 4 parts; 3: an empty part at 4 (its blocks are empty, still passed on).
+  const auto S = GENERATE(std::int64_t{8}, std::int64_t{7}, std::int64_t{3});
+  for_each_type(list<LA, LR, LB, LC>{}, [&]<class L>() {
+    INFO(layout_name<L>() << ", length " << S << ", rank " << g.rank());
+    using X = mt::tensor<double, L, batch, length, d_model>;
+    using W = mt::tensor<double, L, d_model, heads, d_kv>;
+    using WO = mt::tensor<double, L, heads, d_kv, d_model>;
+    using X0 = mt::tensor<double, L0, batch, length, d_model>;
+    using W0 = mt::tensor<double, L0, d_model, heads, d_kv>;
+    using WO0 = mt::tensor<double, L0, heads, d_kv, d_model>;
+    const typename X::extents_type ex{B, S, M};
+    const typename W::extents_type ew{M, H, K};
+    auto wq = mt::random_normal<W>(g, ew, 31, 0, 0.5), wk = mt::random_normal<W>(g, ew, 32, 0, 0.5),
+         wv = mt::random_normal<W>(g, ew, 33, 0, 0.5);
+    auto wo = mt::random_normal<WO>(g, {H, K, M}, 34, 0, 0.5);
+    auto x0 = mt::random_normal<X>(g, ex, 35);
+    const auto att = [](const X& x, const W& q, const W& k, const W& v, const WO& o,
+                        nn::attention_memory mem = nn::attention_memory::keep_all) {
+      return nn::ring_causal_attention<length, mlen, d_model, heads, d_kv>(x, q, k, v, o, mem);
+    };
+    const auto whole = nn::causal_attention<length, mlen, d_model, heads, d_kv>(
+        mt::from_host<X0>(g, ex, mt::gather_all(x0)), mt::from_host<W0>(g, ew, mt::gather_all(wq)),
+        mt::from_host<W0>(g, ew, mt::gather_all(wk)), mt::from_host<W0>(g, ew, mt::gather_all(wv)),
+        mt::from_host<WO0>(g, {H, K, M}, mt::gather_all(wo)));
+    g.reset_counters();
+    const auto split = att(x0, wq, wk, wv, wo);
+    const auto counted = g.counters();
+    REQUIRE(max_rel_error(mt::gather_all(split), mt::gather_all(whole)) < 1e-12);
+    REQUIRE(max_rel_error(mt::gather_all(att(x0, wq, wk, wv, wo, nn::attention_memory::recompute_core)),
+                          mt::gather_all(whole)) < 1e-12);
+    REQUIRE(max_rel_error(mt::gather_all(split), mt::gather_all(nn::all_to_all_causal_attention<length, mlen, d_model,
+                                                                                               heads, d_kv>(
+                                                     x0, wq, wk, wv, wo))) < 1e-12);
+
+    // P - 1 shifts over the sequence's axes (none on one part); the heads' allreduce over their own
+    // axes (LC) at the output projection. The ring's plan says the shifts.
+    const auto seq = typename L::template axes_of<length>{};
+    const unsigned seq_mask = [&]<class... As>(mt::type_list<As...>) { return grid::template mask<As...>(); }(seq);
+    const std::int64_t P = x0.placement().parts(X::template index_of<length>());
+    mt::comm_counters want = mt::ring_attention_plan(mt::axis_set(seq_mask), P).as_counts();
+    if (P > 1) REQUIRE(want[{mt::collective::shift, mt::axis_set(seq_mask)}].calls == P - 1);
+    if constexpr (std::is_same_v<L, LC>) want[{mt::collective::allreduce, mt::axis_set(grid::template mask<r_>())}].calls = 1;
+    require_counts(counted, want);
+    const ring_bytes bytes = ring_bytes_of(x0, wq.template local_extent<heads>());
+    const auto shifts = [&](const mt::comm_counters& c) {
+      const auto it = c.find({mt::collective::shift, mt::axis_set(seq_mask)});
+      return it == c.end() ? mt::comm_count{} : it->second;
+    };
+    CHECK(shifts(counted).bytes == bytes.forward);
+    // The header's estimate says the same, before any run.
+    const auto estimate = [&] {
+      const auto pl = x0.placement();
+      constexpr std::size_t d = X::template index_of<length>();
+      std::vector<std::int64_t> extents;
+      for (std::int64_t p = 0; p < P; ++p) extents.push_back(pl.part_extent(d, p));
+      return mt::ring_attention_traffic_of(extents, static_cast<int>(pl.part_at(d, g.communicator().coords())),
+                                           x0.template local_extent<batch>() * wq.template local_extent<heads>() * K,
+                                           sizeof(double), sizeof(double));
+    }();
+    CHECK(estimate.forward_calls == (P > 1 ? P - 1 : 0));
+    CHECK(estimate.forward_bytes == bytes.forward);
+    CHECK(estimate.backward_calls == (P > 1 ? P : 0));
+    CHECK(estimate.backward_bytes == bytes.backward);
+
+    // Backward: P shifts (the ring again, then dk and dv home), as the backward plan says.
+    {
+      auto x = x0;
+      x.requires_grad();
+      const auto loss = weighted_sum(att(x, wq, wk, wv, wo), 2);
+      g.reset_counters();
+      (void)mt::gradient(loss, x);
+      const auto back = shifts(g.counters());
+      const auto plan = mt::ring_attention_backward_plan(mt::axis_set(seq_mask), P).as_counts();
+      const auto planned_calls = plan.empty() ? 0 : plan.begin()->second.calls;
+      CHECK(back.calls == planned_calls);
+      CHECK(back.calls == (P > 1 ? P : 0));
+      CHECK(back.bytes == bytes.backward);
+    }
+
+    // A planned run of the same step (forward and backward, every weight's gradient) counts what
+    // the real one sends: calls and bytes of every collective.
+    const auto step = [&](const grid& m) {
+      auto x = mt::random_normal<X>(m, ex, 35);
+      auto q = mt::random_normal<W>(m, ew, 31, 0, 0.5), k = mt::random_normal<W>(m, ew, 32, 0, 0.5),
+           v = mt::random_normal<W>(m, ew, 33, 0, 0.5);
+      auto o = mt::random_normal<WO>(m, {H, K, M}, 34, 0, 0.5);
+      x.requires_grad(), q.requires_grad(), k.requires_grad(), v.requires_grad(), o.requires_grad();
+      m.reset_counters();
+      const auto loss = weighted_sum(att(x, q, k, v, o), 2);
+      (void)mt::gradient(loss, x, q, k, v, o);
+      return m.counters();
+    };
+    const auto real = step(g);
+    const auto planned = [&] {  // in a scope of its own: no real tensor is made while it exists
+      const auto pm = grid::planned(g.sizes(), {g.coord<r_>(), g.coord<c_>()});
+      return step(pm);
+    }();
+    INFO("real: " << show(real) << "\nplanned: " << show(planned));
+    CHECK(planned == real);
+    CHECK(shifts(real).calls == (P > 1 ? 2 * P - 1 : 0));
+    CHECK(shifts(real).bytes == bytes.forward + bytes.backward);
+
+    if (S == 7) {
+      check_grad<X>(g, ex, 1, [&](const X& x) { return weighted_sum(att(x, wq, wk, wv, wo), 2); }, 5);
+      check_grad<W>(g, ew, 3, [&](const W& w) { return weighted_sum(att(x0, w, wk, wv, wo), 2); }, 4);
+      check_grad<W>(g, ew, 4, [&](const W& w) { return weighted_sum(att(x0, wq, w, wv, wo), 2); }, 4);
+      check_grad<W>(g, ew, 5,
+                    [&](const W& w) { return weighted_sum(att(x0, wq, wk, w, wo, nn::attention_memory::recompute_core), 2); }, 4);
+      check_grad<WO>(g, {H, K, M}, 6, [&](const WO& w) { return weighted_sum(att(x0, wq, wk, wv, w), 2); }, 4);
+    }
+  });
+}
