@@ -96,12 +96,9 @@ inline void copy_pieces(const std::vector<copy_piece>& pieces, int threads) {
 // the same size is not even cleared).
 inline file_image image_of(const tensor_set& set, const metadata& meta, const std::string& path,
                            std::vector<char> buffer = {}, int copy_threads = 1) {
-  check_same_mesh(set, path);
-  if (meta.count("meshtensor.dims"))
-    throw io_error(cat("'", path, "': the metadata key 'meshtensor.dims' is meshtensor's own"));
   std::vector<std::int64_t> begins;
-  const std::string header = header_for(set, meta, begins);
-  const std::int64_t data_start = 8 + static_cast<std::int64_t>(header.size());
+  const std::string preamble = file_preamble(set, meta, path, begins);
+  const std::int64_t data_start = static_cast<std::int64_t>(preamble.size());
   int rank = 0;
   MPI_Comm_rank(set.comm(), &rank);
   file_image img;
@@ -113,9 +110,7 @@ inline file_image image_of(const tensor_set& set, const metadata& meta, const st
   img.bytes.resize(static_cast<std::size_t>(total));
   std::int64_t at = 0;
   if (rank == 0) {
-    const std::uint64_t n = header.size();
-    for (int i = 0; i < 8; ++i) img.bytes[static_cast<std::size_t>(i)] = static_cast<char>(static_cast<unsigned char>(n >> (8 * i)));
-    std::memcpy(img.bytes.data() + 8, header.data(), header.size());
+    std::memcpy(img.bytes.data(), preamble.data(), preamble.size());
     img.runs.push_back({0, 0, data_start});
     at = data_start;
   }

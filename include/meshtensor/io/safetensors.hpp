@@ -97,15 +97,28 @@ inline void check_same_mesh(const tensor_set& set, const std::string& path) {
 // over the set's mesh. The data is synced to disk when it returns. For a checkpoint that must
 // survive a crash mid-write, use checkpoints::save (io/checkpoint.hpp), which writes beside the
 // last one and switches only when complete.
+namespace detail {
+// What every safetensors file of set begins with, as save and the asynchronous writer both write
+// it: the 8-byte little-endian length of the JSON header, then the header; begins receives each
+// tensor's offset in the data that follows. Checks the set's mesh and the reserved metadata key.
+inline std::string file_preamble(const tensor_set& set, const metadata& meta, const std::string& path,
+                                 std::vector<std::int64_t>& begins) {
+  check_same_mesh(set, path);
+  if (meta.count("meshtensor.dims"))
+    throw io_error(cat("'", path, "': the metadata key 'meshtensor.dims' is meshtensor's own"));
+  const std::string header = header_for(set, meta, begins);
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>(static_cast<unsigned char>(std::uint64_t{header.size()} >> (8 * i)));
+  return out + header;
+}
+}  // namespace detail
+
 inline void save(const std::string& path, const tensor_set& set, const metadata& meta = {}) {
   using detail::cat;
   const MPI_Comm comm = set.comm();
-  detail::check_same_mesh(set, path);
-  if (meta.count("meshtensor.dims"))
-    throw io_error(cat("'", path, "': the metadata key 'meshtensor.dims' is meshtensor's own"));
   std::vector<std::int64_t> begins;
-  const std::string header = detail::header_for(set, meta, begins);
-  const MPI_Offset data_start = 8 + static_cast<MPI_Offset>(header.size());
+  const std::string preamble = detail::file_preamble(set, meta, path, begins);
+  const MPI_Offset data_start = static_cast<MPI_Offset>(preamble.size());
 
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
@@ -125,13 +138,8 @@ inline void save(const std::string& path, const tensor_set& set, const metadata&
   detail::agree_mpi(comm, rc, cat("cannot create '", path, "'"));
 
   if (rank == 0) {
-    std::uint64_t n = header.size();
-    unsigned char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
     MPI_Status st;
-    rc = MPI_File_write_at(f.fh, 0, len, 8, MPI_BYTE, &st);
-    if (rc == MPI_SUCCESS)
-      rc = MPI_File_write_at(f.fh, 8, header.data(), static_cast<int>(header.size()), MPI_BYTE, &st);
+    rc = MPI_File_write_at(f.fh, 0, preamble.data(), static_cast<int>(preamble.size()), MPI_BYTE, &st);
   }
   detail::agree_mpi(comm, rc, cat("cannot write the header of '", path, "'"));
 
