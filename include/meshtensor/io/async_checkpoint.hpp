@@ -42,6 +42,7 @@
 #include <thread>
 #include <vector>
 
+#include "../runtime/node.hpp"
 #include "checkpoint.hpp"
 
 namespace meshtensor::io {
@@ -246,13 +247,8 @@ class async_checkpoints : private checkpoints {
   // The copy's threads: this node's cores shared among its ranks (MPI_COMM_TYPE_SHARED; once).
   int copy_threads(MPI_Comm comm) {
     if (copy_threads_ == 0) {
-      MPI_Comm node;
-      int node_ranks = 1;
-      MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-      MPI_Comm_size(node, &node_ranks);
-      MPI_Comm_free(&node);
       const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      copy_threads_ = std::clamp(cores / std::max(1, node_ranks), 1, 8);
+      copy_threads_ = std::clamp(cores / std::max(1, node_place_of(comm).size), 1, 8);
     }
     return copy_threads_;
   }

@@ -33,7 +33,6 @@
 #include "../geometry/placement.hpp"
 #include "../kernels/launch.hpp"
 #include "../kernels/pool.hpp"
-#include "../ops/detail/along.hpp"
 #include "../ops/einsum.hpp"
 #include "../ops/op_call.hpp"
 #include "../plan/comm_plan.hpp"
@@ -137,9 +136,12 @@ ring_geometry ring_geometry_of(const Q& q) {
     g.offset.push_back(p.part_offset(0, k));
     g.extent.push_back(p.part_extent(0, k));
   }
-  const auto local = local_along<Length>(q);
-  g.outer = local.outer;
-  g.inner = local.inner;
+  // q's local data as [outer, Length's local extent, inner]
+  constexpr std::size_t at = Q::template index_of<Length>();
+  const auto ext = q.local_extents();
+  g.outer = 1;
+  g.inner = 1;
+  for (std::size_t d = 0; d < Q::rank; ++d) (d < at ? g.outer : g.inner) *= d == at ? 1 : ext[d];
   return g;
 }
 

@@ -51,6 +51,7 @@
 
 #include "../error.hpp"
 #include "cpu_isa.hpp"
+#include "node.hpp"
 
 namespace meshtensor {
 
@@ -257,11 +258,8 @@ class environment {
       if (std::strncmp(argv[i], "--kokkos-device", 15) == 0 || std::strncmp(argv[i], "--kokkos-num-devices", 20) == 0)
         user_chose_device = true;
     if (!user_chose_device) {
-      MPI_Comm node;
-      int node_rank = 0, devices = 0;
-      MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-      MPI_Comm_rank(node, &node_rank);
-      MPI_Comm_free(&node);
+      const int node_rank = node_place_of(MPI_COMM_WORLD).rank;
+      int devices = 0;
       if (cudaGetDeviceCount(&devices) == cudaSuccess && devices > 0) {
         device_arg = "--kokkos-device-id=" + std::to_string(node_rank % devices);
         args.push_back(device_arg.data());
