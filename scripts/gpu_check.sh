@@ -5,7 +5,7 @@
 #   1. unpacks the .debs into a prefix of their own (never over /), and puts the Kokkos back;
 #   2. builds, with nvcc at -O1 on every core, the programs that exercise the GPU: matmul, the
 #      elementwise, einsum, reductions (softmax) and reshape tests, the data-movement, fused and
-#      layer-gradient tests, bench_local and transformer_lm;
+#      layer-gradient tests, bench_local and meshtensor-lm (tools/lm);
 #   3. runs the tests at 1 and 2 ranks sharing the GPU (every op checking its plan), the matmul
 #      example on [2 x 2], bench_local's products against cuBLAS called directly, and the
 #      Transformer step against PyTorch on the same GPU.
@@ -81,8 +81,8 @@ log "mpiexec: $(mpiexec --version 2>&1 | head -n 1); cores: $(getconf _NPROCESSO
 build=$root/build/gpu_check
 # MESHTENSOR_GPU_TARGETS narrows the set (e.g. "matmul bench_local"). Every core is used
 # (getconf: nproc said 1 on the H100 machine, whose command runs with an affinity of one core): there
-# transformer_lm's 12 TUs and a 4-TU test program built in 100 s.
-read -r -a targets <<<"${MESHTENSOR_GPU_TARGETS:-matmul bench_local transformer_lm mpi_elementwise_test mpi_einsum_test mpi_reductions_test mpi_reshape_test mpi_data_movement_equivalence_test mpi_nn_gradient_test mpi_fused_equivalence_test}"
+# meshtensor-lm's 12 TUs (then) and a 4-TU test program built in 100 s.
+read -r -a targets <<<"${MESHTENSOR_GPU_TARGETS:-matmul bench_local meshtensor-lm mpi_elementwise_test mpi_einsum_test mpi_reductions_test mpi_reshape_test mpi_data_movement_equivalence_test mpi_nn_gradient_test mpi_fused_equivalence_test}"
 generator=(); keep_going=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); keep_going=(-- -k 0); else keep_going=(-- -k); fi
 step configure 120 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" \
@@ -112,9 +112,9 @@ run_built bench_local benchmarks "bench_local: einsum against cuBLAS" 90 1 \
   --benchmark_filter='matmul|attn' --benchmark_out="$out/bench_local.json" --benchmark_out_format=json
 # The Transformer step at a GPU's size, ours and PyTorch's, on the same GPU.
 model=(--batch 16 --length 512 --d-model 1024 --heads 8 --d-kv 128 --d-ff 4096 --vocab 8192)
-run_built transformer_lm examples "transformer step, ours" 90 1 --layout data --mesh 1 1 "${model[@]}" \
+run_built meshtensor-lm tools/lm "transformer step, ours" 90 1 --layout data --mesh 1 1 "${model[@]}" \
   --steps 13 --warmup 3 --log-every 100000 --csv "$out/loss.csv"
-step "transformer step, PyTorch" 90 python3 "$root/examples/transformer_lm/torch_reference.py" bench "${model[@]}" \
+step "transformer step, PyTorch" 90 python3 "$root/tools/lm/torch_reference.py" bench "${model[@]}" \
   --warmup 3 --steps 10 --device cuda
 run_built matmul examples "matmul example on [2 x 2]" 60 4 --size 1024
 for n in 1 2; do

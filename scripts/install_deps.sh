@@ -127,7 +127,7 @@ main() {
 
   local packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libboost1.81-dev libopenblas-dev
             dataset-fashion-mnist zlib1g-dev gnuplot-nox libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
-            python3-torch python3-numpy python3-venv libdnnl-dev   # oneDNN: local kernels (MESHTENSOR_DNNL); PyTorch: the transformer_lm cross-check (ctest label crosscheck)
+            python3-torch python3-numpy python3-venv libdnnl-dev   # oneDNN: local kernels (MESHTENSOR_DNNL); PyTorch: the meshtensor-lm cross-check (tools/lm) (ctest label crosscheck)
             libsentencepiece-dev   # examples/translation's tokenizer; the packages below install its corpus's French catalogs (corpus.hpp)
             sentencepiece          # spm_decode and spm_export_vocab: the PyTorch translation peer's detokenizer in any Python (scripts/dev/bench_translation.sh)
             libc-l10n git gettext gettext-base libdpkg-perl libglib2.0-data gnupg-l10n iso-codes

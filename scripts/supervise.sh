@@ -32,7 +32,7 @@ usage() {
   cat <<'EOF'
 Usage: supervise.sh [OPTIONS] [--] COMMAND [ARGS...]
 
-Runs COMMAND (e.g. mpiexec -n 4 transformer_lm --checkpoint ckpt --save-every 100 ...). When it
+Runs COMMAND (e.g. mpiexec -n 4 meshtensor-lm --checkpoint ckpt --save-every 100 ...). When it
 ends abnormally (non-zero exit status: a rank killed by a signal, MPI_Abort, the collective
 watchdog), runs it again with `--resume DIR` appended if DIR holds a complete checkpoint, or as
 given if not, up to N times. Exits with the job's last status (0 once it completes).

@@ -15,7 +15,7 @@ elif [ -z "$cuda_kokkos" ] && { command -v nvcc >/dev/null || [ -x /usr/local/cu
 fi
 # A CUDA Kokkos's nvcc_wrapper calls the nvcc in PATH.
 if [ -n "$cuda_kokkos" ] && ! command -v nvcc >/dev/null; then export PATH="/usr/local/cuda/bin:$PATH"; fi
-# The examples and benchmarks are built here to be tested, at -Og (CMakeLists.txt,
+# The examples, the LM tool and the benchmarks are built here to be tested, at -Og (CMakeLists.txt,
 # MESHTENSOR_EXAMPLE_OPTIMIZATION); run_example.sh and the benchmark scripts build them at -O3.
 configure_and_build -DMESHTENSOR_CUDA_KOKKOS_ROOT="$cuda_kokkos" -DMESHTENSOR_EXAMPLE_OPTIMIZATION=-Og
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" "$@"

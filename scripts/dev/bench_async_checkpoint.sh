@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Asynchronous against synchronous checkpoints (docs/performance.md, "Checkpoints while training"):
-# transformer_lm saving every 4 steps, --layout fsdp (each rank writes its share), on 1, 2 and 4
+# meshtensor-lm saving every 4 steps, --layout fsdp (each rank writes its share), on 1, 2 and 4
 # ranks, at two sizes: the default model (d_model 64, 2 layers) and a larger one (d_model 512,
 # d_ff 2048, 4 layers, vocab 8192). For each, in the same round, a run with synchronous saves and
 # one with --async-save; the LM reports the time a save blocks its step and the median step time
@@ -12,9 +12,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 source "$root/scripts/dev/bench_common.sh"
 rounds=3 ranks_list="1 2 4" steps=24 build=$root/build/bench
 bench_args "$0" 2,9 --rounds:rounds --ranks:ranks_list --steps:steps --build:build -- "$@"
-bench_build_target "$build" transformer_lm
-lm=$build/examples/transformer_lm
-[ -x "$lm" ] || lm=$(find "$build" -name transformer_lm -type f -perm -u+x | head -n 1)
+bench_build_target "$build" meshtensor-lm
+lm=$build/tools/lm/meshtensor-lm
+[ -x "$lm" ] || lm=$(find "$build" -name meshtensor-lm -type f -perm -u+x | head -n 1)
 export OMP_NUM_THREADS=1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Two builds of meshtensor side by side in one run, for a change that must not slow the common path
 # (docs/performance.md): the communication benchmarks (bench_comm, meshtensor's side only) at 2
-# ranks and the Transformer training step (examples/transformer_lm: batch 8, length 128, d_model
+# ranks and the Transformer training step (tools/lm, meshtensor-lm: batch 8, length 128, d_model
 # 256, heads 4, d_kv 64, d_ff 1024, vocab 1024, Adam) at 1 and 2 ranks, each configuration of the
 # two builds run alternately, --rounds times; every figure is the median over the rounds.
 #   OPENBLAS_CORETYPE=SkylakeX scripts/dev/bench_compare.sh BEFORE_BUILD_DIR AFTER_BUILD_DIR [--rounds 5]
 #     [--filter REGEX]   (bench_comm benchmarks; default relayout, gather_relayout, reduce_sum)
-# Each build dir must hold benchmarks/bench_comm and examples/transformer_lm (e.g. a worktree of
+# Each build dir must hold benchmarks/bench_comm and tools/lm/meshtensor-lm (e.g. a worktree of
 # the old commit configured like scripts/dev/bench.sh, and build/bench). OPENBLAS_CORETYPE is read, never set.
 set -euo pipefail
 before=$1 after=$2
@@ -33,7 +33,7 @@ for r in $(seq "$rounds"); do
     mpiexec -n 2 "$dir/benchmarks/bench_comm" --benchmark_filter="$filter" --benchmark_format=csv 2>/dev/null |
       awk -F, -v s="$side" '/^"/ { gsub(/"/, "", $1); sub(/\/iterations.*/, "", $1); print s, $1, $3 }' >>"$tmp/comm"
     for n in 1 2; do
-      t=$(mpiexec -n "$n" "$dir/examples/transformer_lm" --layout data --mesh "$n" 1 "${model[@]}" |
+      t=$(mpiexec -n "$n" "$dir/tools/lm/meshtensor-lm" --layout data --mesh "$n" 1 "${model[@]}" |
           sed -n 's/^step_time_median_ms \([0-9.]*\).*/\1/p')
       echo "$side step_np$n $t" >>"$tmp/comm"
     done

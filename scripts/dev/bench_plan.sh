@@ -22,7 +22,7 @@ rounds=3
 bench_args "$0" 2,16 --rounds:rounds -- "$@"
 log() { echo "[bench_plan] $*" >&2; }
 build=${MESHTENSOR_BUILD_DIR:-$root/build/plan}
-bench_build_target "$build" transformer_lm fashion_mnist bench_calibrate
+bench_build_target "$build" meshtensor-lm fashion_mnist bench_calibrate
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_PROC_BIND=false OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
@@ -35,7 +35,7 @@ fi
 log "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}; load average $load on $cores cores"
 
 out=$(mktemp -d)
-lm="$build/examples/transformer_lm" mlp="$build/examples/fashion_mnist"
+lm="$build/tools/lm/meshtensor-lm" mlp="$build/examples/fashion_mnist"
 lm_args=(--batch 8 --length 128 --d-model 256 --heads 4 --d-kv 64 --d-ff 1024 --vocab 256)
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 

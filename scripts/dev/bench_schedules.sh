@@ -14,7 +14,7 @@
 # bubble table of docs/scale.md). One process per stage, OMP_NUM_THREADS=1, mpiexec --mca
 # mpi_yield_when_idle 1 (a stage waiting for its neighbour yields its core). With more stages than
 # cores, stages share cores and a stage's neighbours slow it: say so with the figures.
-# MESHTENSOR_BUILD_DIR (default build/training) chooses the build of transformer_lm.
+# MESHTENSOR_BUILD_DIR (default build/training) chooses the build of meshtensor-lm.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=bench_common.sh
@@ -22,8 +22,8 @@ source "$root/scripts/dev/bench_common.sh"
 stages=4 rounds=3 steps=6 gpipe=0
 bench_args "$0" 2,18 --stages:stages --rounds:rounds --steps:steps --gpipe:gpipe=1 -- "$@"
 build=${MESHTENSOR_BUILD_DIR:-$root/build/training}
-bench_build_target "$build" transformer_lm
-lm="$build/examples/transformer_lm"
+bench_build_target "$build" meshtensor-lm
+lm="$build/tools/lm/meshtensor-lm"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 model=(--layers 8 --d-model 128 --d-ff 512 --heads 4 --d-kv 32 --batch 64 --length 64)

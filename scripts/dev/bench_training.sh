@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Transformer training step (examples/transformer_lm: forward, backward, Adam), side by side in
+# The Transformer training step (tools/lm, meshtensor-lm: forward, backward, Adam), side by side in
 # one run: one rank against PyTorch on one thread, and 2 ranks (data parallel, model parallel)
 # against one rank; then the bytes of parameters + Adam state per rank under the model-parallel
 # layout on 1, 2 and 4 ranks against (split parameters / P + replicated ones) x 3. Prints a
@@ -17,7 +17,7 @@
 # --small-only skips the larger model (about half of the time).
 # Threads: OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=1 per process, torch.set_num_threads(1).
 # OPENBLAS_CORETYPE is read, never set. MESHTENSOR_BUILD_DIR (default build/training) and
-# MESHTENSOR_BUILD_JOBS (default nproc) choose where and how transformer_lm is built; PyTorch is
+# MESHTENSOR_BUILD_JOBS (default nproc) choose where and how meshtensor-lm is built; PyTorch is
 # Debian's python3-torch run by /usr/bin/python3.
 set -euo pipefail
 cores=$(getconf _NPROCESSORS_ONLN)
@@ -29,9 +29,9 @@ bench_args "$0" 2,20 --rounds:rounds --steps:steps --warmup:warmup --small-only:
 log() { echo "[bench_training] $*" >&2; }
 
 build=${MESHTENSOR_BUILD_DIR:-$root/build/training}
-bench_build_target "$build" transformer_lm
-lm="$build/examples/transformer_lm"
-torch_ref="$root/examples/transformer_lm/torch_reference.py"
+bench_build_target "$build" meshtensor-lm
+lm="$build/tools/lm/meshtensor-lm"
+torch_ref="$root/tools/lm/torch_reference.py"
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 OMP_PROC_BIND=false OPENBLAS_NUM_THREADS=1

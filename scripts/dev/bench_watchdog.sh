@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the collective watchdog costs: transformer_lm's median step time with
+# What the collective watchdog costs: meshtensor-lm's median step time with
 # MESHTENSOR_COLLECTIVE_TIMEOUT unset (MPI's blocking collectives) and set (every collective
 # started nonblocking and polled, runtime/watchdog.hpp), side by side in interleaved rounds.
 #
@@ -9,7 +9,7 @@
 # latency-bound collectives, the watchdog's worst case) under the data and the 2d layouts, and a
 # larger one (d_model 256, sequence 128) under 2d. Each figure is the median over the rounds of each
 # run's median step; the ratio is on over off (the issue's bound: within 1.02). BUILD_DIR (default
-# $MESHTENSOR_BUILD_DIR or build/bench) is configured where it is not yet, and transformer_lm built
+# $MESHTENSOR_BUILD_DIR or build/bench) is configured where it is not yet, and meshtensor-lm built
 # there. OPENBLAS_CORETYPE is read, never set; the load average is printed before and after.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -19,8 +19,8 @@ rounds=5
 if [ "${1:-}" = "--rounds" ]; then rounds="$2"; shift 2; fi
 build=${1:-${MESHTENSOR_BUILD_DIR:-$root/build/bench}}
 log() { echo "[bench_watchdog] $*" >&2; }
-bench_build_target "$build" transformer_lm -- -DMESHTENSOR_BUILD_TESTS=OFF
-lm=$build/examples/transformer_lm
+bench_build_target "$build" meshtensor-lm -- -DMESHTENSOR_BUILD_TESTS=OFF
+lm=$build/tools/lm/meshtensor-lm
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Plans of transformer_lm against published figures (docs/scale.md, "Published figures").
+"""Plans of meshtensor-lm (tools/lm) against published figures (docs/scale.md, "Published figures").
 
-    python3 scripts/dev/published_plans.py BUILD/examples/transformer_lm [--check]
+    python3 scripts/dev/published_plans.py BUILD/tools/lm/meshtensor-lm [--check]
 
---check (ctest example.transformer_lm.published_plans) exits 1 unless every GPT-3 size and Megatron
+--check (ctest lm.published_plans) exits 1 unless every GPT-3 size and Megatron
 configuration is within 1% of the closed form, every planned ZeRO row within 0.1% of ZeRO's formula
 (the 7.5 B and 128 B rows all planned), the plan ledger's activations by op add up to its total and a
 recomputed block saves exactly 2sbh, every Korthikanti et al. run of Table 5 plans (its times are reported, not
@@ -69,7 +69,7 @@ DEGREES = [1, 4, 16, 64, 256, 1024]
 
 
 def plan_json(binary, *args):
-    """The plan's JSON, or the error transformer_lm stopped with."""
+    """The plan's JSON, or the error meshtensor-lm stopped with."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         r = subprocess.run([binary, "--plan", "--plan-json", f.name, *map(str, args)], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, text=True)
@@ -148,7 +148,7 @@ def megatron_flops(batch, s, layers, h, vocab):
 
 def megatron_rows(binary, failures):
     print("\n## Megatron-LM's Table 1: planned as they ran, throughput predicted from an A100 calibration\n")
-    print("Each row: `transformer_lm --plan --pipeline p --mesh N_d t --microbatches m --schedule 1f1b --dtype bf16 "
+    print("Each row: `meshtensor-lm --plan --pipeline p --mesh N_d t --microbatches m --schedule 1f1b --dtype bf16 "
           "--recompute`, N_d = GPUs / (t p), microbatches of one sequence per data-parallel GPU. Predicted teraFLOP/s "
           "per GPU = eq. 3's FLOPs / (GPUs x the predicted step time).\n")
     print("| params (published) | planned (vs closed form) | t | p | N_d | GPUs | m | memory/GPU (peak stage) | bytes/step/GPU (max) | "
@@ -262,7 +262,7 @@ def korthikanti_rows(binary, failures):
     print("\n## Activations per layer against Korthikanti et al. 2022 (Table 2's formulas, Table 3's models)\n")
     print("Planned in bf16 with dropout 0.1 (their formulas count its 1-byte masks), "
           "one sequence of 2048 per GPU: "
-          "`transformer_lm --plan --dtype bf16 --dropout 0.1 --length 2048 --batch 1 --layers 1|2 ...` (no "
+          "`meshtensor-lm --plan --dtype bf16 --dropout 0.1 --length 2048 --batch 1 --layers 1|2 ...` (no "
           "parallelism: `--mesh 1 1 --layout data`; tensor: `--mesh 1 8 --layout model`; tensor+sequence: "
           "`--sequence-parallel`; selective: `--recompute-attention`, attention's scores, softmax and product with v "
           "computed again in the backward pass; full recompute: `--recompute`). The plan's figure is what the tape "
@@ -341,7 +341,7 @@ def korthikanti_times(binary, failures):
     print("\n## Korthikanti et al. 2022, Table 5: iteration times, predicted from the A100 calibration\n")
     print("Their Table 3 runs (t 8; p 1, 8, 35, 64; 8, 64, 280, 512 GPUs; global batch 4, 64, 280, 512; micro-batch "
           "1, so one data-parallel group and microbatches = batch; sequence 2048; vocabulary 51200), planned as "
-          "Megatron-LM's rows above, on the same A100 calibration: `transformer_lm --plan --pipeline p --mesh 1 8 "
+          "Megatron-LM's rows above, on the same A100 calibration: `meshtensor-lm --plan --pipeline p --mesh 1 8 "
           "--microbatches m --schedule 1f1b --dtype bf16 --recompute|--recompute-attention --layers l --d-model h "
           "--heads a --d-kv h/a --d-ff 4h --length 2048 --batch m --vocab 51200 --calibration A100`. Full "
           "recomputation is `--recompute`; their method is sequence parallelism with selective recomputation, and "

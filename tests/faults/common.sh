@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2154,SC2034
 # Helpers of the fault tests (kill_restart_test.sh, watchdog_stop_test.sh, stop_signal_test.sh,
 # straggler_test.sh); sourced, not run.
-# clean_run and same_result expect: lm mpiexec work (paths), and common (transformer_lm's arguments).
+# clean_run and same_result expect: lm mpiexec work (paths), and common (meshtensor-lm's arguments).
 
 # A string as an extended regular expression matching itself.
 re_escape() { sed 's/[][\.*^$+?(){}|/]/\\&/g' <<<"$1"; }

@@ -3,7 +3,7 @@
 # killed three times ends, under scripts/supervise.sh, with the parameters of a job never killed,
 # bit for bit (docs/checkpoints.md, "Restarting after a failure").
 #
-# transformer_lm on 4 ranks ([2 x 2], layout 2d, dropout 0.1), 80 steps, a checkpoint every 10.
+# meshtensor-lm on 4 ranks ([2 x 2], layout 2d, dropout 0.1), 80 steps, a checkpoint every 10.
 # First a clean run. Then the same job under the supervisor (--restarts 3) while this script kills
 # one rank chosen at random (SIGKILL) three times: each time at a random step 1..15 steps past the
 # attempt's first checkpoint (so the checkpoint it resumes from and the steps run twice vary). The

@@ -3,7 +3,7 @@
 # stops every rank after the same step, with a checkpoint, and a resumed run ends with the
 # parameters of a job never stopped, bit for bit (docs/cluster.md; runtime/stop_request.hpp).
 #
-# transformer_lm on 4 ranks ([2 x 2], layout 2d, dropout 0.1), 40 steps, no periodic checkpoint.
+# meshtensor-lm on 4 ranks ([2 x 2], layout 2d, dropout 0.1), 40 steps, no periodic checkpoint.
 # Under scripts/supervise.sh, after step 4 or later, one rank chosen at random (and only it) gets
 # SIGTERM. The job must say it stopped on SIGTERM after a step S < 40, save the checkpoint of step S,
 # and exit with status 85 (mt::stopped_exit_code); the supervisor must not restart it and exit 85.

@@ -2,7 +2,7 @@
 # straggler_test.sh TRANSFORMER_LM MPIEXEC WORKDIR: one rank made slow on purpose is named by the
 # slow-rank report (runtime/straggler.hpp), and no other rank is.
 #
-# transformer_lm on 4 ranks ([2 x 2], layout 2d), 200 steps, a report every 40 (--log-every 40,
+# meshtensor-lm on 4 ranks ([2 x 2], layout 2d), 200 steps, a report every 40 (--log-every 40,
 # --straggler-warn 0.2). One rank, chosen at random, does 20 ms of extra work per step (a sleep:
 # the example's test hook MESHTENSOR_TEST_SLOW_RANK, a slow node). Every report must name that rank
 # as the slowest, with a WARNING; no report may warn of another rank. Why a sleep and not SIGSTOP

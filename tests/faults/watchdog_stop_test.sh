@@ -4,7 +4,7 @@
 # within TIMEOUT seconds plus a few, and the supervisor restarts it from its checkpoint to the
 # result of a job never stopped, bit for bit (docs/design/faults.md, "Faults").
 #
-# transformer_lm on 4 ranks ([2 x 2], layout 2d, dropout 0.1), 60 steps, a checkpoint every 10;
+# meshtensor-lm on 4 ranks ([2 x 2], layout 2d, dropout 0.1), 60 steps, a checkpoint every 10;
 # first a clean run (no watchdog). Then the same job under the supervisor (--restarts 1) with
 # MESHTENSOR_COLLECTIVE_TIMEOUT=TIMEOUT (default 3), and one rank, chosen at random, stopped with
 # SIGSTOP 1..10 steps past the first checkpoint. The other ranks wait in a collective; the job must

@@ -13,12 +13,12 @@
 #   - ranks on different hosts cannot talk without TCP (btl vader,self fails across hosts), and
 #     Open MPI's bml (btl_base_verbose) sends by tcp exactly between hosts, by vader inside each;
 #   - the matmul example prints what it prints on one host (its timing line aside);
-#   - transformer_lm --layout 2d, 3 steps: losses equal the one-host run's bit for bit, bytes did go
+#   - meshtensor-lm --layout 2d, 3 steps: losses equal the one-host run's bit for bit, bytes did go
 #     through the veths, and its checkpoint (saved at step 3) equals the one-host checkpoint byte
 #     for byte; resumed from it across the hosts, steps 4..5 equal the one-host uninterrupted run's;
 #   - checkpoint_tool: two checkpoints saved across the hosts equal the one-host ones byte for byte
 #     and load whole (verify) across the hosts and on one host.
-# With --latency: tc netem delays every packet leaving a host by 1 ms; transformer_lm's median step
+# With --latency: tc netem delays every packet leaving a host by 1 ms; meshtensor-lm's median step
 # time is printed on one host, across the hosts, and across them with the delay (reported, not
 # asserted); the losses of the three must be equal bit for bit.
 #
@@ -159,7 +159,7 @@ chmod +x "$agent"
 # (left and limited, which keep to the deadline: tests/cluster_common.sh)
 # on_hosts N CMD...: CMD on N ranks across the hosts (mpiexec runs in the first host).
 # The hosts share this machine's cores, which each host's slots do not show Open MPI: without
-# mpi_yield_when_idle, its ranks poll without yielding and a step of transformer_lm takes 10x longer.
+# mpi_yield_when_idle, its ranks poll without yielding and a step of meshtensor-lm takes 10x longer.
 launch=(--hostfile "$work/hosts" --mca plm_rsh_agent "$agent" --mca plm_rsh_no_tree_spawn 1 --mca mpi_yield_when_idle 1
         --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24")
 btl=tcp,vader,self
@@ -220,7 +220,7 @@ if [ -n "$latency" ]; then
   tone=$(awk '/^step_time_median_ms/{print $2}' "$work/lm_one.log")
   t0=$(awk '/^step_time_median_ms/{print $2}' "$work/lm_nodelay.log")
   t1=$(awk '/^step_time_median_ms/{print $2}' "$work/lm_delay.log")
-  echo "transformer_lm --layout 2d --mesh ${mesh[*]}, $ranks ranks on $hosts hosts, median step time over 16 steps:"
+  echo "meshtensor-lm --layout 2d --mesh ${mesh[*]}, $ranks ranks on $hosts hosts, median step time over 16 steps:"
   echo "  one host (shared memory only):         ${tone:-?} ms"
   echo "  $hosts hosts, no delay:                     ${t0:-?} ms"
   echo "  $hosts hosts, netem delay 1 ms out of each: ${t1:-?} ms ($delayed packets through host 1's netem)"
@@ -280,7 +280,7 @@ if ! diff <(grep -v -e " ms, " -e '^\[' "$work/matmul_one.log") <(grep -v -e " m
 fi
 ok "matmul across the hosts: $(grep '^matches' "$work/matmul_hosts.log"), as on one host"
 
-# ---- transformer_lm: losses, checkpoint, resume -----------------------------------------------------
+# ---- meshtensor-lm: losses, checkpoint, resume -----------------------------------------------------
 lm_args=(--layout 2d --mesh "${mesh[@]}" --log-every 1000)
 run lm_one5 on_one "$ranks" "$lm" "${lm_args[@]}" --steps 5 --csv "$work/one5.csv"
 run lm_one3 on_one "$ranks" "$lm" "${lm_args[@]}" --steps 3 --csv "$work/one3.csv" --checkpoint "$work/ckpt_one" --save-every 3
@@ -292,7 +292,7 @@ if ! diff <(head -n 4 "$work/one5.csv") "$work/hosts3.csv"; then
   echo "FAILED: the losses across the hosts differ from one host's (one host <, hosts >)"
   exit 1
 fi
-ok "transformer_lm losses of steps 1..3 across the hosts equal one host's bit for bit: $(tail -n 1 "$work/hosts3.csv")"
+ok "meshtensor-lm losses of steps 1..3 across the hosts equal one host's bit for bit: $(tail -n 1 "$work/hosts3.csv")"
 # The gradients' allreduce over rows crosses the hosts every step: far more than the launch's messages.
 [ "$bytes" -gt 100000 ] || { echo "FAILED: only $bytes bytes went through the veths during the run"; exit 1; }
 ok "$bytes bytes went through the hosts' veths during that run"

@@ -6,7 +6,7 @@
 # <id>n1 and <id>n2, each with its own port and spool directory, each in a UTS namespace of its own
 # so that its processes see the node's hostname, as Open MPI's shared-memory files, named after the
 # hostname, need), AuthType=auth/none (no munge daemon), everything under WORKDIR. Jobs of 4 ranks,
-# 2 per node, of transformer_lm (LM; --layout 2d --mesh 2 2, dropout 0.1):
+# 2 per node, of meshtensor-lm (tools/lm; --layout 2d --mesh 2 2, dropout 0.1):
 #
 #   launch   the losses of 8 steps launched by `srun --mpi=pmix` and by Open MPI's `mpirun` inside
 #            `salloc` equal those of the plain `MPIEXEC -n 4` run bit for bit (17 digits); the ranks
@@ -224,7 +224,7 @@ if [ "$mode" = launch ]; then
       exit 1
     fi
   done
-  ok "transformer_lm, 4 ranks on 2 nodes, 8 steps: the losses under srun --mpi=pmix and under mpirun inside salloc equal mpiexec's bit for bit (step 8: $(tail -n 1 "$work/srun.csv"))"
+  ok "meshtensor-lm, 4 ranks on 2 nodes, 8 steps: the losses under srun --mpi=pmix and under mpirun inside salloc equal mpiexec's bit for bit (step 8: $(tail -n 1 "$work/srun.csv"))"
   # Open MPI without Slurm's PMI-2: what a wrong --mpi looks like (reported, not asserted).
   limited srun --mpi=pmi2 -N 1 -n 1 "$lm" --steps 1 >"$work/pmi2.log" 2>&1 || true
   echo "srun --mpi=pmi2 (reported, not asserted): $(grep -m 1 -e 'not built with SLURM' -e 'PMI' "$work/pmi2.log" | sed 's/^ *//' || echo '(no PMI message)')"

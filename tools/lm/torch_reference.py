@@ -1,10 +1,10 @@
 #!/usr/bin/python3
-"""The transformer_lm model (examples/transformer_lm/model.hpp) written again in PyTorch.
+"""The meshtensor-lm model (tools/lm/model.hpp) written again in PyTorch.
 
 Run it with Debian's python3-torch and python3-numpy (/usr/bin/python3).
 
   torch_reference.py check DIR [--tolerance 1e-4]
-      DIR holds what `transformer_lm --dump DIR` wrote: the initial weights, the first batch, its
+      DIR holds what `meshtensor-lm --dump DIR` wrote: the initial weights, the first batch, its
       loss and the gradients of that loss. Recomputes the loss and the gradients in float32 from
       the same weights and batch and compares. Exit 0 when the loss and every gradient agree to the
       tolerance (relative: |ours - torch| / |torch| for the loss, max|ours - torch| / max|torch|
@@ -20,7 +20,7 @@ with eps 1e-6 (biased variance), attention logits scaled by 1/sqrt(d_kv) on q, a
 adds -1e9 (not -inf) above the diagonal, ReLU feed-forward without biases, no biases in the
 attention projections, learned positions added to the embeddings, a final layer norm and an
 untied softmax projection, mean cross-entropy over batch and length, Adam with bias correction
-(betas 0.9, 0.98, eps 1e-9 as the example).
+(betas 0.9, 0.98, eps 1e-9 as meshtensor-lm).
 """
 import argparse
 import math
@@ -165,7 +165,7 @@ def main():
                           ("vocab", 1024), ("warmup", 3), ("steps", 10), ("threads", 1)]:
         b.add_argument(f"--{name}", type=int, default=default)
     b.add_argument("--lr", type=float, default=2e-3)
-    b.add_argument("--dropout", type=float, default=0.0, help="on each sublayer's output, as transformer_lm --dropout")
+    b.add_argument("--dropout", type=float, default=0.0, help="on each sublayer's output, as meshtensor-lm --dropout")
     b.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU (scripts/gpu_check.sh)")
     args = ap.parse_args()
     return check(args) if args.cmd == "check" else bench(args)

@@ -1,5 +1,5 @@
 #pragma once
-// The Transformer LM of transformer_lm (main.cpp says what it does and how to run it): its dims and
+// The Transformer LM of meshtensor-lm (main.cpp says what it does and how to run it): its dims and
 // layouts, the model, and train<L>, which trains it under one layout. train<L> is compiled once per
 // layout in a file of its own (train_data.cpp, train_model.cpp, train_2d.cpp), so the layouts
 // compile in parallel and no compiler process holds all three (docs/performance.md, "Build time").
@@ -97,7 +97,7 @@ struct options {
   std::uint64_t seed = 1;
   int log_every = 25;
   double straggler_warn = 0.1;  // the slow-rank report warns beyond this share of a logged stretch
-  std::string csv = "transformer_lm_loss.csv";
+  std::string csv = "lm_loss.csv";
   bool compare = false;
   std::vector<std::string> compared{"data", "model", "2d", "fsdp", "fsdp_2d"};
   double tolerance = 1e-4;
@@ -628,7 +628,7 @@ struct train_result {
 };
 
 // The bf16 loss of each layout, compiled in train_<layout>_bf16.cpp (beside train_<layout>.cpp:
-// the two computations are the largest part of the example's build, and build in parallel).
+// the two computations are the largest part of the tool's build, and build in parallel).
 template <class L>
 using ids_of = mt::tensor<float, L, batch, length>;
 template <class L, class PL>

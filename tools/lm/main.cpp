@@ -19,13 +19,13 @@
 // (seed, step, global index), so every layout computes the same model: --compare-layouts trains
 // each layout in turn from the same start on the same batches and checks their losses agree.
 //
-//   mpiexec -n 4 transformer_lm [--layout 2d] [--steps 300] [--csv loss.csv]
-//   mpiexec -n 4 transformer_lm --compare-layouts --steps 20
+//   mpiexec -n 4 meshtensor-lm [--layout 2d] [--steps 300] [--csv loss.csv]
+//   mpiexec -n 4 meshtensor-lm --compare-layouts --steps 20
 //
 // --vocab V (default 256, bytes) above 256 makes the token at position p the byte pair
 // (text[p] * 256 + text[p+1]) mod V (below 256: text[p] mod V). --dump DIR writes the initial
 // weights, the first batch, its loss and the gradients of that loss to DIR as .npy files (for
-// examples/transformer_lm/torch_reference.py, which recomputes them with PyTorch). --warmup W
+// tools/lm/torch_reference.py, which recomputes them with PyTorch). --warmup W
 // prints the median time of the steps after the first W; --memory prints the bytes of the
 // parameters and the Adam state on each rank, and the peak resident set size.
 //
@@ -51,15 +51,15 @@
 // precision"); --compare-dtypes trains it both ways and checks the losses stay close. The
 // Mesh-TensorFlow paper's largest language model on a [16 x 32] mesh:
 //
-//   transformer_lm --plan --mesh 16 32 --layers 6 --d-model 1024 --d-kv 256 --heads 256 --d-ff 262144
-//                  --vocab 32768 --length 256 --batch 512 --optimizer adafactor --layout 2d
+//   meshtensor-lm --plan --mesh 16 32 --layers 6 --d-model 1024 --d-kv 256 --heads 256 --d-ff 262144
+//                 --vocab 32768 --length 256 --batch 512 --optimizer adafactor --layout 2d
 //
 // Inference: --generate N samples N bytes after --prompt (with --resume, from a checkpoint), one at
 // a time with a key-value cache, and prints the text and the per-token latency; under --layout
 // model one token's work is split over the ranks (heads, d_ff, vocab). --check-generate compares
 // the cached logits with a full forward pass.
 //
-//   mpiexec -n 4 transformer_lm --layout model --steps 300 --generate 200 --prompt "This License"
+//   mpiexec -n 4 meshtensor-lm --layout model --steps 300 --generate 200 --prompt "This License"
 //
 // --check-plan runs one step for real, then plans it for this rank's coordinates, and checks on
 // every rank that the planned collectives (calls and bytes per collective and axis set) and the
@@ -210,7 +210,7 @@ void write_curve(const options& o, const std::vector<double>& losses, std::int64
     const std::string png = o.csv.substr(0, o.csv.rfind('.')) + ".png";
     const std::string cmd = "gnuplot -e \"set terminal png size 800,500; set output '" + png +
                             "'; set datafile separator ','; set xlabel 'step'; set ylabel 'loss (nats/byte)';"
-                            " set title 'transformer_lm, layout " + o.layout + "' noenhanced;"
+                            " set title 'meshtensor-lm, layout " + o.layout + "' noenhanced;"
                             " plot '" + o.csv + "' every ::1 using 1:2 with lines title 'training loss'\"";
     if (std::system(cmd.c_str()) == 0) std::printf("loss plot: %s\n", png.c_str());
   } else {
@@ -614,7 +614,7 @@ int compare_dtypes(const grid& g, options o, const std::vector<unsigned char>& t
 int main(int argc, char** argv) {
   mt::environment env(argc, argv);
   options o;
-  CLI::App app{"meshtensor: a byte-level Transformer language model on a 2-D mesh"};
+  CLI::App app{"meshtensor-lm: a byte-level Transformer language model on a 2-D mesh"};
   app.add_option("--text", o.text, "training text")->capture_default_str();
   app.add_option("--layout", o.layout, "data | model | 2d | fsdp | fsdp_2d | context")
       ->check(CLI::IsMember({"data", "model", "2d", "fsdp", "fsdp_2d", "context"}))
@@ -778,7 +778,7 @@ int main(int argc, char** argv) {
     if (o.check_plan) return check_plan(g, o, text);
     const bool root = env.world_rank() == 0;
     if (root)
-      std::printf("transformer_lm: %zu bytes of %s; %d layers, d_model %lld, heads %lld, d_kv %lld, d_ff %lld, "
+      std::printf("meshtensor-lm: %zu bytes of %s; %d layers, d_model %lld, heads %lld, d_kv %lld, d_ff %lld, "
                   "vocab %lld; batch %lld x length %lld; mesh [rows=%d x cols=%d]; %s lr %g, dropout %g\n",
                   text.size(), o.text.c_str(), (int)o.layers, (long long)o.d_model, (long long)o.heads, (long long)o.d_kv,
                   (long long)o.d_ff, (long long)o.vocab, (long long)o.batch, (long long)o.length, g.size<rows>(),
@@ -829,6 +829,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     // Every rank failed alike: rank 0 prints it once and all return 1. This rank alone: the job ends
     // with its message instead of leaving the others waiting in a collective.
-    return env.fail(e, "transformer_lm: error: ");
+    return env.fail(e, "meshtensor-lm: error: ");
   }
 }
