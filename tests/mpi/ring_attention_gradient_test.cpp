@@ -3,7 +3,10 @@
 // heads), the result equals causal_attention's on the whole sequence and all-to-all attention's,
 // uneven lengths included; the shifts counted forward (P - 1) and backward (P), calls and bytes,
 // are the plan's and the header's formula, and a planned run counts what the real one sends;
-// gradients through x and every weight equal central differences.
+// gradients through x and every weight equal central differences. The same for grouped-query
+// attention (nn::ring_grouped_causal_attention) against grouped_causal_attention and the all-to-all
+// one, with the KV heads or the group split over the other axis; its k, v blocks are counted at
+// the KV heads.
 #include <meshtensor/nn/context_attention.hpp>
 #include <meshtensor/nn/ring_attention.hpp>
 #include <test_support.hpp>
@@ -169,6 +172,143 @@ TEST_CASE("ring attention equals causal attention on the whole sequence", "[grad
       check_grad<W>(g, ew, 5,
                     [&](const W& w) { return weighted_sum(att(x0, wq, wk, w, wo, nn::attention_memory::recompute_core), 2); }, 4);
       check_grad<WO>(g, {H, K, M}, 6, [&](const WO& w) { return weighted_sum(att(x0, wq, wk, wv, w), 2); }, 4);
+    }
+  });
+}
+
+TEST_CASE("ring grouped-query attention equals grouped_causal_attention", "[gradient]") {
+  // The sequence over both axes; with batch over one (data); with the KV heads over one, or the
+  // group (query heads) over one (tensor: then k and v are replicated there, and dk, dv summed).
+  using LA = mt::layout<grid, mt::split<length, r_, c_>>;
+  using LB = mt::layout<grid, mt::split<batch, r_>, mt::split<length, c_>>;
+  using LK = mt::layout<grid, mt::split<kv_heads, r_>, mt::split<length, c_>>;
+  using LG = mt::layout<grid, mt::split<group, r_>, mt::split<length, c_>>;
+  using L0 = mt::layout<grid>;
+  constexpr std::int64_t KV = 2, G = 2;
+  const auto g = world_grid();
+  const auto S = GENERATE(std::int64_t{8}, std::int64_t{7});
+  for_each_type(list<LA, LB, LK, LG>{}, [&]<class L>() {
+    INFO(layout_name<L>() << ", length " << S << ", rank " << g.rank());
+    using X = mt::tensor<double, L, batch, length, d_model>;
+    using WQ = mt::tensor<double, L, d_model, kv_heads, group, d_kv>;
+    using WK = mt::tensor<double, L, d_model, kv_heads, d_kv>;
+    using WO = mt::tensor<double, L, kv_heads, group, d_kv, d_model>;
+    using X0 = mt::tensor<double, L0, batch, length, d_model>;
+    using WQ0 = mt::tensor<double, L0, d_model, kv_heads, group, d_kv>;
+    using WK0 = mt::tensor<double, L0, d_model, kv_heads, d_kv>;
+    using WO0 = mt::tensor<double, L0, kv_heads, group, d_kv, d_model>;
+    const typename X::extents_type ex{B, S, M};
+    const typename WQ::extents_type eq{M, KV, G, K};
+    const typename WK::extents_type ek{M, KV, K};
+    const typename WO::extents_type eo{KV, G, K, M};
+    auto wq = mt::random_normal<WQ>(g, eq, 41, 0, 0.5);
+    auto wk = mt::random_normal<WK>(g, ek, 42, 0, 0.5), wv = mt::random_normal<WK>(g, ek, 43, 0, 0.5);
+    auto wo = mt::random_normal<WO>(g, eo, 44, 0, 0.5);
+    auto x0 = mt::random_normal<X>(g, ex, 45);
+    const auto att = [](const X& x, const WQ& q, const WK& k, const WK& v, const WO& o) {
+      return nn::ring_grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(x, q, k, v, o);
+    };
+    const auto whole = nn::grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(
+        mt::from_host<X0>(g, ex, mt::gather_all(x0)), mt::from_host<WQ0>(g, eq, mt::gather_all(wq)),
+        mt::from_host<WK0>(g, ek, mt::gather_all(wk)), mt::from_host<WK0>(g, ek, mt::gather_all(wv)),
+        mt::from_host<WO0>(g, eo, mt::gather_all(wo)));
+    g.reset_counters();
+    const auto split = att(x0, wq, wk, wv, wo);
+    const auto counted = g.counters();
+    REQUIRE(max_rel_error(mt::gather_all(split), mt::gather_all(whole)) < 1e-12);
+    REQUIRE(max_rel_error(mt::gather_all(split),
+                          mt::gather_all(nn::all_to_all_grouped_causal_attention<length, mlen, d_model, kv_heads, group,
+                                                                                 d_kv>(x0, wq, wk, wv, wo))) < 1e-12);
+
+    // P - 1 shifts over the sequence's axes; the heads' allreduce over r_ (LK, LG) at the output
+    // projection.
+    const auto seq = typename L::template axes_of<length>{};
+    const unsigned seq_mask = [&]<class... As>(mt::type_list<As...>) { return grid::template mask<As...>(); }(seq);
+    const std::int64_t P = x0.placement().parts(X::template index_of<length>());
+    constexpr bool group_split = std::is_same_v<L, LG>;
+    const mt::axis_set r_axes(grid::template mask<r_>());
+    mt::comm_counters want = mt::ring_attention_plan(mt::axis_set(seq_mask), P).as_counts();
+    if constexpr (std::is_same_v<L, LK> || group_split) want[{mt::collective::allreduce, r_axes}].calls = 1;
+    require_counts(counted, want);
+    // The blocks that travel are k's and v's at the local KV heads: Group times fewer bytes than
+    // blocks of q's heads.
+    const ring_bytes bytes = ring_bytes_of(x0, wk.template local_extent<kv_heads>());
+    const auto count_of = [&](const mt::comm_counters& c, mt::collective kind, mt::axis_set axes) {
+      const auto it = c.find({kind, axes});
+      return it == c.end() ? mt::comm_count{} : it->second;
+    };
+    const auto shifts = [&](const mt::comm_counters& c) { return count_of(c, mt::collective::shift, mt::axis_set(seq_mask)); };
+    CHECK(shifts(counted).bytes == bytes.forward);
+    const auto estimate = [&] {
+      const auto pl = x0.placement();
+      constexpr std::size_t d = X::template index_of<length>();
+      std::vector<std::int64_t> extents;
+      for (std::int64_t p = 0; p < P; ++p) extents.push_back(pl.part_extent(d, p));
+      return mt::ring_attention_traffic_of(extents, static_cast<int>(pl.part_at(d, g.communicator().coords())),
+                                           x0.template local_extent<batch>() * wk.template local_extent<kv_heads>() * K,
+                                           sizeof(double), sizeof(double), group_split);
+    }();
+    CHECK(estimate.forward_calls == (P > 1 ? P - 1 : 0));
+    CHECK(estimate.forward_bytes == bytes.forward);
+    CHECK(estimate.backward_calls == (P > 1 ? P : 0));
+    CHECK(estimate.backward_bytes == bytes.backward);
+
+    // Backward: P shifts, as the backward plan says; under LG the plan's allreduce of dk and dv
+    // over r_ (the group's axis), besides the one of x's gradient through q's projection.
+    {
+      auto x = x0;
+      x.requires_grad();
+      const auto loss = weighted_sum(att(x, wq, wk, wv, wo), 2);
+      g.reset_counters();
+      (void)mt::gradient(loss, x);
+      const auto back = g.counters();
+      const auto plan = mt::ring_attention_backward_plan(mt::axis_set(seq_mask), P,
+                                                         group_split ? r_axes : mt::axis_set{}).as_counts();
+      CHECK(shifts(back).calls == count_of(plan, mt::collective::shift, mt::axis_set(seq_mask)).calls);
+      CHECK(shifts(back).calls == (P > 1 ? P : 0));
+      CHECK(shifts(back).bytes == bytes.backward);
+      const std::int64_t dx_bytes = x0.template local_extent<batch>() * x0.template local_extent<length>() * M *
+                                    static_cast<std::int64_t>(sizeof(double));
+      INFO("backward: " << show(back));
+      if constexpr (group_split) {
+        CHECK(count_of(plan, mt::collective::allreduce, r_axes).calls == 1);
+        CHECK(estimate.group_allreduce_calls == 1);
+        CHECK(count_of(back, mt::collective::allreduce, r_axes).calls == 2);
+        CHECK(count_of(back, mt::collective::allreduce, r_axes).bytes == estimate.group_allreduce_bytes + dx_bytes);
+      } else {
+        CHECK(plan.count({mt::collective::allreduce, r_axes}) == 0);
+        CHECK(estimate.group_allreduce_calls == 0);
+      }
+    }
+
+    // A planned run of the same step counts what the real one sends.
+    const auto step = [&](const grid& m) {
+      auto x = mt::random_normal<X>(m, ex, 45);
+      auto q = mt::random_normal<WQ>(m, eq, 41, 0, 0.5);
+      auto k = mt::random_normal<WK>(m, ek, 42, 0, 0.5), v = mt::random_normal<WK>(m, ek, 43, 0, 0.5);
+      auto o = mt::random_normal<WO>(m, eo, 44, 0, 0.5);
+      x.requires_grad(), q.requires_grad(), k.requires_grad(), v.requires_grad(), o.requires_grad();
+      m.reset_counters();
+      const auto loss = weighted_sum(att(x, q, k, v, o), 2);
+      (void)mt::gradient(loss, x, q, k, v, o);
+      return m.counters();
+    };
+    const auto real = step(g);
+    const auto planned = [&] {
+      const auto pm = grid::planned(g.sizes(), {g.coord<r_>(), g.coord<c_>()});
+      return step(pm);
+    }();
+    INFO("real: " << show(real) << "\nplanned: " << show(planned));
+    CHECK(planned == real);
+    CHECK(shifts(real).calls == (P > 1 ? 2 * P - 1 : 0));
+    CHECK(shifts(real).bytes == bytes.forward + bytes.backward);
+
+    if (S == 7) {
+      check_grad<X>(g, ex, 1, [&](const X& x) { return weighted_sum(att(x, wq, wk, wv, wo), 2); }, 5);
+      check_grad<WQ>(g, eq, 3, [&](const WQ& w) { return weighted_sum(att(x0, w, wk, wv, wo), 2); }, 4);
+      check_grad<WK>(g, ek, 4, [&](const WK& w) { return weighted_sum(att(x0, wq, w, wv, wo), 2); }, 3);
+      check_grad<WK>(g, ek, 5, [&](const WK& w) { return weighted_sum(att(x0, wq, wk, w, wo), 2); }, 3);
+      check_grad<WO>(g, eo, 6, [&](const WO& w) { return weighted_sum(att(x0, wq, wk, wv, w), 2); }, 4);
     }
   });
 }

@@ -9,21 +9,31 @@
 // in the future of the q block is not computed, but still passed. The result is causal_attention's
 // under x's layout. Heads may be split over other axes (tensor parallelism: the output projection
 // allreduces over them, as causal_attention's), the batch dims too (data parallelism).
+// ring_grouped_causal_attention<Length, MemLength, DModel, KvHeads, Group, DKv>(x, wq, wk, wv, wo):
+// the same for grouped-query attention (grouped_causal_attention's weights and result): q's heads
+// are [KvHeads, Group], k's and v's KvHeads, and each query head attends with its KV head's block.
+// The kernels are one code path: multi-head attention is Group = 1. KvHeads and Group may be split
+// over axes other than A's (the output projection allreduces over them).
 // Communication: P - 1 shifts over A forward (k and v, one message a step), P backward (k, v and
 // the dk, dv partial sums of the block P - 1 times, then the finished dk, dv home once); the output
-// projection allreduces over Heads' own axes. Besides its own q, k and v, each processor holds two
-// k, v blocks at a time (the one computed and the one arriving), never the whole sequence, and no
-// scores: the kernel loops over a block's keys per query row.
+// projection allreduces over the heads' own axes. Under grouped-query attention the blocks that
+// travel are k's and v's at KvHeads, Group times fewer bytes than broadcasting them over the group
+// (q never travels); with Group split over axes that do not split KvHeads, k and v are replicated
+// there and the backward pass adds one allreduce of dk and dv over them. Besides its own q, k and
+// v, each processor holds two k, v blocks at a time (the one computed and the one arriving), never
+// the whole sequence, and no scores: the kernel loops over a block's keys per query row.
 // The backward pass runs the ring again (recomputing each block's scores from q, k, v and the
 // per-row log-sum-exp kept by the forward pass): dq accumulates where it is, dk and dv travel with
-// their block. attention_memory has no effect: the ring keeps q, k, v, the heads' output and the
-// log-sum-exp under both (never the softmax's weights).
+// their block, summed over the group's query heads that share each KV head. attention_memory has
+// no effect: the ring keeps q, k, v, the heads' output and the log-sum-exp under both (never the
+// softmax's weights).
 // Gradient: through x and every weight.
 #include <Kokkos_Core.hpp>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -47,7 +57,8 @@ template <class Length>
 struct ring_attention_needs_a_split_length {
   static_assert(sizeof(Length) == 0,
                 "meshtensor: ring_causal_attention passes blocks of a split sequence around a ring; x's layout "
-                "does not split Length: use causal_attention");
+                "does not split Length: use causal_attention (ring_grouped_causal_attention: "
+                "grouped_causal_attention)");
 };
 template <class MemLength>
 struct ring_attention_memory_length_split {
@@ -59,7 +70,7 @@ template <class Heads>
 struct ring_attention_heads_on_a_context_axis {
   static_assert(sizeof(Heads) == 0,
                 "meshtensor: ring_causal_attention: a context axis also used for heads under the ring; split "
-                "Heads over axes that do not split Length");
+                "Heads over axes that do not split Length (ring_grouped_causal_attention: KvHeads and Group)");
 };
 template <class DKv>
 struct ring_attention_dkv_split {
@@ -70,25 +81,32 @@ struct ring_attention_dkv_split {
 }  // namespace diagnostic
 
 // The ring's collectives over the axes A that split Length into `parts` blocks: P - 1 shifts
-// forward; P backward (none on one processor).
+// forward; P backward (none on one processor), then, for grouped-query attention with Group split
+// over axes G that do not split KvHeads (k and v replicated over G), one allreduce of dk and dv
+// over G (group_axes: G, empty otherwise).
 inline comm_plan ring_attention_plan(axis_set axes, std::int64_t parts) {
   return comm_plan{}.then(collective::shift, axes, parts - 1);
 }
-inline comm_plan ring_attention_backward_plan(axis_set axes, std::int64_t parts) {
-  return comm_plan{}.then(collective::shift, axes, parts > 1 ? parts : 0);
+inline comm_plan ring_attention_backward_plan(axis_set axes, std::int64_t parts, axis_set group_axes = {}) {
+  return comm_plan{}.then(collective::shift, axes, parts > 1 ? parts : 0).then(collective::allreduce, group_axes);
 }
 
 // What one processor of the ring sends, before any run: the plans' calls with their bytes. From
-// the parts' extents along Length (in part order), this processor's part, the local elements per
-// position (local batch x local heads x |DKv|), and the bytes of an element of x and of its
-// accumulator (compute_t: the backward message is [k; v; dk; dv] in it). A planned run counts the
-// same (tests/mpi/ring_attention_gradient_test.cpp checks both against a real one).
+// the parts' extents along Length (in part order), this processor's part, the local elements of k
+// (or v) per position (local batch x local KV heads x |DKv|: the heads of k and v, not q's, so
+// grouped-query attention's blocks are Group times smaller than q's), and the bytes of an element
+// of x and of its accumulator (compute_t: the backward message is [k; v; dk; dv] in it). The
+// shifts over A: forward_*, backward_*; group_split (Group split over axes that do not split
+// KvHeads): the backward allreduce of this part's [dk; dv] over them, group_allreduce_*. A
+// planned run counts the same (tests/mpi/ring_attention_gradient_test.cpp checks both against a
+// real one).
 struct ring_attention_traffic {
   std::int64_t forward_calls = 0, forward_bytes = 0, backward_calls = 0, backward_bytes = 0;
+  std::int64_t group_allreduce_calls = 0, group_allreduce_bytes = 0;
 };
 inline ring_attention_traffic ring_attention_traffic_of(const std::vector<std::int64_t>& part_extents, int me,
                                                         std::int64_t per_position, std::int64_t value_bytes,
-                                                        std::int64_t accumulator_bytes) {
+                                                        std::int64_t accumulator_bytes, bool group_split = false) {
   const int P = static_cast<int>(part_extents.size());
   const auto block = [&](int p) { return per_position * part_extents[static_cast<std::size_t>(((p % P) + P) % P)]; };
   ring_attention_traffic t;
@@ -99,27 +117,34 @@ inline ring_attention_traffic ring_attention_traffic_of(const std::vector<std::i
   if (P > 1) t.backward_bytes += 2 * block(me + 1) * accumulator_bytes;
   t.forward_calls = P - 1;
   t.backward_calls = P > 1 ? P : 0;
+  if (group_split) {
+    t.group_allreduce_calls = 1;
+    t.group_allreduce_bytes = 2 * block(me) * accumulator_bytes;
+  }
   return t;
 }
 
 namespace detail {
 
 // Where the blocks are: this processor's part along the ring, its neighbours' sub-communicator
-// ranks, every part's offset and extent along Length, and the local [outer, n, inner] of q.
+// ranks, every part's offset and extent along Length, and the local [outer, n, inner] of k and v
+// (kv_outer: the local batch and KV heads), q's outer being kv_outer x group (the local query
+// heads per KV head; 1 under multi-head attention).
 struct ring_geometry {
   axis_set axes;
   int parts = 1, me = 0, to = 0, from = 0;  // to: the next part's processor, from: the previous'
   std::vector<std::int64_t> offset, extent;  // per part
-  std::int64_t outer = 1, inner = 1;
+  std::int64_t kv_outer = 1, group = 1, inner = 1;
   int part(int steps_back) const { return ((me - steps_back) % parts + parts) % parts; }
-  std::int64_t block(int p) const { return outer * extent[p] * inner; }
+  // The elements of part p's k (or v) block: what travels.
+  std::int64_t block(int p) const { return kv_outer * extent[p] * inner; }
   // Whether the keys of part k hold a position at or before the last query of this block: else
   // the block is in the future of every query here (or a block is empty), and not computed.
   bool visible(int k) const { return extent[me] > 0 && extent[k] > 0 && offset[k] <= offset[me] + extent[me] - 1; }
 };
 
-template <Dim Length, Tensor Q>
-ring_geometry ring_geometry_of(const Q& q) {
+template <Dim Length, Tensor Q, Tensor K>
+ring_geometry ring_geometry_of(const Q& q, const K& k) {
   constexpr dim_split s = Q::layout_type::template split_of<Length>();
   const communicator& comm = q.mesh().communicator();
   ring_geometry g;
@@ -136,12 +161,21 @@ ring_geometry ring_geometry_of(const Q& q) {
     g.offset.push_back(p.part_offset(0, k));
     g.extent.push_back(p.part_extent(0, k));
   }
-  // q's local data as [outer, Length's local extent, inner]
-  constexpr std::size_t at = Q::template index_of<Length>();
-  const auto ext = q.local_extents();
-  g.outer = 1;
-  g.inner = 1;
-  for (std::size_t d = 0; d < Q::rank; ++d) (d < at ? g.outer : g.inner) *= d == at ? 1 : ext[d];
+  // q's and k's local data as [outer, Length's local extent, inner] (ops/detail/along.hpp's
+  // view, private to ops/)
+  const auto outer_inner = [](const auto& t) {
+    using T = std::remove_cvref_t<decltype(t)>;
+    constexpr std::size_t at = T::template index_of<Length>();
+    const auto ext = t.local_extents();
+    std::pair<std::int64_t, std::int64_t> oi{1, 1};
+    for (std::size_t d = 0; d < T::rank; ++d)
+      if (d != at) (d < at ? oi.first : oi.second) *= ext[d];
+    return oi;
+  };
+  const auto [q_outer, q_inner] = outer_inner(q);
+  g.kv_outer = outer_inner(k).first;
+  g.group = g.kv_outer > 0 ? q_outer / g.kv_outer : 1;  // no k rows: no q rows either
+  g.inner = q_inner;
   return g;
 }
 
@@ -160,24 +194,30 @@ struct ring_op {
 // scores are computed twice per row (the block's max first, then the weights), as flash
 // attention's first version did, so that nothing of size keys is kept per row.
 //
-// Forward, one block: q [outer, nq, inner] at global positions q0.., keys and values kv =
-// [k; v], each [outer, nk, inner] at global positions k0..; m, l [outer, nq] the running max and
-// sum, acc [outer, nq, inner] the running sum of weights times values (rescaled as the max grows).
+// The heads: q's rows are [kv_outer, group, nq] (kv_outer: the batch and the KV heads, local;
+// group: the local query heads sharing each KV head, 1 under multi-head attention), k's and v's
+// [kv_outer, nk]: q's outer index o attends with k's and v's o / group.
+//
+// Forward, one block: q [kv_outer x group, nq, inner] at global positions q0.., keys and values
+// kv = [k; v], each [kv_outer, nk, inner] at global positions k0..; m, l [kv_outer x group, nq]
+// the running max and sum, acc (q's shape) the running sum of weights times values (rescaled as
+// the max grows).
 template <class Exec, class TV, class CV>
-void ring_forward_block(const TV& q, const TV& kv, const CV& m, const CV& l, const CV& acc, std::int64_t outer,
-                        std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0, std::int64_t k0,
-                        typename CV::value_type scale) {
+void ring_forward_block(const TV& q, const TV& kv, const CV& m, const CV& l, const CV& acc, std::int64_t kv_outer,
+                        std::int64_t group, std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0,
+                        std::int64_t k0, typename CV::value_type scale) {
   using C = typename CV::value_type;
-  const std::int64_t voff = outer * nk * inner;
+  const std::int64_t voff = kv_outer * nk * inner;
   kernels::parallel_for(
-      "meshtensor::ring_attention_forward", Kokkos::RangePolicy<Exec>(0, outer * nq), KOKKOS_LAMBDA(std::int64_t row) {
-        const std::int64_t o = row / nq, i = row % nq;
+      "meshtensor::ring_attention_forward", Kokkos::RangePolicy<Exec>(0, kv_outer * group * nq),
+      KOKKOS_LAMBDA(std::int64_t row) {
+        const std::int64_t ok = row / nq / group, i = row % nq;  // k's and v's outer index, the query
         const std::int64_t last = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;  // keys at or before the query
         if (last <= 0) return;
         const std::int64_t qa = row * inner;
         const auto score = [&](std::int64_t t) {
           C s = 0;
-          const std::int64_t ka = (o * nk + t) * inner;
+          const std::int64_t ka = (ok * nk + t) * inner;
           for (std::int64_t d = 0; d < inner; ++d) s += static_cast<C>(q(qa + d)) * static_cast<C>(kv(ka + d));
           return s * scale;
         };
@@ -193,7 +233,7 @@ void ring_forward_block(const TV& q, const TV& kv, const CV& m, const CV& l, con
         for (std::int64_t t = 0; t < last; ++t) {
           const C p = kmath::exp(score(t) - m_new);
           sum += p;
-          const std::int64_t va = voff + (o * nk + t) * inner;
+          const std::int64_t va = voff + (ok * nk + t) * inner;
           for (std::int64_t d = 0; d < inner; ++d) acc(qa + d) += p * static_cast<C>(kv(va + d));
         }
         m(row) = m_new;
@@ -205,17 +245,18 @@ void ring_forward_block(const TV& q, const TV& kv, const CV& m, const CV& l, con
 // from the weights p = exp(score - lse) and ds = p (dO . v - delta), delta = dO . O per row.
 template <class Exec, class TV, class CV, class KV>
 void ring_backward_dq(const TV& q, const TV& dout, const CV& lse, const CV& delta, const KV& kv, const CV& dq,
-                      std::int64_t outer, std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0,
-                      std::int64_t k0, typename CV::value_type scale) {
+                      std::int64_t kv_outer, std::int64_t group, std::int64_t nq, std::int64_t nk, std::int64_t inner,
+                      std::int64_t q0, std::int64_t k0, typename CV::value_type scale) {
   using C = typename CV::value_type;
-  const std::int64_t voff = outer * nk * inner;
+  const std::int64_t voff = kv_outer * nk * inner;
   kernels::parallel_for(
-      "meshtensor::ring_attention_backward_dq", Kokkos::RangePolicy<Exec>(0, outer * nq), KOKKOS_LAMBDA(std::int64_t row) {
-        const std::int64_t o = row / nq, i = row % nq;
+      "meshtensor::ring_attention_backward_dq", Kokkos::RangePolicy<Exec>(0, kv_outer * group * nq),
+      KOKKOS_LAMBDA(std::int64_t row) {
+        const std::int64_t ok = row / nq / group, i = row % nq;
         const std::int64_t last = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;
         const std::int64_t qa = row * inner;
         for (std::int64_t t = 0; t < last; ++t) {
-          const std::int64_t ka = (o * nk + t) * inner, va = voff + ka;
+          const std::int64_t ka = (ok * nk + t) * inner, va = voff + ka;
           C s = 0, dp = 0;
           for (std::int64_t d = 0; d < inner; ++d) {
             s += static_cast<C>(q(qa + d)) * static_cast<C>(kv(ka + d));
@@ -229,39 +270,57 @@ void ring_backward_dq(const TV& q, const TV& dout, const CV& lse, const CV& delt
 }
 
 // Backward, one block, the keys' side: the block's dk, dv (in kv after k and v: [k; v; dk; dv])
-// += this processor's queries' contributions. A thread per key row, so that no two threads add
-// into one row (no atomics; the sums come out the same on every run).
+// += this processor's queries' contributions, summed over the group's query heads that share the
+// key's head. A thread per key row, so that no two threads add into one row (no atomics; the sums
+// come out the same on every run).
 template <class Exec, class TV, class CV, class KV>
-void ring_backward_dkv(const TV& q, const TV& dout, const CV& lse, const CV& delta, const KV& kv, std::int64_t outer,
-                       std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0, std::int64_t k0,
-                       typename CV::value_type scale) {
+void ring_backward_dkv(const TV& q, const TV& dout, const CV& lse, const CV& delta, const KV& kv,
+                       std::int64_t kv_outer, std::int64_t group, std::int64_t nq, std::int64_t nk, std::int64_t inner,
+                       std::int64_t q0, std::int64_t k0, typename CV::value_type scale) {
   using C = typename CV::value_type;
-  const std::int64_t blk = outer * nk * inner;
+  const std::int64_t blk = kv_outer * nk * inner;
   kernels::parallel_for(
-      "meshtensor::ring_attention_backward_dkv", Kokkos::RangePolicy<Exec>(0, outer * nk), KOKKOS_LAMBDA(std::int64_t key) {
-        const std::int64_t o = key / nk, t = key % nk;
+      "meshtensor::ring_attention_backward_dkv", Kokkos::RangePolicy<Exec>(0, kv_outer * nk), KOKKOS_LAMBDA(std::int64_t key) {
+        const std::int64_t ok = key / nk, t = key % nk;
         const std::int64_t first = k0 + t - q0 > 0 ? k0 + t - q0 : 0;  // queries at or after the key
         const std::int64_t ka = key * inner, va = blk + ka, dka = 2 * blk + ka, dva = 3 * blk + ka;
-        for (std::int64_t i = first; i < nq; ++i) {
-          const std::int64_t row = o * nq + i, qa = row * inner;
-          C s = 0, dp = 0;
-          for (std::int64_t d = 0; d < inner; ++d) {
-            s += static_cast<C>(q(qa + d)) * kv(ka + d);
-            dp += static_cast<C>(dout(qa + d)) * kv(va + d);
-          }
-          const C p = kmath::exp(s * scale - lse(row));
-          const C ds = p * (dp - delta(row)) * scale;
-          for (std::int64_t d = 0; d < inner; ++d) {
-            kv(dva + d) += p * static_cast<C>(dout(qa + d));
-            kv(dka + d) += ds * static_cast<C>(q(qa + d));
+        for (std::int64_t o = ok * group; o < (ok + 1) * group; ++o) {  // the query heads sharing the key's head
+          for (std::int64_t i = first; i < nq; ++i) {
+            const std::int64_t row = o * nq + i, qa = row * inner;
+            C s = 0, dp = 0;
+            for (std::int64_t d = 0; d < inner; ++d) {
+              s += static_cast<C>(q(qa + d)) * kv(ka + d);
+              dp += static_cast<C>(dout(qa + d)) * kv(va + d);
+            }
+            const C p = kmath::exp(s * scale - lse(row));
+            const C ds = p * (dp - delta(row)) * scale;
+            for (std::int64_t d = 0; d < inner; ++d) {
+              kv(dva + d) += p * static_cast<C>(dout(qa + d));
+              kv(dka + d) += ds * static_cast<C>(q(qa + d));
+            }
           }
         }
       });
 }
 
+// The axes over which k and v are replicated while q is split: those of q's head dims that k and
+// v lack (Group's), less any that split k. Each processor there holds some of the query heads
+// that share a KV head, so its dk and dv are partial sums over them.
+template <Tensor Q, Tensor K>
+constexpr axis_set ring_group_axes() {
+  const auto axes_of = []<class... Ds>(type_list<Ds...>, auto layout) {
+    using L = typename decltype(layout)::type;
+    return (0u | ... | L::template split_of<Ds>().mask());
+  };
+  const unsigned q_only =
+      axes_of(difference_t<typename Q::dims, typename K::dims>{}, std::type_identity<typename Q::layout_type>{});
+  const unsigned of_k = axes_of(typename K::dims{}, std::type_identity<typename K::layout_type>{});
+  return axis_set(q_only & ~of_k);
+}
+
 // The ring's backward pass: dq, dk, dv of the core from its output's gradient g.
-template <Dim Length, Tensor Q, class CV>
-void ring_core_backward(const Q& g, const Q& q, const Q& k, const Q& v, const Q& out, const CV& lse, double scale) {
+template <Dim Length, Tensor Q, Tensor K, class CV>
+void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q& out, const CV& lse, double scale) {
   using T = typename Q::value_type;
   using C = typename CV::value_type;
   using Exec = typename Q::execution_space;
@@ -269,9 +328,10 @@ void ring_core_backward(const Q& g, const Q& q, const Q& k, const Q& v, const Q&
   using CPool = view_pool<C, Mem>;
   const collective_subject subject(&Q::type_name);
   communicator& comm = q.mesh().communicator();
-  const ring_geometry ring = ring_geometry_of<Length>(q);
-  const std::int64_t P = ring.parts, nq = ring.extent[static_cast<std::size_t>(ring.me)], outer = ring.outer,
-                     inner = ring.inner, rows = outer * nq, q0 = ring.offset[static_cast<std::size_t>(ring.me)];
+  const ring_geometry ring = ring_geometry_of<Length>(q, k);
+  const std::int64_t P = ring.parts, nq = ring.extent[static_cast<std::size_t>(ring.me)], kv_outer = ring.kv_outer,
+                     group = ring.group, inner = ring.inner, rows = kv_outer * group * nq,
+                     q0 = ring.offset[static_cast<std::size_t>(ring.me)];
   const C s = static_cast<C>(scale);
   // delta = rowsum(dO * O), per query row.
   const auto delta = CPool::get().allocate(static_cast<std::size_t>(rows));
@@ -309,8 +369,8 @@ void ring_core_backward(const Q& g, const Q& q, const Q& k, const Q& v, const Q&
     const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)], k0 = ring.offset[static_cast<std::size_t>(j)];
     const auto compute = [&, j, nk, k0] {
       if (!ring.visible(j)) return;
-      ring_backward_dq<Exec>(qv, gv, lse, delta, cur, dq, outer, nq, nk, inner, q0, k0, s);
-      ring_backward_dkv<Exec>(qv, gv, lse, delta, cur, outer, nq, nk, inner, q0, k0, s);
+      ring_backward_dq<Exec>(qv, gv, lse, delta, cur, dq, kv_outer, group, nq, nk, inner, q0, k0, s);
+      ring_backward_dkv<Exec>(qv, gv, lse, delta, cur, kv_outer, group, nq, nk, inner, q0, k0, s);
     };
     if (P == 1) {
       compute();
@@ -333,13 +393,25 @@ void ring_core_backward(const Q& g, const Q& q, const Q& k, const Q& v, const Q&
     if (last) home = home_owner = received.view();
     else cur = received.view();
   }
+  // With the group split over axes that do not split k and v (which are replicated there), the
+  // dk and dv of the group's parts summed: one allreduce of [dk; dv].
+  constexpr axis_set group_axes = ring_group_axes<Q, K>();
+  if constexpr (!group_axes.empty()) {
+    const auto sum = buffer::reading(home);
+    allreduce(comm, group_axes, sum.data(), 2 * own_blk);
+    home = home_owner = sum.view();
+  }
   // Back to T: dq here, and this part's dk and dv.
-  Q gq(q.mesh(), q.extents()), gk(q.mesh(), q.extents()), gvv(q.mesh(), q.extents());
+  Q gq(q.mesh(), q.extents());
+  K gk(k.mesh(), k.extents()), gvv(k.mesh(), k.extents());
   {
-    const auto a = gq.view(), b = gk.view(), c = gvv.view();
+    const auto a = gq.view();
+    kernels::parallel_for(
+        "meshtensor::ring_attention_unpack_dq", Kokkos::RangePolicy<Exec>(0, rows * inner),
+        KOKKOS_LAMBDA(std::int64_t e) { a(e) = static_cast<T>(dq(e)); });
+    const auto b = gk.view(), c = gvv.view();
     kernels::parallel_for(
         "meshtensor::ring_attention_unpack", Kokkos::RangePolicy<Exec>(0, own_blk), KOKKOS_LAMBDA(std::int64_t e) {
-          a(e) = static_cast<T>(dq(e));
           b(e) = static_cast<T>(home(e));
           c(e) = static_cast<T>(home(own_blk + e));
         });
@@ -349,21 +421,24 @@ void ring_core_backward(const Q& g, const Q& q, const Q& k, const Q& v, const Q&
   push_fresh_grad(v, std::move(gvv));
 }
 
-// The ring itself: softmax(q . k / sqrt(|DKv|), causal) . v with q, k and v [B..., Heads, Length,
-// DKv] (keys at the same positions as the queries), Length split over the ring's axes.
-template <Dim Length, Tensor Q>
-Q ring_core(const Q& q, const Q& k, const Q& v, double scale) {
+// The ring itself: softmax(q . k / sqrt(|DKv|), causal) . v with q [B..., QHeads..., Length, DKv]
+// and k, v [B..., KvHeads..., Length, DKv] (keys at the same positions as the queries), Length
+// split over the ring's axes; QHeads is KvHeads followed by the group's dim (or KvHeads itself:
+// multi-head attention). `name` names the op.
+template <Dim Length, Tensor Q, Tensor K>
+Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name) {
   using T = typename Q::value_type;
   using C = compute_t<T>;
   using Exec = typename Q::execution_space;
   using Mem = typename Q::memory_space;
   using CPool = view_pool<C, Mem>;
-  const ring_geometry ring = ring_geometry_of<Length>(q);
-  const op_call call(ring_op{"ring_causal_attention", ring.axes, ring.parts}, q);
+  const ring_geometry ring = ring_geometry_of<Length>(q, k);
+  const op_call call(ring_op{name, ring.axes, ring.parts}, q);
   const collective_subject subject(&Q::type_name);
   communicator& comm = q.mesh().communicator();
-  const std::int64_t P = ring.parts, nq = ring.extent[static_cast<std::size_t>(ring.me)], outer = ring.outer,
-                     inner = ring.inner, rows = outer * nq, q0 = ring.offset[static_cast<std::size_t>(ring.me)];
+  const std::int64_t P = ring.parts, nq = ring.extent[static_cast<std::size_t>(ring.me)], kv_outer = ring.kv_outer,
+                     group = ring.group, inner = ring.inner, rows = kv_outer * group * nq,
+                     q0 = ring.offset[static_cast<std::size_t>(ring.me)];
   const C s = static_cast<C>(scale);
   const auto m = CPool::get().allocate(static_cast<std::size_t>(rows));
   const auto l = CPool::get().allocate(static_cast<std::size_t>(rows));
@@ -383,7 +458,7 @@ Q ring_core(const Q& q, const Q& k, const Q& v, double scale) {
     const int j = ring.part(step);
     const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)], k0 = ring.offset[static_cast<std::size_t>(j)];
     const auto compute = [&, j, nk, k0] {
-      if (ring.visible(j)) ring_forward_block<Exec>(qv, cur, m, l, acc, outer, nq, nk, inner, q0, k0, s);
+      if (ring.visible(j)) ring_forward_block<Exec>(qv, cur, m, l, acc, kv_outer, group, nq, nk, inner, q0, k0, s);
     };
     if (step == P - 1) {  // the last block: nothing more to pass
       compute();
@@ -422,40 +497,78 @@ Q ring_core(const Q& q, const Q& k, const Q& v, double scale) {
 
 }  // namespace detail
 
-namespace nn {
+namespace detail {
 
-template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
-X ring_causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo,
-                        attention_memory memory = attention_memory::keep_all) {
+// The first of Ds that L splits over an axis of `axes` (void: none).
+template <class L, unsigned Axes, class Ds>
+struct first_on_axes {
+  using type = void;
+};
+template <class L, unsigned Axes, class D, class... Ds>
+struct first_on_axes<L, Axes, type_list<D, Ds...>> {
+  using type = std::conditional_t<(L::template split_of<D>().mask() & Axes) != 0, D,
+                                  typename first_on_axes<L, Axes, type_list<Ds...>>::type>;
+};
+
+// The ring's attention under x's layout, before the output projection's result type: q's heads
+// QHeads (Heads; or KvHeads, Group), k's and v's KvHeads (Heads; or KvHeads), as
+// attention_heads_of. The refusals first, at compile time (the diagnostics name the op by the
+// multi-head one's name, whose texts the grouped op shares).
+template <Dim Length, Dim MemLength, Dim DModel, class QHeads, class KvHeads, Dim DKv, Tensor X, Tensor WQ, Tensor WK,
+          Tensor WO>
+X ring_attention_of(const char* name, const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo) {
   using L = typename X::layout_type;
-  (void)memory;  // the ring keeps the same under both (the header's comment)
-  if constexpr (L::template split_of<Length>().count == 0) {
+  constexpr unsigned length_axes = L::template split_of<Length>().mask();
+  using on_context = typename first_on_axes<L, length_axes, QHeads>::type;
+  if constexpr (length_axes == 0) {
     (void)sizeof(diagnostic::ring_attention_needs_a_split_length<Length>);
     return x;
   } else if constexpr (L::template split_of<MemLength>().count != 0) {
     (void)sizeof(diagnostic::ring_attention_memory_length_split<MemLength>);
     return x;
-  } else if constexpr ((L::template split_of<Heads>().mask() & L::template split_of<Length>().mask()) != 0) {
-    (void)sizeof(diagnostic::ring_attention_heads_on_a_context_axis<Heads>);
+  } else if constexpr (!std::is_void_v<on_context>) {
+    (void)sizeof(diagnostic::ring_attention_heads_on_a_context_axis<on_context>);
     return x;
   } else if constexpr (L::template split_of<DKv>().count != 0) {
     (void)sizeof(diagnostic::ring_attention_dkv_split<DKv>);
     return x;
   } else {
-    namespace md = meshtensor::detail;
-    const md::op_call call(md::composite_op{"ring_causal_attention"});
+    const op_call call(composite_op{name});
     using B = difference_t<typename X::dims, type_list<Length, DModel>>;
-    using QDims = md::concat_t<B, type_list<Heads, Length, DKv>>;
+    using QDims = concat_t<B, concat_t<QHeads, type_list<Length, DKv>>>;
+    using KDims = concat_t<B, concat_t<KvHeads, type_list<Length, DKv>>>;
     const double scale = 1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>()));
-    // Computed where the positions are (local: Length split, Heads as in x's layout). The keys
-    // keep Length: MemLength names no dim here (the ring's blocks are x's).
-    const auto project = [&](const W& w) {
-      return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(x, w); }(QDims{});
-    };
-    const auto q = project(wq), k = project(wk), v = project(wv);
-    const auto o = md::ring_core<Length>(q, k, v, scale);
+    // Computed where the positions are (local: Length split, the heads as in x's layout). The
+    // keys keep Length: MemLength names no dim here (the ring's blocks are x's).
+    const auto project = [&]<class... Ds>(type_list<Ds...>, const auto& w) { return einsum<Ds...>(x, w); };
+    const auto q = project(QDims{}, wq), k = project(KDims{}, wk), v = project(KDims{}, wv);
+    const auto o = ring_core<Length>(q, k, v, scale, name);
     return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
   }
+}
+
+}  // namespace detail
+
+namespace nn {
+
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
+X ring_causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo,
+                        attention_memory memory = attention_memory::keep_all) {
+  (void)memory;  // the ring keeps the same under both (the header's comment)
+  return meshtensor::detail::ring_attention_of<Length, MemLength, DModel, type_list<Heads>, type_list<Heads>, DKv>(
+      "ring_causal_attention", x, wq, wk, wv, wo);
+}
+
+// Grouped-query attention (grouped_causal_attention's weights and result: wq[DModel, KvHeads,
+// Group, DKv], wk and wv[DModel, KvHeads, DKv], wo[KvHeads, Group, DKv, DModel]) by the ring: k
+// and v travel at KvHeads, Group times fewer bytes than q's heads would.
+template <Dim Length, Dim MemLength, Dim DModel, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK,
+          Tensor WO>
+X ring_grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo,
+                                attention_memory memory = attention_memory::keep_all) {
+  (void)memory;
+  return meshtensor::detail::ring_attention_of<Length, MemLength, DModel, type_list<KvHeads, Group>, type_list<KvHeads>,
+                                               DKv>("ring_grouped_causal_attention", x, wq, wk, wv, wo);
 }
 
 }  // namespace nn
