@@ -3,7 +3,9 @@
 //   data     the batch over rows and cols (data parallelism)
 //   tensor   the batch over rows; KV heads, d_ff and the vocabulary over cols (Megatron's split)
 //   context  the batch over rows; the sequence over cols (context parallelism: attention by
-//            all-to-all, everything else per position)
+//            all-to-all or, with --attention ring, by a ring; everything else per position)
+//   context_tensor  the sequence over rows (attention by the ring); KV heads, d_ff and the
+//            vocabulary over cols (Llama 3 405B's split within a pipeline stage)
 // The model below is the same code under each: only the layout type differs. --plan prints what a
 // step needs per processor and what it communicates, on a mesh of any size, without running it.
 // (No position embedding: causal attention infers order on its own; Llama's rotary one is not in
@@ -37,9 +39,11 @@ using data_layout = mt::layout<grid, mt::split<batch, rows, cols>>;
 using tensor_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
                                  mt::split<vocab, cols>>;
 using context_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<length, cols>>;
+using context_tensor_layout = mt::layout<grid, mt::split<length, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
+                                         mt::split<vocab, cols>>;
 
 struct options {
-  std::string layout = "data", text = "/usr/share/common-licenses/GPL-3", checkpoint, resume, csv;
+  std::string layout = "data", attention = "all-to-all", text = "/usr/share/common-licenses/GPL-3", checkpoint, resume, csv;
   std::vector<int> mesh{1, 1};
   std::int64_t steps = 100, batch = 8, length = 64, d_model = 64, layers = 2, kv_heads = 2, group = 2, d_kv = 16,
                d_ff = 172, vocab = 256, save_every = 0, log_every = 10;
@@ -91,15 +95,21 @@ struct model {
       init(w_up, {dm, ff}, d_model{});
       init(w_down, {ff, dm}, d_ff{});
     }
+    ring = o.attention == "ring";
     final_norm = mt::full<t<d_model>>(g, {dm}, 1.0f);
     output = nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, seed++);
     std::apply([](auto&... p) { (mt::for_each_tensor(p, [](auto& w) { w.requires_grad(); }), ...); }, tie());
   }
 
-  // Grouped-query attention: where the layout splits the sequence, by all-to-all.
+  bool ring = false;  // --attention ring: where the layout splits the sequence, attention by a ring
+
+  // Grouped-query attention: where the layout splits the sequence, by all-to-all or by a ring.
   t<batch, length, d_model> attention(const t<batch, length, d_model>& x, std::size_t b) const {
-    if constexpr (std::is_same_v<L, context_layout>)
-      return nn::all_to_all_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, wq[b], wk[b], wv[b], wo[b]);
+    if constexpr (std::is_same_v<L, context_tensor_layout>)
+      return nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, wq[b], wk[b], wv[b], wo[b]);
+    else if constexpr (std::is_same_v<L, context_layout>)
+      return ring ? nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, wq[b], wk[b], wv[b], wo[b])
+                  : nn::all_to_all_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, wq[b], wk[b], wv[b], wo[b]);
     else
       return nn::grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, wq[b], wk[b], wv[b], wo[b]);
   }
@@ -246,7 +256,10 @@ int main(int argc, char** argv) {
   mt::environment env(argc, argv);
   CLI::App app{"meshtensor: a Llama-style language model on a 2-D mesh"};
   options o;
-  app.add_option("--layout", o.layout, "data, tensor or context")->check(CLI::IsMember({"data", "tensor", "context"}))->capture_default_str();
+  app.add_option("--layout", o.layout, "data, tensor, context or context_tensor")
+      ->check(CLI::IsMember({"data", "tensor", "context", "context_tensor"}))->capture_default_str();
+  app.add_option("--attention", o.attention, "where the sequence is split: all-to-all or ring")
+      ->check(CLI::IsMember({"all-to-all", "ring"}))->capture_default_str();
   app.add_option("--mesh", o.mesh, "mesh sizes rows cols (their product: the number of ranks, or any with --plan)")->expected(2);
   app.add_option("--steps", o.steps, "training steps")->capture_default_str();
   app.add_option("--batch", o.batch, "sequences per step")->capture_default_str();
@@ -276,6 +289,11 @@ int main(int argc, char** argv) {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
     if (o.layout == "tensor") return run<tensor_layout>(env, o);
     if (o.layout == "context") return run<context_layout>(env, o);
+    if (o.layout == "context_tensor") {
+      // the KV heads are split over cols already: the all-to-all has no heads left to move the sequence to
+      if (o.attention != "ring") throw mt::error("--layout context_tensor attends by the ring: add --attention ring");
+      return run<context_tensor_layout>(env, o);
+    }
     return run<data_layout>(env, o);
   } catch (const std::exception& e) {
     return env.fail(e, "llama: ");  // one rank's error ends the job with its message

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tests of examples/llama: llama_example_test.sh CASE LLAMA WORKDIR MPIEXEC
-#   layouts_agree  data, tensor and context on [2 x 2] (and the sequence unevenly over [1 x 4])
-#                  give one processor's losses (float32: relative 1e-4)
+#   layouts_agree  data, tensor, context (all-to-all and ring) and context_tensor on [2 x 2], and
+#                  the sequence unevenly over [1 x 4], give one processor's losses (float32: 1e-4)
 #   resume         6 steps, against 3 steps, a checkpoint and 3 resumed: the same losses
 #   learns         the loss falls by a quarter in 60 steps on [2 x 2]
 #   budget         a sequence of 1024 whose step needs more than 0.05 GiB on one processor: refused
@@ -23,13 +23,19 @@ same() {
 case $case_ in
   layouts_agree)
     run 1 --steps 4 --csv one.csv
-    for layout in data tensor context; do
-      run 4 --mesh 2 2 --layout "$layout" --steps 4 --csv "$layout.csv"
-      same one.csv "$layout.csv" 1
+    for layout in data tensor context context_tensor; do
+      for attention in all-to-all ring; do
+        [ "$layout" = context_tensor ] && [ "$attention" = all-to-all ] && continue
+        [ "$attention" = ring ] && [[ $layout != context* ]] && continue
+        run 4 --mesh 2 2 --layout "$layout" --attention "$attention" --steps 4 --csv "$layout.$attention.csv"
+        same one.csv "$layout.$attention.csv" 1
+      done
     done
     run 1 --steps 4 --length 30 --csv one30.csv
-    run 4 --mesh 1 4 --layout context --length 30 --steps 4 --csv context30.csv  # 8, 8, 7, 7 positions
-    same one30.csv context30.csv 1 ;;
+    for attention in all-to-all ring; do  # 8, 8, 7, 7 positions
+      run 4 --mesh 1 4 --layout context --attention $attention --length 30 --steps 4 --csv "context30.$attention.csv"
+      same one30.csv "context30.$attention.csv" 1
+    done ;;
   resume)
     run 2 --mesh 1 2 --layout tensor --steps 6 --csv whole.csv
     run 2 --mesh 1 2 --layout tensor --steps 3 --checkpoint ckpt --save-every 3
