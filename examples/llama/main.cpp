@@ -48,7 +48,7 @@ struct options {
   std::int64_t steps = 100, batch = 8, length = 64, d_model = 64, layers = 2, kv_heads = 2, group = 2, d_kv = 16,
                d_ff = 172, vocab = 256, save_every = 0, log_every = 10;
   double lr = 3e-3, memory_budget = 0;  // GiB per processor; 0: unchecked
-  bool plan = false;
+  bool plan = false, recompute = false;
 };
 
 template <class T>
@@ -96,11 +96,13 @@ struct model {
       init(w_down, {ff, dm}, d_ff{});
     }
     ring = o.attention == "ring";
+    recompute = o.recompute;
     final_norm = mt::full<t<d_model>>(g, {dm}, 1.0f);
     output = nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, seed++);
     std::apply([](auto&... p) { (mt::for_each_tensor(p, [](auto& w) { w.requires_grad(); }), ...); }, tie());
   }
 
+  bool recompute = false;
   bool ring = false;  // --attention ring: where the layout splits the sequence, attention by a ring
 
   // Grouped-query attention: where the layout splits the sequence, by all-to-all or by a ring.
@@ -118,8 +120,12 @@ struct model {
   t<> loss(const t<batch, length>& ids, const t<batch, length>& labels) const {
     auto x = nn::embedding<vocab>(embedding, ids);
     for (std::size_t b = 0; b < wq.size(); ++b) {
-      x = x + attention(nn::rms_norm<d_model>(x, attention_norm[b]), b);
-      x = x + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(x, feed_forward_norm[b]), w_gate[b], w_up[b], w_down[b]);
+      const auto block = [this, b](const t<batch, length, d_model>& in) {
+        const auto a = in + attention(nn::rms_norm<d_model>(in, attention_norm[b]), b);
+        return a + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(a, feed_forward_norm[b]), w_gate[b], w_up[b], w_down[b]);
+      };
+      // --recompute: only each block's input is kept; the backward pass runs the block again
+      x = recompute ? mt::recompute(block, x) : block(x);
     }
     const auto logits = nn::dense<d_model, vocab>(nn::rms_norm<d_model>(x, final_norm), output);
     return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits, labels));
@@ -278,6 +284,7 @@ int main(int argc, char** argv) {
   app.add_option("--resume", o.resume, "continue from the latest checkpoint in this directory");
   app.add_option("--log-every", o.log_every, "steps between printed losses")->capture_default_str();
   app.add_option("--csv", o.csv, "write every step's loss to this file");
+  app.add_flag("--recompute", o.recompute, "keep only each block's input for the backward pass, computing the rest again");
   app.add_flag("--plan", o.plan, "print what a step needs on --mesh, without running it");
   app.add_option("--memory-budget", o.memory_budget, "GiB per processor: plan the step first, refuse to run (exit 2) if it does not fit");
   try {

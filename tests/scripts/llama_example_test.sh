@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The tests of examples/llama: llama_example_test.sh CASE LLAMA WORKDIR MPIEXEC
 #   layouts_agree  data, tensor, context (all-to-all and ring) and context_tensor on [2 x 2], and
-#                  the sequence unevenly over [1 x 4], give one processor's losses (float32: 1e-4)
+#                  the sequence unevenly over [1 x 4], give one processor's losses (float32: 1e-4);
+#                  with --recompute too
 #   resume         6 steps, against 3 steps, a checkpoint and 3 resumed: the same losses
 #   learns         the loss falls by a quarter in 60 steps on [2 x 2]
 #   budget         a sequence of 1024 whose step needs more than 0.05 GiB on one processor: refused
@@ -31,6 +32,8 @@ case $case_ in
         same one.csv "$layout.$attention.csv" 1
       done
     done
+    run 4 --mesh 2 2 --layout context_tensor --attention ring --recompute --steps 4 --csv recompute.csv
+    same one.csv recompute.csv 1
     run 1 --steps 4 --length 30 --csv one30.csv
     for attention in all-to-all ring; do  # 8, 8, 7, 7 positions
       run 4 --mesh 1 4 --layout context --attention $attention --length 30 --steps 4 --csv "context30.$attention.csv"
