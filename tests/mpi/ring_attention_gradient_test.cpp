@@ -6,7 +6,8 @@
 // gradients through x and every weight equal central differences. The same for grouped-query
 // attention (nn::ring_grouped_causal_attention) against grouped_causal_attention and the all-to-all
 // one, with the KV heads or the group split over the other axis; its k, v blocks are counted at
-// the KV heads.
+// the KV heads. Blocks longer than the kernels' tile of keys (several tiles, uneven) give the same
+// result and gradients as the whole sequence's attention.
 #include <meshtensor/nn/context_attention.hpp>
 #include <meshtensor/nn/ring_attention.hpp>
 #include <test_support.hpp>
@@ -311,4 +312,108 @@ TEST_CASE("ring grouped-query attention equals grouped_causal_attention", "[grad
       check_grad<WO>(g, eo, 6, [&](const WO& w) { return weighted_sum(att(x0, wq, wk, wv, w), 2); }, 4);
     }
   });
+}
+
+TEST_CASE("ring attention takes long blocks in tiles of keys", "[gradient]") {
+  // Parts longer than the kernels' tile (512 keys) and of uneven lengths: 2309 positions give
+  // blocks of 5, 3, 2 and 2 tiles at 1, 2, 3 and 4 parts, the last tile short, the diagonal
+  // block's later tiles partly or wholly in the future. Grouped-query attention (the group's query
+  // heads share each product), the sequence over both axes or with the KV heads over one: the
+  // result and the gradients through x and every weight equal grouped_causal_attention's on the
+  // whole sequence (its autodiff: central differences over 2309 positions would be slow).
+  using LA = mt::layout<grid, mt::split<length, r_, c_>>;
+  using LK = mt::layout<grid, mt::split<kv_heads, r_>, mt::split<length, c_>>;
+  using L0 = mt::layout<grid>;
+  constexpr std::int64_t KV = 2, G = 2, S = 2309;
+  const auto g = world_grid();
+  for_each_type(list<LA, LK>{}, [&]<class L>() {
+    INFO(layout_name<L>() << ", rank " << g.rank());
+    using X = mt::tensor<double, L, batch, length, d_model>;
+    using WQ = mt::tensor<double, L, d_model, kv_heads, group, d_kv>;
+    using WK = mt::tensor<double, L, d_model, kv_heads, d_kv>;
+    using WO = mt::tensor<double, L, kv_heads, group, d_kv, d_model>;
+    using X0 = mt::tensor<double, L0, batch, length, d_model>;
+    using WQ0 = mt::tensor<double, L0, d_model, kv_heads, group, d_kv>;
+    using WK0 = mt::tensor<double, L0, d_model, kv_heads, d_kv>;
+    using WO0 = mt::tensor<double, L0, kv_heads, group, d_kv, d_model>;
+    const typename X::extents_type ex{1, S, M};  // one sequence: the whole one's scores are S x S
+    const typename WQ::extents_type eq{M, KV, G, K};
+    const typename WK::extents_type ek{M, KV, K};
+    const typename WO::extents_type eo{KV, G, K, M};
+    auto x = mt::random_normal<X>(g, ex, 55);
+    auto wq = mt::random_normal<WQ>(g, eq, 51, 0, 0.5);
+    auto wk = mt::random_normal<WK>(g, ek, 52, 0, 0.5), wv = mt::random_normal<WK>(g, ek, 53, 0, 0.5);
+    auto wo = mt::random_normal<WO>(g, eo, 54, 0, 0.5);
+    auto x1 = mt::from_host<X0>(g, ex, mt::gather_all(x));
+    auto wq1 = mt::from_host<WQ0>(g, eq, mt::gather_all(wq));
+    auto wk1 = mt::from_host<WK0>(g, ek, mt::gather_all(wk)), wv1 = mt::from_host<WK0>(g, ek, mt::gather_all(wv));
+    auto wo1 = mt::from_host<WO0>(g, eo, mt::gather_all(wo));
+    x.requires_grad(), wq.requires_grad(), wk.requires_grad(), wv.requires_grad(), wo.requires_grad();
+    x1.requires_grad(), wq1.requires_grad(), wk1.requires_grad(), wv1.requires_grad(), wo1.requires_grad();
+    const auto split =
+        nn::ring_grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(x, wq, wk, wv, wo);
+    const auto whole =
+        nn::grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(x1, wq1, wk1, wv1, wo1);
+    REQUIRE(max_rel_error(mt::gather_all(split), mt::gather_all(whole)) < 1e-12);
+    const auto [gx, gq, gk, gv, go] = mt::gradient(weighted_sum(split, 2), x, wq, wk, wv, wo);
+    const auto [gx1, gq1, gk1, gv1, go1] = mt::gradient(weighted_sum(whole, 2), x1, wq1, wk1, wv1, wo1);
+    CHECK(max_rel_error(mt::gather_all(gx), mt::gather_all(gx1)) < 1e-10);
+    CHECK(max_rel_error(mt::gather_all(gq), mt::gather_all(gq1)) < 1e-10);
+    CHECK(max_rel_error(mt::gather_all(gk), mt::gather_all(gk1)) < 1e-10);
+    CHECK(max_rel_error(mt::gather_all(gv), mt::gather_all(gv1)) < 1e-10);
+    CHECK(max_rel_error(mt::gather_all(go), mt::gather_all(go1)) < 1e-10);
+  });
+}
+
+TEST_CASE("ring attention in bf16 takes its products in float", "[gradient]") {
+  // bf16 q, k, v: the tiles widened to float for the products, the accumulators float. Blocks of
+  // several tiles (1100 positions: 3, 2, 1 and 1 tiles at 1 to 4 parts). Against
+  // grouped_causal_attention in float on the whole sequence, the result and the gradient through x
+  // are as close as grouped_causal_attention's own in bf16 (which rounds the weights to bf16; the
+  // ring keeps them in float), within a factor.
+  using LA = mt::layout<grid, mt::split<length, r_, c_>>;
+  using L0 = mt::layout<grid>;
+  using mt::bf16;
+  constexpr std::int64_t KV = 2, G = 2, S = 1100;
+  const auto g = world_grid();
+  using X = mt::tensor<float, LA, batch, length, d_model>;
+  using WQ = mt::tensor<float, LA, d_model, kv_heads, group, d_kv>;
+  using WK = mt::tensor<float, LA, d_model, kv_heads, d_kv>;
+  using WO = mt::tensor<float, LA, kv_heads, group, d_kv, d_model>;
+  using X0 = mt::tensor<float, L0, batch, length, d_model>;
+  using WQ0 = mt::tensor<float, L0, d_model, kv_heads, group, d_kv>;
+  using WK0 = mt::tensor<float, L0, d_model, kv_heads, d_kv>;
+  using WO0 = mt::tensor<float, L0, kv_heads, group, d_kv, d_model>;
+  const typename X::extents_type ex{1, S, M};
+  const typename WQ::extents_type eq{M, KV, G, K};
+  const typename WK::extents_type ek{M, KV, K};
+  const typename WO::extents_type eo{KV, G, K, M};
+  auto x = mt::random_normal<X>(g, ex, 65);
+  const auto wq = mt::random_normal<WQ>(g, eq, 61, 0, 0.5);
+  const auto wk = mt::random_normal<WK>(g, ek, 62, 0, 0.5), wv = mt::random_normal<WK>(g, ek, 63, 0, 0.5);
+  const auto wo = mt::random_normal<WO>(g, eo, 64, 0, 0.5);
+  auto x1 = mt::from_host<X0>(g, ex, mt::gather_all(x)), x2 = mt::from_host<X0>(g, ex, mt::gather_all(x));
+  x.requires_grad(), x1.requires_grad(), x2.requires_grad();
+  const auto split = mt::cast<float>(nn::ring_grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(
+      mt::cast<bf16>(x), mt::cast<bf16>(wq), mt::cast<bf16>(wk), mt::cast<bf16>(wv), mt::cast<bf16>(wo)));
+  const auto whole = mt::cast<float>(nn::grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(
+      mt::cast<bf16>(x1), mt::cast<bf16>(mt::from_host<WQ0>(g, eq, mt::gather_all(wq))),
+      mt::cast<bf16>(mt::from_host<WK0>(g, ek, mt::gather_all(wk))),
+      mt::cast<bf16>(mt::from_host<WK0>(g, ek, mt::gather_all(wv))),
+      mt::cast<bf16>(mt::from_host<WO0>(g, eo, mt::gather_all(wo)))));
+  const auto exact = nn::grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(
+      x2, mt::from_host<WQ0>(g, eq, mt::gather_all(wq)), mt::from_host<WK0>(g, ek, mt::gather_all(wk)),
+      mt::from_host<WK0>(g, ek, mt::gather_all(wv)), mt::from_host<WO0>(g, eo, mt::gather_all(wo)));
+  const double ring_error = max_rel_error(mt::gather_all(split), mt::gather_all(exact)),
+               bf16_error = max_rel_error(mt::gather_all(whole), mt::gather_all(exact));
+  INFO("forward: ring " << ring_error << ", grouped_causal_attention in bf16 " << bf16_error);
+  CHECK(ring_error < 5e-2);
+  CHECK(ring_error <= 2 * bf16_error + 1e-3);
+  const auto [gx] = mt::gradient(weighted_sum(split, 2), x);
+  const auto [gx1] = mt::gradient(weighted_sum(whole, 2), x1);
+  const auto [gx2] = mt::gradient(weighted_sum(exact, 2), x2);
+  const double ring_grad_error = max_rel_error(mt::gather_all(gx), mt::gather_all(gx2)),
+               bf16_grad_error = max_rel_error(mt::gather_all(gx1), mt::gather_all(gx2));
+  INFO("gradient: ring " << ring_grad_error << ", grouped_causal_attention in bf16 " << bf16_grad_error);
+  CHECK(ring_grad_error <= 2 * bf16_grad_error + 1e-3);
 }

@@ -21,7 +21,10 @@
 // (q never travels); with Group split over axes that do not split KvHeads, k and v are replicated
 // there and the backward pass adds one allreduce of dk and dv over them. Besides its own q, k and
 // v, each processor holds two k, v blocks at a time (the one computed and the one arriving), never
-// the whole sequence, and no scores: the kernel loops over a block's keys per query row.
+// the whole sequence, and the scores of one tile of keys at a time: each block is computed in
+// tiles of at most 512 keys (ring_tile_keys), each tile's scores [local query rows, tile] one batched
+// product (kernels::product) in the accumulator type, then the online softmax's row kernel, then
+// the product with the tile's values (flash attention's way; the detail kernels' comment).
 // The backward pass runs the ring again (recomputing each block's scores from q, k, v and the
 // per-row log-sum-exp kept by the forward pass): dq accumulates where it is, dk and dv travel with
 // their block, summed over the group's query heads that share each KV head. attention_memory has
@@ -187,120 +190,192 @@ struct ring_op {
   comm_plan plan() const { return ring_attention_plan(axes, parts); }
 };
 
-// The blockwise kernels. A parallel_for over (outer, row) with loops over the other block's rows
-// and over DKv, not kernels::product and the row softmax: the online softmax carries each row's
-// running max and sum from block to block, and the causal mask is in global positions of two
-// different blocks; a product would also need the block's scores [rows x keys] in memory. The
-// scores are computed twice per row (the block's max first, then the weights), as flash
-// attention's first version did, so that nothing of size keys is kept per row.
+// The blockwise kernels, flash attention's way: a block's keys are taken in tiles of at most
+// ring_tile_keys positions, and per tile the scores S = q . k_tile^T are one batched product
+// (kernels::product: oneDNN, OpenBLAS, cuBLAS), a row kernel applies the causal mask in global
+// positions and the scale, updates the online softmax's running max and sum per row and turns S
+// into the weights P in place, and a second product gives P . v_tile. The running statistics carry
+// from tile to tile and block to block, so that only one tile's scores are ever in memory:
+// [outer, nq, tile] in the accumulator type (the backward pass two of them, S and dP), besides
+// tiles of k and v gathered contiguous where a block is longer than a tile, or its elements are
+// not the accumulator's. A tile wholly in the future of every query of the block is not computed
+// (tiles partly in the future are, with the masked weights 0).
 //
 // The heads: q's rows are [kv_outer, group, nq] (kv_outer: the batch and the KV heads, local;
 // group: the local query heads sharing each KV head, 1 under multi-head attention), k's and v's
-// [kv_outer, nk]: q's outer index o attends with k's and v's o / group.
+// [kv_outer, nk]: q's outer index o attends with k's and v's o / group. So q is [kv_outer, group x
+// nq, inner] as it lies, and one product per KV head covers its group's query heads (the backward
+// products over group x nq rows sum dk and dv over the group).
 //
-// Forward, one block: q [kv_outer x group, nq, inner] at global positions q0.., keys and values
-// kv = [k; v], each [kv_outer, nk, inner] at global positions k0..; m, l [kv_outer x group, nq]
-// the running max and sum, acc (q's shape) the running sum of weights times values (rescaled as
-// the max grows).
-template <class Exec, class TV, class CV>
-void ring_forward_block(const TV& q, const TV& kv, const CV& m, const CV& l, const CV& acc, std::int64_t kv_outer,
+// Every product and kernel runs in the accumulator type C (compute_t: float for bf16, float, double):
+// q (and the output's gradient) are passed in C (for bf16 a widened copy, q's size in float), the
+// tiles of k and v gathered into C. Why products: the first version looped per query row over
+// the block's keys and DKv in scalar code (the scores twice per row, to keep nothing of size
+// keys), and trained 25x slower than the all-to-all (whose core is products) at 4096 positions on
+// two ranks (examples/llama, 2 cores: ~110 against ~2400 tokens/s); in tiles it is on a par with
+// the all-to-all there (~2100-2800 against ~2100-2900 tokens/s, noisy). Why 512: the products
+// are then large enough for the providers, and the scratch stays small: with 8192 local query
+// rows (4 heads of 2048 positions) one tile's scores are 16 MiB in float (backward 32 MiB), not
+// a block's [rows, nk].
+inline constexpr std::int64_t ring_tile_keys = 512;
+
+// Keys (at = 0) or values (at = the block's elements) of positions t0 .. t0 + tn of a block
+// [kv_outer, nk, inner] held in `from` (the ring's message), as a contiguous [kv_outer, tn,
+// inner] in C: the message's own memory where the tile is the whole block and already in C, else
+// gathered (and widened) into scratch.
+template <class Exec, class C, class V>
+Kokkos::View<C*, typename Exec::memory_space> ring_tile(const V& from, std::int64_t at, std::int64_t kv_outer,
+                                                        std::int64_t nk, std::int64_t inner, std::int64_t t0,
+                                                        std::int64_t tn) {
+  using Mem = typename Exec::memory_space;
+  using CView = Kokkos::View<C*, Mem>;
+  if constexpr (std::is_same_v<typename V::value_type, C>)
+    if (t0 == 0 && tn == nk) return CView(from.data() + at, static_cast<std::size_t>(kv_outer * nk * inner));
+  const CView to = view_pool<C, Mem>::get().allocate(static_cast<std::size_t>(kv_outer * tn * inner));
+  const std::int64_t per = tn * inner;
+  kernels::parallel_for(
+      "meshtensor::ring_attention_tile", Kokkos::RangePolicy<Exec>(0, kv_outer * per), KOKKOS_LAMBDA(std::int64_t e) {
+        const std::int64_t ok = e / per, r = e % per;
+        to(e) = static_cast<C>(from(at + (ok * nk + t0) * inner + r));
+      });
+  return to;
+}
+
+// x in C: x's own memory where its elements are C's, else a widened copy (scratch).
+template <class Exec, class C, class V>
+Kokkos::View<C*, typename Exec::memory_space> ring_in_compute_type(const V& x) {
+  using Mem = typename Exec::memory_space;
+  if constexpr (std::is_same_v<typename V::value_type, C>) {
+    return Kokkos::View<C*, Mem>(x.data(), x.extent(0));
+  } else {
+    const auto to = view_pool<C, Mem>::get().allocate(x.extent(0));
+    kernels::parallel_for(
+        "meshtensor::ring_attention_widen", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(x.extent(0))),
+        KOKKOS_LAMBDA(std::int64_t e) { to(e) = static_cast<C>(x(e)); });
+    return to;
+  }
+}
+
+// Forward, one block: q [kv_outer x group, nq, inner] (in C) at global positions q0.., keys and
+// values kv = [k; v], each [kv_outer, nk, inner] at global positions k0..; m, l [kv_outer x group,
+// nq] the running max and sum, acc (q's shape) the running sum of weights times values (rescaled
+// as the max grows).
+template <class Exec, class CV, class KV>
+void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, const CV& acc, std::int64_t kv_outer,
                         std::int64_t group, std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0,
                         std::int64_t k0, typename CV::value_type scale) {
   using C = typename CV::value_type;
-  const std::int64_t voff = kv_outer * nk * inner;
-  kernels::parallel_for(
-      "meshtensor::ring_attention_forward", Kokkos::RangePolicy<Exec>(0, kv_outer * group * nq),
-      KOKKOS_LAMBDA(std::int64_t row) {
-        const std::int64_t ok = row / nq / group, i = row % nq;  // k's and v's outer index, the query
-        const std::int64_t last = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;  // keys at or before the query
-        if (last <= 0) return;
-        const std::int64_t qa = row * inner;
-        const auto score = [&](std::int64_t t) {
-          C s = 0;
-          const std::int64_t ka = (ok * nk + t) * inner;
-          for (std::int64_t d = 0; d < inner; ++d) s += static_cast<C>(q(qa + d)) * static_cast<C>(kv(ka + d));
-          return s * scale;
-        };
-        C block_max = score(0);
-        for (std::int64_t t = 1; t < last; ++t) {
-          const C s = score(t);
-          block_max = s > block_max ? s : block_max;
-        }
-        const C m_old = m(row), m_new = m_old > block_max ? m_old : block_max;
-        const C alpha = kmath::exp(m_old - m_new);  // 0 for the first block (m_old the lowest value)
-        C sum = l(row) * alpha;
-        for (std::int64_t d = 0; d < inner; ++d) acc(qa + d) *= alpha;
-        for (std::int64_t t = 0; t < last; ++t) {
-          const C p = kmath::exp(score(t) - m_new);
-          sum += p;
-          const std::int64_t va = voff + (ok * nk + t) * inner;
-          for (std::int64_t d = 0; d < inner; ++d) acc(qa + d) += p * static_cast<C>(kv(va + d));
-        }
-        m(row) = m_new;
-        l(row) = sum;
-      });
+  using Mem = typename Exec::memory_space;
+  using CPool = view_pool<C, Mem>;
+  const std::int64_t blk = kv_outer * nk * inner, gq = group * nq, rows = kv_outer * gq;
+  const std::int64_t tile = nk < ring_tile_keys ? nk : ring_tile_keys;
+  const CV scores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
+  const CV alpha = CPool::get().allocate(static_cast<std::size_t>(rows));
+  const CV pv = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
+  for (std::int64_t t0 = 0; t0 < nk; t0 += tile) {
+    const std::int64_t kq = k0 + t0 - q0;  // the tile's first key, counted from the block's first query
+    if (kq > nq - 1) break;                // this tile and the next in the future of every query
+    const std::int64_t tn = nk - t0 < tile ? nk - t0 : tile;
+    const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
+    const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
+    const CV s(scores.data(), static_cast<std::size_t>(rows * tn));
+    kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, q, kt, s);
+    kernels::parallel_for(
+        "meshtensor::ring_attention_forward", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
+          const std::int64_t i = row % nq, sa = row * tn;
+          const std::int64_t last = i - kq + 1 < tn ? i - kq + 1 : tn;  // keys at or before the query
+          if (last <= 0) {
+            for (std::int64_t t = 0; t < tn; ++t) s(sa + t) = C(0);
+            alpha(row) = C(1);
+            return;
+          }
+          C tile_max = s(sa) * scale;
+          for (std::int64_t t = 1; t < last; ++t) {
+            const C x = s(sa + t) * scale;
+            tile_max = x > tile_max ? x : tile_max;
+          }
+          const C m_old = m(row), m_new = m_old > tile_max ? m_old : tile_max;
+          const C a = kmath::exp(m_old - m_new);  // 0 for the first tile (m_old the lowest value)
+          C sum = l(row) * a;
+          for (std::int64_t t = 0; t < last; ++t) {
+            const C p = kmath::exp(s(sa + t) * scale - m_new);
+            s(sa + t) = p;
+            sum += p;
+          }
+          for (std::int64_t t = last; t < tn; ++t) s(sa + t) = C(0);
+          m(row) = m_new;
+          l(row) = sum;
+          alpha(row) = a;
+        });
+    kernels::product<Exec, C>(kv_outer, gq, inner, tn, false, false, s, vt, pv);
+    kernels::parallel_for(
+        "meshtensor::ring_attention_forward_accumulate", Kokkos::RangePolicy<Exec>(0, rows * inner),
+        KOKKOS_LAMBDA(std::int64_t e) { acc(e) = acc(e) * alpha(e / inner) + pv(e); });
+  }
 }
 
-// Backward, one block, the queries' side: dq [outer, nq, inner] += the block's contribution,
-// from the weights p = exp(score - lse) and ds = p (dO . v - delta), delta = dO . O per row.
-template <class Exec, class TV, class CV, class KV>
-void ring_backward_dq(const TV& q, const TV& dout, const CV& lse, const CV& delta, const KV& kv, const CV& dq,
-                      std::int64_t kv_outer, std::int64_t group, std::int64_t nq, std::int64_t nk, std::int64_t inner,
-                      std::int64_t q0, std::int64_t k0, typename CV::value_type scale) {
+// Backward, one block: dq [outer, nq, inner] += the block's contribution, and the block's dk, dv
+// (in kv after k and v: [k; v; dk; dv], all in C) += this processor's queries' contributions,
+// summed over the group's query heads that share each key's head; from the weights P = exp(S
+// scale - lse) and dS = P (dO . v - delta) scale, delta = dO . O per row. Per tile: S = q . k^T,
+// dP = dO . v^T, the row kernel (P into S, dS into dP), then dq += dS . k, dk += dS^T . q, dv +=
+// P^T . dO. No atomics: the products' sums come out the same on every run.
+template <class Exec, class CV>
+void ring_backward_block(const CV& q, const CV& dout, const CV& lse, const CV& delta, const CV& kv, const CV& dq,
+                         std::int64_t kv_outer, std::int64_t group, std::int64_t nq, std::int64_t nk,
+                         std::int64_t inner, std::int64_t q0, std::int64_t k0, typename CV::value_type scale) {
   using C = typename CV::value_type;
-  const std::int64_t voff = kv_outer * nk * inner;
-  kernels::parallel_for(
-      "meshtensor::ring_attention_backward_dq", Kokkos::RangePolicy<Exec>(0, kv_outer * group * nq),
-      KOKKOS_LAMBDA(std::int64_t row) {
-        const std::int64_t ok = row / nq / group, i = row % nq;
-        const std::int64_t last = q0 + i - k0 + 1 < nk ? q0 + i - k0 + 1 : nk;
-        const std::int64_t qa = row * inner;
-        for (std::int64_t t = 0; t < last; ++t) {
-          const std::int64_t ka = (ok * nk + t) * inner, va = voff + ka;
-          C s = 0, dp = 0;
-          for (std::int64_t d = 0; d < inner; ++d) {
-            s += static_cast<C>(q(qa + d)) * static_cast<C>(kv(ka + d));
-            dp += static_cast<C>(dout(qa + d)) * static_cast<C>(kv(va + d));
+  using Mem = typename Exec::memory_space;
+  using CPool = view_pool<C, Mem>;
+  const std::int64_t blk = kv_outer * nk * inner, gq = group * nq, rows = kv_outer * gq;
+  const std::int64_t tile = nk < ring_tile_keys ? nk : ring_tile_keys;
+  const CV scores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
+  const CV dscores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
+  const CV dq_tile = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
+  const CV dk_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
+  const CV dv_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
+  for (std::int64_t t0 = 0; t0 < nk; t0 += tile) {
+    const std::int64_t kq = k0 + t0 - q0;
+    if (kq > nq - 1) break;
+    const std::int64_t tn = nk - t0 < tile ? nk - t0 : tile;
+    const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
+    const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
+    const CV s(scores.data(), static_cast<std::size_t>(rows * tn)), ds(dscores.data(), static_cast<std::size_t>(rows * tn));
+    kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, q, kt, s);
+    kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, dout, vt, ds);
+    kernels::parallel_for(
+        "meshtensor::ring_attention_backward", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
+          const std::int64_t i = row % nq, sa = row * tn;
+          std::int64_t last = i - kq + 1 < tn ? i - kq + 1 : tn;
+          if (last < 0) last = 0;
+          const C lr = lse(row), dr = delta(row);
+          for (std::int64_t t = 0; t < last; ++t) {
+            const C p = kmath::exp(s(sa + t) * scale - lr);
+            s(sa + t) = p;
+            ds(sa + t) = p * (ds(sa + t) - dr) * scale;
           }
-          const C p = kmath::exp(s * scale - lse(row));
-          const C ds = p * (dp - delta(row)) * scale;
-          for (std::int64_t d = 0; d < inner; ++d) dq(qa + d) += ds * static_cast<C>(kv(ka + d));
-        }
-      });
-}
-
-// Backward, one block, the keys' side: the block's dk, dv (in kv after k and v: [k; v; dk; dv])
-// += this processor's queries' contributions, summed over the group's query heads that share the
-// key's head. A thread per key row, so that no two threads add into one row (no atomics; the sums
-// come out the same on every run).
-template <class Exec, class TV, class CV, class KV>
-void ring_backward_dkv(const TV& q, const TV& dout, const CV& lse, const CV& delta, const KV& kv,
-                       std::int64_t kv_outer, std::int64_t group, std::int64_t nq, std::int64_t nk, std::int64_t inner,
-                       std::int64_t q0, std::int64_t k0, typename CV::value_type scale) {
-  using C = typename CV::value_type;
-  const std::int64_t blk = kv_outer * nk * inner;
-  kernels::parallel_for(
-      "meshtensor::ring_attention_backward_dkv", Kokkos::RangePolicy<Exec>(0, kv_outer * nk), KOKKOS_LAMBDA(std::int64_t key) {
-        const std::int64_t ok = key / nk, t = key % nk;
-        const std::int64_t first = k0 + t - q0 > 0 ? k0 + t - q0 : 0;  // queries at or after the key
-        const std::int64_t ka = key * inner, va = blk + ka, dka = 2 * blk + ka, dva = 3 * blk + ka;
-        for (std::int64_t o = ok * group; o < (ok + 1) * group; ++o) {  // the query heads sharing the key's head
-          for (std::int64_t i = first; i < nq; ++i) {
-            const std::int64_t row = o * nq + i, qa = row * inner;
-            C s = 0, dp = 0;
-            for (std::int64_t d = 0; d < inner; ++d) {
-              s += static_cast<C>(q(qa + d)) * kv(ka + d);
-              dp += static_cast<C>(dout(qa + d)) * kv(va + d);
-            }
-            const C p = kmath::exp(s * scale - lse(row));
-            const C ds = p * (dp - delta(row)) * scale;
-            for (std::int64_t d = 0; d < inner; ++d) {
-              kv(dva + d) += p * static_cast<C>(dout(qa + d));
-              kv(dka + d) += ds * static_cast<C>(q(qa + d));
-            }
+          for (std::int64_t t = last; t < tn; ++t) {
+            s(sa + t) = C(0);
+            ds(sa + t) = C(0);
           }
-        }
-      });
+        });
+    const CV dkt(dk_tile.data(), static_cast<std::size_t>(kv_outer * tn * inner)),
+        dvt(dv_tile.data(), static_cast<std::size_t>(kv_outer * tn * inner));
+    kernels::product<Exec, C>(kv_outer, gq, inner, tn, false, false, ds, kt, dq_tile);
+    kernels::product<Exec, C>(kv_outer, tn, inner, gq, true, false, ds, q, dkt);
+    kernels::product<Exec, C>(kv_outer, tn, inner, gq, true, false, s, dout, dvt);
+    kernels::parallel_for(
+        "meshtensor::ring_attention_backward_dq", Kokkos::RangePolicy<Exec>(0, rows * inner),
+        KOKKOS_LAMBDA(std::int64_t e) { dq(e) += dq_tile(e); });
+    const std::int64_t per = tn * inner;
+    kernels::parallel_for(
+        "meshtensor::ring_attention_backward_dkv", Kokkos::RangePolicy<Exec>(0, kv_outer * per),
+        KOKKOS_LAMBDA(std::int64_t e) {
+          const std::int64_t at = (e / per * nk + t0) * inner + e % per;
+          kv(2 * blk + at) += dkt(e);
+          kv(3 * blk + at) += dvt(e);
+        });
+  }
 }
 
 // The axes over which k and v are replicated while q is split: those of q's head dims that k and
@@ -361,7 +436,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   }
   using buffer = mpi_buffer<Exec, C>;
   using CView = Kokkos::View<C*, Mem>;
-  const auto qv = q.view(), gv = g.view();
+  const CView qc = ring_in_compute_type<Exec, C>(q.view()), gc = ring_in_compute_type<Exec, C>(g.view());
   CView home(cur.data() + 2 * own_blk, static_cast<std::size_t>(2 * own_blk));  // this part's [dk; dv]
   CView home_owner = cur;  // keeps home's memory alive (home does not count as its reference)
   for (int step = 0; step < P; ++step) {
@@ -369,8 +444,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
     const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)], k0 = ring.offset[static_cast<std::size_t>(j)];
     const auto compute = [&, j, nk, k0] {
       if (!ring.visible(j)) return;
-      ring_backward_dq<Exec>(qv, gv, lse, delta, cur, dq, kv_outer, group, nq, nk, inner, q0, k0, s);
-      ring_backward_dkv<Exec>(qv, gv, lse, delta, cur, kv_outer, group, nq, nk, inner, q0, k0, s);
+      ring_backward_block<Exec>(qc, gc, lse, delta, cur, dq, kv_outer, group, nq, nk, inner, q0, k0, s);
     };
     if (P == 1) {
       compute();
@@ -453,12 +527,12 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name) 
   kernels::deep_copy(Kokkos::View<T*, Mem>(cur.data(), static_cast<std::size_t>(own_blk)), k.view());
   kernels::deep_copy(Kokkos::View<T*, Mem>(cur.data() + own_blk, static_cast<std::size_t>(own_blk)), v.view());
   using buffer = mpi_buffer<Exec, T>;
-  const auto qv = q.view();
+  const auto qc = ring_in_compute_type<Exec, C>(q.view());  // q in C: the products' operand
   for (int step = 0; step < P; ++step) {
     const int j = ring.part(step);
     const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)], k0 = ring.offset[static_cast<std::size_t>(j)];
     const auto compute = [&, j, nk, k0] {
-      if (ring.visible(j)) ring_forward_block<Exec>(qv, cur, m, l, acc, kv_outer, group, nq, nk, inner, q0, k0, s);
+      if (ring.visible(j)) ring_forward_block<Exec>(qc, cur, m, l, acc, kv_outer, group, nq, nk, inner, q0, k0, s);
     };
     if (step == P - 1) {  // the last block: nothing more to pass
       compute();
