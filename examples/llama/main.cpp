@@ -1,12 +1,13 @@
 // A Llama-style language model (RMSNorm, grouped-query attention, a SwiGLU feed-forward) that learns
-// a text's next byte, its tensors split over a 2-D mesh [rows x cols] by one of three layouts:
+// a text's next byte, its tensors split over a 2-D mesh [rows x cols] by one of four layouts:
 //   data     the batch over rows and cols (data parallelism)
 //   tensor   the batch over rows; KV heads, d_ff and the vocabulary over cols (Megatron's split)
 //   context  the batch over rows; the sequence over cols (context parallelism: attention by
 //            all-to-all or, with --attention ring, by a ring; everything else per position)
 //   context_tensor  the sequence over rows (attention by the ring); KV heads, d_ff and the
 //            vocabulary over cols (Llama 3 405B's split within a pipeline stage)
-// The model below is the same code under each: only the layout type differs. --plan prints what a
+// The model below is the same code under each: only the layout type differs (and, where it splits
+// the sequence, which attention runs). --plan prints what a
 // step needs per processor and what it communicates, on a mesh of any size, without running it.
 // (No position embedding: causal attention infers order on its own; Llama's rotary one is not in
 // the library yet.)
@@ -171,10 +172,17 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
   };
   std::mt19937_64 rng(7);  // the same batches on every rank and under every layout
   std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
+  // What the data stream depends on: a resumed run must draw the same batches.
+  const mt::io::metadata data_config{{"batch", std::to_string(o.batch)}, {"length", std::to_string(o.length)}, {"text", o.text}};
   std::int64_t step0 = 0;
   if (!o.resume.empty()) {
     auto set = state();
     const auto meta = mt::io::checkpoints(o.resume).load(set);
+    for (const auto& [k, v] : data_config)
+      if (!meta.count(k) || meta.at(k) != v)
+        throw mt::io_error(fmt::format("--resume {}: the checkpoint has {} = {}, this run {}", o.resume, k,
+                                       meta.count(k) ? meta.at(k) : "(none)", v));
+    if (!meta.count("step")) throw mt::io_error(fmt::format("--resume {}: the checkpoint has no step", o.resume));
     step0 = std::stoll(meta.at("step"));
     adam.set_steps(step0);
     for (std::int64_t k = 0; k < step0 * o.batch; ++k) (void)start(rng);  // the batches drawn before
@@ -187,6 +195,7 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
     fmt::print("parameters: {} ({:.2f} billion)\n", n, n / 1e9);
   }
   auto t0 = std::chrono::steady_clock::now();
+  std::int64_t logged = step0;  // the step of the last printed line
   for (std::int64_t step = step0; step < o.steps; ++step) {
     if (g.is_planned()) mt::reset_plan(g);  // a plan reports the last step, the optimizer's state made
     for (std::int64_t b = 0; b < o.batch; ++b)
@@ -200,14 +209,17 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
     if (g.is_planned()) continue;
     losses.push_back(mt::item(loss));
     if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
-      const auto name = mt::io::checkpoints(o.checkpoint).save(state(), step + 1, {{"step", std::to_string(step + 1)}});
+      auto meta = data_config;
+      meta["step"] = std::to_string(step + 1);
+      const auto name = mt::io::checkpoints(o.checkpoint).save(state(), step + 1, meta);
       if (g.rank() == 0) fmt::print("saved {}/{}\n", o.checkpoint, name);
     }
     if (g.rank() == 0 && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      fmt::print("step {:5d}  loss {:.4f}  {:.0f} tokens/s\n", step + 1, losses.back(), o.log_every * o.batch * o.length / s);
+      fmt::print("step {:5d}  loss {:.4f}  {:.0f} tokens/s\n", step + 1, losses.back(), (step + 1 - logged) * o.batch * o.length / s);
       std::fflush(stdout);
       t0 = std::chrono::steady_clock::now();
+      logged = step + 1;
     }
   }
   return {step0, losses};
@@ -218,6 +230,8 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
 template <class L>
 std::int64_t plan(options o, bool print) {
   o.steps = 2;
+  o.resume.clear();  // a plan has no data to load or save
+  o.save_every = 0;
   const grid pm = grid::planned({o.mesh[0], o.mesh[1]});
   train<L>(pm, o, std::vector<unsigned char>(static_cast<std::size_t>(o.length + 3), ' '));
   const auto p = mt::plan_report_of(pm);
@@ -282,11 +296,12 @@ int main(int argc, char** argv) {
   app.add_option("--checkpoint", o.checkpoint, "directory of checkpoints, saved every --save-every steps");
   app.add_option("--save-every", o.save_every, "steps between checkpoints");
   app.add_option("--resume", o.resume, "continue from the latest checkpoint in this directory");
-  app.add_option("--log-every", o.log_every, "steps between printed losses")->capture_default_str();
+  app.add_option("--log-every", o.log_every, "steps between printed losses")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--csv", o.csv, "write every step's loss to this file");
   app.add_flag("--recompute", o.recompute, "keep only each block's input for the backward pass, computing the rest again");
   app.add_flag("--plan", o.plan, "print what a step needs on --mesh, without running it");
-  app.add_option("--memory-budget", o.memory_budget, "GiB per processor: plan the step first, refuse to run (exit 2) if it does not fit");
+  app.add_option("--memory-budget", o.memory_budget, "GiB per processor: plan the step first, refuse to run (exit 2) if its planned peak does not fit "
+                 "(the program itself, MPI's buffers and the ring's tile scratch come on top)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {  // every rank parses the same argv: rank 0 prints help or the error
@@ -294,6 +309,8 @@ int main(int argc, char** argv) {
   }
   try {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
+    if (o.attention == "ring" && o.layout.rfind("context", 0) != 0)
+      throw mt::error(fmt::format("--attention ring needs a layout that splits the sequence (context or context_tensor), not {}", o.layout));
     if (o.layout == "tensor") return run<tensor_layout>(env, o);
     if (o.layout == "context") return run<context_layout>(env, o);
     if (o.layout == "context_tensor") {

@@ -42,8 +42,10 @@ foreach(target IN LISTS TARGETS)
   endif()
   # A program, or an object library's objects (a subset of a program's TUs).
   file(GLOB_RECURSE built LIST_DIRECTORIES false "${BINARY_DIR}/*/${target}")
-  if(NOT built)
-    file(GLOB_RECURSE built LIST_DIRECTORIES false "${BINARY_DIR}/*/CMakeFiles/${target}.dir/*.o")
+  if(NOT built)  # at any depth: tools/lm/CMakeFiles/<target>.dir/ as well as examples/CMakeFiles/...
+    file(GLOB_RECURSE objects LIST_DIRECTORIES false "${BINARY_DIR}/*.o")
+    list(FILTER objects INCLUDE REGEX "/CMakeFiles/${target}\\.dir/")
+    set(built ${objects})
   endif()
   if(NOT built)
     message(FATAL_ERROR "cuda_build: target ${target} built, but no executable or object named for it is under ${BINARY_DIR}")

@@ -3,7 +3,8 @@
 #   layouts_agree  data, tensor, context (all-to-all and ring) and context_tensor on [2 x 2], and
 #                  the sequence unevenly over [1 x 4], give one processor's losses (float32: 1e-4);
 #                  with --recompute too
-#   resume         6 steps, against 3 steps, a checkpoint and 3 resumed: the same losses
+#   resume         6 steps, against 3 steps, a checkpoint and 3 resumed (under --memory-budget,
+#                  whose plan must not touch the checkpoint): the same losses
 #   learns         the loss falls by a quarter in 60 steps on [2 x 2]
 #   budget         a sequence of 1024 whose step needs more than 0.05 GiB on one processor: refused
 #                  there (exit 2, before training), and trained with the sequence over 4 ranks
@@ -42,7 +43,7 @@ case $case_ in
   resume)
     run 2 --mesh 1 2 --layout tensor --steps 6 --csv whole.csv
     run 2 --mesh 1 2 --layout tensor --steps 3 --checkpoint ckpt --save-every 3
-    run 2 --mesh 1 2 --layout tensor --steps 6 --resume ckpt --csv resumed.csv
+    run 2 --mesh 1 2 --layout tensor --steps 6 --resume ckpt --csv resumed.csv --memory-budget 1  # planned without the checkpoint
     same whole.csv resumed.csv 4 ;;
   learns)
     run 4 --mesh 2 2 --layout tensor --steps 60 --csv loss.csv
@@ -55,9 +56,9 @@ case $case_ in
     set -e
     echo "$out"
     [ "$rc" = 2 ] && grep -q 'budget 0.05 GiB per processor: DOES NOT FIT' <<<"$out" || { echo "FAIL: one processor not refused (rc $rc)"; exit 1; }
-    out=$("$mpiexec" -n 4 "$llama" --mesh 1 4 "${small[@]}" --csv four.csv)
+    out=$("$mpiexec" -n 4 "$llama" --mesh 1 4 "${small[@]}" --csv four.csv) || { echo "$out"; echo "FAIL: four ranks failed"; exit 1; }
     echo "$out"
-    grep -q 'budget 0.05 GiB per processor: fits' <<<"$out" && [ "$(wc -l < four.csv)" = 2 ] || { echo "FAIL: four ranks did not train"; exit 1; } ;;
+    grep -q 'budget 0.05 GiB per processor: fits' <<<"$out" && [ "$(( $(wc -l < four.csv) ))" = 2 ] || { echo "FAIL: four ranks did not train"; exit 1; } ;;
   plan)
     out=$("$mpiexec" -n 1 "$llama" --plan --mesh 1 8 --layout context --d-model 4096 --layers 32 --kv-heads 8 --group 4 \
             --d-kv 128 --d-ff 14336 --vocab 128256 --batch 1 --length 8192)

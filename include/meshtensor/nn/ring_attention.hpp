@@ -211,8 +211,8 @@ struct ring_op {
 // q (and the output's gradient) are passed in C (for bf16 a widened copy, q's size in float), the
 // tiles of k and v gathered into C. Why products: the first version looped per query row over
 // the block's keys and DKv in scalar code (the scores twice per row, to keep nothing of size
-// keys), and trained 25x slower than the all-to-all (whose core is products) at 4096 positions on
-// two ranks (examples/llama, 2 cores: ~110 against ~2400 tokens/s); in tiles it is on a par with
+// keys), and trained about 20x slower than the all-to-all (whose core is products) at 4096 positions on
+// two ranks (examples/llama, 2 cores: 113 against 2134 tokens/s); in tiles it is on a par with
 // the all-to-all there (~2100-2800 against ~2100-2900 tokens/s, noisy). Why 512: the products
 // are then large enough for the providers, and the scratch stays small: with 8192 local query
 // rows (4 heads of 2048 positions) one tile's scores are 16 MiB in float (backward 32 MiB), not
@@ -438,12 +438,14 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   using CView = Kokkos::View<C*, Mem>;
   const CView qc = ring_in_compute_type<Exec, C>(q.view()), gc = ring_in_compute_type<Exec, C>(g.view());
   CView home(cur.data() + 2 * own_blk, static_cast<std::size_t>(2 * own_blk));  // this part's [dk; dv]
-  CView home_owner = cur;  // keeps home's memory alive (home does not count as its reference)
+  // Keeps home's memory alive (home does not count as its reference): the first message only
+  // where it is home (P == 1); else the last step's, so that the ring holds two messages, not three.
+  CView home_owner = P == 1 ? cur : CView();
   for (int step = 0; step < P; ++step) {
     const int j = ring.part(step);
     const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)], k0 = ring.offset[static_cast<std::size_t>(j)];
     const auto compute = [&, j, nk, k0] {
-      if (!ring.visible(j)) return;
+      if (rows == 0 || !ring.visible(j)) return;  // rows == 0: no q row here (a part of an uneven group split)
       ring_backward_block<Exec>(qc, gc, lse, delta, cur, dq, kv_outer, group, nq, nk, inner, q0, k0, s);
     };
     if (P == 1) {
@@ -532,7 +534,7 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name) 
     const int j = ring.part(step);
     const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)], k0 = ring.offset[static_cast<std::size_t>(j)];
     const auto compute = [&, j, nk, k0] {
-      if (ring.visible(j)) ring_forward_block<Exec>(qc, cur, m, l, acc, kv_outer, group, nq, nk, inner, q0, k0, s);
+      if (rows > 0 && ring.visible(j)) ring_forward_block<Exec>(qc, cur, m, l, acc, kv_outer, group, nq, nk, inner, q0, k0, s);
     };
     if (step == P - 1) {  // the last block: nothing more to pass
       compute();
