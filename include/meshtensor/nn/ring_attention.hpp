@@ -617,7 +617,9 @@ X ring_attention_of(const char* name, const X& x, const WQ& wq, const WK& wk, co
     // Computed where the positions are (local: Length split, the heads as in x's layout). The
     // keys keep Length: MemLength names no dim here (the ring's blocks are x's).
     const auto project = [&]<class... Ds>(type_list<Ds...>, const auto& w) { return einsum<Ds...>(x, w); };
-    const auto q = project(QDims{}, wq), k = project(KDims{}, wk), v = project(KDims{}, wv);
+    const auto q = project(QDims{}, wq);  // three declarations: q's type differs from k's (its group)
+    const auto k = project(KDims{}, wk);
+    const auto v = project(KDims{}, wv);
     const auto o = ring_core<Length>(q, k, v, scale, name);
     return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
   }
