@@ -56,8 +56,9 @@
 //
 // Inference: --generate N samples N bytes after --prompt (with --resume, from a checkpoint), one at
 // a time with a key-value cache, and prints the text and the per-token latency; under --layout
-// model one token's work is split over the ranks (heads, d_ff, vocab). --check-generate compares
-// the cached logits with a full forward pass.
+// model one token's work is split over the ranks (heads, d_ff, vocab); under --layout context the
+// cache's positions are (a long prompt's cache in 1/P per processor). --check-generate compares the
+// cached logits with a full forward pass.
 //
 //   mpiexec -n 4 meshtensor-lm --layout model --steps 300 --generate 200 --prompt "This License"
 //
@@ -749,9 +750,8 @@ int main(int argc, char** argv) {
                       "--recompute (whose blocks gather again in the backward pass)");
     const bool context = o.layout == "context" ||
                          (o.compare && std::find(o.compared.begin(), o.compared.end(), "context") != o.compared.end());
-    if (context && (o.generate > 0 || o.sequence_parallel || o.pipeline > 1 || o.microbatches > 0 || o.dtype == "bf16"))
-      throw mt::error("--layout context trains float32 without --generate, --sequence-parallel or --pipeline (not "
-                      "combined yet)");
+    if (context && (o.sequence_parallel || o.pipeline > 1 || o.microbatches > 0 || o.dtype == "bf16"))
+      throw mt::error("--layout context trains float32 without --sequence-parallel or --pipeline (not combined yet)");
     if (o.sequence_parallel && !o.compare && (o.layout == "data" || o.fsdp()))
       throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
     if (o.zero != 3 && !o.fsdp() && !o.compare && !o.rank_layouts)

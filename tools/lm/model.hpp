@@ -45,6 +45,22 @@ using layout_2d = mt::layout<grid, mt::split<batch, rows>, mt::split<vocab, cols
 // (nn::all_to_all_causal_attention: four alltoalls each way); everything else is per position.
 using layout_context = mt::layout<grid, mt::split<batch, rows>, mt::split<length, cols>>;
 
+// Decoding (--generate) computes under decode_layout_t<L>. One token has no sequence to split, so
+// under --layout context the key-value cache's positions (memory_length) are split over the context
+// axis instead: a long prompt's keys and values take 1/P of the memory on each of P processors; a
+// token's key and value are written by the processor holding its position, and attention's softmax
+// and weighted sum over the cache end in allreduces over cols. Other layouts decode under their own.
+template <class L>
+struct decode_layout {
+  using type = L;
+};
+template <>
+struct decode_layout<layout_context> {
+  using type = mt::layout<grid, mt::split<batch, rows>, mt::split<memory_length, cols>>;
+};
+template <class L>
+using decode_layout_t = typename decode_layout<L>::type;
+
 // --sequence-parallel: between the blocks' products, the residual stream [batch, length, d_model]
 // has length split over the axes that split heads and d_ff, so the products' pending sums arrive
 // by reduce_scatter (each processor receives the sum of its part of the sequence: half an
@@ -316,22 +332,33 @@ struct model {
   // The parameters gathered once under L, on the tape (--zero 2: every block then uses the
   // gathered copy; the gradients still come back split).
   model<L> gathered() const {
-    model<L> whole;
-    auto to = whole.tie();
-    const auto from = const_cast<model&>(*this).tie();
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (gather_into(std::get<I>(to), std::get<I>(from)), ...);
-    }(std::make_index_sequence<std::tuple_size_v<decltype(from)>>{});
-    return whole;
+    return converted<model<L>>([]<class W>(const auto& p) { return mt::gather_for_use<W>(p); });
   }
-  template <class W, class P>
-  static void gather_into(W& whole, const P& stored) {
-    if constexpr (mt::Tensor<P>) {
-      whole = mt::gather_for_use<W>(stored);
-    } else {
-      whole.clear();
-      for (const auto& p : stored) whole.push_back(mt::gather_for_use<typename W::value_type>(p));
-    }
+  // The parameters moved to layout D (a copy, off the tape): decoding under decode_layout_t<L>.
+  template <class D>
+  model<D> relayouted() const {
+    const mt::no_grad copy;
+    return converted<model<D>>([]<class W>(const auto& p) { return mt::relayout<W>(p); });
+  }
+  // Model M with each parameter of this one converted by convert.template operator()<W>(p), W the
+  // parameter's type in M (a per-block vector converted entry by entry).
+  template <class M, class Convert>
+  M converted(const Convert& convert) const {
+    M out;
+    auto to = out.tie();
+    const auto from = const_cast<model&>(*this).tie();
+    const auto one = [&]<class W, class P>(W& w, const P& p) {
+      if constexpr (mt::Tensor<P>) {
+        w = convert.template operator()<W>(p);
+      } else {
+        w.clear();
+        for (const auto& e : p) w.push_back(convert.template operator()<typename W::value_type>(e));
+      }
+    };
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (one(std::get<I>(to), std::get<I>(from)), ...);
+    }(std::make_index_sequence<std::tuple_size_v<decltype(from)>>{});
+    return out;
   }
 
   // Logits [batch, length, vocab] of sequences of up to --length tokens, computed in C (float, or
@@ -479,10 +506,12 @@ struct model {
 // per-token latency (the logits gathered on every rank, so each knows the next byte). With
 // --check-generate, the cached logits of every position are compared with one full forward pass
 // over the whole sequence. Returns false when they disagree.
-template <class L>
-bool generate(const model<L>& m, const grid& g, const options& o) {
+// Decoding runs on dm, the model under decode_layout_t<L> (m itself, or its copy there); the check's
+// full forward pass on m, under L.
+template <class L, class D>
+bool generate_on(const model<L>& m, const model<D>& dm, const grid& g, const options& o) {
   using ids_t = mt::tensor<float, L, batch, length>;
-  const mt::no_grad inference;  // no tape: nothing is kept for a backward pass
+  using token_t = mt::tensor<float, D, batch, length>;
   const std::int64_t n_prompt = static_cast<std::int64_t>(o.prompt.size()), total = n_prompt + o.generate;
   if (o.vocab != 256) throw mt::error("--generate samples bytes: it needs --vocab 256");
   if (n_prompt == 0) throw mt::error("--generate needs a --prompt of at least one byte");
@@ -490,14 +519,14 @@ bool generate(const model<L>& m, const grid& g, const options& o) {
     throw mt::error(fmt::format("--generate: the prompt's {} bytes and {} new ones exceed --length {} (the positions "
                                 "the model has)", n_prompt, o.generate, o.length));
   // Positions 0 .. total - 2 go through the cache (the last byte is only sampled).
-  typename model<L>::kv_cache cache(m, g, total - 1);
+  typename model<D>::kv_cache cache(dm, g, total - 1);
   std::mt19937_64 rng(o.seed * 31 + 7);  // the same draws on every rank
   std::vector<float> seq(o.prompt.begin(), o.prompt.end());
   std::vector<std::vector<float>> cached;  // each position's logits, for --check-generate
   std::vector<double> token_ms;
   for (std::int64_t p = 0; p + 1 < total; ++p) {
     const auto t0 = std::chrono::steady_clock::now();
-    auto lv = mt::gather_all(m.next_logits(mt::from_host<ids_t>(g, {1, 1}, std::span<const float>(&seq[p], 1)), p, cache));
+    auto lv = mt::gather_all(dm.next_logits(mt::from_host<token_t>(g, {1, 1}, std::span<const float>(&seq[p], 1)), p, cache));
     if (p + 1 >= n_prompt) {
       // The next byte: the most likely, or drawn from softmax(logits / temperature).
       std::size_t next = std::max_element(lv.begin(), lv.end()) - lv.begin();
@@ -512,6 +541,13 @@ bool generate(const model<L>& m, const grid& g, const options& o) {
     if (o.check_generate) cached.push_back(std::move(lv));
   }
   const bool root = g.rank() == 0;
+  // The cache this processor holds (keys and values of every block), against the whole cache: the
+  // context layout splits its positions.
+  std::int64_t held = 0, whole = 0;
+  for (const auto* list : {&cache.k, &cache.v})
+    for (const auto& t : *list) held += t.local_size(), whole += t.size();
+  std::int64_t most_held = held;
+  MPI_Allreduce(&held, &most_held, 1, MPI_INT64_T, MPI_MAX, g.communicator().cart());
   // The median of the first and of the last 20 tokens: flat when a token's cost does not grow
   // with its position.
   const auto median_of = [](std::vector<double> v) {
@@ -530,6 +566,9 @@ bool generate(const model<L>& m, const grid& g, const options& o) {
     std::printf("per-token latency: median %.3f ms, min %.3f ms, max %.3f ms; median of the first %td %.3f ms, "
                 "of the last %td %.3f ms\n",
                 token_ms[token_ms.size() / 2], token_ms.front(), token_ms.back(), ends, first_ms, ends, last_ms);
+    std::printf("key-value cache: %lld positions, at most %.1f KiB per rank of %.1f KiB (positions split over %s)\n",
+                (long long)(total - 1), double(most_held) * sizeof(float) / 1024, double(whole) * sizeof(float) / 1024,
+                std::is_same_v<D, L> ? "no axis" : "cols");
   }
   if (!o.check_generate) return true;
   // One forward pass over the sequence (without its last byte): position p's logits must be the
@@ -545,6 +584,13 @@ bool generate(const model<L>& m, const grid& g, const options& o) {
     std::printf("check-generate: largest difference between cached and full logits %.2e over %lld positions: %s\n",
                 worst, (long long)(total - 1), ok ? "the cached and full logits agree" : "THEY DIFFER");
   return ok;
+}
+
+template <class L>
+bool generate(const model<L>& m, const grid& g, const options& o) {
+  const mt::no_grad inference;  // no tape: nothing is kept for a backward pass
+  if constexpr (std::is_same_v<decode_layout_t<L>, L>) return generate_on(m, m, g, o);
+  else return generate_on(m, m.template relayouted<decode_layout_t<L>>(), g, o);
 }
 
 inline std::vector<unsigned char> read_text(const std::string& path, std::int64_t need) {
