@@ -1,15 +1,18 @@
 #pragma once
 // Reading gzip'd idx files (the MNIST / Fashion-MNIST format) with zlib. Rank 0 reads; the bytes,
 // or the error, are broadcast, so every rank returns the same data or throws the same io_error.
+// load_fashion_mnist reads one split of Fashion-MNIST (the examples fashion_mnist and segmentation).
 #include <mpi.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <fmt/core.h>
 #include <meshtensor/error.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace idx {
@@ -103,6 +106,26 @@ inline array read(const std::string& path, int rank, MPI_Comm comm) {
   for (std::int64_t at = 0; at < sizes[1]; at += 1 << 30)
     MPI_Bcast(a.data.data() + at, static_cast<int>(std::min<std::int64_t>(1 << 30, sizes[1] - at)), MPI_UINT8_T, 0, comm);
   return a;
+}
+
+// One split of Fashion-MNIST ("train" or "t10k"): n images of 28 x 28 bytes and their labels 0..9.
+struct dataset {
+  std::int64_t n = 0;
+  std::vector<std::uint8_t> images;  // n x 784
+  std::vector<std::uint8_t> labels;  // n
+};
+
+inline dataset load_fashion_mnist(const std::string& dir, const std::string& split, MPI_Comm comm) {
+  const std::string ip = dir + "/" + split + "-images-idx3-ubyte.gz", lp = dir + "/" + split + "-labels-idx1-ubyte.gz";
+  auto im = read(ip, 3, comm);
+  auto lb = read(lp, 1, comm);
+  if (im.dims[1] != 28 || im.dims[2] != 28)
+    throw meshtensor::io_error(fmt::format("'{}' holds images of {}x{} pixels, expected 28x28", ip, im.dims[1], im.dims[2]));
+  if (im.dims[0] != lb.dims[0])
+    throw meshtensor::io_error(fmt::format("'{}' holds {} images but '{}' holds {} labels", ip, im.dims[0], lp, lb.dims[0]));
+  for (auto v : lb.data)
+    if (v > 9) throw meshtensor::io_error(fmt::format("'{}' holds the label {}; Fashion-MNIST labels are 0..9", lp, int(v)));
+  return {im.dims[0], std::move(im.data), std::move(lb.data)};
 }
 
 }  // namespace idx

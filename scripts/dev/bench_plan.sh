@@ -2,7 +2,8 @@
 # Plan mode against the clock (docs/scale.md, issue 14 items 2 and 4): for 1, 2 and 4 ranks,
 # measures this machine once (bench_calibrate), then for the Transformer LM and the Fashion-MNIST
 # MLP under each of their layouts, the median measured step time against the step time predicted
-# from a planned run (--plan --calibration). Then, at 4 ranks, whether the layout ranked first by
+# from a planned run (--plan --calibration; for the MLP, the fashion_mnist example's model, its checks
+# program's --predict --calibration). Then, at 4 ranks, whether the layout ranked first by
 # the prediction (--rank-layouts) is within 10% of the fastest measured. Prints Markdown tables and
 # writes benchmarks/results/plan-<date>.json.
 #
@@ -22,7 +23,7 @@ rounds=3
 bench_args "$0" 2,16 --rounds:rounds -- "$@"
 log() { echo "[bench_plan] $*" >&2; }
 build=${MESHTENSOR_BUILD_DIR:-$root/build/plan}
-bench_build_target "$build" meshtensor-lm fashion_mnist bench_calibrate
+bench_build_target "$build" meshtensor-lm fashion_mnist fashion_mnist_checks bench_calibrate
 [ "$(id -u)" = 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_PROC_BIND=false OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 
@@ -35,7 +36,7 @@ fi
 log "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}; load average $load on $cores cores"
 
 out=$(mktemp -d)
-lm="$build/tools/lm/meshtensor-lm" mlp="$build/examples/fashion_mnist"
+lm="$build/tools/lm/meshtensor-lm" mlp="$build/examples/fashion_mnist" mlp_checks="$build/examples/fashion_mnist_checks"
 lm_args=(--batch 8 --length 128 --d-model 256 --heads 4 --d-kv 64 --d-ff 1024 --vocab 256)
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
@@ -62,7 +63,7 @@ for ranks in 1 2 4; do
         p=$("$lm" --plan --layout $layout --mesh "${mesh[@]}" "${lm_args[@]}" --calibration "$cal" \
               | sed -n 's/^predicted step time \([0-9.]*\) ms.*/\1/p')
       else
-        p=$("$mlp" --plan --layout $layout --mesh "${mesh[@]}" --calibration "$cal" \
+        p=$("$mlp_checks" --predict --layout $layout --mesh "${mesh[@]}" --calibration "$cal" \
               | sed -n 's/^predicted step time \([0-9.]*\) ms.*/\1/p')
       fi
       rows+=("$model $ranks $layout $m $p")
@@ -86,7 +87,7 @@ for model in lm mlp; do
   if [ $model = lm ]; then
     first=$("$lm" --rank-layouts --mesh 2 2 "${lm_args[@]}" --calibration "$out/calibration-4.txt" | sed -n 's/^best: --layout \([a-z0-9]*\).*/\1/p')
   else
-    first=$("$mlp" --rank-layouts --mesh 2 2 --calibration "$out/calibration-4.txt" | sed -n 's/^best: --layout \([a-z0-9]*\).*/\1/p')
+    first=$("$mlp_checks" --rank-layouts --mesh 2 2 --calibration "$out/calibration-4.txt" | sed -n 's/^best: --layout \([a-z0-9]*\).*/\1/p')
   fi
   printf '%s\n' "${rows[@]}" | awk -v mo="$model" -v f="$first" '
     $1 == mo && $2 == 4 { t[$3] = $4; if (best == "" || $4 < t[best]) best = $3 }
