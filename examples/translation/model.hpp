@@ -1,18 +1,20 @@
 #pragma once
 // The encoder-decoder Transformer of examples/translation (main.cpp says what it does and how to run
 // it): its dims and layouts, the model, training under one layout, and decoding (greedy and beam
-// search with a key-value cache). train<L> and decode<L> are compiled once per layout in a file of
-// their own (train_data.cpp, train_model_parallel.cpp, train_dp_mp.cpp), so the layouts compile in
-// parallel.
+// search with a key-value cache). train<L> and run<L> are compiled once per layout in a file of their
+// own (train_data.cpp, train_model_parallel.cpp, train_dp_mp.cpp), so the layouts compile in
+// parallel, and once for the example and its checks (tests/examples/translation_checks.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <array>
 #include <cstdio>
+#include <filesystem>
 #include <fmt/core.h>
 #include <fstream>
 #include <tuple>
 #include <limits>
+#include <memory>
 #include <meshtensor/io/checkpoint.hpp>
 #include <meshtensor/meshtensor.hpp>
 #include <numeric>
@@ -65,24 +67,21 @@ struct options {
   int log_every = 50;
   std::int64_t eval_every = 0;               // dev loss every N steps (0: at the end only)
   std::int64_t dev_sentences = 256;
-  bool evaluate = true;                      // the dev loss at the end (--check-plan compares one bare step)
+  bool evaluate = true;                      // the dev loss at the end (false: bare steps, as a plan has)
   std::string csv = "translation_loss.csv";
   std::int64_t warmup = -1;
-  bool compare = false;
-  double tolerance = 1e-4;
   // Decoding
   std::int64_t beam = 4;
   double alpha = 0.6;
   std::vector<std::string> translate;
-  std::string hypotheses;                    // --decode-test: the test split's translations, one per line
+  std::string hypotheses;                    // the test split's translations, one per line
   std::int64_t decode_limit = 0;             // 0: the whole test split
   std::string decode_mode = "beam";          // beam | greedy
   std::int64_t decode_batch = 64;            // sentences decoded together (beam rows: x beam)
-  bool check_decode = false;
   // Checkpoints: the parameters and Adam's state after training; --resume continues from them.
   std::string checkpoint, resume;
   // Planning
-  bool plan = false, check_plan = false, plan_table3 = false;
+  bool plan = false;
   double memory_budget_gib = 8.0;
 };
 
@@ -170,6 +169,45 @@ inline host_batch make_planned_batch(const options& o) {
   token_pair filler{std::vector<int>(static_cast<std::size_t>(o.src_length), 4),
                     std::vector<int>(static_cast<std::size_t>(o.tgt_length), 4)};
   return make_batch(std::vector<const token_pair*>(static_cast<std::size_t>(o.batch), &filler), o.src_length, o.tgt_length);
+}
+
+// The corpus, the tokenizer (trained on rank 0 when --data-dir has none of --vocab's size; the
+// token files for the PyTorch peer written beside it), and every split as token ids.
+inline std::pair<dataset, std::unique_ptr<tokenizer>> prepare_data(const mt::environment& env, const options& o) {
+  const bool root = env.world_rank() == 0;
+  const corpus c = load_corpus(o.locale_dir);
+  const std::string model_path = o.data_dir + "/tokenizer.model";
+  if (root) {
+    std::printf("%s", describe(c).c_str());
+    bool fresh = !std::filesystem::exists(model_path);
+    if (!fresh && tokenizer(model_path).vocab_size() != o.vocab) {
+      std::printf("%s has another vocabulary size than --vocab %lld: training it again\n", model_path.c_str(),
+                  (long long)o.vocab);
+      fresh = true;
+    }
+    if (fresh) {
+      std::filesystem::create_directories(o.data_dir);
+      const auto t0 = std::chrono::steady_clock::now();
+      train_tokenizer(c, static_cast<int>(o.vocab), o.data_dir + "/tokenizer");
+      const tokenizer tok(model_path);
+      write_token_files(c, tok, o.data_dir);
+      std::printf("trained the tokenizer (SentencePiece, vocab %lld, the training split) and wrote the token files "
+                  "to %s in %.1f s\n",
+                  (long long)o.vocab, o.data_dir.c_str(),
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);  // the other ranks read the tokenizer rank 0 wrote
+  auto tok = std::make_unique<tokenizer>(model_path);
+  dataset d;
+  const auto encode = [&](const std::vector<sentence_pair>& pairs, std::vector<token_pair>& out) {
+    for (const auto& p : pairs) out.push_back({tok->encode(p.en), tok->encode(p.fr)});
+  };
+  encode(c.train, d.train);
+  encode(c.dev, d.dev);
+  encode(c.test, d.test);
+  for (const auto& p : c.test) d.test_en.push_back(p.en), d.test_fr.push_back(p.fr);
+  return {std::move(d), std::move(tok)};
 }
 
 template <class L>
@@ -531,55 +569,11 @@ std::vector<std::vector<int>> decode(const model<L>& m, const grid& g, const std
   return out;
 }
 
-// --check-decode on the first test sentences: beam search with beam 1 equals greedy decoding, and
-// the cached decoder's logits at every position equal a full forward pass over the greedy output.
+// What the options ask of a trained model: --translate, --hypotheses (the test split).
 template <class L>
-bool check_decoding(const model<L>& m, const grid& g, const options& o, const std::vector<std::vector<int>>& sources) {
-  using ids_t = typename model<L>::ids_t;
-  const bool root = g.rank() == 0;
-  const auto greedy = greedy_decode(m, g, sources, o);
-  options one = o;
-  one.beam = 1;
-  const auto beam1 = beam_decode(m, g, sources, one);
-  const bool same = beam1 == greedy;
-  // Teacher-force bos + greedy output through the cache and through logits(); compare every row.
-  const mt::no_grad inference;
-  options quiet = o;
-  quiet.dropout = 0;
-  const auto n = static_cast<std::int64_t>(sources.size()), T = o.tgt_length;
-  std::vector<float> input(static_cast<std::size_t>(n * T), float(tokenizer::pad));
-  for (std::int64_t r = 0; r < n; ++r) {
-    input[r * T] = float(tokenizer::bos);
-    for (std::size_t i = 0; i < greedy[r].size() && std::int64_t(i) + 1 < T; ++i) input[r * T + i + 1] = float(greedy[r][i]);
-  }
-  const auto source = mt::from_host<ids_t>(g, {n, o.src_length}, source_rows(sources, 1, o.src_length));
-  const auto full = mt::gather_all(m.logits(source, mt::from_host<ids_t>(g, {n, T}, input), quiet, 0));
-  auto cache = m.start_decoding(source, quiet);
-  double worst = 0;
-  for (std::int64_t p = 0; p < T; ++p) {
-    std::vector<float> token(static_cast<std::size_t>(n));
-    for (std::int64_t r = 0; r < n; ++r) token[r] = input[r * T + p];
-    const auto step = mt::gather_all(m.next_logits(mt::from_host<ids_t>(g, {n, 1}, token), p, cache));
-    for (std::int64_t r = 0; r < n; ++r)
-      for (std::int64_t v = 0; v < o.vocab; ++v)
-        worst = std::max(worst, std::abs(double(step[r * o.vocab + v]) - double(full[(r * T + p) * o.vocab + v])));
-  }
-  const bool cached_ok = worst <= 1e-4;
-  if (root) {
-    std::printf("check-decode: beam search with beam 1 %s greedy decoding on %lld sentences\n",
-                same ? "equals" : "DIFFERS FROM", (long long)n);
-    std::printf("check-decode: largest difference between cached and full logits %.2e over %lld positions: %s\n",
-                worst, (long long)T, cached_ok ? "they agree" : "THEY DIFFER");
-  }
-  return same && cached_ok;
-}
-
-// What the options ask of a trained model: --translate, --hypotheses (the test split), --check-decode.
-template <class L>
-bool decode_requests(const model<L>& m, const grid& g, const options& o, const dataset& data, const tokenizer& tok,
+void decode_requests(const model<L>& m, const grid& g, const options& o, const dataset& data, const tokenizer& tok,
                      bool verbose) {
   const bool root = g.rank() == 0;
-  bool ok = true;
   if (!o.translate.empty()) {
     std::vector<std::vector<int>> sources;
     for (const auto& text : o.translate) sources.push_back(tok.encode(text));
@@ -610,12 +604,6 @@ bool decode_requests(const model<L>& m, const grid& g, const options& o, const d
                     seconds, o.hypotheses.c_str(), o.hypotheses.c_str(), o.hypotheses.c_str());
     }
   }
-  if (o.check_decode) {
-    std::vector<std::vector<int>> sources;
-    for (std::size_t i = 0; i < std::min<std::size_t>(data.test.size(), 6); ++i) sources.push_back(data.test[i].src);
-    ok = check_decoding(m, g, o, sources);
-  }
-  return ok;
 }
 
 // ---- training ---------------------------------------------------------------------------------
@@ -626,14 +614,7 @@ struct train_result {
   std::int64_t param_bytes = 0, state_bytes = 0;
   double median_step_ms = 0;
   std::optional<mt::plan_report> plan;
-  bool decode_ok = true;                     // --check-decode's verdict
 };
-
-
-// Trains one layout for o.steps steps (from --resume's checkpoint when given), then decodes what
-// the options ask for. On a planned mesh the same code runs one step without data.
-template <class L>
-train_result train(const grid& g, const options& o, const dataset& data, const tokenizer* tok, bool verbose);
 
 // The Adam settings of every run (the peer uses the same).
 inline mt::optim::adam make_adam(const options& o) { return mt::optim::adam({.lr = o.lr, .beta1 = 0.9, .beta2 = 0.98, .eps = 1e-9}); }
@@ -646,11 +627,12 @@ inline mt::io::metadata run_config(const options& o) {
           {"batch", std::to_string(o.batch)},           {"seed", std::to_string(o.seed)}};
 }
 
+// Trains m for o.steps steps (from --resume's checkpoint when given) and saves --checkpoint. On a
+// planned mesh the same code runs without data and returns the plan of its last step.
 template <class L>
-train_result train(const grid& g, const options& o, const dataset& data, const tokenizer* tok, bool verbose) {
+train_result train(model<L>& m, const grid& g, const options& o, const dataset& data, bool verbose) {
   using ids_t = typename model<L>::ids_t;
   train_result result;
-  model<L> m(g, o);
   auto adam = make_adam(o);
   const bool root = g.rank() == 0;
   std::int64_t step0 = 0;
@@ -760,13 +742,44 @@ train_result train(const grid& g, const options& o, const dataset& data, const t
     const auto name = mt::io::checkpoints(o.checkpoint).save(state, o.steps, meta);
     if (verbose && root) std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name.c_str());
   }
-  if (tok) result.decode_ok = decode_requests(m, g, o, data, *tok, verbose);
+  return result;
+}
+
+// A model of layout L trained, then asked what the options ask (tok: null to train only).
+template <class L>
+train_result run(const grid& g, const options& o, const dataset& data, const tokenizer* tok, bool verbose) {
+  model<L> m(g, o);
+  auto result = train(m, g, o, data, verbose);
+  if (tok && !g.is_planned()) decode_requests(m, g, o, data, *tok, verbose);
   return result;
 }
 
 // Compiled in train_<layout>.cpp.
-extern template train_result train<layout_data>(const grid&, const options&, const dataset&, const tokenizer*, bool);
-extern template train_result train<layout_model_parallel>(const grid&, const options&, const dataset&, const tokenizer*, bool);
-extern template train_result train<layout_dp_mp>(const grid&, const options&, const dataset&, const tokenizer*, bool);
+extern template train_result train<layout_data>(model<layout_data>&, const grid&, const options&, const dataset&, bool);
+extern template train_result train<layout_model_parallel>(model<layout_model_parallel>&, const grid&, const options&,
+                                                          const dataset&, bool);
+extern template train_result train<layout_dp_mp>(model<layout_dp_mp>&, const grid&, const options&, const dataset&,
+                                                 bool);
+extern template train_result run<layout_data>(const grid&, const options&, const dataset&, const tokenizer*, bool);
+extern template train_result run<layout_model_parallel>(const grid&, const options&, const dataset&, const tokenizer*,
+                                                        bool);
+extern template train_result run<layout_dp_mp>(const grid&, const options&, const dataset&, const tokenizer*, bool);
+
+// The layout named by --layout.
+inline train_result run_layout(const std::string& layout, const grid& g, const options& o, const dataset& data,
+                               const tokenizer* tok, bool verbose) {
+  if (layout == "data") return run<layout_data>(g, o, data, tok, verbose);
+  if (layout == "model_parallel") return run<layout_model_parallel>(g, o, data, tok, verbose);
+  return run<layout_dp_mp>(g, o, data, tok, verbose);
+}
+
+// Two steps of --layout planned on a mesh of --mesh sizes (no processes, no data); the plan is the second's.
+inline train_result plan_layout(options o, const std::string& layout) {
+  o.steps = 2;
+  o.layout = layout;
+  o.resume.clear(), o.checkpoint.clear();
+  const grid pm = grid::planned({o.mesh[0], o.mesh[1]});
+  return run_layout(layout, pm, o, dataset{}, nullptr, false);
+}
 
 }  // namespace translation

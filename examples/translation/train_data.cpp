@@ -1,5 +1,7 @@
-// train<layout_data> (model.hpp), in a TU of its own so that the layouts compile in parallel.
+// train<layout_data> and run<layout_data> (model.hpp), in a TU of their own so that the layouts compile in parallel.
 #include "model.hpp"
 
-template translation::train_result translation::train<translation::layout_data>(const grid&, const options&, const dataset&,
-                                                                             const tokenizer*, bool);
+namespace translation {
+template train_result train<layout_data>(model<layout_data>&, const grid&, const options&, const dataset&, bool);
+template train_result run<layout_data>(const grid&, const options&, const dataset&, const tokenizer*, bool);
+}  // namespace translation

@@ -1,5 +1,7 @@
-// train<layout_dp_mp> (model.hpp), in a TU of its own so that the layouts compile in parallel.
+// train<layout_dp_mp> and run<layout_dp_mp> (model.hpp), in a TU of their own so that the layouts compile in parallel.
 #include "model.hpp"
 
-template translation::train_result translation::train<translation::layout_dp_mp>(const grid&, const options&, const dataset&,
-                                                                             const tokenizer*, bool);
+namespace translation {
+template train_result train<layout_dp_mp>(model<layout_dp_mp>&, const grid&, const options&, const dataset&, bool);
+template train_result run<layout_dp_mp>(const grid&, const options&, const dataset&, const tokenizer*, bool);
+}  // namespace translation
