@@ -21,7 +21,7 @@
 // the parameters and Adam's state at the end; --resume DIR continues from them (to decode only,
 // --steps equal to the checkpoint's).
 //
-// Planning (docs/scale.md): --plan plans one training step on a planned mesh of --mesh sizes (no
+// Planning (docs/plan-mode.md): --plan plans one training step on a planned mesh of --mesh sizes (no
 // processes, no data) and prints its memory per processor against --memory-budget and what it sends.
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>

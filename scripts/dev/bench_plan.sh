@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Plan mode against the clock (docs/scale.md, issue 14 items 2 and 4): for 1, 2 and 4 ranks,
+# Plan mode against the clock (docs/plan-mode.md, issue 14 items 2 and 4): for 1, 2 and 4 ranks,
 # measures this machine once (bench_calibrate), then for the Transformer LM and the Fashion-MNIST
 # MLP under each of their layouts, the median measured step time against the step time predicted
 # from a planned run (--plan --calibration; for the MLP, the fashion_mnist example's model, its checks
@@ -36,7 +36,7 @@ fi
 log "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}; load average $load on $cores cores"
 
 out=$(mktemp -d)
-lm="$build/tools/lm/meshtensor-lm" mlp="$build/examples/fashion_mnist" mlp_checks="$build/examples/fashion_mnist_checks"
+lm="$build/tools/lm/meshtensor-lm" mlp="$build/examples/fashion_mnist" mlp_checks="$build/examples/checks/fashion_mnist_checks"
 lm_args=(--batch 8 --length 128 --d-model 256 --heads 4 --d-kv 64 --d-ff 1024 --vocab 256)
 median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 

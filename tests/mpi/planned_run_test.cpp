@@ -1,4 +1,4 @@
-// A planned run (mesh::planned, docs/scale.md) predicts what a real run does, exactly: on every
+// A planned run (mesh::planned, docs/plan-mode.md) predicts what a real run does, exactly: on every
 // rank, a training step (a Transformer block and an MLP, forward, backward, Adam and Adafactor) is
 // run for real, then planned in the same process for this rank's coordinates of a mesh of the same
 // sizes; the counted collectives (calls and bytes, per collective and axis set) and the bytes of

@@ -1,4 +1,4 @@
-// Choosing a layout from plans (layout/candidates.hpp and plan/cost_model.hpp, docs/scale.md): the candidates enumerated
+// Choosing a layout from plans (layout/candidates.hpp and plan/cost_model.hpp, docs/plan-mode.md): the candidates enumerated
 // from the dims, the cost model's arithmetic, the calibration file, and Mesh-TensorFlow's own
 // auto-layout example, all planned in one process.
 #include <catch2/catch_approx.hpp>

@@ -39,7 +39,7 @@
 // (mt::stop_request), a checkpoint is saved and the job exits with status 85 (mt::stopped_exit_code),
 // which scripts/supervise.sh --requeue and examples/slurm/train.sbatch turn into a Slurm requeue.
 //
-// Planning (docs/scale.md): --plan runs one training step (forward, backward, optimizer) of this
+// Planning (docs/plan-mode.md): --plan runs one training step (forward, backward, optimizer) of this
 // code on a planned mesh of --mesh sizes, in one process, with no data, and prints what one
 // processor would hold and send: the parameter count, the memory per processor (parameters,
 // optimizer state, gradients and activations at the peak) against --memory-budget GiB, and the

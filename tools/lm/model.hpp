@@ -139,7 +139,7 @@ struct options {
   std::string dtype = "float32";  // or bf16: activations and products in bf16, float master weights
   bool compare_dtypes = false;
   double bf16_tolerance = 1e-2;
-  // Planning (docs/scale.md): --plan plans one training step for --mesh on no processes.
+  // Planning (docs/plan-mode.md): --plan plans one training step for --mesh on no processes.
   bool plan = false, check_plan = false;
   std::string plan_json, calibration;
   bool rank_layouts = false;
