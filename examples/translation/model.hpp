@@ -37,6 +37,7 @@ struct heads : mt::dim<"heads"> {};
 struct d_kv : mt::dim<"d_kv"> {};
 struct d_ff : mt::dim<"d_ff"> {};
 struct vocab : mt::dim<"vocab"> {};
+struct beam_slot : mt::dim<"beam_slot"> {};  // beam search: a row's best tokens
 struct rows : mt::axis<"rows"> {};
 struct cols : mt::axis<"cols"> {};
 using grid = mt::mesh<rows, cols>;
@@ -346,7 +347,9 @@ struct model {
   }
 
   // Decoding with a key-value cache: each decoder block's keys and values of the target positions
-  // so far (self-attention), and of the source (cross-attention, computed once).
+  // (self-attention), allocated once for all --tgt-length positions and written in place, and of
+  // the source (cross-attention, computed once). Appending with concat copied the whole cache for
+  // every position (half of beam search's time).
   struct kv_cache {
     std::vector<t<batch, heads, memory_length, d_kv>> k, v, memory_k, memory_v;
     t<batch, memory_length> bias;
@@ -358,6 +361,10 @@ struct model {
     for (std::size_t b = 0; b < d_wq.size(); ++b) {
       c.memory_k.push_back(mt::einsum<batch, heads, memory_length, d_kv>(memory, d_ck[b]));
       c.memory_v.push_back(mt::einsum<batch, heads, memory_length, d_kv>(memory, d_cv[b]));
+      const std::array<std::int64_t, 4> e{source.template extent<batch>(), d_wk[b].template extent<heads>(), o.tgt_length,
+                                          d_wk[b].template extent<d_kv>()};
+      c.k.emplace_back(source.mesh(), e);
+      c.v.emplace_back(source.mesh(), e);
     }
     return c;
   }
@@ -370,25 +377,22 @@ struct model {
     return mt::einsum<batch, heads, length, d_kv>(mt::softmax<memory_length>(logits * static_cast<float>(scale)), v);
   }
   // Logits [batch, 1, vocab] after the tokens at position p (token: [batch, 1]); the cache gains p.
-  // The arithmetic of logits() at position p (decoder_block's, without dropout).
+  // The arithmetic of logits() at position p (decoder_block's, without dropout), the positions
+  // after p masked out of the self-attention (weight exactly 0): it reads the cache where it lies.
   t<batch, length, vocab> next_logits(const ids_t& token, std::int64_t p, kv_cache& c) const {
     X y = nn::embedding<vocab>(tgt_embedding, token) + mt::slice<length>(tgt_positions, p, 1);
     const double scale = 1.0 / std::sqrt(static_cast<double>(d_wq[0].template extent<d_kv>()));
+    const std::int64_t capacity = c.k[0].template extent<memory_length>();
+    std::vector<float> later(static_cast<std::size_t>(capacity), 0.0f);
+    std::fill(later.begin() + p + 1, later.end(), -1e9f);
+    const auto causal = mt::from_host<t<memory_length>>(token.mesh(), {capacity}, later);
     for (std::size_t b = 0; b < d_wq.size(); ++b) {
       const auto h = nn::layer_norm<d_model>(y, d_ln1_scale[b], d_ln1_bias[b]);
       const auto hm = mt::rename<length, memory_length>(h);
-      auto k = mt::einsum<batch, heads, memory_length, d_kv>(hm, d_wk[b]);
-      auto v = mt::einsum<batch, heads, memory_length, d_kv>(hm, d_wv[b]);
-      if (b < c.k.size()) {
-        c.k[b] = mt::concat<memory_length>(c.k[b], k);
-        c.v[b] = mt::concat<memory_length>(c.v[b], v);
-      } else {
-        c.k.push_back(k);
-        c.v.push_back(v);
-      }
+      mt::update_slice<memory_length>(c.k[b], mt::einsum<batch, heads, memory_length, d_kv>(hm, d_wk[b]), p);
+      mt::update_slice<memory_length>(c.v[b], mt::einsum<batch, heads, memory_length, d_kv>(hm, d_wv[b]), p);
       const auto q = mt::einsum<batch, heads, length, d_kv>(h, d_wq[b]);
-      const X a = y + mt::einsum<batch, length, d_model>(
-                          attend(q, c.k[b], c.v[b], static_cast<const t<batch, memory_length>*>(nullptr), scale), d_wo[b]);
+      const X a = y + mt::einsum<batch, length, d_model>(attend(q, c.k[b], c.v[b], &causal, scale), d_wo[b]);
       const auto hc = nn::layer_norm<d_model>(a, d_ln2_scale[b], d_ln2_bias[b]);
       const auto qc = mt::einsum<batch, heads, length, d_kv>(hc, d_cq[b]);
       const X cx = a + mt::einsum<batch, length, d_model>(attend(qc, c.memory_k[b], c.memory_v[b], &c.bias, scale), d_co[b]);
@@ -397,21 +401,18 @@ struct model {
     }
     return output_logits(y);
   }
-  // Beam search keeps its hypotheses in the batch dim: after a step each row continues some row of
-  // the step before (parents[r]), so the self-attention cache's rows follow. Through the host: a
-  // gather of each cache tensor (the rows move between processors when batch is split) and each
-  // processor's new slice taken from it.
-  static void reorder_rows(kv_cache& c, const std::vector<std::int64_t>& parents) {
+  // Beam search keeps its hypotheses in the batch dim: after a step row r continues row rows[r] of
+  // the step before, so the self-attention cache's rows follow (mt::take: on each processor, with
+  // nothing communicated while every processor's rows come from rows it holds: the beams of a
+  // sentence are consecutive rows). Rows of finished sentences are dropped the same way; their
+  // source's keys and values too when `memory` is set (within a sentence, rows hold one source).
+  static void reorder_rows(kv_cache& c, const std::vector<std::int64_t>& rows, bool memory) {
     for (auto* list : {&c.k, &c.v})
-      for (auto& t : *list) {
-        const auto full = mt::gather_all(t);
-        const std::size_t row = full.size() / parents.size();
-        std::vector<float> moved(full.size());
-        for (std::size_t r = 0; r < parents.size(); ++r)
-          std::copy_n(full.begin() + static_cast<std::ptrdiff_t>(parents[r] * row), row,
-                      moved.begin() + static_cast<std::ptrdiff_t>(r * row));
-        t = mt::from_host<std::remove_reference_t<decltype(t)>>(t.mesh(), t.extents(), moved);
-      }
+      for (auto& t : *list) t = mt::take<batch>(t, rows);
+    if (!memory) return;
+    for (auto* list : {&c.memory_k, &c.memory_v})
+      for (auto& t : *list) t = mt::take<batch>(t, rows);
+    c.bias = mt::take<batch>(c.bias, rows);
   }
 };
 
@@ -419,16 +420,6 @@ struct model {
 // GNMT's length penalty, Mesh-TensorFlow's default: a hypothesis of n tokens (its eos counted)
 // scores (sum of its log-probabilities) / ((5 + n) / 6)^alpha.
 inline double length_penalty(std::int64_t n, double alpha) { return std::pow((5.0 + double(n)) / 6.0, alpha); }
-
-inline std::vector<double> log_softmax_row(const float* logits, std::int64_t n) {
-  const double top = *std::max_element(logits, logits + n);
-  double z = 0;
-  for (std::int64_t v = 0; v < n; ++v) z += std::exp(double(logits[v]) - top);
-  const double lz = top + std::log(z);
-  std::vector<double> out(static_cast<std::size_t>(n));
-  for (std::int64_t v = 0; v < n; ++v) out[v] = double(logits[v]) - lz;
-  return out;
-}
 
 // The sources of a chunk of sentences, each repeated `copies` times (a beam's rows), as ids.
 inline std::vector<float> source_rows(const std::vector<std::vector<int>>& sources, std::int64_t copies, std::int64_t S) {
@@ -477,79 +468,126 @@ std::vector<std::vector<int>> greedy_decode(const model<L>& m, const grid& g, co
 // sentence stops when no hypothesis is live or its best finished score beats what any live one
 // could still reach (its total so far over the largest penalty); the result is the best finished
 // hypothesis (or the best live one at the target length). With k = 1 this is greedy decoding.
+// The log-probabilities and each row's k best tokens are computed where the logits live (float64,
+// as the host loop did); only [rows, k] values and tokens come to the host, where the sentence's
+// k best among its live rows' k x k are chosen (they contain the k best of all k x vocab: a
+// continuation outside its row's k best has k of its row's ahead of it). Finished sentences' rows
+// are dropped from the batch, cache included. The batch holds whole sentences per processor where
+// batch is split (a multiple of its parts, padded with idle slots), so that the reorder moves no
+// row between processors; only dropping rows does.
 template <class L>
 std::vector<std::vector<int>> beam_decode(const model<L>& m, const grid& g, const std::vector<std::vector<int>>& sources,
                                           const options& o) {
   using ids_t = typename model<L>::ids_t;
   const mt::no_grad inference;
-  const std::int64_t k = o.beam, n = static_cast<std::int64_t>(sources.size()), rows = n * k;
-  auto cache = m.start_decoding(mt::from_host<ids_t>(g, {rows, o.src_length}, source_rows(sources, k, o.src_length)), o);
+  const std::int64_t k = o.beam, n = static_cast<std::int64_t>(sources.size());
+  const std::int64_t parts = mt::tensor<float, L, batch>(g, {1}).placement().parts(0);
+  const auto whole_parts = [&](std::int64_t sentences) { return (sentences + parts - 1) / parts * parts; };
+  // slot[a]: the sentence in rows a * k .. a * k + k - 1 (hypothesis j in row a * k + j), or -1 for
+  // an idle slot; only the first row of each sentence is live at the start.
+  std::vector<std::int64_t> slot(static_cast<std::size_t>(whole_parts(n)), -1);
+  std::iota(slot.begin(), slot.begin() + n, std::int64_t{0});
+  std::vector<std::vector<int>> padded(sources);
+  padded.resize(slot.size());
+  const auto slots = static_cast<std::int64_t>(slot.size());
+  auto cache = m.start_decoding(mt::from_host<ids_t>(g, {slots * k, o.src_length}, source_rows(padded, k, o.src_length)), o);
   const double ninf = -std::numeric_limits<double>::infinity();
   struct hypothesis {
     std::vector<int> tokens;
     double total = 0;  // sum of log-probabilities
     bool live = false;
   };
-  // Row s * k + j holds hypothesis j of sentence s; only row 0 of each is live at the start.
-  std::vector<hypothesis> hyp(static_cast<std::size_t>(rows));
+  std::vector<hypothesis> hyp(static_cast<std::size_t>(slots * k));
   for (std::int64_t s = 0; s < n; ++s) hyp[s * k].live = true;
   std::vector<std::vector<int>> best(sources.size());
   std::vector<double> best_score(sources.size(), ninf);
-  std::vector<char> done(sources.size(), 0);
-  std::vector<float> token(static_cast<std::size_t>(rows), float(tokenizer::bos));
-  std::vector<std::int64_t> parents(static_cast<std::size_t>(rows));
+  std::vector<float> token(static_cast<std::size_t>(slots * k), float(tokenizer::bos));
   const double largest_penalty = length_penalty(o.tgt_length, o.alpha);
   for (std::int64_t p = 0; p < o.tgt_length; ++p) {
-    const auto logits = mt::gather_all(m.next_logits(mt::from_host<ids_t>(g, {rows, 1}, token), p, cache));
-    std::vector<hypothesis> next(hyp.size());
-    bool any_live = false;
-    for (std::int64_t s = 0; s < n; ++s) {
-      std::iota(parents.begin() + s * k, parents.begin() + (s + 1) * k, s * k);
-      if (done[s]) continue;
-      // (total, row, token) of every continuation of a live hypothesis; the k best.
+    const auto rows = static_cast<std::int64_t>(slot.size()) * k;
+    const auto logits = m.next_logits(mt::from_host<ids_t>(g, {rows, 1}, token), p, cache);
+    const auto top = mt::top_k<vocab, beam_slot>(mt::log_softmax<vocab>(mt::cast<double>(logits)), k);
+    const auto lp = mt::gather_all(top.values);  // [rows, 1, k]
+    const auto tokens = mt::gather_all(top.indices);
+    std::vector<hypothesis> next(static_cast<std::size_t>(rows));
+    std::vector<std::int64_t> parents(static_cast<std::size_t>(rows));
+    std::iota(parents.begin(), parents.end(), std::int64_t{0});  // a dead row keeps its own (anything valid)
+    std::vector<float> next_token(static_cast<std::size_t>(rows), float(tokenizer::pad));
+    std::int64_t live_sentences = 0;
+    for (std::size_t a = 0; a < slot.size(); ++a) {
+      const std::int64_t s = slot[a], first = static_cast<std::int64_t>(a) * k;
+      if (s < 0) continue;
+      // (total, row, token) of the k best continuations of each live hypothesis; the k best.
       std::vector<std::tuple<double, std::int64_t, int>> cand;
-      for (std::int64_t j = 0; j < k; ++j) {
-        const std::int64_t r = s * k + j;
+      for (std::int64_t r = first; r < first + k; ++r) {
         if (!hyp[r].live) continue;
-        const auto lp = log_softmax_row(logits.data() + r * o.vocab, o.vocab);
-        for (std::int64_t v = 0; v < o.vocab; ++v) cand.emplace_back(hyp[r].total + lp[v], r, static_cast<int>(v));
+        for (std::int64_t j = 0; j < k; ++j)
+          cand.emplace_back(hyp[r].total + lp[r * k + j], r, static_cast<int>(tokens[r * k + j]));
       }
-      const auto top = std::min<std::size_t>(static_cast<std::size_t>(k), cand.size());
+      const auto kept = std::min<std::size_t>(static_cast<std::size_t>(k), cand.size());
       // Ties go to the lower row, then the lower token: what greedy's max_element picks.
-      std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(top), cand.end(), [](const auto& a, const auto& b) {
-        if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
-        if (std::get<1>(a) != std::get<1>(b)) return std::get<1>(a) < std::get<1>(b);
-        return std::get<2>(a) < std::get<2>(b);
+      std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(kept), cand.end(), [](const auto& x, const auto& y) {
+        if (std::get<0>(x) != std::get<0>(y)) return std::get<0>(x) > std::get<0>(y);
+        if (std::get<1>(x) != std::get<1>(y)) return std::get<1>(x) < std::get<1>(y);
+        return std::get<2>(x) < std::get<2>(y);
       });
-      std::int64_t slot = 0;
+      std::int64_t filled = 0;
       double best_live = ninf;
-      for (std::size_t c = 0; c < top; ++c) {
+      for (std::size_t c = 0; c < kept; ++c) {
         const auto [total, r, v] = cand[c];
         if (v == tokenizer::eos || p + 1 == o.tgt_length) {
-          std::vector<int> tokens = hyp[r].tokens;
-          if (v != tokenizer::eos) tokens.push_back(v);
+          std::vector<int> done_tokens = hyp[r].tokens;
+          if (v != tokenizer::eos) done_tokens.push_back(v);
           const double score = total / length_penalty(static_cast<std::int64_t>(hyp[r].tokens.size()) + 1, o.alpha);
-          if (score > best_score[s]) best_score[s] = score, best[s] = std::move(tokens);
+          if (score > best_score[s]) best_score[s] = score, best[s] = std::move(done_tokens);
           continue;
         }
-        auto& h = next[s * k + slot];
+        auto& h = next[first + filled];
         h.tokens = hyp[r].tokens;
         h.tokens.push_back(v);
         h.total = total;
         h.live = true;
-        parents[s * k + slot] = r;
-        token[s * k + slot] = float(v);
+        parents[first + filled] = r;
+        next_token[first + filled] = float(v);
         best_live = std::max(best_live, total);
-        ++slot;
+        ++filled;
       }
-      if (slot == 0 || best_score[s] >= best_live / largest_penalty) done[s] = 1;
-      else any_live = true;
+      if (filled == 0 || best_score[s] >= best_live / largest_penalty) {
+        slot[a] = -1;  // done: its rows idle
+        for (std::int64_t j = 0; j < k; ++j) next[first + j].live = false, parents[first + j] = first + j;
+      } else {
+        ++live_sentences;
+      }
     }
-    if (!any_live) break;
-    for (std::int64_t r = 0; r < rows; ++r)
-      if (!next[r].live) token[r] = float(tokenizer::pad);  // a dead row's input: anything valid
+    if (live_sentences == 0) break;
     hyp = std::move(next);
-    model<L>::reorder_rows(cache, parents);
+    token = std::move(next_token);
+    // Fewer parts' worth of sentences: the live ones (and idle slots up to whole parts) move up.
+    const bool shrinks = whole_parts(live_sentences) < static_cast<std::int64_t>(slot.size());
+    if (shrinks) {
+      std::vector<std::int64_t> kept_slots, rows_kept;
+      for (std::size_t a = 0; a < slot.size(); ++a)
+        if (slot[a] >= 0) kept_slots.push_back(static_cast<std::int64_t>(a));
+      for (std::size_t a = 0; kept_slots.size() < static_cast<std::size_t>(whole_parts(live_sentences)); ++a)
+        if (slot[a] < 0) kept_slots.push_back(static_cast<std::int64_t>(a));
+      std::sort(kept_slots.begin(), kept_slots.end());
+      std::vector<std::int64_t> moved_slot;
+      std::vector<hypothesis> moved_hyp;
+      std::vector<float> moved_token;
+      for (const std::int64_t a : kept_slots) {
+        moved_slot.push_back(slot[a]);
+        for (std::int64_t j = 0; j < k; ++j) {
+          rows_kept.push_back(parents[a * k + j]);
+          moved_hyp.push_back(std::move(hyp[a * k + j]));
+          moved_token.push_back(token[a * k + j]);
+        }
+      }
+      slot = std::move(moved_slot);
+      hyp = std::move(moved_hyp);
+      token = std::move(moved_token);
+      parents = std::move(rows_kept);
+    }
+    model<L>::reorder_rows(cache, parents, shrinks);
   }
   return best;
 }

@@ -26,6 +26,7 @@
 #include "ops/sum_broadcast.hpp"
 #include "ops/einsum.hpp"
 #include "ops/slice.hpp"
+#include "ops/take.hpp"
 #include "ops/update_slice.hpp"
 #include "ops/shift.hpp"
 #include "ops/unfold.hpp"

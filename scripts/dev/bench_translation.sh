@@ -4,7 +4,8 @@
 # (benchmarks/peers/torch_translation.py), trained on the same tokens, batches and steps; both
 # decode the test split greedily and with beam search (beam 4, alpha 0.6) and sacrebleu scores them
 # against the French references, beside the copy-the-source baseline. Prints a Markdown table and
-# writes the curves (CSV, and a PNG when gnuplot is installed) to the output directory.
+# both sides' decode times for the test split (greedy, beam), and writes the curves (CSV, and a PNG
+# when gnuplot is installed) to the output directory.
 #
 #   OPENBLAS_CORETYPE=SkylakeX scripts/dev/bench_translation.sh [--steps 2000] [--batch 32] [--out DIR]
 #                                                        [--layouts "model_parallel dp_mp"]
@@ -87,6 +88,10 @@ for layout in $layouts; do
   echo "| meshtensor, $layout, 4 ranks | $(step_ms "$out/$layout.log") | $(last_dev "$out/$layout.csv") | $(bleu "$out/$layout.greedy.txt" "$ref") | $(bleu "$out/$layout.beam.txt" "$ref") |"
 done
 echo "| copy the source | | | $(bleu "$out/ours.beam.txt.src" "$ref") | |"
+decode_s() { sed -n 's/^decoded [0-9]* test sentences .* in \([0-9.]*\) s:.*/\1/p' "$1" | tail -n 1; }
+printf 'decoding the test split (s): meshtensor, 1 rank: greedy %s, beam 4 %s; PyTorch: greedy %.1f, beam 4 %.1f\n' \
+  "$(grep -h '(greedy' "$out/ours.log" | decode_s /dev/stdin)" "$(grep -h '(beam' "$out/ours.log" | decode_s /dev/stdin)" \
+  "$(tj decode_greedy_seconds)" "$(tj decode_beam_seconds)"
 echo "test sentences: $(wc -l <"$ref"); parameters: ours $(sed -n 's/^parameters: //p' "$out/ours.log" | head -n 1), PyTorch $(tj params)"
 if command -v gnuplot >/dev/null; then
   gnuplot -e "set terminal png size 900,500; set output '$out/curves.png'; set datafile separator ',';
