@@ -132,6 +132,26 @@ TEST_CASE("a tensor saved under any layout loads under every layout, even and un
   remove_dir(dir);
 }
 
+TEST_CASE("a tensor saved under zigzag loads under split and replicated layouts, and they under zigzag",
+          "[checkpoint][zigzag]") {
+  // The file is the row-major global array whatever the layout (round_trips reads it back), so a
+  // zigzag tensor's pieces land where a contiguous one's boxes do.
+  const auto dir = shared_dir("zigzag");
+  const auto ext = GENERATE(std::array<std::int64_t, 2>{8, 12}, std::array<std::int64_t, 2>{13, 3});
+  INFO("extents " << ext[0] << " x " << ext[1]);
+  SECTION("mesh [P]") {
+    using Ls = list<mt::layout<line, mt::zigzag<i_, x_>>, mt::layout<line, mt::zigzag<j_, x_>>,
+                    mt::layout<line, mt::split<i_, x_>>, mt::layout<line>>;
+    for_each_type(Ls{}, [&]<class From>() { round_trips<line, From, Ls>(world_line(), dir, ext); });
+  }
+  SECTION("mesh [2x2] (or [P x 1])") {
+    using Ls = list<mt::layout<grid, mt::zigzag<i_, r_, c_>>, mt::layout<grid, mt::zigzag<i_, c_>, mt::split<j_, r_>>,
+                    mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>, mt::layout<grid>>;
+    for_each_type(Ls{}, [&]<class From>() { round_trips<grid, From, Ls>(world_grid(), dir, ext); });
+  }
+  remove_dir(dir);
+}
+
 TEST_CASE("several tensors and dtypes in one file; scalars and empty tensors", "[checkpoint]") {
   const auto dir = shared_dir("dtypes");
   const auto g = world_grid();

@@ -62,11 +62,15 @@ TEST_CASE("ring attention equals causal attention on the whole sequence", "[grad
   using LR = mt::layout<grid, mt::split<length, c_, r_>>;
   using LB = mt::layout<grid, mt::split<batch, r_>, mt::split<length, c_>>;
   using LC = mt::layout<grid, mt::split<heads, r_>, mt::split<length, c_>>;
+  // The zigzag placement (two chunks per part, the ring's blocks computed chunk pair by chunk
+  // pair): over both axes, and with the heads over one.
+  using LZ = mt::layout<grid, mt::zigzag<length, r_, c_>>;
+  using LZC = mt::layout<grid, mt::split<heads, r_>, mt::zigzag<length, c_>>;
   using L0 = mt::layout<grid>;
   const auto g = world_grid();
   // 7: uneven over 2, 3 and 4 parts; 3: an empty part at 4 (its blocks are empty, still passed on).
   const auto S = GENERATE(std::int64_t{8}, std::int64_t{7}, std::int64_t{3});
-  for_each_type(list<LA, LR, LB, LC>{}, [&]<class L>() {
+  for_each_type(list<LA, LR, LB, LC, LZ, LZC>{}, [&]<class L>() {
     INFO(layout_name<L>() << ", length " << S << ", rank " << g.rank());
     using X = mt::tensor<double, L, batch, length, d_model>;
     using W = mt::tensor<double, L, d_model, heads, d_kv>;
@@ -105,7 +109,7 @@ TEST_CASE("ring attention equals causal attention on the whole sequence", "[grad
     const std::int64_t P = x0.placement().parts(X::template index_of<length>());
     mt::comm_counters want = mt::ring_attention_plan(mt::axis_set(seq_mask), P).as_counts();
     if (P > 1) REQUIRE(want[{mt::collective::shift, mt::axis_set(seq_mask)}].calls == P - 1);
-    if constexpr (std::is_same_v<L, LC>) want[{mt::collective::allreduce, mt::axis_set(grid::template mask<r_>())}].calls = 1;
+    if constexpr (std::is_same_v<L, LC> || std::is_same_v<L, LZC>) want[{mt::collective::allreduce, mt::axis_set(grid::template mask<r_>())}].calls = 1;
     require_counts(counted, want);
     const ring_bytes bytes = ring_bytes_of(x0, wq.template local_extent<heads>());
     const auto shifts = [&](const mt::comm_counters& c) {
@@ -184,11 +188,12 @@ TEST_CASE("ring grouped-query attention equals grouped_causal_attention", "[grad
   using LB = mt::layout<grid, mt::split<batch, r_>, mt::split<length, c_>>;
   using LK = mt::layout<grid, mt::split<kv_heads, r_>, mt::split<length, c_>>;
   using LG = mt::layout<grid, mt::split<group, r_>, mt::split<length, c_>>;
+  using LZ = mt::layout<grid, mt::zigzag<length, r_, c_>>;
   using L0 = mt::layout<grid>;
   constexpr std::int64_t KV = 2, G = 2;
   const auto g = world_grid();
   const auto S = GENERATE(std::int64_t{8}, std::int64_t{7});
-  for_each_type(list<LA, LB, LK, LG>{}, [&]<class L>() {
+  for_each_type(list<LA, LB, LK, LG, LZ>{}, [&]<class L>() {
     INFO(layout_name<L>() << ", length " << S << ", rank " << g.rank());
     using X = mt::tensor<double, L, batch, length, d_model>;
     using WQ = mt::tensor<double, L, d_model, kv_heads, group, d_kv>;
@@ -323,10 +328,11 @@ TEST_CASE("ring attention takes long blocks in tiles of keys", "[gradient]") {
   // whole sequence (its autodiff: central differences over 2309 positions would be slow).
   using LA = mt::layout<grid, mt::split<length, r_, c_>>;
   using LK = mt::layout<grid, mt::split<kv_heads, r_>, mt::split<length, c_>>;
+  using LZ = mt::layout<grid, mt::zigzag<length, r_, c_>>;  // chunks of several tiles
   using L0 = mt::layout<grid>;
   constexpr std::int64_t KV = 2, G = 2, S = 2309;
   const auto g = world_grid();
-  for_each_type(list<LA, LK>{}, [&]<class L>() {
+  for_each_type(list<LA, LK, LZ>{}, [&]<class L>() {
     INFO(layout_name<L>() << ", rank " << g.rank());
     using X = mt::tensor<double, L, batch, length, d_model>;
     using WQ = mt::tensor<double, L, d_model, kv_heads, group, d_kv>;

@@ -119,7 +119,7 @@ std::string layout_name() {
   std::ostringstream s;
   s << "layout";
   [&]<class M, class... Rules>(mt::layout<M, Rules...>*) {
-    ((s << ' ' << Rules::dim::name() << "->" << [] {
+    ((s << ' ' << Rules::dim::name() << (Rules::order == mt::dim_order::zigzag ? "~zigzag->" : "->") << [] {
         std::string a;
         [&]<class... As>(list<As...>) { ((a += std::string(As::name())), ...); }(typename Rules::axes{});
         return a;

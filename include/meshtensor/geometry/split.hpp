@@ -20,11 +20,18 @@ namespace detail {
 inline constexpr std::size_t max_axes = 8;
 }  // namespace detail
 
+// How a split dim's parts are cut: contiguous (split<Dim, Axes...>: part q holds one balanced block,
+// nested over the axes) or zigzag (zigzag<Dim, Axes...>: the dim cut into 2P balanced chunks, part q
+// holding chunk q and chunk 2P - 1 - q, in that order; geometry/placement.hpp).
+enum class dim_order : unsigned char { contiguous, zigzag };
+
 // The axes one dim is split over, as mesh axis indices in the layout rule's order (parts number
-// row-major over them, the first axis slowest).
+// row-major over them, the first axis slowest), and how its parts are cut.
 struct dim_split {
   int count = 0;
   std::array<int, detail::max_axes> axes{};
+  dim_order order = dim_order::contiguous;
+  constexpr bool zigzag() const { return count > 0 && order == dim_order::zigzag; }
   // The same axes as a mask (bit i = mesh axis i; an axis_set converts from it).
   constexpr unsigned mask() const {
     unsigned m = 0;
@@ -60,6 +67,12 @@ struct dim_split {
   static constexpr dim_split over(std::initializer_list<int> mesh_axes) {
     return over(std::span<const int>(mesh_axes.begin(), mesh_axes.size()));
   }
+  // The zigzag cut over these mesh axes, in this order.
+  static constexpr dim_split zigzag_over(std::initializer_list<int> mesh_axes) {
+    dim_split s = over(mesh_axes);
+    s.order = dim_order::zigzag;
+    return s;
+  }
   friend constexpr bool operator==(const dim_split&, const dim_split&) = default;
 };
 
@@ -68,6 +81,7 @@ inline std::string split_string(const dim_split& s, const mesh_shape& shape) {
   std::string r;
   for (int k = 0; k < s.count; ++k)
     r += detail::cat(k ? " x " : "", shape.axis_names()[s.axes[k]], "(", shape.sizes()[s.axes[k]], ")");
+  if (s.zigzag()) r += " zigzag";
   return r.empty() ? "no axis" : r;
 }
 
@@ -87,7 +101,17 @@ constexpr int common_prefix(const dim_split& a, const dim_split& b) {
   return p;
 }
 
-enum class relayout_kind { share, local, allgather, alltoall };
+// general: one alltoallv over `axes`, piece by piece (a zigzag dim changes, or another dim changes
+// beside one: zigzag parts nest in nothing, so neither the local nor the block paths apply).
+enum class relayout_kind { share, local, allgather, alltoall, general };
+
+// Whether any dim of either side is cut zigzag.
+template <std::size_t R>
+constexpr bool any_zigzag(const std::array<dim_split, R>& a, const std::array<dim_split, R>& b) {
+  for (std::size_t d = 0; d < R; ++d)
+    if (a[d].zigzag() || b[d].zigzag()) return true;
+  return false;
+}
 
 // What moving slices from splits `from` to splits `to` (dim by dim, in position order) needs: nothing
 // (share), local slicing, or one collective over `axes`.
@@ -115,6 +139,15 @@ constexpr relayout_step analyze_relayout(const std::array<dim_split, R>& from, c
     // Each dim keeps a prefix of its axes and either drops the rest or appends new ones.
     if (p != from[d].count && p != to[d].count) nested = false;
   }
+  // A zigzag side: over every axis of a dim that changes (processors that differ on other axes
+  // hold the same parts of the changed dims on both sides).
+  if (any_zigzag<R>(from, to)) {
+    unsigned changed = 0;
+    for (std::size_t d = 0; d < R; ++d)
+      if (!(from[d] == to[d])) changed |= from[d].mask() | to[d].mask();
+    if (changed == 0) return {relayout_kind::share, 0};  // every dim as it was
+    return {relayout_kind::general, changed};
+  }
   if (same) return {relayout_kind::share, 0};
   if (gather == 0) return {relayout_kind::local, 0};
   // Every axis a dim drops is taken up by another dim: processors that differ only on those axes
@@ -136,6 +169,7 @@ constexpr axis_set added_axes(const std::array<dim_split, R>& from, const std::a
 // then the relayout of a sum of partials over those axes is one reduce_scatter.
 template <std::size_t R>
 constexpr bool scatters_over(const std::array<dim_split, R>& from, const std::array<dim_split, R>& to, axis_set axes) {
+  if (any_zigzag<R>(from, to)) return false;  // reduce_scatter packs boxes, not pieces
   unsigned added = 0;
   for (std::size_t d = 0; d < R; ++d) {
     if (to[d].count < from[d].count) return false;

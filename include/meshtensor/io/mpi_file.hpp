@@ -39,14 +39,18 @@ struct mpi_file {
   }
 };
 
-// Calls f(file_element, local_element, count) for each contiguous run of e's box in the row-major
-// global array (file_element) and in the row-major local slice (local_element): geometry's runs_of.
+// Calls f(file_element, local_element, count) for each contiguous run of e's pieces (its box, or a
+// zigzag layout's pieces) in the row-major global array (file_element) and in the row-major local
+// slice (local_element, read through the piece's frame): geometry's runs_between.
 template <class F>
 void for_each_run(const entry& e, F&& f) {
-  const auto runs = runs_of(e.offset, e.extent, e.shape);
-  for (std::int64_t k = 0; k < runs.count; ++k) {
-    const auto [file, local] = runs.at(k);
-    f(file, local, runs.length);
+  const std::vector<std::int64_t> origin(e.shape.size(), 0);
+  for (const auto& pc : e.pieces) {
+    const auto runs = runs_between(pc.offset, pc.extent, origin, e.shape, pc.frame_offset, e.extent);
+    for (std::int64_t k = 0; k < runs.count; ++k) {
+      const auto [file, local] = runs.at(k);
+      f(file, local, runs.length);
+    }
   }
 }
 

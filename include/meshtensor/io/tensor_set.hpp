@@ -29,7 +29,13 @@ struct entry {
   std::string dtype;
   std::int64_t elem_size = 0;
   std::vector<std::string> dims;
-  std::vector<std::int64_t> shape, offset, extent;  // global extents; this processor's box
+  std::vector<std::int64_t> shape, extent;  // global extents; this processor's local extents
+  // What this processor holds: its box, or under a zigzag layout several pieces (placement's
+  // pieces_at), each a global box and the frame its local array is read through.
+  struct held_piece {
+    std::vector<std::int64_t> offset, extent, frame_offset;
+  };
+  std::vector<held_piece> pieces;
   bool writes = false;                                // this processor writes its box (the first replica)
   MPI_Comm comm = MPI_COMM_NULL;                      // the mesh's communicator
   meshtensor::detail::communicator* mesh_communicator = nullptr;  // and the object (the watchdog's)
@@ -74,9 +80,12 @@ class tensor_set {
     const auto names = TT::dim_names();
     e.dims.assign(names.begin(), names.end());
     e.shape.assign(t.extents().begin(), t.extents().end());
-    e.offset.assign(t.offsets().begin(), t.offsets().end());
     e.extent.assign(t.local_extents().begin(), t.local_extents().end());
     auto& comm = t.mesh().communicator();
+    for (const auto& pc : t.placement().pieces_at(comm.coords()))
+      e.pieces.push_back({{pc.held.offset.begin(), pc.held.offset.end()},
+                          {pc.held.extent.begin(), pc.held.extent.end()},
+                          {pc.frame.offset.begin(), pc.frame.offset.end()}});
     e.comm = comm.cart();
     e.mesh_communicator = &comm;
     // The first replica writes: coordinate 0 on every axis that splits none of t's dims.

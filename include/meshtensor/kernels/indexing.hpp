@@ -22,18 +22,26 @@ idx_array<R> to_idx(const std::array<std::int64_t, R>& a) {
 }
 
 // Maps a local flat index to the global flat index of the same element.
+// A dim may be held as two ranges (a zigzag layout's, geometry/placement.hpp): local indices from
+// `second` on are `jump` further along it than the first range's continuation.
 template <std::size_t R>
 struct local_to_global {
-  idx_array<R> local_extent, offset, global_stride;
+  idx_array<R> local_extent, offset, global_stride, second{}, jump{};
   local_to_global(const std::array<std::int64_t, R>& lext, const std::array<std::int64_t, R>& off,
                   const std::array<std::int64_t, R>& gext)
-      : local_extent(to_idx<R>(lext)), offset(to_idx<R>(off)), global_stride(to_idx<R>(row_major_strides<R>(gext))) {}
+      : local_extent(to_idx<R>(lext)), offset(to_idx<R>(off)), global_stride(to_idx<R>(row_major_strides<R>(gext))),
+        second(to_idx<R>(lext)) {}
+  local_to_global(const std::array<std::int64_t, R>& lext, const std::array<std::int64_t, R>& off,
+                  const std::array<std::int64_t, R>& gext, const std::array<std::int64_t, R>& second_at,
+                  const std::array<std::int64_t, R>& jump_by)
+      : local_extent(to_idx<R>(lext)), offset(to_idx<R>(off)), global_stride(to_idx<R>(row_major_strides<R>(gext))),
+        second(to_idx<R>(second_at)), jump(to_idx<R>(jump_by)) {}
   KOKKOS_INLINE_FUNCTION std::int64_t operator()(std::int64_t l) const {
     std::int64_t g = 0;
     for (int i = static_cast<int>(R) - 1; i >= 0; --i) {
       const std::int64_t li = l % local_extent[i];
       l /= local_extent[i];
-      g += (offset[i] + li) * global_stride[i];
+      g += (offset[i] + li + (li >= second[i] ? jump[i] : 0)) * global_stride[i];
     }
     return g;
   }

@@ -18,6 +18,21 @@ struct split {
   static_assert(sizeof...(As) > 0, "meshtensor: split<Dim, Axes...> needs at least one axis");
   using dim = D;
   using axes = type_list<As...>;
+  static constexpr dim_order order = dim_order::contiguous;
+};
+
+// zigzag<length, ctx>: length cut into 2P chunks (P = size(ctx), or the product of the axes'
+// sizes, parts numbered as split's), part q holding chunk q then chunk 2P - 1 - q: under a causal
+// mask every part does the same work (geometry/placement.hpp). The chunk count is derived, always
+// two per part, so an odd count cannot be written. Ops that need a part to be one range along the
+// dim (cumsum, shift, slices, halos, top_k, ...) refuse it at compile time; relayout it to split<>
+// first.
+template <Dim D, Axis... As>
+struct zigzag {
+  static_assert(sizeof...(As) > 0, "meshtensor: zigzag<Dim, Axes...> needs at least one axis");
+  using dim = D;
+  using axes = type_list<As...>;
+  static constexpr dim_order order = dim_order::zigzag;
 };
 
 // The compile errors. Each is a template whose arguments are the offending names, so the compiler
@@ -33,7 +48,7 @@ template <class Dim>
 struct dim_has_two_rules {
   static_assert(sizeof(Dim) == 0,
                 "meshtensor: a layout has two rules for one dim; merge them into one "
-                "split<Dim, Axes...>");
+                "split<Dim, Axes...> (or zigzag<Dim, Axes...>)");
 };
 template <class Dim, class Axis>
 struct axis_repeated_in_rule {
@@ -68,6 +83,10 @@ template <>
 struct axes_of_rule<void> {
   using type = type_list<>;
 };
+template <class Rule>
+inline constexpr dim_order order_of_rule = Rule::order;
+template <>
+inline constexpr dim_order order_of_rule<void> = dim_order::contiguous;
 }  // namespace detail
 
 template <class Mesh, class... Rules>
@@ -83,7 +102,9 @@ struct layout {
 
   template <class D>
   static constexpr dim_split split_of() {
-    return make_split(axes_of<D>{});
+    dim_split s = make_split(axes_of<D>{});
+    s.order = detail::order_of_rule<typename detail::rule_for<D, Rules...>::type>;
+    return s;
   }
 
   template <class... As>

@@ -2,7 +2,10 @@
 // ring_causal_attention<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, wo): causal attention
 // of a sequence split over mesh axes (context parallelism as ring attention and Megatron-Core do
 // it). x's Length is split over axes A into P contiguous blocks (its layout's rule, uneven extents
-// included); q, k and v are computed where the positions are. Then P steps: at step s each
+// included), or cut zigzag<Length, A...> (part p's block two chunks, p and 2P - 1 - p of 2P: every
+// processor then computes the same under the causal mask, the blocks being computed chunk pair by
+// chunk pair, pairs wholly in the future skipped); q, k and v are computed where the positions
+// are. Then P steps: at step s each
 // processor holds the k and v block of the processor s places before it along the ring of A,
 // attends its q block to it with an online softmax (running max and sum per row, in float or wider
 // accumulators) under the causal mask in global positions, and passes the block on; a block wholly
@@ -32,6 +35,7 @@
 // softmax's weights).
 // Gradient: through x and every weight.
 #include <Kokkos_Core.hpp>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -133,17 +137,30 @@ namespace detail {
 // ranks, every part's offset and extent along Length, and the local [outer, n, inner] of k and v
 // (kv_outer: the local batch and KV heads), q's outer being kv_outer x group (the local query
 // heads per KV head; 1 under multi-head attention).
+// Under zigzag<Length, ...> a part is two chunks (placement's ranges: chunk p, then chunk
+// 2P - 1 - p), its block their concatenation; under split<> one chunk (the second empty). The
+// blocks are computed chunk pair by chunk pair (q's chunk, k's and v's), each at its own global
+// positions, so pairs wholly in the future of a q chunk are skipped: with zigzag chunks every
+// part then computes the same (the ring's load balance, docs/training.md).
 struct ring_geometry {
   axis_set axes;
   int parts = 1, me = 0, to = 0, from = 0;  // to: the next part's processor, from: the previous'
-  std::vector<std::int64_t> offset, extent;  // per part
+  std::vector<std::int64_t> offset, extent;  // per part (offset: its first chunk's)
+  std::vector<std::array<std::int64_t, 2>> chunk_offset, chunk_extent;  // per part, its chunks
   std::int64_t kv_outer = 1, group = 1, inner = 1;
   int part(int steps_back) const { return ((me - steps_back) % parts + parts) % parts; }
   // The elements of part p's k (or v) block: what travels.
   std::int64_t block(int p) const { return kv_outer * extent[p] * inner; }
-  // Whether the keys of part k hold a position at or before the last query of this block: else
-  // the block is in the future of every query here (or a block is empty), and not computed.
-  bool visible(int k) const { return extent[me] > 0 && extent[k] > 0 && offset[k] <= offset[me] + extent[me] - 1; }
+  // Where chunk c of part p starts in the part's block (along Length).
+  std::int64_t chunk_start(int p, int c) const { return c == 0 ? 0 : chunk_extent[static_cast<std::size_t>(p)][0]; }
+  // Whether keys chunk e of part k hold a position at or before the last query of this part's
+  // chunk c: else that pair is in the future of every query (or a chunk is empty), not computed.
+  bool visible(int c, int k, int e) const {
+    const auto& q = chunk_extent[static_cast<std::size_t>(me)];
+    const auto& kk = chunk_extent[static_cast<std::size_t>(k)];
+    return q[c] > 0 && kk[e] > 0 &&
+           chunk_offset[static_cast<std::size_t>(k)][e] <= chunk_offset[static_cast<std::size_t>(me)][c] + q[c] - 1;
+  }
 };
 
 template <Dim Length, Tensor Q, Tensor K>
@@ -161,8 +178,11 @@ ring_geometry ring_geometry_of(const Q& q, const K& k) {
   g.from = subrank_of[static_cast<std::size_t>(g.part(1))];
   const placement<1> p({s}, comm.shape(), {q.template extent<Length>()});
   for (int k = 0; k < g.parts; ++k) {
-    g.offset.push_back(p.part_offset(0, k));
+    const auto r = p.ranges(0, k);
+    g.offset.push_back(r[0].offset[0]);
     g.extent.push_back(p.part_extent(0, k));
+    g.chunk_offset.push_back({r[0].offset[0], r[1].offset[0]});
+    g.chunk_extent.push_back({r[0].extent[0], r[1].extent[0]});
   }
   // q's and k's local data as [outer, Length's local extent, inner] (ops/detail/along.hpp's
   // view, private to ops/)
@@ -256,26 +276,49 @@ Kokkos::View<C*, typename Exec::memory_space> ring_in_compute_type(const V& x) {
   }
 }
 
+// Rows begin .. begin + count of each of `outer` runs of n rows of `inner` elements, as a contiguous
+// [outer, count, inner] (a query chunk's rows; scratch), and back (added into dst's rows).
+template <class Exec, class CV>
+CV ring_chunk_rows(const CV& x, std::int64_t outer, std::int64_t n, std::int64_t inner, std::int64_t begin,
+                   std::int64_t count) {
+  const CV to = view_pool<typename CV::value_type, typename Exec::memory_space>::get().allocate(
+      static_cast<std::size_t>(outer * count * inner));
+  const std::int64_t per = count * inner;
+  kernels::parallel_for(
+      "meshtensor::ring_attention_chunk_rows", Kokkos::RangePolicy<Exec>(0, outer * per),
+      KOKKOS_LAMBDA(std::int64_t e) { to(e) = x((e / per * n + begin) * inner + e % per); });
+  return to;
+}
+template <class Exec, class CV>
+void ring_put_chunk_rows(const CV& chunk, std::int64_t outer, std::int64_t n, std::int64_t inner, std::int64_t begin,
+                         std::int64_t count, const CV& dst) {
+  const std::int64_t per = count * inner;
+  kernels::parallel_for(
+      "meshtensor::ring_attention_put_chunk_rows", Kokkos::RangePolicy<Exec>(0, outer * per),
+      KOKKOS_LAMBDA(std::int64_t e) { dst((e / per * n + begin) * inner + e % per) = chunk(e); });
+}
+
 // Forward, one block: q [kv_outer x group, nq, inner] (in C) at global positions q0.., keys and
 // values kv = [k; v], each [kv_outer, nk, inner] at global positions k0..; m, l [kv_outer x group,
 // nq] the running max and sum, acc (q's shape) the running sum of weights times values (rescaled
 // as the max grows).
+// Only the block's keys tb .. te (a chunk; 0 .. nk: all), at global positions k0.. .
 template <class Exec, class CV, class KV>
 void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, const CV& acc, std::int64_t kv_outer,
                         std::int64_t group, std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0,
-                        std::int64_t k0, typename CV::value_type scale) {
+                        std::int64_t k0, typename CV::value_type scale, std::int64_t tb, std::int64_t te) {
   using C = typename CV::value_type;
   using Mem = typename Exec::memory_space;
   using CPool = view_pool<C, Mem>;
   const std::int64_t blk = kv_outer * nk * inner, gq = group * nq, rows = kv_outer * gq;
-  const std::int64_t tile = nk < ring_tile_keys ? nk : ring_tile_keys;
+  const std::int64_t tile = te - tb < ring_tile_keys ? te - tb : ring_tile_keys;
   const CV scores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
   const CV alpha = CPool::get().allocate(static_cast<std::size_t>(rows));
   const CV pv = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
-  for (std::int64_t t0 = 0; t0 < nk; t0 += tile) {
-    const std::int64_t kq = k0 + t0 - q0;  // the tile's first key, counted from the block's first query
-    if (kq > nq - 1) break;                // this tile and the next in the future of every query
-    const std::int64_t tn = nk - t0 < tile ? nk - t0 : tile;
+  for (std::int64_t t0 = tb; t0 < te; t0 += tile) {
+    const std::int64_t kq = k0 + (t0 - tb) - q0;  // the tile's first key, counted from the block's first query
+    if (kq > nq - 1) break;                       // this tile and the next in the future of every query
+    const std::int64_t tn = te - t0 < tile ? te - t0 : tile;
     const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
     const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
     const CV s(scores.data(), static_cast<std::size_t>(rows * tn));
@@ -323,21 +366,22 @@ void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, con
 template <class Exec, class CV>
 void ring_backward_block(const CV& q, const CV& dout, const CV& lse, const CV& delta, const CV& kv, const CV& dq,
                          std::int64_t kv_outer, std::int64_t group, std::int64_t nq, std::int64_t nk,
-                         std::int64_t inner, std::int64_t q0, std::int64_t k0, typename CV::value_type scale) {
+                         std::int64_t inner, std::int64_t q0, std::int64_t k0, typename CV::value_type scale,
+                         std::int64_t tb, std::int64_t te) {
   using C = typename CV::value_type;
   using Mem = typename Exec::memory_space;
   using CPool = view_pool<C, Mem>;
   const std::int64_t blk = kv_outer * nk * inner, gq = group * nq, rows = kv_outer * gq;
-  const std::int64_t tile = nk < ring_tile_keys ? nk : ring_tile_keys;
+  const std::int64_t tile = te - tb < ring_tile_keys ? te - tb : ring_tile_keys;
   const CV scores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
   const CV dscores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
   const CV dq_tile = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
   const CV dk_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
   const CV dv_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
-  for (std::int64_t t0 = 0; t0 < nk; t0 += tile) {
-    const std::int64_t kq = k0 + t0 - q0;
+  for (std::int64_t t0 = tb; t0 < te; t0 += tile) {
+    const std::int64_t kq = k0 + (t0 - tb) - q0;
     if (kq > nq - 1) break;
-    const std::int64_t tn = nk - t0 < tile ? nk - t0 : tile;
+    const std::int64_t tn = te - t0 < tile ? te - t0 : tile;
     const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
     const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
     const CV s(scores.data(), static_cast<std::size_t>(rows * tn)), ds(dscores.data(), static_cast<std::size_t>(rows * tn));
@@ -405,8 +449,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   communicator& comm = q.mesh().communicator();
   const ring_geometry ring = ring_geometry_of<Length>(q, k);
   const std::int64_t P = ring.parts, nq = ring.extent[static_cast<std::size_t>(ring.me)], kv_outer = ring.kv_outer,
-                     group = ring.group, inner = ring.inner, rows = kv_outer * group * nq,
-                     q0 = ring.offset[static_cast<std::size_t>(ring.me)];
+                     group = ring.group, inner = ring.inner, rows = kv_outer * group * nq;
   const C s = static_cast<C>(scale);
   // delta = rowsum(dO * O), per query row.
   const auto delta = CPool::get().allocate(static_cast<std::size_t>(rows));
@@ -441,12 +484,36 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   // Keeps home's memory alive (home does not count as its reference): the first message only
   // where it is home (P == 1); else the last step's, so that the ring holds two messages, not three.
   CView home_owner = P == 1 ? cur : CView();
+  // Per query chunk: its rows of q, dO, lse and delta, and its dq (q's own arrays where the part is
+  // one chunk).
+  const auto me = static_cast<std::size_t>(ring.me);
+  const int q_chunks = ring.chunk_extent[me][1] > 0 ? 2 : 1;
+  const std::int64_t heads_rows = kv_outer * group;
+  std::array<CView, 2> qcs{qc, CView()}, gcs{gc, CView()}, lses{lse, CView()}, deltas{delta, CView()}, dqs{dq, CView()};
+  if (q_chunks == 2)
+    for (int c = 0; c < 2; ++c) {
+      const std::int64_t b = ring.chunk_start(ring.me, c), n = ring.chunk_extent[me][c];
+      qcs[c] = ring_chunk_rows<Exec>(qc, heads_rows, nq, inner, b, n);
+      gcs[c] = ring_chunk_rows<Exec>(gc, heads_rows, nq, inner, b, n);
+      lses[c] = ring_chunk_rows<Exec>(lse, heads_rows, nq, std::int64_t{1}, b, n);
+      deltas[c] = ring_chunk_rows<Exec>(CView(delta), heads_rows, nq, std::int64_t{1}, b, n);
+      dqs[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n * inner));
+      kernels::deep_copy(dqs[c], C(0));
+    }
   for (int step = 0; step < P; ++step) {
     const int j = ring.part(step);
-    const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)], k0 = ring.offset[static_cast<std::size_t>(j)];
-    const auto compute = [&, j, nk, k0] {
-      if (rows == 0 || !ring.visible(j)) return;  // rows == 0: no q row here (a part of an uneven group split)
-      ring_backward_block<Exec>(qc, gc, lse, delta, cur, dq, kv_outer, group, nq, nk, inner, q0, k0, s);
+    const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)];
+    const auto compute = [&, j, nk] {
+      if (rows == 0) return;  // no q row here (a part of an uneven group split)
+      for (int c = 0; c < 2; ++c)
+        for (int e = 0; e < 2; ++e) {
+          if (!ring.visible(c, j, e)) continue;
+          const std::int64_t tb = ring.chunk_start(j, e);
+          ring_backward_block<Exec>(qcs[c], gcs[c], lses[c], deltas[c], cur, dqs[c], kv_outer, group,
+                                    ring.chunk_extent[me][c], nk, inner, ring.chunk_offset[me][c],
+                                    ring.chunk_offset[static_cast<std::size_t>(j)][e], s, tb,
+                                    tb + ring.chunk_extent[static_cast<std::size_t>(j)][e]);
+        }
     };
     if (P == 1) {
       compute();
@@ -469,6 +536,10 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
     if (last) home = home_owner = received.view();
     else cur = received.view();
   }
+  if (q_chunks == 2)
+    for (int c = 0; c < 2; ++c)
+      ring_put_chunk_rows<Exec>(dqs[c], heads_rows, nq, inner, ring.chunk_start(ring.me, c), ring.chunk_extent[me][c],
+                                CView(dq));
   // With the group split over axes that do not split k and v (which are replicated there), the
   // dk and dv of the group's parts summed: one allreduce of [dk; dv].
   constexpr axis_set group_axes = ring_group_axes<Q, K>();
@@ -513,15 +584,24 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name) 
   const collective_subject subject(&Q::type_name);
   communicator& comm = q.mesh().communicator();
   const std::int64_t P = ring.parts, nq = ring.extent[static_cast<std::size_t>(ring.me)], kv_outer = ring.kv_outer,
-                     group = ring.group, inner = ring.inner, rows = kv_outer * group * nq,
-                     q0 = ring.offset[static_cast<std::size_t>(ring.me)];
+                     group = ring.group, inner = ring.inner, rows = kv_outer * group * nq;
   const C s = static_cast<C>(scale);
-  const auto m = CPool::get().allocate(static_cast<std::size_t>(rows));
-  const auto l = CPool::get().allocate(static_cast<std::size_t>(rows));
-  const auto acc = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
-  kernels::deep_copy(m, std::numeric_limits<C>::lowest());
-  kernels::deep_copy(l, C(0));
-  kernels::deep_copy(acc, C(0));
+  using CView = Kokkos::View<C*, Mem>;
+  // Per query chunk (ring_geometry): the online softmax's running max m, sum l and weighted sum acc
+  // of its rows.
+  const auto me = static_cast<std::size_t>(ring.me);
+  const int q_chunks = ring.chunk_extent[me][1] > 0 ? 2 : 1;
+  const std::int64_t heads_rows = kv_outer * group;
+  std::array<CView, 2> ms, ls, accs;
+  for (int c = 0; c < q_chunks; ++c) {
+    const std::int64_t n = q_chunks == 1 ? nq : ring.chunk_extent[me][c];
+    ms[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n));
+    ls[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n));
+    accs[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n * inner));
+    kernels::deep_copy(ms[c], std::numeric_limits<C>::lowest());
+    kernels::deep_copy(ls[c], C(0));
+    kernels::deep_copy(accs[c], C(0));
+  }
   // The travelling message [k; v] of one block, in T.
   using TPool = view_pool<T, Mem>;
   const auto own_blk = ring.block(ring.me);
@@ -530,11 +610,23 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name) 
   kernels::deep_copy(Kokkos::View<T*, Mem>(cur.data() + own_blk, static_cast<std::size_t>(own_blk)), v.view());
   using buffer = mpi_buffer<Exec, T>;
   const auto qc = ring_in_compute_type<Exec, C>(q.view());  // q in C: the products' operand
+  std::array<CView, 2> qcs{qc, CView()};
+  if (q_chunks == 2)
+    for (int c = 0; c < 2; ++c)
+      qcs[c] = ring_chunk_rows<Exec>(qc, heads_rows, nq, inner, ring.chunk_start(ring.me, c), ring.chunk_extent[me][c]);
   for (int step = 0; step < P; ++step) {
     const int j = ring.part(step);
-    const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)], k0 = ring.offset[static_cast<std::size_t>(j)];
-    const auto compute = [&, j, nk, k0] {
-      if (rows > 0 && ring.visible(j)) ring_forward_block<Exec>(qc, cur, m, l, acc, kv_outer, group, nq, nk, inner, q0, k0, s);
+    const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)];
+    const auto compute = [&, j, nk] {
+      if (rows == 0) return;
+      for (int c = 0; c < 2; ++c)
+        for (int e = 0; e < 2; ++e) {
+          if (!ring.visible(c, j, e)) continue;
+          const std::int64_t tb = ring.chunk_start(j, e);
+          ring_forward_block<Exec>(qcs[c], cur, ms[c], ls[c], accs[c], kv_outer, group, ring.chunk_extent[me][c], nk,
+                                   inner, ring.chunk_offset[me][c], ring.chunk_offset[static_cast<std::size_t>(j)][e], s,
+                                   tb, tb + ring.chunk_extent[static_cast<std::size_t>(j)][e]);
+        }
     };
     if (step == P - 1) {  // the last block: nothing more to pass
       compute();
@@ -555,13 +647,17 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name) 
   // o = acc / l; lse = m + log(l), what the backward pass recomputes the weights from.
   Q out(q.mesh(), q.extents());
   const auto lse = CPool::get().allocate(static_cast<std::size_t>(rows));
-  {
+  for (int c = 0; c < q_chunks; ++c) {
+    // Chunk c's row (o, i) is row (o, b + i) of the part's.
     const auto ov = out.view();
+    const CView m = ms[c], l = ls[c], acc = accs[c];
+    const std::int64_t n = q_chunks == 1 ? nq : ring.chunk_extent[me][c], b = q_chunks == 1 ? 0 : ring.chunk_start(ring.me, c);
     kernels::parallel_for(
-        "meshtensor::ring_attention_finish", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
+        "meshtensor::ring_attention_finish", Kokkos::RangePolicy<Exec>(0, heads_rows * n), KOKKOS_LAMBDA(std::int64_t row) {
+          const std::int64_t to = row / n * nq + b + row % n;
           const C sum = l(row);
-          for (std::int64_t d = 0; d < inner; ++d) ov(row * inner + d) = static_cast<T>(acc(row * inner + d) / sum);
-          lse(row) = m(row) + kmath::log(sum);
+          for (std::int64_t d = 0; d < inner; ++d) ov(to * inner + d) = static_cast<T>(acc(row * inner + d) / sum);
+          lse(to) = m(row) + kmath::log(sum);
         });
   }
   record<Q>(

@@ -85,6 +85,7 @@ constexpr comm_plan cumsum_plan() {
 // Gradient: the reverse running sum of the gradient.
 template <Dim D, Tensor X>
 X cumsum(const X& x) {
+  detail::require_contiguous_along<"cumsum", D, X>();
   const detail::op_call call(detail::planned_op{"cumsum", cumsum_plan<X, D>()}, x);
   X out = detail::cumsum_impl<D>(x, false);
   detail::record<X>(out, [x = detail::node_only(x)](const X& g) { detail::push_grad(x, detail::cumsum_impl<D>(g, true)); }, x);

@@ -397,6 +397,14 @@ struct fused_backward_runs {
   }
 };
 
+// Local to global indices for an expression that reads them (dropout's mask); others get a map of
+// no offsets, never read, so that elementwise ops take zigzag tensors (offsets() refuses them).
+template <class Expr, Tensor Out>
+local_to_global<Out::rank> global_index_map(const Out& out) {
+  if constexpr (Expr::uses_index) return {out.local_extents(), out.offsets(), out.extents()};
+  else return {out.local_extents(), typename Out::extents_type{}, out.extents()};
+}
+
 // The walker of expression e over out's local slice, with the tensors xs broadcast to it.
 template <class Expr, Tensor Out, Tensor... Xs>
 auto fused_runs_over(const Out& out, const Expr& e, const Xs&... xs) {
@@ -409,7 +417,7 @@ auto fused_runs_over(const Out& out, const Expr& e, const Xs&... xs) {
       {map_operand_at(map_input<typename Xs::value_type, mem>{xs.view(), positions_in_v<Out, Xs>.data(),
                                                               xs.local_extents().data(), Xs::rank},
                       ext, r)...},
-      local_to_global<Out::rank>(out.local_extents(), out.offsets(), out.extents())};
+      global_index_map<Expr>(out)};
 }
 
 template <class Functor, Tensor Out>

@@ -6,7 +6,8 @@
 // dims drop axes A from the end of their axes and other dims take all of A up (a split moving
 // between dims, over one axis or several), besides such slicing; otherwise one allgather over the
 // axes every dim stops being split over (its old axes after the prefix it keeps), then local
-// slicing.
+// slicing. Where either layout cuts a dim zigzag (two ranges per processor): one alltoall over the
+// axes of the dims that change, piece by piece (move_pieces).
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <array>
@@ -39,7 +40,7 @@ namespace detail {
 constexpr comm_plan plan_of(const relayout_step& s) {
   comm_plan p{};
   if (s.kind == relayout_kind::allgather) p.then(collective::allgather, s.axes);
-  if (s.kind == relayout_kind::alltoall) p.then(collective::alltoall, s.axes);
+  if (s.kind == relayout_kind::alltoall || s.kind == relayout_kind::general) p.then(collective::alltoall, s.axes);
   return p;
 }
 
@@ -81,6 +82,60 @@ void unpack_gathered(const gather_exchange<R>& g, const T* received, T* dst) {
     copy_region<Exec>(received, g.displs[p], g.boxes[p], dst, 0, g.new_box, intersect(g.boxes[p], g.new_box));
 }
 
+// The general step (a zigzag side, geometry/split.hpp): one alltoallv over `axes`, piece by piece.
+// Several peers may hold an element under `from` (replicas along axes of the group that `from`
+// splits nothing over); the one that agrees with the receiver on those axes sends it, so each
+// element arrives once. A block is the overlaps of the sender's pieces with the receiver's, from's
+// outer (for_each_overlap's order, alike on both ends), copied through each piece's frame.
+template <class Exec, class T, std::size_t R>
+void move_pieces(communicator& comm, const T* src, T* dst, const placement<R>& from, const placement<R>& to,
+                 axis_set axes) {
+  using mem = typename Exec::memory_space;
+  using buffers = mpi_buffer<Exec, T>;
+  const auto& shape = comm.shape();
+  unsigned from_axes = 0;
+  for (const auto& s : from.splits()) from_axes |= s.mask();
+  const unsigned replica_axes = axes.bits & ~from_axes;
+  const auto mine = comm.coords();
+  const auto my_from = from.pieces_at(mine), my_to = to.pieces_at(mine);
+  const int n = comm.size_over(axes);
+  std::vector<std::vector<piece<R>>> peer_from(n), peer_to(n);
+  std::vector<std::int64_t> send_sizes(n, 0), recv_sizes(n, 0);
+  for (int q = 0; q < n; ++q) {
+    const auto c = shape.peer_coords(mine, axes, q);
+    bool same_replica = true;
+    for (std::size_t a = 0; a < c.size(); ++a)
+      if (((replica_axes >> a) & 1u) != 0 && c[a] != mine[a]) same_replica = false;
+    if (!same_replica) continue;
+    peer_from[q] = from.pieces_at(c);
+    peer_to[q] = to.pieces_at(c);
+    for_each_overlap(my_from, peer_to[q], [&](const auto&, const auto&, const box<R>& r) { send_sizes[q] += r.size(); });
+    for_each_overlap(peer_from[q], my_to, [&](const auto&, const auto&, const box<R>& r) { recv_sizes[q] += r.size(); });
+  }
+  const exchange_blocks sends(send_sizes), receives(recv_sizes);
+  auto& pool = view_pool<T, mem>::get();
+  const auto send = pool.allocate(static_cast<std::size_t>(sends.total));
+  for (int q = 0; q < n; ++q) {
+    std::int64_t at = sends.displs[q];
+    for_each_overlap(my_from, peer_to[q], [&](const piece<R>& a, const piece<R>&, const box<R>& r) {
+      copy_region<Exec>(src, 0, a.frame, send.data(), at, r, r);
+      at += r.size();
+    });
+  }
+  const auto send_h = buffers::reading(send);
+  const auto received = buffers::writing(static_cast<std::size_t>(receives.total));
+  alltoallv(comm, axes, false, send_h.data(), sends.counts, sends.displs, received.data(), receives.counts,
+            receives.displs);
+  const auto recv = received.view();
+  for (int q = 0; q < n; ++q) {
+    std::int64_t at = receives.displs[q];
+    for_each_overlap(peer_from[q], my_to, [&](const piece<R>&, const piece<R>& b, const box<R>& r) {
+      copy_region<Exec>(recv.data(), at, r, dst, 0, b.frame, r);
+      at += r.size();
+    });
+  }
+}
+
 template <class Exec, class T, std::size_t R>
 Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
                                                           const Kokkos::View<T*, typename Exec::memory_space>& src,
@@ -93,6 +148,11 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
   if (step.kind == relayout_kind::share) return src;
   const auto& shape = comm.shape();
   const placement<R> from(from_splits, shape, ext), to(to_splits, shape, ext);
+  if (step.kind == relayout_kind::general) {
+    view dst = view_pool<T, mem>::get().allocate(static_cast<std::size_t>(to.local_size(comm.coords())));
+    move_pieces<Exec>(comm, src.data(), dst.data(), from, to, step.axes);
+    return dst;
+  }
   const auto old_box = from.box_at(comm.coords());
   const auto new_box = to.box_at(comm.coords());
   auto buffer = [](auto space, std::int64_t n) {

@@ -160,6 +160,7 @@ struct shift_op {
 // with the same boundary (zero-fill's adjoint is the zero-fill shift back).
 template <Dim D, Tensor X>
 X shift(const X& x, std::int64_t offset, boundary b = boundary::zero_fill) {
+  detail::require_contiguous_along<"shift", D, X>();
   const detail::op_call call(detail::shift_op<X, D>{"shift", detail::shift_path_of<D>(x, offset)}, x);
   X out = detail::shift_impl<D>(x, offset, b, call.op().path);
   detail::record<X>(
@@ -201,6 +202,7 @@ struct halo_slice {
 // x's local slice with `width` neighbour elements on each side along D.
 template <Dim D, Tensor X>
 halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boundary::zero_fill) {
+  detail::require_contiguous_along<"halo_exchange", D, X>();
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   if (width < 0) throw shape_error(detail::cat("halo_exchange: negative width ", width, " along dim '", D::name(), "'"));

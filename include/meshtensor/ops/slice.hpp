@@ -86,6 +86,7 @@ constexpr comm_plan concat_plan() {
 // Elements [begin, begin + size) of x along D. Gradient: pad back with zeros.
 template <Dim D, Tensor X>
 X slice(const X& x, std::int64_t begin, std::int64_t size) {
+  detail::require_contiguous_along<"slice", D, X>();
   const detail::op_call call(detail::planned_op{"slice", slice_plan<X, D>()}, x);
   const std::int64_t n = x.template extent<D>();
   if (begin < 0 || size < 0 || begin + size > n)

@@ -52,7 +52,7 @@ class sharded : public optimizer<sharded<Inner, Shard>> {
   template <Tensor P>
   static std::int64_t updated_size(const P& p) {
     using Part = part_type<P>;
-    return placement<Part::rank>(Part::splits, p.mesh().shape(), p.extents()).box_at(p.mesh().communicator().coords()).size();
+    return placement<Part::rank>(Part::splits, p.mesh().shape(), p.extents()).local_size(p.mesh().communicator().coords());
   }
 
   template <Tensor P, class S>

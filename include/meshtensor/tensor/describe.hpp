@@ -25,7 +25,7 @@ std::string describe(const mesh_shape& shape, const typename TT::extents_type& e
       continue;
     }
     out << split_string(TT::splits[i], shape);
-    if (!p.even(i)) out << " (uneven: " << p.max_part_extent(i) << " or " << p.min_part_extent(i) << " per part)";
+    if (p.max_part_extent(i) != p.min_part_extent(i)) out << " (uneven: " << p.max_part_extent(i) << " or " << p.min_part_extent(i) << " per part)";
   }
   out << "\n  " << std::setw(5) << "rank";
   for (const auto& a : shape.axis_names()) out << ' ' << std::setw(5) << a;
@@ -33,13 +33,17 @@ std::string describe(const mesh_shape& shape, const typename TT::extents_type& e
   for (const auto& n : names) out << ' ' << std::setw(18) << n;
   out << '\n';
   for (std::int64_t r = 0; r < shape.nprocs(); ++r) {
-    const auto b = p.box_of(r);
+    const auto coords = shape.coords_of(r);
     out << "  " << std::setw(5) << r;
-    for (int c : shape.coords_of(r)) out << ' ' << std::setw(5) << c;
+    for (int c : coords) out << ' ' << std::setw(5) << c;
     out << "  |";
     for (std::size_t i = 0; i < TT::rank; ++i) {
+      // A zigzag dim's two ranges, in the order the processor stores them.
+      const auto ranges = p.ranges(i, p.part_at(i, coords));
       std::ostringstream range;
-      range << '[' << b.offset[i] << ", " << b.offset[i] + b.extent[i] << ')';
+      range << '[' << ranges[0].offset[0] << ", " << ranges[0].offset[0] + ranges[0].extent[0] << ')';
+      if (p.zigzag(i))
+        range << "+[" << ranges[1].offset[0] << ", " << ranges[1].offset[0] + ranges[1].extent[0] << ')';
       out << ' ' << std::setw(18) << range.str();
     }
     out << '\n';

@@ -19,16 +19,36 @@
 namespace meshtensor {
 
 namespace detail {
-// Calls f(at_in_full, at_in_box, n) for each run of box b in a row-major array of global extents
-// ext and in a buffer holding b alone (geometry/box.hpp's runs_of).
+// Calls f(at_in_full, at_in_local, n) for each run of a piece of a slice (placement's pieces_at;
+// a contiguous slice is one piece) in a row-major array of global extents ext and in the local
+// array, read through the piece's frame (geometry/box.hpp's runs_between).
 template <std::size_t R, class F>
-void for_each_box_run(const box<R>& b, const std::array<std::int64_t, R>& ext, F&& f) {
-  const auto runs = runs_of(b, ext);
+void for_each_piece_run(const piece<R>& pc, const std::array<std::int64_t, R>& ext, F&& f) {
+  const std::array<std::int64_t, R> origin{};
+  const auto runs = runs_between(pc.held.offset, pc.held.extent, origin, ext, pc.frame.offset, pc.frame.extent);
   for (std::int64_t k = 0; k < runs.count; ++k) {
     const auto [g, l] = runs.at(k);
     f(g, l, runs.length);
   }
 }
+
+// Every rank's slice, back to back in rank order, as pieces (a contiguous slice: one).
+template <std::size_t R>
+struct all_slices {
+  exchange_blocks blocks;
+  std::vector<std::vector<piece<R>>> pieces;  // by rank
+  all_slices() = default;
+  explicit all_slices(const placement<R>& p) {
+    std::vector<std::int64_t> sizes(static_cast<std::size_t>(p.nprocs()));
+    pieces.resize(sizes.size());
+    for (std::int64_t r = 0; r < p.nprocs(); ++r) {
+      pieces[r] = p.pieces_of(r);
+      sizes[r] = 1;
+      for (auto e : pieces[r].empty() ? std::array<std::int64_t, R>{} : pieces[r].front().frame.extent) sizes[r] *= e;
+    }
+    blocks = exchange_blocks(sizes);
+  }
+};
 
 inline unsigned all_axes(const communicator& c) {
   const auto n = c.sizes().size();
@@ -46,8 +66,9 @@ void check_full_size(const TT& t, std::size_t n, const char* what) {
 // instance serves every layout and dim list of that rank (compile time, docs/performance.md).
 template <class T, std::size_t R>
 void copy_box_from_full(const placement<R>& p, std::int64_t mesh_rank, std::span<const T> full, T* local) {
-  for_each_box_run(p.box_of(mesh_rank), p.extents(),
-                   [&](std::int64_t g, std::int64_t l, std::int64_t n) { std::copy_n(full.data() + g, n, local + l); });
+  for (const auto& pc : p.pieces_of(mesh_rank))
+    for_each_piece_run(pc, p.extents(),
+                       [&](std::int64_t g, std::int64_t l, std::int64_t n) { std::copy_n(full.data() + g, n, local + l); });
 }
 
 template <class T, std::size_t R>
@@ -55,16 +76,17 @@ void scatter_from_root(communicator& comm, const placement<R>& p, std::span<cons
                        T* local, std::int64_t local_size) {
   // Every rank's box, back to back in rank order (geometry/exchange.hpp).
   std::vector<T> packed;
-  exchange<R> slices;
-  if (!comm.planned()) slices = all_boxes(p);
-  const auto& counts = slices.counts;
-  const auto& displs = slices.displs;
+  all_slices<R> slices;
+  if (!comm.planned()) slices = all_slices<R>(p);
+  const auto& counts = slices.blocks.counts;
+  const auto& displs = slices.blocks.displs;
   if (!comm.planned() && comm.rank() == root) {
-    packed.resize(static_cast<std::size_t>(slices.total));
-    for (std::size_t r = 0; r < slices.peers(); ++r)
-      for_each_box_run(slices.boxes[r], p.extents(), [&](std::int64_t g, std::int64_t l, std::int64_t n) {
-        std::copy_n(full_on_root.data() + g, n, packed.data() + displs[r] + l);
-      });
+    packed.resize(static_cast<std::size_t>(slices.blocks.total));
+    for (std::size_t r = 0; r < slices.pieces.size(); ++r)
+      for (const auto& pc : slices.pieces[r])
+        for_each_piece_run(pc, p.extents(), [&](std::int64_t g, std::int64_t l, std::int64_t n) {
+          std::copy_n(full_on_root.data() + g, n, packed.data() + displs[r] + l);
+        });
   }
   comm.run(
       {collective::gather, all_axes(comm), local_size * static_cast<std::int64_t>(sizeof(T))},
@@ -83,14 +105,14 @@ template <class T, std::size_t R>
 std::vector<T> gather_slices(communicator& comm, const placement<R>& p, const T* local, std::int64_t local_size,
                              int root) {
   const bool here = root < 0 || comm.rank() == root;
-  exchange<R> slices;
+  all_slices<R> slices;
   std::vector<T> all;
   if (!comm.planned()) {
-    slices = all_boxes(p);
-    all.resize(here ? static_cast<std::size_t>(slices.total) : 0);
+    slices = all_slices<R>(p);
+    all.resize(here ? static_cast<std::size_t>(slices.blocks.total) : 0);
   }
-  const auto& counts = slices.counts;
-  const auto& displs = slices.displs;
+  const auto& counts = slices.blocks.counts;
+  const auto& displs = slices.blocks.displs;
   const auto sub = [&] { return comm.over(all_axes(comm)); };
   const bool ran = comm.run(
       {collective::gather, all_axes(comm), local_size * static_cast<std::int64_t>(sizeof(T))},
@@ -120,10 +142,11 @@ std::vector<T> gather_slices(communicator& comm, const placement<R>& p, const T*
     std::int64_t size = 1;
     for (auto e : p.extents()) size *= e;
     full.resize(static_cast<std::size_t>(size));
-    for (std::size_t r = 0; r < slices.peers(); ++r)
-      for_each_box_run(slices.boxes[r], p.extents(), [&](std::int64_t g, std::int64_t l, std::int64_t n) {
-        std::copy_n(all.data() + displs[r] + l, n, full.data() + g);
-      });
+    for (std::size_t r = 0; r < slices.pieces.size(); ++r)
+      for (const auto& pc : slices.pieces[r])
+        for_each_piece_run(pc, p.extents(), [&](std::int64_t g, std::int64_t l, std::int64_t n) {
+          std::copy_n(all.data() + displs[r] + l, n, full.data() + g);
+        });
   }
   return full;
 }

@@ -38,8 +38,18 @@ void fill_kernel(const Kokkos::View<T*, typename Exec::memory_space>& v, std::in
 template <Tensor TT, class F>
 TT fill_by_global_index(const typename TT::mesh_type& m, const typename TT::extents_type& extents, F f) {
   TT t(m, extents, uninitialized);  // the kernel writes every element
+  // Each dim's ranges (a zigzag dim's two: the map jumps between them), from the placement.
+  const auto p = t.placement();
+  const auto& coords = m.communicator().coords();
+  std::array<std::int64_t, TT::rank> first{}, second{}, jump{};
+  for (std::size_t d = 0; d < TT::rank; ++d) {
+    const auto r = p.ranges(d, p.part_at(d, coords));
+    first[d] = r[0].offset[0];
+    second[d] = r[0].extent[0];
+    jump[d] = r[1].offset[0] - (r[0].offset[0] + r[0].extent[0]);
+  }
   fill_kernel<typename TT::execution_space>(t.view(), t.local_size(),
-                                            local_to_global<TT::rank>(t.local_extents(), t.offsets(), t.extents()), f);
+                                            local_to_global<TT::rank>(t.local_extents(), first, t.extents(), second, jump), f);
   return t;
 }
 

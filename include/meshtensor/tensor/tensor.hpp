@@ -35,9 +35,12 @@ void place_slice(const communicator& comm, const std::array<dim_split, R>& split
   for (std::size_t i = 0; i != R; ++i)
     if (extents[i] < 0)
       throw shape_error(cat(type_name(), ": dim '", names[i], "' has negative extent ", extents[i]));
-  const auto b = placement<R>(splits, comm.shape(), extents).box_at(comm.coords());
-  local_extents = b.extent;
-  offsets = b.offset;
+  const placement<R> p(splits, comm.shape(), extents);
+  local_extents = p.local_extents(comm.coords());
+  // A zigzag dim's slice starts twice (placement's pieces); offsets() is refused for such tensors,
+  // and the first piece's start kept here only so that the storage is the same for every layout.
+  const auto pieces = p.pieces_at(comm.coords());
+  offsets = pieces.empty() ? std::array<std::int64_t, R>{} : pieces.front().held.offset;
 }
 
 // "tensor<i, j>" and "[i=4, j=8]", for error messages: not templates, so that they are compiled
@@ -193,7 +196,22 @@ class basic_tensor {
   const mesh_type& mesh() const { return mesh_; }
   const extents_type& extents() const { return st_.extents; }
   const extents_type& local_extents() const { return st_.local_extents; }
-  const extents_type& offsets() const { return st_.offsets; }
+  // Whether a dim is cut zigzag (layout's zigzag<Dim, Axes...>): the slice is then two ranges of
+  // it, and offsets() does not describe it.
+  static constexpr bool has_zigzag = [] {
+    for (const auto& s : splits)
+      if (s.zigzag()) return true;
+    return false;
+  }();
+  // Where this processor's slice starts, dim by dim (contiguous layouts: a zigzag dim's slice
+  // starts twice; placement().pieces_at gives its pieces).
+  const extents_type& offsets() const {
+    static_assert(!has_zigzag,
+                  "meshtensor: this op reads where the processor's slice starts along each dim, but a dim "
+                  "of the tensor is cut zigzag (two ranges per processor); relayout it to split<Dim, "
+                  "Axes...> for this op");
+    return st_.offsets;
+  }
   // Extents, slice, View and tape node, untyped by layout and dims: what the tape keeps.
   const storage_type& storage() const& { return st_; }
   storage_type storage() && { return std::move(st_); }
@@ -221,7 +239,8 @@ class basic_tensor {
 
   // Which processor holds which box of this tensor (no communication).
   meshtensor::placement<rank> placement() const { return {splits, mesh_.shape(), st_.extents}; }
-  // The slice held by the processor of this mesh rank.
+  // The slice held by the processor of this mesh rank (contiguous layouts; placement().pieces_of
+  // under zigzag).
   box<rank> slice_of(int mesh_rank) const { return placement().box_of(mesh_rank); }
 
   static constexpr std::array<std::string_view, rank> dim_name_views{Ds::name()...};

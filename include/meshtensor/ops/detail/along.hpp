@@ -12,6 +12,27 @@
 #include "op_support.hpp"
 #include "../../kernels/launch.hpp"
 
+namespace meshtensor {
+namespace diagnostic {
+template <fixed_string Op, class Dim>
+struct op_along_zigzag_dim {
+  static_assert(sizeof(Dim) == 0,
+                "meshtensor: this op works along a dim that the tensor's layout cuts zigzag "
+                "(zigzag<Dim, Axes...>: two ranges per processor) and needs one range per processor; "
+                "relayout the tensor to split<Dim, Axes...> first");
+};
+}  // namespace diagnostic
+
+namespace detail {
+// Ops along D that need each processor's part of D to be one range (a running sum, a shift, a
+// slice, halos) refuse a zigzag D by name, at compile time.
+template <fixed_string Op, Dim D, Tensor X>
+constexpr void require_contiguous_along() {
+  if constexpr (X::layout_type::template split_of<D>().zigzag()) (void)sizeof(diagnostic::op_along_zigzag_dim<Op, D>);
+}
+}  // namespace detail
+}  // namespace meshtensor
+
 namespace meshtensor::detail {
 
 // Flat data of shape [outer, n, inner]; element (o, l, i) sits at global index begin + l along D.
