@@ -1,7 +1,7 @@
 #pragma once
 // The layouts a model could run under, as types: every candidate of some dims on a mesh, and a
 // layout spelled as code. With plan/cost_model.hpp's rank_layouts, a program plans each candidate
-// and ranks them (docs/scale.md).
+// and ranks them (docs/plan-mode.md).
 #include <cstddef>
 #include <string>
 #include <utility>

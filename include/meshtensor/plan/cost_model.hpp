@@ -9,7 +9,7 @@
 // the gemm rate that of products of that size (measured at a few sizes, interpolated on log(m n k)),
 // alpha and beta measured for that collective over groups of that many processors. The rates
 // are measured with every rank of the run busy at once (benchmarks/bench_calibrate.cpp), so a machine
-// with more ranks than cores is calibrated as it will run. docs/scale.md says how well it predicts.
+// with more ranks than cores is calibrated as it will run. docs/plan-mode.md says how well it predicts.
 #include <cmath>
 #include <cstdint>
 #include <fstream>

@@ -1,5 +1,5 @@
 #pragma once
-// What a planned run records (runtime/mesh.hpp's mesh::planned, docs/scale.md): while a planned mesh
+// What a planned run records (runtime/mesh.hpp's mesh::planned, docs/plan-mode.md): while a planned mesh
 // exists, tensors carry shapes and placement but no data, kernels are skipped, collectives are
 // counted and not sent, and this ledger keeps the rest of what a real processor would see:
 // the bytes of the tensors alive (now and at the peak, by kind), the FLOPs of the local products,

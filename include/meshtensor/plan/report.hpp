@@ -1,5 +1,5 @@
 #pragma once
-// What a planned run (mesh::planned, docs/scale.md) would cost the processor it stands for: the
+// What a planned run (mesh::planned, docs/plan-mode.md) would cost the processor it stands for: the
 // collectives by op, with calls and exact bytes; the FLOPs of the local products; the bytes of the
 // tensors alive, now and at the peak, by kind. As a table (table()) or JSON (json()).
 #include <algorithm>

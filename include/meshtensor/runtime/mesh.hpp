@@ -54,7 +54,7 @@ class mesh {
   // the communicator alone and rebuilds their tensors from it: autodiff/tape.hpp).
   mesh(detail::adopt_communicator_t, const std::shared_ptr<detail::communicator>& c) : comm_(c) {}
 
-  // A planned mesh of these sizes (docs/scale.md): no processes behind it; this process stands for
+  // A planned mesh of these sizes (docs/plan-mode.md): no processes behind it; this process stands for
   // the processor at `coords` (the first by default, which holds the largest part of every uneven
   // split). While it (or a tensor on it) exists, every op runs as a plan: tensors carry shapes and
   // placement and no data, kernels are skipped, and collectives are counted as a real run on that
