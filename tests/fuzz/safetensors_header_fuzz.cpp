@@ -45,17 +45,20 @@ void check_names_file(const std::string& what) {
 
 // A box of shape chosen from the input, as a layout might give one processor: per dim, part i of
 // p in {1, 2, 3} parts (uneven where p does not divide the extent).
+// One piece, read through its own box as frame (a contiguous layout's).
 void box_of(iod::entry& e, std::uint64_t seed) {
   const std::size_t R = e.shape.size();
-  e.offset.assign(R, 0);
-  e.extent.assign(R, 0);
+  iod::entry::held_piece box{std::vector<std::int64_t>(R, 0), std::vector<std::int64_t>(R, 0), {}};
   for (std::size_t d = 0; d < R; ++d) {
     const std::int64_t p = 1 + static_cast<std::int64_t>(seed % 3), i = static_cast<std::int64_t>((seed / 3) % p);
     seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
     const std::int64_t s = e.shape[d];  // at most 2^40 (parse_header)
-    e.offset[d] = s * i / p;
-    e.extent[d] = s * (i + 1) / p - e.offset[d];
+    box.offset[d] = s * i / p;
+    box.extent[d] = s * (i + 1) / p - box.offset[d];
   }
+  box.frame_offset = box.offset;
+  e.extent = box.extent;
+  e.pieces = {box};
 }
 
 // Reads e's box from the file's bytes as load does (runs at data_start + begin + file * size) and
@@ -76,7 +79,7 @@ void read_box(const iod::parsed_header& h, const iod::entry& e, const std::uint8
   const auto global_index = [&](std::int64_t local) {  // of the box's local element, row-major
     std::int64_t g = 0, stride = 1;
     for (std::size_t d = R; d-- > 0;) {
-      g += (e.offset[d] + local % e.extent[d]) * stride;
+      g += (e.pieces[0].offset[d] + local % e.extent[d]) * stride;
       local /= e.extent[d];
       stride *= e.shape[d];
     }
