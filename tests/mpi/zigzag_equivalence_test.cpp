@@ -3,7 +3,8 @@
 // placement's pieces), gather_all gives the host array back, relayout to split<> and to replicated
 // and back is exact with the counted collectives equal to the plan, random_normal draws the same
 // values as under any other layout, and an elementwise op, a broadcast and a sum over the zigzag dim
-// (with its gradient) are the replicated tensor's. Lengths even over 2P, uneven, and below 2P.
+// (with its gradient) are the replicated tensor's, and so are softmax and layer_norm along the other
+// dim. Lengths even over 2P, uneven, and below 2P.
 #include "comm_counts.hpp"
 
 using namespace tst;
@@ -138,4 +139,31 @@ TEST_CASE("zigzag beside a split dim: i zigzag over c, j split over r", "[zigzag
   INFO(described);
   REQUIRE(described.find("i -> c(") != std::string::npos);
   REQUIRE(described.find(") zigzag") != std::string::npos);
+}
+
+// Row kernels along another dim read only that dim's start (tensor::offset<D>), so softmax and
+// layer_norm over j take a tensor cut zigzag along i: forward and gradient equal the replicated one's.
+TEST_CASE("zigzag: softmax and layer_norm along the other dim, with their gradients", "[zigzag][equivalence]") {
+  const auto m = world_line();
+  using Z = ten<mt::layout<line, mt::zigzag<i_, x_>>, i_, j_>;
+  using R = ten<mt::layout<line>, i_, j_>;
+  const std::array<std::int64_t, 2> ext{13, 5};
+  const auto host = values(ext[0] * ext[1]);
+  const auto run = [&]<class X>(std::type_identity<X>) {
+    using V = mt::basic_tensor<double, typename X::layout_type, Exec, j_>;
+    auto x = mt::from_host<X>(m, ext, host);
+    x.requires_grad();
+    const auto scale = mt::from_host<V>(m, {ext[1]}, values(ext[1]));
+    const auto bias = mt::from_host<V>(m, {ext[1]}, values(ext[1]));
+    const auto y = mt::softmax<j_>(x) + mt::nn::layer_norm<j_>(x, scale, bias);
+    auto loss = mt::reduce_sum<j_>(mt::reduce_sum<i_>(y * y));
+    const auto [g] = mt::gradient(loss, x);
+    return std::pair{mt::gather_all(y), mt::gather_all(g)};
+  };
+  const auto [yz, gz] = run(std::type_identity<Z>{});
+  const auto [yr, gr] = run(std::type_identity<R>{});
+  REQUIRE(yz.size() == yr.size());
+  for (std::size_t k = 0; k < yz.size(); ++k) REQUIRE(std::abs(yz[k] - yr[k]) <= 1e-12 * (1.0 + std::abs(yr[k])));
+  REQUIRE(gz.size() == gr.size());
+  for (std::size_t k = 0; k < gz.size(); ++k) REQUIRE(std::abs(gz[k] - gr[k]) <= 1e-10 * (1.0 + std::abs(gr[k])));
 }

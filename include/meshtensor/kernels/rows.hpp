@@ -42,7 +42,7 @@ row_shape rows_along(const X& x) {
   for (std::size_t i = 0; i != a; ++i) s.outer *= x.local_extents()[i];
   for (std::size_t i = a + 1; i < X::rank; ++i) s.inner *= x.local_extents()[i];
   s.n = x.local_extents()[a];
-  s.begin = x.offsets()[a];
+  s.begin = x.template offset<D>();
   return s;
 }
 
@@ -67,7 +67,7 @@ causal_rows causal_along(const X& x) {
   c.on = true;
   for (std::size_t i = a + 1; i < X::rank; ++i) c.q_stride *= x.local_extents()[i];
   c.q_n = x.local_extents()[a];
-  c.q_begin = x.offsets()[a];
+  c.q_begin = x.template offset<Q>();
   return c;
 }
 

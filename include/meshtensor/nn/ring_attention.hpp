@@ -277,7 +277,8 @@ Kokkos::View<C*, typename Exec::memory_space> ring_in_compute_type(const V& x) {
 }
 
 // Rows begin .. begin + count of each of `outer` runs of n rows of `inner` elements, as a contiguous
-// [outer, count, inner] (a query chunk's rows; scratch), and back (added into dst's rows).
+// [outer, count, inner] (a query chunk's rows; scratch), and back (written over dst's rows: a
+// block's two chunks tile it).
 template <class Exec, class CV>
 CV ring_chunk_rows(const CV& x, std::int64_t outer, std::int64_t n, std::int64_t inner, std::int64_t begin,
                    std::int64_t count) {

@@ -136,6 +136,7 @@ X take_grad(const X& g, const typename X::extents_type& x_extents, const std::ve
 // the index is the same everywhere) for an index outside [0, extent of D).
 template <Dim D, Tensor X>
 X take(const X& x, const std::vector<std::int64_t>& index) {
+  detail::require_contiguous_along<"take", D, X>();
   const std::int64_t n = x.template extent<D>();
   for (std::size_t r = 0; r < index.size(); ++r)
     if (index[r] < 0 || index[r] >= n)

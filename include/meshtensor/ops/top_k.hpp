@@ -165,7 +165,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
     if (i != X::template index_of<D>()) ext[j++] = x.extents()[i];
   ext[V::rank - 1] = k;
   top_k_result<V, I> out{V(x.mesh(), ext), I(x.mesh(), ext)};
-  const std::int64_t kl = out.values.local_extents()[V::rank - 1], kb = out.values.offsets()[V::rank - 1];
+  const std::int64_t kl = out.values.local_extents()[V::rank - 1], kb = out.values.template offset<KDim>();
   auto ov = out.values.view();
   auto oi = out.indices.view();
   kernels::parallel_for(

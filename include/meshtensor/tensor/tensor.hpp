@@ -212,6 +212,16 @@ class basic_tensor {
                   "Axes...> for this op");
     return st_.offsets;
   }
+  // Where this processor's slice of D starts. Only D must be contiguous: a kernel along one dim (a
+  // row statistic over d_model, a one-hot's depth) works on a tensor cut zigzag along another.
+  template <Dim D>
+  std::int64_t offset() const {
+    static_assert(!layout_type::template split_of<D>().zigzag(),
+                  "meshtensor: this op reads where the processor's slice of a dim starts, and the tensor's "
+                  "layout cuts that dim zigzag (two ranges per processor); relayout it to split<Dim, "
+                  "Axes...> for this op");
+    return st_.offsets[index_of<D>()];
+  }
   // Extents, slice, View and tape node, untyped by layout and dims: what the tape keeps.
   const storage_type& storage() const& { return st_; }
   storage_type storage() && { return std::move(st_); }

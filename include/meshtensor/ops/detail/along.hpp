@@ -64,7 +64,7 @@ along_view<typename X::view_type> local_along(const X& x) {
   r.v = x.view();
   std::tie(r.outer, r.inner) = outer_inner<X::rank>(x.local_extents(), a);
   r.n = x.local_extents()[a];
-  r.begin = x.offsets()[a];
+  r.begin = x.template offset<D>();
   return r;
 }
 
