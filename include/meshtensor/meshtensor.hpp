@@ -8,6 +8,7 @@
 #include "runtime/communicator.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/mesh.hpp"
+#include "runtime/plan_verdict.hpp"
 #include "runtime/stop_request.hpp"
 #include "runtime/straggler.hpp"
 #include "layout/layout.hpp"

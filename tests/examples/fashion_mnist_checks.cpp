@@ -75,14 +75,12 @@ int check_plan(const mt::environment& env, const options& o) {
   const mt::comm_counters counted = g.counters();
   const grid pm = grid::planned({g.size<rows>(), g.size<cols>()}, {g.coord<rows>(), g.coord<cols>()});
   const step_info planned = run_layout(o.layout, pm, o, 1);
-  const std::string wrong = mt::plan_differences(g, counted, *planned.plan, real.param_bytes, real.state_bytes);
-  if (!wrong.empty()) fmt::print("rank {}: {}", g.rank(), wrong);
-  int mine = wrong.empty(), all = 0;
-  MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  const auto v = mt::agree_on_plan(MPI_COMM_WORLD, g, counted, *planned.plan, real.param_bytes, real.state_bytes);
+  if (!v.differences.empty()) fmt::print("rank {}: {}", g.rank(), v.differences);
   if (g.rank() == 0)
     fmt::print("check-plan (layout {}, {}, mesh {}): {}\n", o.layout, o.optimizer, g.shape().to_string(),
-               all ? "the plan equals the real step on every rank" : "THE PLAN DIFFERS");
-  return all ? 0 : 3;
+               v.equal_everywhere ? "the plan equals the real step on every rank" : "THE PLAN DIFFERS");
+  return v.equal_everywhere ? 0 : 3;
 }
 
 // --predict and --rank-layouts: two steps planned per layout on the first processor of --mesh.

@@ -57,19 +57,15 @@ int check_plan(const grid& g, options o, const dataset& d) {
   const mt::comm_counters counted = g.counters();
   const grid pm = grid::planned({g.size<rows>(), g.size<cols>()}, {g.coord<rows>(), g.coord<cols>()});
   const auto planned = run_layout(o.layout, pm, o, d, nullptr, false);
-  const std::string wrong = mt::plan_differences(g, counted, *planned.plan, real.param_bytes, real.state_bytes);
-  if (!wrong.empty()) std::printf("rank %d: %s", g.rank(), wrong.c_str());
-  int ok = wrong.empty(), all = 0;
-  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, g.communicator().cart());
-  std::int64_t calls = 0, bytes = 0;
-  for (const auto& [key, n] : counted) calls += n.calls, bytes += n.bytes;
+  const auto v = mt::agree_on_plan(g.communicator().cart(), g, counted, *planned.plan, real.param_bytes, real.state_bytes);
+  if (!v.differences.empty()) std::printf("rank %d: %s", g.rank(), v.differences.c_str());
   if (g.rank() == 0)
     std::printf("check-plan (layout %s, mesh %s): %s; rank 0 sent %lld bytes in %lld collectives, holds %lld bytes of "
                 "parameters and %lld of optimizer state\n",
                 o.layout.c_str(), g.shape().to_string().c_str(),
-                all ? "the plan equals the real step on every rank" : "THE PLAN DIFFERS", (long long)bytes,
-                (long long)calls, (long long)real.param_bytes, (long long)real.state_bytes);
-  return all ? 0 : 3;
+                v.equal_everywhere ? "the plan equals the real step on every rank" : "THE PLAN DIFFERS",
+                (long long)v.bytes, (long long)v.calls, (long long)real.param_bytes, (long long)real.state_bytes);
+  return v.equal_everywhere ? 0 : 3;
 }
 
 // On the first test sentences: beam search with beam 1 equals greedy decoding, and

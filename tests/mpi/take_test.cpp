@@ -3,7 +3,8 @@
 // within each processor's part (repeated: nothing communicated) and indices that cross parts (a
 // reversal, a shorter and a longer index with repeats: one allgather over j's axes); its gradient
 // (a scatter-add) equals central finite differences on both paths; an index outside j's extent
-// throws, naming the dim, the index and the extent.
+// throws, naming the dim, the index and the extent; an index that differs between ranks throws on
+// every rank (checked where plans are, as the suite runs) instead of leaving some in the allgather.
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <test_support.hpp>
 
@@ -113,4 +114,23 @@ TEST_CASE("take's error names the dim, the index and the extent, on every rank a
                                               ContainsSubstring("[0, 13)"));
     }
   }
+}
+
+TEST_CASE("take refuses an index that differs between ranks, on every rank alike", "[equivalence]") {
+  auto g = world_line();
+  if (g.nprocs() < 2) SKIP("one rank: nothing to differ");
+  REQUIRE(mt::detail::plans_checked());  // the suite runs with MESHTENSOR_CHECK_PLANS=1
+  using X = mt::tensor<double, mt::layout<line, mt::split<j_, x_>>, i_, j_, k_>;
+  const auto x = mt::random_normal<X>(g, {I, J, K}, 1);
+  // The last rank reverses two rows the others keep: the same length, the same values, another order.
+  const bool last = g.rank() == g.nprocs() - 1;
+  const std::vector<std::int64_t> index = last ? std::vector<std::int64_t>{J - 1, 0} : std::vector<std::int64_t>{0, J - 1};
+  try {
+    (void)mt::take<j_>(x, index);
+    FAIL("no error");
+  } catch (const mt::shape_error& e) {
+    REQUIRE_THAT(std::string(e.what()), ContainsSubstring("'j'") && ContainsSubstring("differs between processors"));
+  }
+  // The same index everywhere still runs.
+  REQUIRE(mt::take<j_>(x, {0, J - 1}).template extent<j_>() == 2);
 }

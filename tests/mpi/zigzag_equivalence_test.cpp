@@ -139,6 +139,19 @@ TEST_CASE("zigzag beside a split dim: i zigzag over c, j split over r", "[zigzag
   INFO(described);
   REQUIRE(described.find("i -> c(") != std::string::npos);
   REQUIRE(described.find(") zigzag") != std::string::npos);
+
+  // j gaining its split beside the zigzag i is local (each processor's pieces lie in its old
+  // ones): no collective, and exact; and back (j dropping r) is one exchange over r.
+  using Zi = ten<mt::layout<grid, mt::zigzag<i_, c_>>, i_, j_>;
+  const auto zi = mt::from_host<Zi>(m, ext, host);
+  m.reset_counters();
+  const auto zj = mt::relayout<Z>(zi);
+  REQUIRE(m.communicator().counters().empty());
+  REQUIRE(mt::relayout_plan<Z, Zi>().empty());
+  REQUIRE(local_values(zj) == local_values(z));
+  m.reset_counters();
+  REQUIRE(local_values(mt::relayout<Zi>(zj)) == local_values(zi));
+  require_counts(m.communicator(), mt::relayout_plan<Zi, Z>());
 }
 
 // Row kernels along another dim read only that dim's start (tensor::offset<D>), so softmax and

@@ -132,7 +132,7 @@ TEST_CASE("zigzag: one box per processor is refused by name; the split reads as 
   REQUIRE_FALSE(zig({0}) == cut({0}));
 }
 
-TEST_CASE("zigzag: relayouts to and from it are one general exchange over the axes that change", "[zigzag]") {
+TEST_CASE("zigzag: relayouts to and from it are one general exchange over the axes that change, or local", "[zigzag]") {
   using K = mt::relayout_kind;
   const std::array<mt::dim_split, 2> contiguous{cut({0}), cut({})}, zigzag{zig({0}), cut({})},
       zigzag_other_dim{zig({0}), cut({1})}, replicated{};
@@ -140,8 +140,13 @@ TEST_CASE("zigzag: relayouts to and from it are one general exchange over the ax
   CHECK(mt::analyze_relayout<2>(zigzag, contiguous) == mt::relayout_step{K::general, 1u});
   CHECK(mt::analyze_relayout<2>(zigzag, replicated) == mt::relayout_step{K::general, 1u});
   CHECK(mt::analyze_relayout<2>(zigzag, zigzag) == mt::relayout_step{K::share, 0u});
-  // The zigzag dim unchanged: only the other dim's axis.
-  CHECK(mt::analyze_relayout<2>(zigzag, zigzag_other_dim) == mt::relayout_step{K::general, 2u});
+  // The zigzag dim unchanged and the other dim only adding an axis: local; dropping it: the other
+  // dim's axis alone.
+  CHECK(mt::analyze_relayout<2>(zigzag, zigzag_other_dim) == mt::relayout_step{K::local, 0u});
+  CHECK(mt::analyze_relayout<2>(zigzag_other_dim, zigzag) == mt::relayout_step{K::general, 2u});
+  const std::array<mt::dim_split, 2> zigzag_other_two{zig({0}), cut({1, 2})}, zigzag_moved{zig({0}), cut({2})};
+  CHECK(mt::analyze_relayout<2>(zigzag_other_dim, zigzag_other_two) == mt::relayout_step{K::local, 0u});
+  CHECK(mt::analyze_relayout<2>(zigzag_other_dim, zigzag_moved) == mt::relayout_step{K::general, 6u});
   // Never a reduce_scatter (it packs boxes).
   CHECK_FALSE(mt::scatters_over<2>(replicated, zigzag, 1u));
 }
@@ -244,4 +249,21 @@ TEST_CASE("zigzag: the causal work per part is level; contiguous blocks' is not"
       if (n % (2 * P) == 0) REQUIRE(zhi == zlo);
       if (P > 1 && n >= 64) REQUIRE(chi - clo > 8 * n);
     }
+}
+
+// relayout refuses a tensor whose largest slice passes MPI's int count from this bound, the same on
+// every rank; it must be the largest slice any processor holds, not more, not less.
+TEST_CASE("placement: max_local_size is the largest slice of any processor (split, zigzag, uneven)", "[zigzag]") {
+  const std::vector<int> mesh{2, 3};
+  const std::vector<std::array<mt::dim_split, 2>> layouts{
+      {zig({0}), cut({1})}, {cut({1}), zig({0})}, {zig({0, 1}), cut({})}, {cut({0}), cut({})}, {cut({}), cut({})}};
+  for (const auto& splits : layouts)
+    for (const std::int64_t a : {0, 1, 5, 13})
+      for (const std::int64_t b : {1, 4, 7}) {
+        INFO("extents " << a << " x " << b);
+        const mt::placement<2> p(splits, std::span<const int>(mesh), {a, b});
+        std::int64_t largest = 0;
+        for (std::int64_t r = 0; r < nprocs(mesh); ++r) largest = std::max(largest, p.local_size(coords_of(mesh, r)));
+        REQUIRE(p.max_local_size() == largest);
+      }
 }

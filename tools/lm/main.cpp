@@ -184,19 +184,15 @@ int check_plan(const grid& g, options o, const std::vector<unsigned char>& text)
   const grid pm = grid::planned({g.size<rows>(), g.size<cols>()}, {g.coord<rows>(), g.coord<cols>()});
   const auto planned = train_layout(o.layout, pm, o, text, false);
   const auto& p = *planned.plan;
-  const std::string wrong = mt::plan_differences(g, counted, p, real.param_bytes, real.state_bytes);
-  if (!wrong.empty()) std::printf("rank %d: %s", g.rank(), wrong.c_str());
-  int ok = wrong.empty(), all = 0;
-  MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, g.communicator().cart());
-  std::int64_t calls = 0, bytes = 0;
-  for (const auto& [key, n] : counted) calls += n.calls, bytes += n.bytes;
+  const auto v = mt::agree_on_plan(g.communicator().cart(), g, counted, p, real.param_bytes, real.state_bytes);
+  if (!v.differences.empty()) std::printf("rank %d: %s", g.rank(), v.differences.c_str());
   if (g.rank() == 0)
     std::printf("check-plan (layout %s, %s, mesh %s): %s; rank 0 sent %lld bytes in %lld collectives, holds %lld bytes "
                 "of parameters and %lld of optimizer state\n",
                 o.layout.c_str(), o.optimizer.c_str(), g.shape().to_string().c_str(),
-                all ? "the plan equals the real step on every rank" : "THE PLAN DIFFERS", (long long)bytes,
-                (long long)calls, (long long)real.param_bytes, (long long)real.state_bytes);
-  return all ? 0 : 3;
+                v.equal_everywhere ? "the plan equals the real step on every rank" : "THE PLAN DIFFERS",
+                (long long)v.bytes, (long long)v.calls, (long long)real.param_bytes, (long long)real.state_bytes);
+  return v.equal_everywhere ? 0 : 3;
 }
 
 // The loss of each step, exactly (17 digits: the float32 loss as a double, round-trippable).
@@ -237,15 +233,13 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
     const auto planned_stage = pl::stages<grid>::planned(o.pipeline, st.index(), {o.mesh[0], o.mesh[1]},
                                                          {g.coord<rows>(), g.coord<cols>()});
     const auto planned = train_pipelined(planned_stage, o, text);
-    const std::string wrong = mt::plan_differences(g, counted, *planned.plan, real.param_bytes, real.state_bytes);
-    if (!wrong.empty()) std::printf("rank %d (stage %d): %s", env.world_rank(), st.index(), wrong.c_str());
-    int ok = wrong.empty(), all = 0;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, env.world());
+    const auto v = mt::agree_on_plan(env.world(), g, counted, *planned.plan, real.param_bytes, real.state_bytes);
+    if (!v.differences.empty()) std::printf("rank %d (stage %d): %s", env.world_rank(), st.index(), v.differences.c_str());
     if (root)
       std::printf("check-plan (--pipeline %d, %s, %d microbatches, stage mesh %s): %s\n", o.pipeline, o.schedule.c_str(),
                   o.microbatches, g.shape().to_string().c_str(),
-                  all ? "the plan equals the real step on every rank of every stage" : "THE PLAN DIFFERS");
-    return all ? 0 : 3;
+                  v.equal_everywhere ? "the plan equals the real step on every rank of every stage" : "THE PLAN DIFFERS");
+    return v.equal_everywhere ? 0 : 3;
   }
   const auto r = train_pipelined(st, o, text);
   // The step's loss is known on the last stage: summed over the world, divided by its processors.

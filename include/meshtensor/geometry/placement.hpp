@@ -163,6 +163,13 @@ class placement {
     if (zigzag(d)) return extreme_zigzag_part(d, true);
     return extents_[d] / parts_[d] + (extents_[d] % parts_[d] ? 1 : 0);
   }
+  // The largest slice any processor holds: the product of each dim's largest part (the dims'
+  // parts are chosen by disjoint axes, so some processor holds the largest of every dim at once).
+  std::int64_t max_local_size() const {
+    std::int64_t n = 1;
+    for (std::size_t d = 0; d < R; ++d) n *= max_part_extent(d);
+    return n;
+  }
   // Whether every part of dim d has the same extent (a zigzag dim: every chunk).
   bool even(std::size_t d) const { return extents_[d] % ((zigzag(d) ? 2 : 1) * parts_[d]) == 0; }
   bool even() const {

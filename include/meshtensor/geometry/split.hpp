@@ -101,8 +101,9 @@ constexpr int common_prefix(const dim_split& a, const dim_split& b) {
   return p;
 }
 
-// general: one alltoallv over `axes`, piece by piece (a zigzag dim changes, or another dim changes
-// beside one: zigzag parts nest in nothing, so neither the local nor the block paths apply).
+// general: one alltoallv over `axes`, piece by piece (a zigzag dim changes, or another dim loses
+// axes beside one: zigzag parts nest in nothing, so the block paths do not apply). Beside a zigzag
+// dim that stays as it is, a dim that only adds axes is local (pieces nest in pieces).
 enum class relayout_kind { share, local, allgather, alltoall, general };
 
 // Whether any dim of either side is cut zigzag.
@@ -146,6 +147,12 @@ constexpr relayout_step analyze_relayout(const std::array<dim_split, R>& from, c
     for (std::size_t d = 0; d < R; ++d)
       if (!(from[d] == to[d])) changed |= from[d].mask() | to[d].mask();
     if (changed == 0) return {relayout_kind::share, 0};  // every dim as it was
+    // Every zigzag dim as it was and the other dims only adding axes: each processor's new pieces
+    // lie inside its old ones (local slicing, through the pieces' frames).
+    bool zigzag_kept = true;
+    for (std::size_t d = 0; d < R; ++d)
+      if ((from[d].zigzag() || to[d].zigzag()) && !(from[d] == to[d])) zigzag_kept = false;
+    if (zigzag_kept && gather == 0) return {relayout_kind::local, 0};
     return {relayout_kind::general, changed};
   }
   if (same) return {relayout_kind::share, 0};

@@ -148,9 +148,29 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
   if (step.kind == relayout_kind::share) return src;
   const auto& shape = comm.shape();
   const placement<R> from(from_splits, shape, ext), to(to_splits, shape, ext);
+  // MPI's counts and displacements are ints. Every block and displacement of the collectives below
+  // lies within one processor's old or new slice, so the largest slice of either placement bounds
+  // them all; it is the same on every rank, so every rank refuses alike (a count checked per rank
+  // would throw on the ranks with the large blocks and leave their peers in the collective).
+  // (A plan moves nothing: it plans tensors no run could move this way, as it plans memory no card has.)
+  const std::int64_t largest = std::max(from.max_local_size(), to.max_local_size());
+  if (step.kind != relayout_kind::local && largest > INT32_MAX && !comm.planned()) {
+    std::string extents;
+    for (const auto e : ext) extents += cat(extents.empty() ? "[" : " x ", e);
+    throw error(cat("meshtensor: a relayout of a tensor of extents ", extents, "] moves slices of up to ", largest,
+                    " elements, past MPI's int count (2147483647): split it over more processors"));
+  }
   if (step.kind == relayout_kind::general) {
     view dst = view_pool<T, mem>::get().allocate(static_cast<std::size_t>(to.local_size(comm.coords())));
     move_pieces<Exec>(comm, src.data(), dst.data(), from, to, step.axes);
+    return dst;
+  }
+  if (step.kind == relayout_kind::local && (from.zigzag() || to.zigzag())) {  // pieces inside pieces
+    const auto mine = comm.coords();
+    view dst = view_pool<T, mem>::get().allocate(static_cast<std::size_t>(to.local_size(mine)));
+    for_each_overlap(from.pieces_at(mine), to.pieces_at(mine), [&](const piece<R>& a, const piece<R>& b, const box<R>& r) {
+      copy_region<Exec>(src.data(), 0, a.frame, dst.data(), 0, b.frame, r);
+    });
     return dst;
   }
   const auto old_box = from.box_at(comm.coords());

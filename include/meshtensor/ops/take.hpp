@@ -4,7 +4,9 @@
 // search's reorder of its hypotheses' caches (each row continues some row of the step before)
 // where the data lives, with no trip through the host.
 // `index` must be the same on every processor (a host value, as slice's begin): each decides the
-// path from it and the placement alone, so all take the same one without communicating.
+// path from it and the placement alone, so all take the same one without communicating. Where plans
+// are checked (MESHTENSOR_CHECK_PLANS, as the test suite runs) that is checked too, by one small
+// allreduce: a differing index would otherwise leave some processors in the allgather.
 // Communication: none when D is not split, or when every processor's new rows come from rows it
 // holds (the beams of a sentence kept on one processor: the usual case); otherwise one allgather
 // of x over D's axes, after which each processor picks its rows. (A point-to-point exchange of the
@@ -142,6 +144,12 @@ X take(const X& x, const std::vector<std::int64_t>& index) {
     if (index[r] < 0 || index[r] >= n)
       throw shape_error(detail::cat("take: index[", r, "] = ", index[r], " is outside [0, ", n, "), the extent of dim '",
                                     D::name(), "' in ", X::type_name(), x.shape_string()));
+  if (detail::plans_checked() && !x.mesh().communicator().planned()) {
+    if (!detail::same_on_every_rank(x.mesh().communicator().cart(), index))
+      throw shape_error(detail::cat("take: the index along dim '", D::name(), "' of ", X::type_name(),
+                                    " differs between processors (", index.size(),
+                                    " entries here); it must be the same host value on every one"));
+  }
   const auto m = static_cast<std::int64_t>(index.size());
   X out(x.mesh(), detail::with_extent<D>(x, m), uninitialized);  // every element is written below
   const detail::op_call call(detail::take_op<X, D>{"take", detail::take_crosses_parts<D>(x, out, index)}, x);

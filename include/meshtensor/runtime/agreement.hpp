@@ -9,6 +9,8 @@
 #include <mpi.h>
 
 #include <climits>
+#include <cstdint>
+#include <span>
 #include <string>
 
 #include "../error.hpp"
@@ -57,6 +59,20 @@ void agree_or_throw(MPI_Comm comm, bool ok_here, const std::string& message_if_n
   int mine = ok_here ? INT_MAX : me, first = INT_MAX;
   MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
   throw_if_agreed_failure<E>(comm, me, first, message_if_not);
+}
+
+// Whether `values` (a host value every rank must hold alike: an op's index, a slice's begin) is the
+// same on every rank of comm: one allreduce of two 64-bit words (the largest hash and the largest
+// complement, i.e. the smallest hash), so every rank reaches the same verdict. A hash, not the
+// values: the cost does not grow with them (a collision could hide a difference; a check, not a proof).
+inline bool same_on_every_rank(MPI_Comm comm, std::span<const std::int64_t> values) {
+  if (comm == MPI_COMM_NULL) return true;
+  std::uint64_t h = 1469598103934665603ull ^ values.size();  // FNV-1a over the size and the values
+  for (const std::int64_t v : values)
+    for (int b = 0; b < 8; ++b) h = (h ^ ((static_cast<std::uint64_t>(v) >> (8 * b)) & 0xffu)) * 1099511628211ull;
+  unsigned long long mine[2] = {h, ~h}, extremes[2] = {0, 0};
+  MPI_Allreduce(mine, extremes, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
+  return extremes[0] == ~extremes[1];
 }
 
 
