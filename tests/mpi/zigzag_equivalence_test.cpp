@@ -4,7 +4,8 @@
 // and back is exact with the counted collectives equal to the plan, random_normal draws the same
 // values as under any other layout, and an elementwise op, a broadcast and a sum over the zigzag dim
 // (with its gradient) are the replicated tensor's, and so are softmax and layer_norm along the other
-// dim. Lengths even over 2P, uneven, and below 2P.
+// dim, dropout (its mask by global index) and an embedding of zigzag ids. Lengths even over 2P,
+// uneven, and below 2P.
 #include "comm_counts.hpp"
 
 using namespace tst;
@@ -179,4 +180,77 @@ TEST_CASE("zigzag: softmax and layer_norm along the other dim, with their gradie
   for (std::size_t k = 0; k < yz.size(); ++k) REQUIRE(std::abs(yz[k] - yr[k]) <= 1e-12 * (1.0 + std::abs(yr[k])));
   REQUIRE(gz.size() == gr.size());
   for (std::size_t k = 0; k < gz.size(); ++k) REQUIRE(std::abs(gz[k] - gr[k]) <= 1e-10 * (1.0 + std::abs(gr[k])));
+}
+
+namespace {
+void require_near(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  for (std::size_t k = 0; k < got.size(); ++k) REQUIRE(std::abs(got[k] - want[k]) <= 1e-12 * (1.0 + std::abs(want[k])));
+}
+}  // namespace
+
+// Dropout's mask is a function of the global index (nn/dropout.hpp): on a tensor cut zigzag along
+// i (with j split too, on the grid) the fused kernel reads each element's global index through
+// the placement's two ranges, so dropout, residual_dropout and their gradients equal the
+// replicated tensor's, and dropout_mask is the replicated mask. Something is dropped, and the
+// mask differs from step to step.
+TEST_CASE("zigzag: dropout's mask along a zigzag dim is the replicated tensor's", "[zigzag][equivalence]") {
+  const auto m = world_grid();
+  using Z = ten<mt::layout<grid, mt::zigzag<i_, c_, r_>>, i_, j_>;
+  using ZJ = ten<mt::layout<grid, mt::zigzag<i_, c_>, mt::split<j_, r_>>, i_, j_>;
+  using R = ten<mt::layout<grid>, i_, j_>;
+  const auto ext = GENERATE(std::array<std::int64_t, 2>{13, 5}, std::array<std::int64_t, 2>{3, 4});
+  INFO("extents " << ext[0] << " x " << ext[1]);
+  const auto host = values(ext[0] * ext[1]);
+  const auto run = [&]<class X>(std::type_identity<X>) {
+    auto x = mt::from_host<X>(m, ext, host);
+    x.requires_grad();
+    const auto y = mt::nn::dropout(x, 0.5, 7, 3) + mt::nn::residual_dropout(x, x * 2.0, 0.3, 9, 1);
+    auto loss = mt::reduce_sum<j_>(mt::reduce_sum<i_>(y * y));
+    const auto [g] = mt::gradient(loss, x);
+    return std::array<std::vector<double>, 4>{mt::gather_all(y), mt::gather_all(g),
+                                              mt::gather_all(mt::nn::dropout_mask<X>(m, ext, 0.5, 7, 3)),
+                                              mt::gather_all(mt::nn::dropout(mt::from_host<X>(m, ext, host), 0.5, 7, 4))};
+  };
+  const auto r = run(std::type_identity<R>{});
+  REQUIRE(std::count(r[2].begin(), r[2].end(), 0.0) > 0);  // something dropped
+  REQUIRE(r[3] != mt::gather_all(mt::nn::dropout(mt::from_host<R>(m, ext, host), 0.5, 7, 3)));  // step 4's mask differs
+  for (const auto& z : {run(std::type_identity<Z>{}), run(std::type_identity<ZJ>{})})
+    for (std::size_t n = 0; n < 4; ++n) {
+      INFO("result " << n << " (dropout + residual_dropout, its gradient, dropout_mask, dropout at step 4)");
+      require_near(z[n], r[n]);
+    }
+}
+
+// nn::embedding of ids cut zigzag along their sequence dim (i), the vocabulary split over the other
+// axis: the lookup reads only the table's start along the vocabulary (offset<vocab>), so it takes
+// the zigzag ids; the result and the table's gradient equal the replicated ones'.
+TEST_CASE("zigzag: embedding of ids along a zigzag dim", "[zigzag][equivalence]") {
+  struct vocab_ : mt::dim<"vocab"> {};
+  struct d_ : mt::dim<"d"> {};
+  const auto m = world_grid();
+  using LZ = mt::layout<grid, mt::zigzag<i_, c_>, mt::split<vocab_, r_>>;
+  using LR = mt::layout<grid>;
+  constexpr std::int64_t V = 7, D = 3, N = 11, J = 2;
+  std::vector<double> ids(static_cast<std::size_t>(N * J));
+  for (std::size_t k = 0; k < ids.size(); ++k) ids[k] = static_cast<double>((k * 5 + 2) % V);
+  const auto run = [&]<class L>(std::type_identity<L>) {
+    auto table = mt::from_host<ten<L, vocab_, d_>>(m, {V, D}, values(V * D));
+    table.requires_grad();
+    const auto idx = mt::from_host<ten<L, i_, j_>>(m, {N, J}, ids);
+    const auto y = mt::nn::embedding<vocab_>(table, idx);
+    static_assert(std::is_same_v<typename decltype(y)::dims, mt::type_list<i_, j_, d_>>);
+    auto loss = mt::reduce_sum<d_>(mt::reduce_sum<j_>(mt::reduce_sum<i_>(y * y)));
+    const auto [g] = mt::gradient(loss, table);
+    return std::pair{mt::gather_all(y), mt::gather_all(g)};
+  };
+  const auto [yz, gz] = run(std::type_identity<LZ>{});
+  const auto [yr, gr] = run(std::type_identity<LR>{});
+  // The lookup itself, written out: row ids[k] of the table.
+  const auto table = values(V * D);
+  for (std::size_t k = 0; k < ids.size(); ++k)
+    for (std::int64_t d = 0; d < D; ++d)
+      REQUIRE(yr[k * D + static_cast<std::size_t>(d)] == table[static_cast<std::size_t>(ids[k]) * D + static_cast<std::size_t>(d)]);
+  require_near(yz, yr);
+  require_near(gz, gr);
 }

@@ -6,7 +6,9 @@
 //   logits[B, Heads, Length, MemLength] = q . k (+ key_bias[.., MemLength])
 //   o = softmax_MemLength(logits / sqrt(|DKv|)) . v;   y[x's dims] = o wo[Heads, DKv, DModel]
 // causal_attention<Length, MemLength, ...>(x, wq, wk, wv, wo): self-attention (memory is x renamed)
-// with a causal mask: weight 0 where the memory position is after the query position.
+// with a causal mask: weight 0 where the memory position is after the query position. Its
+// key_bias form, causal_attention(x, wq, wk, wv, wo, key_bias[, memory]) (grouped_causal_attention's
+// too), adds a bias per key as attention's does, before the scale (a padded batch of a decoder).
 // attention<Length, MemLength, ...>(x, memory, wq, wk, wv, wo[, key_bias]): no causal mask; memory
 // is the encoder's output for a decoder's cross-attention, or x renamed (self_attention) in an
 // encoder. key_bias (e.g. [batch, MemLength], 0 for a real position and a large negative number for
@@ -50,15 +52,25 @@ enum class attention_memory { keep_all, recompute_core };
 }  // namespace meshtensor::nn
 
 namespace meshtensor::detail {
+// No key bias (attention's and causal attention's forms without one).
+struct no_key_bias {};
+
 // The core of causal attention: softmax(q . k, causal) . v, q[.., Length, DKv] and k, v[..,
 // MemLength, DKv], the result over QDims. The scale and the causal mask inside the softmax's pass
 // (ops/softmax.hpp): no pass for q * scale, no mask tensor and no add, no exponential of the masked
-// half; the same weights.
-template <Dim Length, Dim MemLength, class LDims, class QDims, Tensor Q, Tensor K>
-auto causal_core(const Q& q, const K& k, const K& v, double scale, nn::attention_memory memory) {
-  const auto core = [scale](const auto& q, const auto& k, const auto& v) {
+// half; the same weights. A key bias (not no_key_bias) is added to the logits before the scale, as
+// attention's.
+template <Dim Length, Dim MemLength, class LDims, class QDims, Tensor Q, Tensor K, class Bias = no_key_bias>
+auto causal_core(const Q& q, const K& k, const K& v, double scale, nn::attention_memory memory,
+                 const Bias& key_bias = {}) {
+  const auto core = [scale, key_bias](const auto& q, const auto& k, const auto& v) {
     const auto logits = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(q, k); }(LDims{});
-    const auto weights = meshtensor::causal_softmax<Length, MemLength>(logits, scale);
+    const auto weights = [&] {
+      if constexpr (std::is_same_v<Bias, no_key_bias>)
+        return meshtensor::causal_softmax<Length, MemLength>(logits, scale);
+      else
+        return meshtensor::causal_softmax<Length, MemLength>(decltype(logits)(logits + key_bias), scale);
+    }();
     return [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(weights, v); }(QDims{});
   };
   if (memory == nn::attention_memory::recompute_core) return meshtensor::recompute(core, q, k, v);
@@ -69,8 +81,10 @@ auto causal_core(const Q& q, const K& k, const K& v, double scale, nn::attention
 // q's heads are QHeads (heads; or kv_heads, group under grouped-query attention), k's and v's
 // KvHeads (heads; or kv_heads): each q head attends with the k and v of the heads it shares, the
 // einsum broadcasting k and v over the group.
-template <Dim Length, Dim MemLength, class QHeads, class KvHeads, Dim DKv, Tensor X, Tensor W, Tensor WK>
-auto attention_heads_of(const X& x, const W& wq, const WK& wk, const WK& wv, nn::attention_memory memory) {
+template <Dim Length, Dim MemLength, class QHeads, class KvHeads, Dim DKv, Tensor X, Tensor W, Tensor WK,
+          class Bias = no_key_bias>
+auto attention_heads_of(const X& x, const W& wq, const WK& wk, const WK& wv, nn::attention_memory memory,
+                        const Bias& key_bias = {}) {
   using B = difference_t<typename X::dims, concat_t<type_list<Length>, difference_t<typename W::dims, concat_t<QHeads, type_list<DKv>>>>>;
   using QDims = concat_t<B, concat_t<QHeads, type_list<Length, DKv>>>;
   using KDims = concat_t<B, concat_t<KvHeads, type_list<MemLength, DKv>>>;
@@ -80,7 +94,15 @@ auto attention_heads_of(const X& x, const W& wq, const WK& wk, const WK& wv, nn:
   const auto q = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(x, wq); }(QDims{});
   const auto k = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(xm, wk); }(KDims{});
   const auto v = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(xm, wv); }(KDims{});
-  return causal_core<Length, MemLength, LDims, QDims>(q, k, v, scale, memory);
+  return causal_core<Length, MemLength, LDims, QDims>(q, k, v, scale, memory, key_bias);
+}
+
+// A key bias holds MemLength, not Length (per key, whatever the query).
+template <Dim Length, Dim MemLength, Tensor Bias>
+constexpr void check_key_bias() {
+  static_assert(contains_v<MemLength, typename Bias::dims> && !contains_v<Length, typename Bias::dims>,
+                "meshtensor: attention's key_bias is per key: it holds MemLength (and dims of x such as batch), "
+                "not Length");
 }
 
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W>
@@ -97,6 +119,17 @@ X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& 
                    attention_memory memory = attention_memory::keep_all) {
   const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"causal_attention"});
   const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, memory);
+  return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
+}
+
+// With a key bias [.., MemLength] (padding_bias) added to the logits before the scale, as attention's.
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO, Tensor Bias>
+X causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo, const Bias& key_bias,
+                   attention_memory memory = attention_memory::keep_all) {
+  meshtensor::detail::check_key_bias<Length, MemLength, Bias>();
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"causal_attention"});
+  const auto o = meshtensor::detail::attention_heads_of<Length, MemLength, type_list<Heads>, type_list<Heads>, DKv>(
+      x, wq, wk, wv, memory, key_bias);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
 }
 
@@ -129,12 +162,23 @@ X grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv,
   return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
 }
 
+// With a key bias [.., MemLength] added to the logits before the scale, as attention's.
+template <Dim Length, Dim MemLength, Dim DModel, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK,
+          Tensor WO, Tensor Bias>
+X grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo, const Bias& key_bias,
+                           attention_memory memory = attention_memory::keep_all) {
+  meshtensor::detail::check_key_bias<Length, MemLength, Bias>();
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"grouped_causal_attention"});
+  const auto o = meshtensor::detail::attention_heads_of<Length, MemLength, type_list<KvHeads, Group>, type_list<KvHeads>, DKv>(
+      x, wq, wk, wv, memory, key_bias);
+  return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
+}
+
 }  // namespace meshtensor::nn
 
 namespace meshtensor::detail {
 // attention's heads' outputs [B..., Heads, Length, DKv] before the output projection, with or
 // without a key bias (Bias = no_key_bias: none).
-struct no_key_bias {};
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor M, Tensor W, class Bias>
 auto attention_heads_over(const X& x, const M& memory, const W& wq, const W& wk, const W& wv, const Bias& key_bias) {
   static_assert(!std::is_same_v<Length, MemLength>,
@@ -178,9 +222,7 @@ X attention(const X& x, const M& memory, const W& wq, const W& wk, const W& wv, 
 template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor M, Tensor W, Tensor WO,
           Tensor Bias>
 X attention(const X& x, const M& memory, const W& wq, const W& wk, const W& wv, const WO& wo, const Bias& key_bias) {
-  static_assert(contains_v<MemLength, typename Bias::dims> && !contains_v<Length, typename Bias::dims>,
-                "meshtensor: attention's key_bias is per key: it holds MemLength (and dims of x such as batch), "
-                "not Length");
+  meshtensor::detail::check_key_bias<Length, MemLength, Bias>();
   const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"attention"});
   const auto o = meshtensor::detail::attention_heads_over<Length, MemLength, DModel, Heads, DKv>(x, memory, wq, wk,
                                                                                                wv, key_bias);

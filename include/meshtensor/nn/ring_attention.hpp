@@ -17,9 +17,20 @@
 // are [KvHeads, Group], k's and v's KvHeads, and each query head attends with its KV head's block.
 // The kernels are one code path: multi-head attention is Group = 1. KvHeads and Group may be split
 // over axes other than A's (the output projection allreduces over them).
+// Both take an optional key_bias (after wo): causal_attention's and attention's, [x's dims other
+// than Length and DModel, MemLength] (nn::padding_bias), added to the logits before the scale, a
+// constant (no gradient). Every processor holds it whole along MemLength (its layout must not
+// split MemLength; x's other dims split as x's), and each block's scores take the bias at that
+// block's global key positions (both chunks' under zigzag).
 // Communication: P - 1 shifts over A forward (k and v, one message a step), P backward (k, v and
 // the dk, dv partial sums of the block P - 1 times, then the finished dk, dv home once); the output
-// projection allreduces over the heads' own axes. Under grouped-query attention the blocks that
+// projection allreduces over the heads' own axes. The key bias adds nothing: it is read where it
+// is, not sent with k and v. It is one number per key per sequence (2 |heads| |DKv| times fewer
+// than a k, v block) and the same for every layer, so making it whole along MemLength once per step
+// (padding_bias of ids split like x: one allgather of batch x Length over A, its relayout's) costs
+// less than adding it to the 2P - 1 messages of every layer, forward and backward; its price is
+// batch x Length numbers per processor (the plans and ring_attention_traffic_of are the
+// same with and without it). Under grouped-query attention the blocks that
 // travel are k's and v's at KvHeads, Group times fewer bytes than broadcasting them over the group
 // (q never travels); with Group split over axes that do not split KvHeads, k and v are replicated
 // there and the backward pass adds one allreduce of dk and dv over them. Besides its own q, k and
@@ -84,6 +95,25 @@ struct ring_attention_dkv_split {
   static_assert(sizeof(DKv) == 0,
                 "meshtensor: ring_causal_attention computes each score on one processor; the layout must not "
                 "split DKv");
+};
+template <class Bias, class Expected>
+struct ring_attention_key_bias_dims {
+  static_assert(sizeof(Bias) == 0,
+                "meshtensor: ring_causal_attention's key_bias is per key of each sequence: its dims must be x's "
+                "other than Length and DModel, in x's order, then MemLength (Expected; padding_bias<Length, "
+                "MemLength>(ids) of ids [batch, Length] gives [batch, MemLength])");
+};
+template <class MemLength>
+struct ring_attention_key_bias_split {
+  static_assert(sizeof(MemLength) == 0,
+                "meshtensor: ring_causal_attention reads the travelling block's bias at its keys' positions, so "
+                "every processor holds the whole key_bias along MemLength: its layout must not split MemLength");
+};
+template <class D>
+struct ring_attention_key_bias_batch_split {
+  static_assert(sizeof(D) == 0,
+                "meshtensor: ring_causal_attention's key_bias must split its dim D (a dim of x such as batch) "
+                "over the same axes as x does, so that its rows are x's sequences");
 };
 }  // namespace diagnostic
 
@@ -299,16 +329,32 @@ void ring_put_chunk_rows(const CV& chunk, std::int64_t outer, std::int64_t n, st
       KOKKOS_LAMBDA(std::int64_t e) { dst((e / per * n + begin) * inner + e % per) = chunk(e); });
 }
 
+// A key bias in the ring: the whole bias [local batch, S] in C (every key's: the bias's layout
+// does not split MemLength), read at the travelling block's global key positions; the rows of
+// kv_outer are batch x `heads` (the local KV heads), so a row of the bias serves `heads` of them.
+// values empty: no bias.
+template <class CV>
+struct ring_key_bias {
+  CV values;
+  std::int64_t length = 0, heads = 1;
+  bool biased() const { return values.extent(0) > 0; }
+};
+
 // Forward, one block: q [kv_outer x group, nq, inner] (in C) at global positions q0.., keys and
 // values kv = [k; v], each [kv_outer, nk, inner] at global positions k0..; m, l [kv_outer x group,
 // nq] the running max and sum, acc (q's shape) the running sum of weights times values (rescaled
 // as the max grows).
-// Only the block's keys tb .. te (a chunk; 0 .. nk: all), at global positions k0.. .
+// Only the block's keys tb .. te (a chunk; 0 .. nk: all), at global positions k0.. . With a key
+// bias (ring_key_bias), each score is (q . k + bias at the key's global position) * scale.
 template <class Exec, class CV, class KV>
 void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, const CV& acc, std::int64_t kv_outer,
                         std::int64_t group, std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0,
-                        std::int64_t k0, typename CV::value_type scale, std::int64_t tb, std::int64_t te) {
+                        std::int64_t k0, typename CV::value_type scale, std::int64_t tb, std::int64_t te,
+                        const ring_key_bias<CV>& kb) {
   using C = typename CV::value_type;
+  const CV bias = kb.values;
+  const bool biased = kb.biased();
+  const std::int64_t bias_len = kb.length, bias_heads = kb.heads;
   using Mem = typename Exec::memory_space;
   using CPool = view_pool<C, Mem>;
   const std::int64_t blk = kv_outer * nk * inner, gq = group * nq, rows = kv_outer * gq;
@@ -317,8 +363,9 @@ void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, con
   const CV alpha = CPool::get().allocate(static_cast<std::size_t>(rows));
   const CV pv = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
   for (std::int64_t t0 = tb; t0 < te; t0 += tile) {
-    const std::int64_t kq = k0 + (t0 - tb) - q0;  // the tile's first key, counted from the block's first query
-    if (kq > nq - 1) break;                       // this tile and the next in the future of every query
+    const std::int64_t kg = k0 + (t0 - tb);  // the tile's first key's global position
+    const std::int64_t kq = kg - q0;         // the same, counted from the block's first query
+    if (kq > nq - 1) break;                  // this tile and the next in the future of every query
     const std::int64_t tn = te - t0 < tile ? te - t0 : tile;
     const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
     const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
@@ -333,16 +380,18 @@ void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, con
             alpha(row) = C(1);
             return;
           }
-          C tile_max = s(sa) * scale;
+          // The row's bias: its sequence's (row / gq: the KV outer index, batch then KV heads).
+          const std::int64_t ba = biased ? row / gq / bias_heads * bias_len + kg : 0;
+          C tile_max = (s(sa) + (biased ? bias(ba) : C(0))) * scale;
           for (std::int64_t t = 1; t < last; ++t) {
-            const C x = s(sa + t) * scale;
+            const C x = (s(sa + t) + (biased ? bias(ba + t) : C(0))) * scale;
             tile_max = x > tile_max ? x : tile_max;
           }
           const C m_old = m(row), m_new = m_old > tile_max ? m_old : tile_max;
           const C a = kmath::exp(m_old - m_new);  // 0 for the first tile (m_old the lowest value)
           C sum = l(row) * a;
           for (std::int64_t t = 0; t < last; ++t) {
-            const C p = kmath::exp(s(sa + t) * scale - m_new);
+            const C p = kmath::exp((s(sa + t) + (biased ? bias(ba + t) : C(0))) * scale - m_new);
             s(sa + t) = p;
             sum += p;
           }
@@ -368,8 +417,11 @@ template <class Exec, class CV>
 void ring_backward_block(const CV& q, const CV& dout, const CV& lse, const CV& delta, const CV& kv, const CV& dq,
                          std::int64_t kv_outer, std::int64_t group, std::int64_t nq, std::int64_t nk,
                          std::int64_t inner, std::int64_t q0, std::int64_t k0, typename CV::value_type scale,
-                         std::int64_t tb, std::int64_t te) {
+                         std::int64_t tb, std::int64_t te, const ring_key_bias<CV>& kb) {
   using C = typename CV::value_type;
+  const CV bias = kb.values;
+  const bool biased = kb.biased();
+  const std::int64_t bias_len = kb.length, bias_heads = kb.heads;
   using Mem = typename Exec::memory_space;
   using CPool = view_pool<C, Mem>;
   const std::int64_t blk = kv_outer * nk * inner, gq = group * nq, rows = kv_outer * gq;
@@ -380,7 +432,7 @@ void ring_backward_block(const CV& q, const CV& dout, const CV& lse, const CV& d
   const CV dk_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
   const CV dv_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
   for (std::int64_t t0 = tb; t0 < te; t0 += tile) {
-    const std::int64_t kq = k0 + (t0 - tb) - q0;
+    const std::int64_t kg = k0 + (t0 - tb), kq = kg - q0;
     if (kq > nq - 1) break;
     const std::int64_t tn = te - t0 < tile ? te - t0 : tile;
     const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
@@ -394,8 +446,9 @@ void ring_backward_block(const CV& q, const CV& dout, const CV& lse, const CV& d
           std::int64_t last = i - kq + 1 < tn ? i - kq + 1 : tn;
           if (last < 0) last = 0;
           const C lr = lse(row), dr = delta(row);
+          const std::int64_t ba = biased ? row / gq / bias_heads * bias_len + kg : 0;
           for (std::int64_t t = 0; t < last; ++t) {
-            const C p = kmath::exp(s(sa + t) * scale - lr);
+            const C p = kmath::exp((s(sa + t) + (biased ? bias(ba + t) : C(0))) * scale - lr);
             s(sa + t) = p;
             ds(sa + t) = p * (ds(sa + t) - dr) * scale;
           }
@@ -438,9 +491,27 @@ constexpr axis_set ring_group_axes() {
   return axis_set(q_only & ~of_k);
 }
 
+// The key bias in C (ring_key_bias) for a ring of geometry `ring` over `length` positions: none
+// for no_key_bias; else the bias tensor's local array (its own memory where its elements are
+// C's), whose rows are the local batch.
+template <class Exec, class C, class Bias>
+ring_key_bias<Kokkos::View<C*, typename Exec::memory_space>> ring_key_bias_of(const Bias& key_bias,
+                                                                            const ring_geometry& ring,
+                                                                            std::int64_t length) {
+  ring_key_bias<Kokkos::View<C*, typename Exec::memory_space>> kb;
+  if constexpr (!std::is_same_v<Bias, no_key_bias>) {
+    kb.values = ring_in_compute_type<Exec, C>(key_bias.view());
+    kb.length = length;
+    const std::int64_t batch = length > 0 ? key_bias.local_size() / length : 0;
+    kb.heads = batch > 0 ? ring.kv_outer / batch : 1;
+  }
+  return kb;
+}
+
 // The ring's backward pass: dq, dk, dv of the core from its output's gradient g.
-template <Dim Length, Tensor Q, Tensor K, class CV>
-void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q& out, const CV& lse, double scale) {
+template <Dim Length, Tensor Q, Tensor K, class CV, class Bias>
+void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q& out, const CV& lse, double scale,
+                        const Bias& key_bias) {
   using T = typename Q::value_type;
   using C = typename CV::value_type;
   using Exec = typename Q::execution_space;
@@ -452,6 +523,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   const std::int64_t P = ring.parts, nq = ring.extent[static_cast<std::size_t>(ring.me)], kv_outer = ring.kv_outer,
                      group = ring.group, inner = ring.inner, rows = kv_outer * group * nq;
   const C s = static_cast<C>(scale);
+  const auto kb = ring_key_bias_of<Exec, C>(key_bias, ring, q.template extent<Length>());
   // delta = rowsum(dO * O), per query row.
   const auto delta = CPool::get().allocate(static_cast<std::size_t>(rows));
   {
@@ -513,7 +585,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
           ring_backward_block<Exec>(qcs[c], gcs[c], lses[c], deltas[c], cur, dqs[c], kv_outer, group,
                                     ring.chunk_extent[me][c], nk, inner, ring.chunk_offset[me][c],
                                     ring.chunk_offset[static_cast<std::size_t>(j)][e], s, tb,
-                                    tb + ring.chunk_extent[static_cast<std::size_t>(j)][e]);
+                                    tb + ring.chunk_extent[static_cast<std::size_t>(j)][e], kb);
         }
     };
     if (P == 1) {
@@ -572,9 +644,10 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
 // The ring itself: softmax(q . k / sqrt(|DKv|), causal) . v with q [B..., QHeads..., Length, DKv]
 // and k, v [B..., KvHeads..., Length, DKv] (keys at the same positions as the queries), Length
 // split over the ring's axes; QHeads is KvHeads followed by the group's dim (or KvHeads itself:
-// multi-head attention). `name` names the op.
-template <Dim Length, Tensor Q, Tensor K>
-Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name) {
+// multi-head attention). `name` names the op. key_bias: no_key_bias, or the whole bias [local
+// batch, MemLength] (ring_key_bias), a constant.
+template <Dim Length, Tensor Q, Tensor K, class Bias>
+Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, const Bias& key_bias) {
   using T = typename Q::value_type;
   using C = compute_t<T>;
   using Exec = typename Q::execution_space;
@@ -588,6 +661,7 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name) 
                      group = ring.group, inner = ring.inner, rows = kv_outer * group * nq;
   const C s = static_cast<C>(scale);
   using CView = Kokkos::View<C*, Mem>;
+  const auto kb = ring_key_bias_of<Exec, C>(key_bias, ring, q.template extent<Length>());
   // Per query chunk (ring_geometry): the online softmax's running max m, sum l and weighted sum acc
   // of its rows.
   const auto me = static_cast<std::size_t>(ring.me);
@@ -626,7 +700,7 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name) 
           const std::int64_t tb = ring.chunk_start(j, e);
           ring_forward_block<Exec>(qcs[c], cur, ms[c], ls[c], accs[c], kv_outer, group, ring.chunk_extent[me][c], nk,
                                    inner, ring.chunk_offset[me][c], ring.chunk_offset[static_cast<std::size_t>(j)][e], s,
-                                   tb, tb + ring.chunk_extent[static_cast<std::size_t>(j)][e]);
+                                   tb, tb + ring.chunk_extent[static_cast<std::size_t>(j)][e], kb);
         }
     };
     if (step == P - 1) {  // the last block: nothing more to pass
@@ -663,7 +737,9 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name) 
   }
   record<Q>(
       out,
-      [q, k, v, o = out.detached(), lse, scale](const Q& g) { ring_core_backward<Length>(g, q, k, v, o, lse, scale); },
+      [q, k, v, o = out.detached(), lse, scale, key_bias](const Q& g) {
+        ring_core_backward<Length>(g, q, k, v, o, lse, scale, key_bias);
+      },
       q, k, v);
   return out;
 }
@@ -683,17 +759,56 @@ struct first_on_axes<L, Axes, type_list<D, Ds...>> {
                                   typename first_on_axes<L, Axes, type_list<Ds...>>::type>;
 };
 
+// The first of Ds that layouts L and LB split differently (void: none).
+template <class L, class LB, class Ds>
+struct first_split_differently {
+  using type = void;
+};
+template <class L, class LB, class D, class... Ds>
+struct first_split_differently<L, LB, type_list<D, Ds...>> {
+  using type = std::conditional_t<!(L::template split_of<D>() == LB::template split_of<D>()), D,
+                                  typename first_split_differently<L, LB, type_list<Ds...>>::type>;
+};
+
+// Whether a key bias fits x (no_key_bias: always); else false, after the diagnostic that says why.
+template <Dim Length, Dim MemLength, Dim DModel, class X, class Bias>
+constexpr bool ring_key_bias_fits() {
+  if constexpr (std::is_same_v<Bias, no_key_bias>) {
+    return true;
+  } else {
+    using B = difference_t<typename X::dims, type_list<Length, DModel>>;
+    using Expected = concat_t<B, type_list<MemLength>>;
+    using LB = typename Bias::layout_type;
+    if constexpr (!std::is_same_v<typename Bias::dims, Expected>) {
+      (void)sizeof(diagnostic::ring_attention_key_bias_dims<typename Bias::dims, Expected>);
+      return false;
+    } else if constexpr (LB::template split_of<MemLength>().count != 0) {
+      (void)sizeof(diagnostic::ring_attention_key_bias_split<MemLength>);
+      return false;
+    } else if constexpr (!std::is_void_v<typename first_split_differently<typename X::layout_type, LB, B>::type>) {
+      (void)sizeof(diagnostic::ring_attention_key_bias_batch_split<
+                   typename first_split_differently<typename X::layout_type, LB, B>::type>);
+      return false;
+    } else {
+      return true;
+    }
+  }
+}
+
 // The ring's attention under x's layout, before the output projection's result type: q's heads
 // QHeads (Heads; or KvHeads, Group), k's and v's KvHeads (Heads; or KvHeads), as
 // attention_heads_of. The refusals first, at compile time (the diagnostics name the op by the
 // multi-head one's name, whose texts the grouped op shares).
 template <Dim Length, Dim MemLength, Dim DModel, class QHeads, class KvHeads, Dim DKv, Tensor X, Tensor WQ, Tensor WK,
-          Tensor WO>
-X ring_attention_of(const char* name, const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo) {
+          Tensor WO, class Bias = no_key_bias>
+X ring_attention_of(const char* name, const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo,
+                    const Bias& key_bias = {}) {
   using L = typename X::layout_type;
   constexpr unsigned length_axes = L::template split_of<Length>().mask();
   using on_context = typename first_on_axes<L, length_axes, QHeads>::type;
-  if constexpr (length_axes == 0) {
+  if constexpr (!ring_key_bias_fits<Length, MemLength, DModel, X, Bias>()) {
+    return x;
+  } else if constexpr (length_axes == 0) {
     (void)sizeof(diagnostic::ring_attention_needs_a_split_length<Length>);
     return x;
   } else if constexpr (L::template split_of<MemLength>().count != 0) {
@@ -717,7 +832,7 @@ X ring_attention_of(const char* name, const X& x, const WQ& wq, const WK& wk, co
     const auto q = project(QDims{}, wq);  // three declarations: q's type differs from k's (its group)
     const auto k = project(KDims{}, wk);
     const auto v = project(KDims{}, wv);
-    const auto o = ring_core<Length>(q, k, v, scale, name);
+    const auto o = ring_core<Length>(q, k, v, scale, name, key_bias);
     return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
   }
 }
@@ -734,6 +849,16 @@ X ring_causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const
       "ring_causal_attention", x, wq, wk, wv, wo);
 }
 
+// With a key bias [x's dims but Length and DModel..., MemLength] (padding_bias), added to the
+// logits before the scale as causal_attention's; its layout must not split MemLength (the header).
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO, Tensor Bias>
+X ring_causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo, const Bias& key_bias,
+                        attention_memory memory = attention_memory::keep_all) {
+  (void)memory;
+  return meshtensor::detail::ring_attention_of<Length, MemLength, DModel, type_list<Heads>, type_list<Heads>, DKv>(
+      "ring_causal_attention", x, wq, wk, wv, wo, key_bias);
+}
+
 // Grouped-query attention (grouped_causal_attention's weights and result: wq[DModel, KvHeads,
 // Group, DKv], wk and wv[DModel, KvHeads, DKv], wo[KvHeads, Group, DKv, DModel]) by the ring: k
 // and v travel at KvHeads, Group times fewer bytes than q's heads would.
@@ -744,6 +869,16 @@ X ring_grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK
   (void)memory;
   return meshtensor::detail::ring_attention_of<Length, MemLength, DModel, type_list<KvHeads, Group>, type_list<KvHeads>,
                                                DKv>("ring_grouped_causal_attention", x, wq, wk, wv, wo);
+}
+
+// With a key bias, as ring_causal_attention's.
+template <Dim Length, Dim MemLength, Dim DModel, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK,
+          Tensor WO, Tensor Bias>
+X ring_grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo,
+                                const Bias& key_bias, attention_memory memory = attention_memory::keep_all) {
+  (void)memory;
+  return meshtensor::detail::ring_attention_of<Length, MemLength, DModel, type_list<KvHeads, Group>, type_list<KvHeads>,
+                                               DKv>("ring_grouped_causal_attention", x, wq, wk, wv, wo, key_bias);
 }
 
 }  // namespace nn

@@ -397,11 +397,11 @@ struct fused_backward_runs {
   }
 };
 
-// Local to global indices for an expression that reads them (dropout's mask); others get a map of
-// no offsets, never read, so that elementwise ops take zigzag tensors (offsets() refuses them).
+// Local to global indices for an expression that reads them (dropout's mask: the placement's
+// ranges, so a zigzag dim's two, global_index_map_of); others get a map of no offsets, never read.
 template <class Expr, Tensor Out>
 local_to_global<Out::rank> global_index_map(const Out& out) {
-  if constexpr (Expr::uses_index) return {out.local_extents(), out.offsets(), out.extents()};
+  if constexpr (Expr::uses_index) return global_index_map_of(out);
   else return {out.local_extents(), typename Out::extents_type{}, out.extents()};
 }
 

@@ -35,12 +35,13 @@ void fill_kernel(const Kokkos::View<T*, typename Exec::memory_space>& v, std::in
       "meshtensor::init", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t l) { v(l) = f(map(l)); });
 }
 
-template <Tensor TT, class F>
-TT fill_by_global_index(const typename TT::mesh_type& m, const typename TT::extents_type& extents, F f) {
-  TT t(m, extents, uninitialized);  // the kernel writes every element
-  // Each dim's ranges (a zigzag dim's two: the map jumps between them), from the placement.
+// The map from t's local flat index to its global one, under any layout: each dim's ranges from
+// the placement (a zigzag dim's two: the map jumps from the first to the second), so that a
+// function of the global index (an initialiser, dropout's mask) is the same under every layout.
+template <Tensor TT>
+local_to_global<TT::rank> global_index_map_of(const TT& t) {
   const auto p = t.placement();
-  const auto& coords = m.communicator().coords();
+  const auto& coords = t.mesh().communicator().coords();
   std::array<std::int64_t, TT::rank> first{}, second{}, jump{};
   for (std::size_t d = 0; d < TT::rank; ++d) {
     const auto r = p.ranges(d, p.part_at(d, coords));
@@ -48,8 +49,13 @@ TT fill_by_global_index(const typename TT::mesh_type& m, const typename TT::exte
     second[d] = r[0].extent[0];
     jump[d] = r[1].offset[0] - (r[0].offset[0] + r[0].extent[0]);
   }
-  fill_kernel<typename TT::execution_space>(t.view(), t.local_size(),
-                                            local_to_global<TT::rank>(t.local_extents(), first, t.extents(), second, jump), f);
+  return local_to_global<TT::rank>(t.local_extents(), first, t.extents(), second, jump);
+}
+
+template <Tensor TT, class F>
+TT fill_by_global_index(const typename TT::mesh_type& m, const typename TT::extents_type& extents, F f) {
+  TT t(m, extents, uninitialized);  // the kernel writes every element
+  fill_kernel<typename TT::execution_space>(t.view(), t.local_size(), global_index_map_of(t), f);
   return t;
 }
 
