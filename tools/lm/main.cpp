@@ -13,8 +13,16 @@
 //          once per step, 1 keeps the parameters whole and splits the optimizer's state only
 //   fsdp_2d  2d, with the parameters' d_model split over rows as well (ZeRO over the data axis,
 //          model parallelism over cols)
-//   context  batch over rows, the sequence (length) over cols: context parallelism, attention by
-//          all-to-all (the sequence's split moved to the heads and back; float32, no pipeline)
+//   context  batch over rows, the sequence (length) over cols: context parallelism
+//   2d_context  the sequence over rows (the context axis); vocab, heads and d_ff over cols (the
+//          tensor axis); the batch whole: context x tensor parallelism
+// Under the two context layouts --attention picks the attention: all-to-all (the default; the
+// sequence's split moved to the heads and back, DeepSpeed-Ulysses' way: the heads cap the split) or
+// ring (the keys' and values' blocks passed around the context axis, ring attention's way: any
+// split). Both train in float32 or bf16, and in --pipeline's stages; neither takes
+// --sequence-parallel (they split the sequence everywhere already).
+// The mesh here is 2-D; the library's meshes take any number of axes (a data x context x tensor
+// mesh<data, context, tensor> is a layout away: docs/training.md, "Context parallelism").
 // Parameters are initialised from counter-based random numbers and dropout masks are functions of
 // (seed, step, global index), so every layout computes the same model: --compare-layouts trains
 // each layout in turn from the same start on the same batches and checks their losses agree.
@@ -57,7 +65,8 @@
 // Inference: --generate N samples N bytes after --prompt (with --resume, from a checkpoint), one at
 // a time with a key-value cache, and prints the text and the per-token latency; under --layout
 // model one token's work is split over the ranks (heads, d_ff, vocab); under --layout context the
-// cache's positions are (a long prompt's cache in 1/P per processor). --check-generate compares the
+// cache's positions are (a long prompt's cache in 1/P per processor); under 2d_context both (the
+// positions over rows, heads, d_ff and vocab over cols). --check-generate compares the
 // cached logits with a full forward pass.
 //
 //   mpiexec -n 4 meshtensor-lm --layout model --steps 300 --generate 200 --prompt "This License"
@@ -80,6 +89,7 @@ train_result train_layout(const std::string& name, const grid& g, const options&
   if (name == "fsdp_2d")
     return o.zero == 1 ? train<layout_2d>(g, o, text, verbose) : train<layout_2d, params_fsdp_2d>(g, o, text, verbose);
   if (name == "context") return train<layout_context>(g, o, text, verbose);
+  if (name == "2d_context") return train<layout_2d_context>(g, o, text, verbose);
   return train<layout_2d>(g, o, text, verbose);
 }
 
@@ -89,6 +99,7 @@ std::string layout_type(const std::string& name) {
   if (name == "fsdp") return mt::layout_string<layout_data>() + ", parameters " + mt::layout_string<params_fsdp>();
   if (name == "fsdp_2d") return mt::layout_string<layout_2d>() + ", parameters " + mt::layout_string<params_fsdp_2d>();
   if (name == "context") return mt::layout_string<layout_context>();
+  if (name == "2d_context") return mt::layout_string<layout_2d_context>();
   return mt::layout_string<layout_2d>();
 }
 
@@ -284,10 +295,10 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
     write_curve(o, losses, 0);
   }
   if (!o.check_pipeline) return 0;
-  // The unpipelined model on this stage's mesh, the same steps.
+  // The unpipelined model on this stage's mesh, the same steps, under the stages' layout.
   options whole = o;
-  whole.layout = "2d";
-  const auto ref = train<layout_2d>(g, whole, text, false).losses;
+  whole.layout = o.layout == "context" || o.layout == "2d_context" ? o.layout : "2d";
+  const auto ref = train_layout(whole.layout, g, whole, text, false).losses;
   double worst_loss = 0;
   for (std::size_t i = 0; i < ref.size() && r.holds_loss; ++i)
     worst_loss = std::max(worst_loss, std::abs(r.losses[i] - ref[i]) / std::abs(ref[i]));
@@ -611,8 +622,13 @@ int main(int argc, char** argv) {
   options o;
   CLI::App app{"meshtensor-lm: a byte-level Transformer language model on a 2-D mesh"};
   app.add_option("--text", o.text, "training text")->capture_default_str();
-  app.add_option("--layout", o.layout, "data | model | 2d | fsdp | fsdp_2d | context")
-      ->check(CLI::IsMember({"data", "model", "2d", "fsdp", "fsdp_2d", "context"}))
+  app.add_option("--layout", o.layout, "data | model | 2d | fsdp | fsdp_2d | context | 2d_context")
+      ->check(CLI::IsMember({"data", "model", "2d", "fsdp", "fsdp_2d", "context", "2d_context"}))
+      ->capture_default_str();
+  app.add_option("--attention", o.attention,
+                 "with --layout context or 2d_context (the sequence split): all-to-all (the sequence's split moved "
+                 "to the heads and back) or ring (the keys' and values' blocks passed around the context axis)")
+      ->check(CLI::IsMember({"all-to-all", "ring"}))
       ->capture_default_str();
   app.add_option("--zero", o.zero,
                  "with --layout fsdp or fsdp_2d: 3 parameters, gradients and optimizer state split, each parameter "
@@ -643,7 +659,7 @@ int main(int argc, char** argv) {
   app.add_option("--csv", o.csv, "loss curve output (a PNG next to it when gnuplot is installed)")->capture_default_str();
   app.add_flag("--compare-layouts", o.compare, "train every layout for --steps steps and check the losses agree");
   app.add_option("--layouts", o.compared, "with --compare-layouts: the layouts compared, the first the reference")
-      ->check(CLI::IsMember({"data", "model", "2d", "fsdp", "fsdp_2d", "context"}))
+      ->check(CLI::IsMember({"data", "model", "2d", "fsdp", "fsdp_2d", "context", "2d_context"}))
       ->capture_default_str();
   app.add_option("--tolerance", o.tolerance, "relative tolerance of --compare-layouts")->capture_default_str();
   app.add_option("--vocab", o.vocab, "vocabulary: 256 = bytes; above, byte pairs mod vocab")
@@ -703,7 +719,7 @@ int main(int argc, char** argv) {
   app.add_flag("--check-plan", o.check_plan, "run one step, plan it, and check the plan equals it on every rank");
   app.add_option("--pipeline", o.pipeline,
                  "split the blocks over this many pipeline stages of --mesh each (ranks: stages x rows x cols), "
-                 "computing under the 2d layout inside each stage")
+                 "computing under the 2d layout inside each stage (--layout context or 2d_context: that layout)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_option("--microbatches", o.microbatches,
@@ -742,10 +758,18 @@ int main(int argc, char** argv) {
     if (o.prefetch && (!o.fsdp() || o.zero != 3 || o.recompute || o.dtype != "float32") && !o.compare)
       throw mt::error("--prefetch starts the gathers of --layout fsdp or fsdp_2d at --zero 3, in float32, without "
                       "--recompute (whose blocks gather again in the backward pass)");
-    const bool context = o.layout == "context" ||
-                         (o.compare && std::find(o.compared.begin(), o.compared.end(), "context") != o.compared.end());
-    if (context && (o.sequence_parallel || o.pipeline > 1 || o.microbatches > 0 || o.dtype == "bf16"))
-      throw mt::error("--layout context trains float32 without --sequence-parallel or --pipeline (not combined yet)");
+    // The layouts that split the sequence (context parallelism), run or compared.
+    const auto splits_length = [](const std::string& n) { return n == "context" || n == "2d_context"; };
+    const bool context = splits_length(o.layout) ||
+                         (o.compare && std::any_of(o.compared.begin(), o.compared.end(), splits_length));
+    if (o.ring() && !context)
+      throw mt::error(fmt::format("--attention ring passes the sequence's blocks around the context axis: it needs "
+                                  "--layout context or 2d_context (--layout {} does not split the sequence)",
+                                  o.layout));
+    if (context && o.sequence_parallel)
+      throw mt::error("--sequence-parallel splits the residual stream along length outside attention; --layout "
+                      "context and 2d_context already split length everywhere (layer norms, dropout and residual "
+                      "adds included): they are sequence parallelism, and take no --sequence-parallel");
     if (o.sequence_parallel && !o.compare && (o.layout == "data" || o.fsdp()))
       throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
     if (o.zero != 3 && !o.fsdp() && !o.compare && !o.rank_layouts)

@@ -41,15 +41,24 @@ using layout_model = mt::layout<grid, mt::split<vocab, rows, cols>, mt::split<he
 using layout_2d = mt::layout<grid, mt::split<batch, rows>, mt::split<vocab, cols>, mt::split<heads, cols>,
                              mt::split<d_ff, cols>>;
 // --layout context: the batch over rows and the sequence over cols (context parallelism; with
-// --mesh 1 N the sequence alone). Attention moves the sequence's split to the heads and back
-// (nn::all_to_all_causal_attention: four alltoalls each way); everything else is per position.
+// --mesh 1 N the sequence alone). Attention (transformer_block) either moves the sequence's split to
+// the heads and back (--attention all-to-all, nn::all_to_all_causal_attention: four alltoalls each
+// way) or passes the keys' and values' blocks around the ring of cols (--attention ring,
+// nn::ring_causal_attention: P - 1 shifts forward, P back); everything else is per position.
 using layout_context = mt::layout<grid, mt::split<batch, rows>, mt::split<length, cols>>;
+// --layout 2d_context: the sequence over rows (the context axis), vocab, heads and d_ff over cols
+// (the tensor axis), the batch whole: context x tensor parallelism (Megatron-Core's cp x tp). The
+// ring keeps the heads split over cols and passes blocks along rows; all-to-all moves the
+// sequence's split onto the heads (heads over cols, then rows), so rows x cols must not exceed them.
+using layout_2d_context = mt::layout<grid, mt::split<length, rows>, mt::split<vocab, cols>, mt::split<heads, cols>,
+                                     mt::split<d_ff, cols>>;
 
 // Decoding (--generate) computes under decode_layout_t<L>. One token has no sequence to split, so
-// under --layout context the key-value cache's positions (memory_length) are split over the context
-// axis instead: a long prompt's keys and values take 1/P of the memory on each of P processors; a
-// token's key and value are written by the processor holding its position, and attention's softmax
-// and weighted sum over the cache end in allreduces over cols. Other layouts decode under their own.
+// under --layout context (2d_context) the key-value cache's positions (memory_length) are split over
+// the context axis, cols (rows), instead: a long prompt's keys and values take 1/P of the memory on
+// each of P processors; a token's key and value are written by the processor holding its position,
+// and attention's softmax and weighted sum over the cache end in allreduces over that axis. Other
+// layouts decode under their own.
 template <class L>
 struct decode_layout {
   using type = L;
@@ -57,6 +66,13 @@ struct decode_layout {
 template <>
 struct decode_layout<layout_context> {
   using type = mt::layout<grid, mt::split<batch, rows>, mt::split<memory_length, cols>>;
+};
+// --layout 2d_context: the cache's positions over rows (its context axis), a token's heads, d_ff and
+// vocab over cols, as in training.
+template <>
+struct decode_layout<layout_2d_context> {
+  using type = mt::layout<grid, mt::split<memory_length, rows>, mt::split<vocab, cols>, mt::split<heads, cols>,
+                          mt::split<d_ff, cols>>;
 };
 template <class L>
 using decode_layout_t = typename decode_layout<L>::type;
@@ -136,6 +152,9 @@ struct options {
     return recompute_attention ? nn::attention_memory::recompute_core : nn::attention_memory::keep_all;
   }
   bool sequence_parallel = false;  // the residual stream split along length (layouts model, 2d)
+  // Attention of the layouts that split the sequence (context, 2d_context): "all-to-all" or "ring".
+  std::string attention = "all-to-all";
+  bool ring() const { return attention == "ring"; }
   std::string dtype = "float32";  // or bf16: activations and products in bf16, float master weights
   bool compare_dtypes = false;
   double bf16_tolerance = 1e-2;
@@ -150,7 +169,7 @@ struct options {
   std::string prompt = "The GNU General Public License is";
   double temperature = 0.7;  // 0: the most likely byte
   bool check_generate = false;
-  // --pipeline P: the blocks over P stages of --mesh each (pipeline.cpp).
+  // --pipeline P: the blocks over P stages of --mesh each (pipeline.hpp).
   int pipeline = 1;
   int microbatches = 0;  // 0: as many as stages
   int processors = 0;      // --rank-layouts over pipeline shapes of this many processors
@@ -211,18 +230,22 @@ void dump_tensor(const T& t, const std::string& path) {
 }
 
 // One block: pre-norm causal attention and feed-forward, each with dropout (sites site and site + 1)
-// and a residual add. The weights as the computation uses them (gathered, cast).
+// and a residual add. The weights as the computation uses them (gathered, cast). Where X's layout
+// splits the sequence (context parallelism), attention runs by the ring (ring) or by all-to-all.
 template <class X, class S, class Q, class O, class Wi, class Wo>
 X transformer_block(const X& in, const S& ln1_scale, const S& ln1_bias, const Q& wq, const Q& wk, const Q& wv,
                     const O& wo, const S& ln2_scale, const S& ln2_bias, const Wi& w_in, const Wo& w_out, double rate,
                     std::uint64_t site, std::uint64_t step,
-                    nn::attention_memory memory = nn::attention_memory::keep_all) {
+                    nn::attention_memory memory = nn::attention_memory::keep_all, bool ring = false) {
   const auto h = nn::layer_norm<d_model>(in, ln1_scale, ln1_bias);
-  const auto attended = [&] {
-    if constexpr (std::is_same_v<typename X::layout_type::template axes_of<length>, mt::type_list<>>)
+  const auto attended = [&]() -> X {
+    if constexpr (std::is_same_v<typename X::layout_type::template axes_of<length>, mt::type_list<>>) {
+      (void)ring;
       return nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory);
-    else  // the sequence split: context parallelism
+    } else {  // the sequence split: context parallelism
+      if (ring) return nn::ring_causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory);
       return nn::all_to_all_causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory);
+    }
   };
   const X a = nn::residual_dropout(in, attended(), rate, site, step);
   const auto f = nn::layer_norm<d_model>(a, ln2_scale, ln2_bias);
@@ -396,10 +419,11 @@ struct model {
       const std::uint64_t site = dseed + 2 * b;
       const double rate = o.dropout;
       const auto memory = o.attention_memory();
-      const auto block = [this, b, site, rate, step, memory](const X& in) {
+      const bool ring = o.ring();
+      const auto block = [this, b, site, rate, step, memory, ring](const X& in) {
         return transformer_block(in, as<C>(ln1_scale[b]), as<C>(ln1_bias[b]), as<C>(wq[b]), as<C>(wk[b]), as<C>(wv[b]),
                                  as<C>(wo[b]), as<C>(ln2_scale[b]), as<C>(ln2_bias[b]), as<C>(w_in[b]), as<C>(w_out[b]),
-                                 rate, site, step, memory);
+                                 rate, site, step, memory, ring);
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
@@ -502,6 +526,15 @@ struct model {
   }
 };
 
+// The axes that split the cache's positions under decode layout D, for the report.
+template <class D>
+const char* cache_axes() {
+  using A = typename D::template axes_of<memory_length>;
+  if constexpr (std::is_same_v<A, mt::type_list<>>) return "no axis";
+  else if constexpr (std::is_same_v<A, mt::type_list<rows>>) return "rows";
+  else return "cols";
+}
+
 // --generate N: N bytes sampled after --prompt, one at a time through the key-value cache, with the
 // per-token latency (the logits gathered on every rank, so each knows the next byte). With
 // --check-generate, the cached logits of every position are compared with one full forward pass
@@ -568,7 +601,7 @@ bool generate_on(const model<L>& m, const model<D>& dm, const grid& g, const opt
                 token_ms[token_ms.size() / 2], token_ms.front(), token_ms.back(), ends, first_ms, ends, last_ms);
     std::printf("key-value cache: %lld positions, at most %.1f KiB per rank of %.1f KiB (positions split over %s)\n",
                 (long long)(total - 1), double(most_held) * sizeof(float) / 1024, double(whole) * sizeof(float) / 1024,
-                std::is_same_v<D, L> ? "no axis" : "cols");
+                cache_axes<D>());
   }
   if (!o.check_generate) return true;
   // One forward pass over the sequence (without its last byte): position p's logits must be the
@@ -944,7 +977,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
 }
 
 
-// --pipeline (pipeline.cpp): one stage's run of the steps.
+// --pipeline (pipeline.hpp; compiled in pipeline.cpp and pipeline_context.cpp): one stage's run of the steps.
 struct pipeline_result {
   std::vector<double> losses;                       // the step's loss where holds_loss (0 elsewhere)
   bool holds_loss = false;                          // this stage computes the loss (the last part's)
@@ -963,6 +996,8 @@ extern template train_result train<layout_data>(const grid&, const options&, con
 extern template train_result train<layout_model>(const grid&, const options&, const std::vector<unsigned char>&, bool);
 extern template train_result train<layout_2d>(const grid&, const options&, const std::vector<unsigned char>&, bool);
 extern template train_result train<layout_context>(const grid&, const options&, const std::vector<unsigned char>&, bool);
+extern template train_result train<layout_2d_context>(const grid&, const options&, const std::vector<unsigned char>&,
+                                                      bool);
 extern template train_result train<layout_data, params_fsdp>(const grid&, const options&, const std::vector<unsigned char>&,
                                                              bool);
 extern template train_result train<layout_2d, params_fsdp_2d>(const grid&, const options&,

@@ -1,0 +1,272 @@
+#pragma once
+// --pipeline P: the blocks split over P stages (pipeline/stages.hpp), each stage a [rows x cols]
+// mesh computing under a layout L: layout_2d (data parallelism over rows, model parallelism over
+// cols: a 3-D mesh [stage x rows x cols]), or with --layout context or 2d_context that layout
+// (context parallelism inside each stage, the blocks' attention as --attention says). pipeline.cpp
+// compiles the stages of layout_2d, pipeline_context.cpp those of the two context layouts (in
+// parallel). The model is cut into P v parts (v = --chunks: 2 for zb-v, 1 but for interleaved)
+// and stage s holds the parts the schedule gives it (pipeline/schedules.hpp: chunk c
+// is part c P + s, or the V of zb-v); part k holds blocks [k L / (P v), (k + 1) L / (P v)), part 0
+// also the embedding and positions, the last part the final layer norm and the output projection.
+// A step splits the batch into --microbatches microbatches and runs them as --schedule says.
+// Weights are drawn with the seeds model<L> gives them, so the pipelined model is the unpipelined
+// one: --check-pipeline trains both on each stage's mesh and compares losses and gradients.
+#include <mpi.h>
+#include <fmt/core.h>
+
+#include "model.hpp"
+
+// The stages of the context layouts (pipeline_context.cpp).
+pipeline_result train_pipelined_context(const mt::pipeline::stages<grid>& st, const options& o,
+                                        const std::vector<unsigned char>& text);
+
+namespace lm_pipeline {
+
+namespace pl = meshtensor::pipeline;
+
+// C: the element type of activations and products (float, or bf16 with --dtype bf16: a bf16 copy
+// of each float weight per step, whose gradient flows back to the float weight, as model<L>
+// computes).
+template <class L, class C>
+struct pipeline_stage {
+  template <class... D>
+  using t = mt::tensor<float, L, D...>;
+  template <class... D>
+  using some = std::vector<t<D...>>;  // a stage's tensors of one kind: per block, or none or one
+  using activation = mt::tensor<C, L, batch, length, d_model>;
+  const pl::stages<grid>& st;
+  const options& o;
+  const pl::step_schedule& schedule;
+  // Per chunk: its blocks [first, end) and where they start in the block vectors below.
+  std::vector<std::int64_t> chunk_first, chunk_end;
+  std::vector<std::size_t> chunk_offset;
+  std::vector<std::int64_t> block_ids;  // the model's block of each entry of the block vectors
+  bool holds_input = false, holds_loss = false;  // parts 0 and P v - 1
+  some<vocab, d_model> embedding;
+  some<length, d_model> positions;
+  some<d_model> ln1_scale, ln1_bias;
+  some<d_model, heads, d_kv> wq, wk, wv;
+  some<heads, d_kv, d_model> wo;
+  some<d_model> ln2_scale, ln2_bias;
+  some<d_model, d_ff> w_in;
+  some<d_ff, d_model> w_out;
+  some<d_model> lnf_scale, lnf_bias;
+  some<d_model, vocab> softmax_weights;
+  // The step's microbatches, and its number.
+  std::vector<t<batch, length>> ids, labels;
+  std::uint64_t step = 0;
+  mutable double step_loss = 0;  // the last stage's: the step's loss, summed from the microbatches'
+  using grads_type = std::tuple<some<vocab, d_model>, some<length, d_model>, some<d_model>, some<d_model>,
+                                some<d_model, heads, d_kv>, some<d_model, heads, d_kv>, some<d_model, heads, d_kv>,
+                                some<heads, d_kv, d_model>, some<d_model>, some<d_model>, some<d_model, d_ff>,
+                                some<d_ff, d_model>, some<d_model>, some<d_model>, some<d_model, vocab>>;
+  std::optional<grads_type> grads;  // this step's, summed over its microbatches
+
+  auto params() {
+    return std::tie(embedding, positions, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out, lnf_scale,
+                    lnf_bias, softmax_weights);
+  }
+
+  pipeline_stage(const pl::stages<grid>& s, const options& opt, const pl::step_schedule& sch)
+      : st(s), o(opt), schedule(sch) {
+    const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);
+    const grid& g = st.mesh();
+    const std::int64_t parts = schedule.parts();
+    for (int c = 0; c < schedule.chunks; ++c) {
+      const std::int64_t k = schedule.part(st.index(), c);
+      holds_input = holds_input || k == 0;
+      holds_loss = holds_loss || k == parts - 1;
+      chunk_first.push_back(o.layers * k / parts);
+      chunk_end.push_back(o.layers * (k + 1) / parts);
+      chunk_offset.push_back(block_ids.size());
+      for (std::int64_t b = chunk_first.back(); b < chunk_end.back(); ++b) block_ids.push_back(b);
+    }
+    // model<L>'s seeds: embedding, positions, then six per block (push_block), then the output
+    // projection.
+    const std::uint64_t s0 = o.seed * 1000;
+    const std::int64_t dm = o.d_model;
+    if (holds_input) {
+      embedding.push_back(mt::random_normal<t<vocab, d_model>>(g, {o.vocab, dm}, s0, 0, 0.3));
+      positions.push_back(mt::random_normal<t<length, d_model>>(g, {o.length, dm}, s0 + 1, 0, 0.1));
+    }
+    for (std::int64_t b : block_ids)
+      push_block(g, o, b, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out);
+    if (holds_loss) {
+      lnf_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
+      lnf_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
+      softmax_weights.push_back(nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, softmax_seed(o)));
+    }
+    for_each_param_tensor(params(), [](std::size_t, auto& p) { p.requires_grad(); });
+  }
+
+  activation::extents_type extents(int) const { return {o.batch / o.microbatches, o.length, o.d_model}; }
+
+  template <class P>
+  static auto as_c(const P& p) {
+    if constexpr (std::is_same_v<C, float>) return p;
+    else return mt::cast<C>(p);
+  }
+
+  // A block's weights in C: with bf16, one working copy per step, made at the step's first forward
+  // pass and shared by its microbatches (Megatron's bf16 weights), counted as parameters, not as a
+  // microbatch's activations: a copy per microbatch, which each microbatch's products kept until its
+  // backward pass, was p copies on the first stage of a 1F1B pipeline. Every microbatch's gradient
+  // reaches the float weight through the copy's cast, as before.
+  using block_weights = decltype(std::make_tuple(as_c(ln1_scale[0]), as_c(ln1_bias[0]), as_c(wq[0]), as_c(wk[0]),
+                                                 as_c(wv[0]), as_c(wo[0]), as_c(ln2_scale[0]), as_c(ln2_bias[0]),
+                                                 as_c(w_in[0]), as_c(w_out[0])));
+  mutable std::vector<block_weights> working;  // this step's; emptied when a step starts
+  const block_weights& weights_of(std::size_t k) const {
+    if (working.empty()) {
+      const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);
+      for (std::size_t j = 0; j < wq.size(); ++j)
+        working.push_back(std::make_tuple(as_c(ln1_scale[j]), as_c(ln1_bias[j]), as_c(wq[j]), as_c(wk[j]), as_c(wv[j]),
+                                          as_c(wo[j]), as_c(ln2_scale[j]), as_c(ln2_bias[j]), as_c(w_in[j]),
+                                          as_c(w_out[j])));
+    }
+    return working[k];
+  }
+
+  activation forward(int chunk, int mb, const activation* in) const {
+    // The rows looked up and the positions added in float, then cast: a bf16 copy of the whole table
+    // per microbatch would be held by the lookup's gradient rule until that microbatch's backward.
+    activation x = in ? *in : as_c(t<batch, length, d_model>(nn::embedding<vocab>(embedding[0], ids[mb]) + positions[0]));
+    const std::uint64_t dseed = o.seed * 7919;
+    // Made here, outside any block: made inside a recomputed block's first run, the copies would be
+    // that block's own nodes, which its recompute replaces (their gradients would never reach the
+    // weights).
+    if (!block_ids.empty()) (void)weights_of(0);
+    const auto c = static_cast<std::size_t>(chunk);
+    for (std::int64_t b = chunk_first[c]; b < chunk_end[c]; ++b) {
+      const std::size_t k = chunk_offset[c] + static_cast<std::size_t>(b - chunk_first[c]);
+      const std::uint64_t site = dseed + 2 * static_cast<std::uint64_t>(b), at = step;
+      const double rate = o.dropout;
+      const auto memory = o.attention_memory();
+      const bool ring = o.ring();
+      const auto block = [this, k, site, at, rate, memory, ring](const activation& in) {
+        return std::apply([&](const auto&... w) { return transformer_block(in, w..., rate, site, at, memory, ring); },
+                          weights_of(k));
+      };
+      x = o.recompute ? mt::recompute(block, x) : block(x);
+    }
+    return x;
+  }
+  // This microbatch's share of the step's mean loss.
+  t<> loss(int mb, const activation& out) const {
+    const auto logits = mt::cast<float>(nn::dense<d_model, vocab>(
+        nn::layer_norm<d_model>(out, as_c(lnf_scale[0]), as_c(lnf_bias[0])), as_c(softmax_weights[0])));
+    const t<> share = mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits, labels[mb])) *
+                      static_cast<float>(1.0 / o.microbatches);
+    if (!st.mesh().is_planned()) step_loss += mt::item(share);
+    return share;
+  }
+  void step_gradients(grads_type&& g) { grads.emplace(std::move(g)); }
+};
+
+// --check-pipeline: the largest difference, relative to each tensor's largest element, between this
+// stage's gradients of the first step and the unpipelined model's (model<L> on this stage's mesh,
+// the whole batch at once) for the same parameters.
+template <class L, class C>
+double compare_gradients(pipeline_stage<L, C>& stage, const grid& g, const options& o, const std::vector<float>& ids,
+                         const std::vector<float>& labels) {
+  using ids_t = mt::tensor<float, L, batch, length>;
+  model<L> whole(g, o);
+  const auto x = mt::from_host<ids_t>(g, {o.batch, o.length}, ids);
+  const auto y = mt::from_host<ids_t>(g, {o.batch, o.length}, labels);
+  const auto loss = whole.loss(x, y, o, 0);
+  auto params = whole.tie();
+  const auto want = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+  double worst = 0;
+  const auto compare = [&](const auto& a, const auto& b) {
+    const auto av = mt::gather_all(a), bv = mt::gather_all(b);
+    double scale = 1e-30, diff = 0;
+    for (std::size_t i = 0; i < bv.size(); ++i) {
+      scale = std::max(scale, std::abs(double(bv[i])));
+      diff = std::max(diff, std::abs(double(av[i]) - double(bv[i])));
+    }
+    worst = std::max(worst, diff / scale);
+  };
+  [&]<std::size_t... I>(std::index_sequence<I...>) {
+    (
+        [&] {
+          const auto& ref = std::get<I>(want);
+          const auto& got = std::get<I>(*stage.grads);
+          if constexpr (mt::Tensor<std::remove_cvref_t<decltype(ref)>>) {
+            if (!got.empty()) compare(got[0], ref);
+          } else if constexpr (I >= 2 && I <= 11) {  // the blocks' kinds
+            for (std::size_t k = 0; k < got.size(); ++k) compare(got[k], ref[static_cast<std::size_t>(stage.block_ids[k])]);
+          } else if (!got.empty()) {
+            compare(got[0], ref[0]);
+          }
+        }(),
+        ...);
+  }(std::make_index_sequence<std::tuple_size_v<typename pipeline_stage<L, C>::grads_type>>{});
+  return worst;
+}
+
+template <class L, class C>
+pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const options& o, const std::vector<unsigned char>& text) {
+  auto& st = const_cast<pl::stages<grid>&>(st_const);
+  const grid& g = st.mesh();
+  if (o.batch % o.microbatches != 0)
+    throw mt::error(fmt::format("--pipeline: --batch {} does not divide into --microbatches {} equal microbatches",
+                                o.batch, o.microbatches));
+  if (o.tie_embeddings || o.sequence_parallel || o.fsdp())
+    throw mt::error("--pipeline's stages run the 2d layout (or --layout context, 2d_context), without "
+                    "--tie-embeddings, --sequence-parallel or fsdp");
+  if (o.check_pipeline && !std::is_same_v<C, float>)
+    throw mt::error("--check-pipeline compares gradients to 1e-5, which bf16's 8 bits cannot: use --dtype float32");
+  if (o.check_pipeline && o.dropout > 0)
+    throw mt::error("--check-pipeline compares with the unpipelined model, whose dropout masks are drawn over the "
+                    "whole batch (a microbatch draws its own): use --dropout 0");
+  pipeline_result result;
+  const auto schedule = pl::named_schedule(o.schedule, st.count(), o.microbatches, o.chunks);
+  using ids_t = mt::tensor<float, L, batch, length>;
+  pipeline_stage<L, C> stage(st, o, schedule);
+  result.holds_loss = stage.holds_loss;
+  optimizers<L, L> opt(o);
+  std::mt19937_64 rng(o.seed);  // train()'s batches
+  std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
+  const std::int64_t rows_per = o.batch / o.microbatches;
+  std::vector<float> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
+  for (std::int64_t step = 0; step < o.steps; ++step) {
+    if (g.is_planned()) mt::reset_plan(g);
+    draw_batch(o, text, rng, start, ids, labels);
+    stage.ids.clear();
+    stage.labels.clear();
+    for (int m = 0; m < o.microbatches; ++m) {
+      const std::span<const float> part_ids(ids.data() + m * rows_per * o.length, rows_per * o.length);
+      const std::span<const float> part_labels(labels.data() + m * rows_per * o.length, rows_per * o.length);
+      if (stage.holds_input) stage.ids.push_back(mt::from_host<ids_t>(g, {rows_per, o.length}, part_ids));
+      if (stage.holds_loss) stage.labels.push_back(mt::from_host<ids_t>(g, {rows_per, o.length}, part_labels));
+    }
+    stage.step = static_cast<std::uint64_t>(step);
+    stage.grads.reset();
+    stage.working.clear();  // the weights changed: new working copies at the first forward pass
+    stage.step_loss = 0;
+    const auto stats = pl::run(schedule, st, stage);
+    if constexpr (std::is_same_v<C, float>)
+      if (step == 0 && o.check_pipeline) result.gradient_error = compare_gradients<L>(stage, g, o, ids, labels);
+    auto params = stage.params();
+    opt.visit(o, [&](auto& chosen) { chosen.step(params, *stage.grads); });
+    result.stats.push_back(stats);
+    result.losses.push_back(stage.step_loss);
+  }
+  result.param_bytes = mt::local_bytes(stage.params());
+  if constexpr (!std::is_same_v<C, float>)  // the bf16 working copies, which the plan counts as parameters
+    for (const auto& w : stage.working) result.param_bytes += std::apply([](const auto&... c) { return mt::local_bytes(c...); }, w);
+  for_each_param_tensor(stage.params(), [&](std::size_t, const auto& p) { result.parameters += p.size(); });
+  result.state_bytes = opt.visit(o, [&](auto& chosen) { return chosen.state_bytes(stage.params()); });
+  result.max_in_flight = pl::peak_activations(schedule.at(st.index()));
+  if (g.is_planned()) result.plan = mt::plan_report_of(g);
+  return result;
+}
+
+// The steps on this stage under layout L, in o.dtype.
+template <class L>
+pipeline_result train_pipelined_in(const pl::stages<grid>& st, const options& o, const std::vector<unsigned char>& text) {
+  if (o.dtype == "bf16") return train_pipelined_as<L, mt::bf16>(st, o, text);
+  return train_pipelined_as<L, float>(st, o, text);
+}
+
+}  // namespace lm_pipeline
