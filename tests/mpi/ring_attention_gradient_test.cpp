@@ -12,6 +12,7 @@
 // one); a transformer block with ring attention and residual dropout equals the replicated block;
 // in bf16 (x and weights) the result and every gradient are the float one's within bf16's
 // stated tolerance.
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <meshtensor/nn/context_attention.hpp>
 #include <meshtensor/nn/ring_attention.hpp>
 #include <test_support.hpp>
@@ -499,13 +500,40 @@ TEST_CASE("ring attention with a padding bias equals causal attention with it", 
   });
 }
 
+TEST_CASE("ring attention refuses a key bias of other extents than x's, or on the tape", "[gradient]") {
+  using L = mt::layout<grid, mt::split<length, r_, c_>>;
+  using T = biased_types<false, L>;
+  const auto g = world_grid();
+  const std::int64_t S = 8;
+  const auto x = mt::random_normal<typename T::X>(g, {B, S, M}, 85);
+  const auto wq = mt::random_normal<typename T::WQ>(g, T::eq(), 81, 0, 0.5);
+  const auto wo = mt::random_normal<typename T::WO>(g, T::eo(), 84, 0, 0.5);
+  const auto refusal = [&](const typename T::KB& bias) {
+    try {
+      (void)T::ring(x, wq, wq, wq, wo, bias);
+    } catch (const mt::error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");  // what the checks below then fail on
+  };
+  const auto longer = refusal(mt::random_uniform<typename T::KB>(g, {B, S + 1}, 86, -0.5, 0.5));
+  CHECK_THAT(longer, Catch::Matchers::ContainsSubstring("along 'memory_length'") && Catch::Matchers::ContainsSubstring("extent 9") &&
+                         Catch::Matchers::ContainsSubstring("has 8"));
+  const auto wider = refusal(mt::random_uniform<typename T::KB>(g, {B + 1, S}, 86, -0.5, 0.5));
+  CHECK_THAT(wider, Catch::Matchers::ContainsSubstring("along 'batch'"));
+  auto tracked = mt::random_uniform<typename T::KB>(g, {B, S}, 86, -0.5, 0.5);
+  tracked.requires_grad();
+  CHECK_THAT(refusal(tracked), Catch::Matchers::ContainsSubstring("on the tape"));
+}
+
 TEST_CASE("ring attention takes long blocks in tiles of keys", "[gradient]") {
   // Parts longer than the kernels' tile (512 keys) and of uneven lengths: 2309 positions give
   // blocks of 5, 3, 2 and 2 tiles at 1, 2, 3 and 4 parts, the last tile short, the diagonal
   // block's later tiles partly or wholly in the future. Grouped-query attention (the group's query
   // heads share each product), the sequence over both axes or with the KV heads over one: the
   // result and the gradients through x and every weight equal grouped_causal_attention's on the
-  // whole sequence (its autodiff: central differences over 2309 positions would be slow).
+  // whole sequence with the same key bias (its autodiff: central differences over 2309 positions
+  // would be slow).
   using LA = mt::layout<grid, mt::split<length, r_, c_>>;
   using LK = mt::layout<grid, mt::split<kv_heads, r_>, mt::split<length, c_>>;
   using LZ = mt::layout<grid, mt::zigzag<length, r_, c_>>;  // chunks of several tiles
@@ -536,10 +564,13 @@ TEST_CASE("ring attention takes long blocks in tiles of keys", "[gradient]") {
     auto wo1 = mt::from_host<WO0>(g, eo, mt::gather_all(wo));
     x.requires_grad(), wq.requires_grad(), wk.requires_grad(), wv.requires_grad(), wo.requires_grad();
     x1.requires_grad(), wq1.requires_grad(), wk1.requires_grad(), wv1.requires_grad(), wo1.requires_grad();
+    // A bias on every key, so that each tile's keys read theirs at the tile's own positions.
+    const auto bias = mt::random_uniform<mt::tensor<double, L, batch, mlen>>(g, {1, S}, 56, -2.0, 2.0);
+    const auto bias1 = mt::from_host<mt::tensor<double, L0, batch, mlen>>(g, {1, S}, mt::gather_all(bias));
     const auto split =
-        nn::ring_grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(x, wq, wk, wv, wo);
+        nn::ring_grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(x, wq, wk, wv, wo, bias);
     const auto whole =
-        nn::grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(x1, wq1, wk1, wv1, wo1);
+        nn::grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(x1, wq1, wk1, wv1, wo1, bias1);
     REQUIRE(max_rel_error(mt::gather_all(split), mt::gather_all(whole)) < 1e-12);
     const auto [gx, gq, gk, gv, go] = mt::gradient(weighted_sum(split, 2), x, wq, wk, wv, wo);
     const auto [gx1, gq1, gk1, gv1, go1] = mt::gradient(weighted_sum(whole, 2), x1, wq1, wk1, wv1, wo1);
@@ -674,10 +705,15 @@ TEST_CASE("ring attention in bf16 takes its products in float", "[gradient]") {
     auto wq0 = mt::from_host<WQ0>(g, eq, mt::gather_all(wq));
     auto wk0 = mt::from_host<WK0>(g, ek, mt::gather_all(wk)), wv0 = mt::from_host<WK0>(g, ek, mt::gather_all(wv));
     auto wo0 = mt::from_host<WO0>(g, eo, mt::gather_all(wo));
-    auto x16 = mt::cast<bf16>(x), x016 = mt::cast<bf16>(x0);
-    auto wq16 = mt::cast<bf16>(wq), wq016 = mt::cast<bf16>(wq0);
-    auto wk16 = mt::cast<bf16>(wk), wk016 = mt::cast<bf16>(wk0), wv16 = mt::cast<bf16>(wv), wv016 = mt::cast<bf16>(wv0);
-    auto wo16 = mt::cast<bf16>(wo), wo016 = mt::cast<bf16>(wo0);
+    // One type per declaration (x and x0 differ in layout: nvcc and clang refuse two in one auto).
+    auto x16 = mt::cast<bf16>(x);
+    auto x016 = mt::cast<bf16>(x0);
+    auto wq16 = mt::cast<bf16>(wq);
+    auto wq016 = mt::cast<bf16>(wq0);
+    auto wk16 = mt::cast<bf16>(wk), wv16 = mt::cast<bf16>(wv);
+    auto wk016 = mt::cast<bf16>(wk0), wv016 = mt::cast<bf16>(wv0);
+    auto wo16 = mt::cast<bf16>(wo);
+    auto wo016 = mt::cast<bf16>(wo0);
     // The result and the gradients through x and every weight, gathered in float.
     const auto run = [](const auto& attend, auto x, auto wq, auto wk, auto wv, auto wo) {
       x.requires_grad(), wq.requires_grad(), wk.requires_grad(), wv.requires_grad(), wo.requires_grad();

@@ -131,6 +131,13 @@ TEST_CASE("take refuses an index that differs between ranks, on every rank alike
   } catch (const mt::shape_error& e) {
     REQUIRE_THAT(std::string(e.what()), ContainsSubstring("'j'") && ContainsSubstring("differs between processors"));
   }
+  // Out of range on the last rank only: the agreement comes first, so no rank throws alone.
+  try {
+    (void)mt::take<j_>(x, {last ? J : 0});
+    FAIL("no error");
+  } catch (const mt::shape_error& e) {
+    REQUIRE_THAT(std::string(e.what()), ContainsSubstring("differs between processors"));
+  }
   // The same index everywhere still runs.
   REQUIRE(mt::take<j_>(x, {0, J - 1}).template extent<j_>() == 2);
 }

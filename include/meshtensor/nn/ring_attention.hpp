@@ -51,6 +51,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -823,6 +824,28 @@ X ring_attention_of(const char* name, const X& x, const WQ& wq, const WK& wk, co
   } else {
     const op_call call(composite_op{name});
     using B = difference_t<typename X::dims, type_list<Length, DModel>>;
+    if constexpr (!std::is_same_v<Bias, no_key_bias>) {
+      // The kernels read the bias at x's positions: extents checked here (global, so every rank
+      // throws alike), not found out of bounds on a device. A constant: a bias on the tape would
+      // silently get no gradient, where causal_attention's sum gives it one.
+      static_assert(std::is_same_v<typename Bias::memory_space, typename X::memory_space>,
+                    "meshtensor: ring_causal_attention's key_bias must live in x's memory space");
+      const auto refuse = [&](std::string_view dim, std::int64_t got, std::int64_t want) {
+        throw shape_error(cat(name, ": key_bias ", Bias::type_name(), key_bias.shape_string(), " has extent ", got,
+                              " along '", dim, "' where x ", X::type_name(), x.shape_string(), " has ", want));
+      };
+      if (key_bias.template extent<MemLength>() != x.template extent<Length>())
+        refuse(MemLength::name(), key_bias.template extent<MemLength>(), x.template extent<Length>());
+      [&]<class... Bs>(type_list<Bs...>) {
+        ((key_bias.template extent<Bs>() != x.template extent<Bs>()
+              ? refuse(Bs::name(), key_bias.template extent<Bs>(), x.template extent<Bs>())
+              : void()),
+         ...);
+      }(B{});
+      if (key_bias.tracks_grad())
+        throw error(cat(name, ": key_bias ", Bias::type_name(), " is on the tape; the ring treats it as a constant "
+                              "(no gradient): pass key_bias.detached()"));
+    }
     using QDims = concat_t<B, concat_t<QHeads, type_list<Length, DKv>>>;
     using KDims = concat_t<B, concat_t<KvHeads, type_list<Length, DKv>>>;
     const double scale = 1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>()));

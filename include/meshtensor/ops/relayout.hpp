@@ -148,12 +148,15 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
   if (step.kind == relayout_kind::share) return src;
   const auto& shape = comm.shape();
   const placement<R> from(from_splits, shape, ext), to(to_splits, shape, ext);
-  // MPI's counts and displacements are ints. Every block and displacement of the collectives below
-  // lies within one processor's old or new slice, so the largest slice of either placement bounds
-  // them all; it is the same on every rank, so every rank refuses alike (a count checked per rank
-  // would throw on the ranks with the large blocks and leave their peers in the collective).
-  // (A plan moves nothing: it plans tensors no run could move this way, as it plans memory no card has.)
-  const std::int64_t largest = std::max(from.max_local_size(), to.max_local_size());
+  // MPI's counts and displacements are ints. Every block and displacement of the alltoalls below
+  // lies within one processor's old or new slice, and an allgather's within the old slices of its
+  // group, so these bounds hold them all; they are the same on every rank, so every rank refuses
+  // alike (a count checked per rank would throw on the ranks with the large blocks and leave their
+  // peers in the collective). (A plan moves nothing: it plans tensors no run could move this way,
+  // as it plans memory no card has.)
+  const std::int64_t largest = step.kind == relayout_kind::allgather
+                                   ? from.max_local_size() * comm.size_over(step.axes)
+                                   : std::max(from.max_local_size(), to.max_local_size());
   if (step.kind != relayout_kind::local && largest > INT32_MAX && !comm.planned()) {
     std::string extents;
     for (const auto e : ext) extents += cat(extents.empty() ? "[" : " x ", e);

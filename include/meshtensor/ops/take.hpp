@@ -140,16 +140,17 @@ template <Dim D, Tensor X>
 X take(const X& x, const std::vector<std::int64_t>& index) {
   detail::require_contiguous_along<"take", D, X>();
   const std::int64_t n = x.template extent<D>();
-  for (std::size_t r = 0; r < index.size(); ++r)
-    if (index[r] < 0 || index[r] >= n)
-      throw shape_error(detail::cat("take: index[", r, "] = ", index[r], " is outside [0, ", n, "), the extent of dim '",
-                                    D::name(), "' in ", X::type_name(), x.shape_string()));
+  // Agreed first: the bounds check below is then alike on every rank.
   if (detail::plans_checked() && !x.mesh().communicator().planned()) {
     if (!detail::same_on_every_rank(x.mesh().communicator().cart(), index))
       throw shape_error(detail::cat("take: the index along dim '", D::name(), "' of ", X::type_name(),
                                     " differs between processors (", index.size(),
                                     " entries here); it must be the same host value on every one"));
   }
+  for (std::size_t r = 0; r < index.size(); ++r)
+    if (index[r] < 0 || index[r] >= n)
+      throw shape_error(detail::cat("take: index[", r, "] = ", index[r], " is outside [0, ", n, "), the extent of dim '",
+                                    D::name(), "' in ", X::type_name(), x.shape_string()));
   const auto m = static_cast<std::int64_t>(index.size());
   X out(x.mesh(), detail::with_extent<D>(x, m), uninitialized);  // every element is written below
   const detail::op_call call(detail::take_op<X, D>{"take", detail::take_crosses_parts<D>(x, out, index)}, x);
