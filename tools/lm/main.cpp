@@ -764,8 +764,11 @@ int main(int argc, char** argv) {
                          (o.compare && std::any_of(o.compared.begin(), o.compared.end(), splits_length));
     if (o.ring() && !context)
       throw mt::error(fmt::format("--attention ring passes the sequence's blocks around the context axis: it needs "
-                                  "--layout context or 2d_context (--layout {} does not split the sequence)",
-                                  o.layout));
+                                  "--layout context or 2d_context ({} does not split the sequence)",
+                                  o.compare ? "none of --layouts" : "--layout " + o.layout));
+    if (o.rank_layouts && splits_length(o.layout))
+      throw mt::error(fmt::format("--rank-layouts ranks the data, model, 2d and fsdp layouts (with --processors, "
+                                  "pipelines of 2d stages), not --layout {} yet: plan it with --plan", o.layout));
     if (context && o.sequence_parallel)
       throw mt::error("--sequence-parallel splits the residual stream along length outside attention; --layout "
                       "context and 2d_context already split length everywhere (layer norms, dropout and residual "

@@ -49,7 +49,8 @@ using layout_context = mt::layout<grid, mt::split<batch, rows>, mt::split<length
 // --layout 2d_context: the sequence over rows (the context axis), vocab, heads and d_ff over cols
 // (the tensor axis), the batch whole: context x tensor parallelism (Megatron-Core's cp x tp). The
 // ring keeps the heads split over cols and passes blocks along rows; all-to-all moves the
-// sequence's split onto the heads (heads over cols, then rows), so rows x cols must not exceed them.
+// sequence's split onto the heads (heads over cols, then rows), so rows x cols is capped by them
+// (parts beyond the heads idle).
 using layout_2d_context = mt::layout<grid, mt::split<length, rows>, mt::split<vocab, cols>, mt::split<heads, cols>,
                                      mt::split<d_ff, cols>>;
 
