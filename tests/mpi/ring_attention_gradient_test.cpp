@@ -742,3 +742,66 @@ TEST_CASE("ring attention in bf16 takes its products in float", "[gradient]") {
     }
   });
 }
+
+namespace {
+struct data_ : mt::axis<"data"> {};
+struct ctx_ : mt::axis<"context"> {};
+struct tp_ : mt::axis<"tensor"> {};
+using cube = mt::mesh<data_, ctx_, tp_>;
+}  // namespace
+
+TEST_CASE("ring and all-to-all attention on a 3-D mesh: data x context x tensor", "[gradient]") {
+  // Every shape [data x context x tensor] of the world's ranks: the batch over data, the sequence
+  // over context (7 positions: uneven), the heads over tensor; both attentions equal causal
+  // attention on the replicated layout, result and gradients through x and wq, and the ring
+  // shifts over the context axis alone.
+  using L = mt::layout<cube, mt::split<batch, data_>, mt::split<length, ctx_>, mt::split<heads, tp_>>;
+  using L0 = mt::layout<cube>;
+  const int p = world_size();
+  constexpr std::int64_t S = 7;
+  for (int d = 1; d <= p; ++d)
+    for (int c = 1; c * d <= p; ++c) {
+      if (p % (d * c) != 0) continue;
+      const int t = p / (d * c);
+      INFO("mesh [data " << d << " x context " << c << " x tensor " << t << "], rank " << world_rank());
+      const cube g(MPI_COMM_WORLD, {d, c, t});
+      const auto attend = [&]<class Lx>(std::type_identity<Lx>, auto&& attention) {
+        using X = mt::tensor<double, Lx, batch, length, d_model>;
+        using W = mt::tensor<double, Lx, d_model, heads, d_kv>;
+        using WO = mt::tensor<double, Lx, heads, d_kv, d_model>;
+        auto x = mt::random_normal<X>(g, {B, S, M}, 91);
+        auto wq = mt::random_normal<W>(g, {M, H, K}, 92, 0, 0.5);
+        const auto wk = mt::random_normal<W>(g, {M, H, K}, 93, 0, 0.5), wv = mt::random_normal<W>(g, {M, H, K}, 94, 0, 0.5);
+        const auto wo = mt::random_normal<WO>(g, {H, K, M}, 95, 0, 0.5);
+        x.requires_grad(), wq.requires_grad();
+        g.reset_counters();
+        const auto y = attention(x, wq, wk, wv, wo);
+        const auto counted = g.counters();
+        const auto [gx, gq] = mt::gradient(weighted_sum(y, 2), x, wq);
+        return std::tuple{mt::gather_all(y), mt::gather_all(gx), mt::gather_all(gq), counted};
+      };
+      const auto [y0, gx0, gq0, c0] = attend(std::type_identity<L0>{}, [](const auto&... a) {
+        return nn::causal_attention<length, mlen, d_model, heads, d_kv>(a...);
+      });
+      const auto [y1, gx1, gq1, c1] = attend(std::type_identity<L>{}, [](const auto&... a) {
+        return nn::ring_causal_attention<length, mlen, d_model, heads, d_kv>(a...);
+      });
+      const auto [y2, gx2, gq2, c2] = attend(std::type_identity<L>{}, [](const auto&... a) {
+        return nn::all_to_all_causal_attention<length, mlen, d_model, heads, d_kv>(a...);
+      });
+      CHECK(max_rel_error(y1, y0) < 1e-12);
+      CHECK(max_rel_error(gx1, gx0) < 1e-10);
+      CHECK(max_rel_error(gq1, gq0) < 1e-10);
+      CHECK(max_rel_error(y2, y0) < 1e-12);
+      CHECK(max_rel_error(gx2, gx0) < 1e-10);
+      CHECK(max_rel_error(gq2, gq0) < 1e-10);
+      // The ring's forward shifts: c - 1, over the context axis and no other.
+      std::int64_t shifts = 0;
+      for (const auto& [key, n] : c1) {
+        if (key.first != mt::collective::shift) continue;
+        CHECK(key.second == mt::axis_set(cube::template mask<ctx_>()));
+        shifts += n.calls;
+      }
+      CHECK(shifts == c - 1);
+    }
+}
