@@ -1,7 +1,8 @@
 #pragma once
-// --check-plan's verdict, for the programs that check a real step against its plan (meshtensor-lm,
-// the examples' checks): this rank's differences (plan_differences), agreed over a communicator by
-// one MPI_MIN so that every rank returns the same verdict, and what this rank's step sent.
+// The verdict of a plan check, for the programs that check a real step against its plan
+// (meshtensor-lm's and the examples' check-plan): this rank's differences (plan_differences),
+// agreed over a communicator by one MPI_MIN so that every rank returns the same verdict, and what
+// this rank's step sent.
 #include <mpi.h>
 
 #include <cstdint>
