@@ -4,11 +4,12 @@
 # one (Debian's .debs and the CUDA Kokkos, about 40 MiB):
 #   1. unpacks the .debs into a prefix of their own (never over /), and puts the Kokkos back;
 #   2. builds, with nvcc at -O1 on every core, the programs that exercise the GPU: matmul, the
-#      elementwise, einsum, reductions (softmax) and reshape tests, the data-movement, fused and
-#      layer-gradient tests, bench_local and meshtensor-lm (tools/lm);
+#      elementwise, einsum, reductions (softmax) and reshape tests, the data-movement, fused,
+#      layer-gradient and ring-attention tests, bench_local and meshtensor-lm (tools/lm);
 #   3. runs the tests at 1 and 2 ranks sharing the GPU (every op checking its plan), the matmul
-#      example on [2 x 2], bench_local's products against cuBLAS called directly, and the
-#      Transformer step against PyTorch on the same GPU.
+#      example on [2 x 2], bench_local's products against cuBLAS called directly, the Transformer
+#      step against PyTorch on the same GPU, the Transformer with its sequence over 2 ranks (ring
+#      attention) against the data layout, and what the GPU sustains (scripts/dev/gpu_calibrate.py).
 # Keeps going past a failure and ends with a summary; exit status 1 if anything failed. Each phase
 # has a time limit, so that the whole fits in 10 minutes.
 #
@@ -82,7 +83,7 @@ build=$root/build/gpu_check
 # MESHTENSOR_GPU_TARGETS narrows the set (e.g. "matmul bench_local"). Every core is used
 # (getconf: nproc said 1 on the H100 machine, whose command runs with an affinity of one core): there
 # meshtensor-lm's 12 TUs (then) and a 4-TU test program built in 100 s.
-read -r -a targets <<<"${MESHTENSOR_GPU_TARGETS:-matmul bench_local meshtensor-lm mpi_elementwise_test mpi_einsum_test mpi_reductions_test mpi_reshape_test mpi_data_movement_equivalence_test mpi_nn_gradient_test mpi_fused_equivalence_test}"
+read -r -a targets <<<"${MESHTENSOR_GPU_TARGETS:-matmul bench_local meshtensor-lm mpi_elementwise_test mpi_einsum_test mpi_reductions_test mpi_reshape_test mpi_data_movement_equivalence_test mpi_nn_gradient_test mpi_fused_equivalence_test mpi_ring_attention_gradient_test}"
 generator=(); keep_going=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); keep_going=(-- -k 0); else keep_going=(-- -k); fi
 step configure 120 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" \
@@ -104,7 +105,8 @@ run_built() {  # target dir name seconds ranks [args...]: skipped unless asked f
   [ -x "$exe" ] || { failed+=("$target (not built)"); return; }
   step "$name" "$limit" mpiexec -n "$ranks" "$exe" "$@"
 }
-tests=(mpi_elementwise_test mpi_einsum_test mpi_reductions_test mpi_reshape_test
+# The newest first: a run that reaches its time limit has run them.
+tests=(mpi_ring_attention_gradient_test mpi_elementwise_test mpi_einsum_test mpi_reductions_test mpi_reshape_test
        mpi_data_movement_equivalence_test mpi_nn_gradient_test mpi_fused_equivalence_test)
 # Of the programs named by subject, the equivalence cases (their gradients and plans are the CPU suite's).
 by_subject=" mpi_elementwise_test mpi_einsum_test mpi_reductions_test mpi_reshape_test "
@@ -116,12 +118,21 @@ run_built meshtensor-lm tools/lm "transformer step, ours" 90 1 --layout data --m
   --steps 13 --warmup 3 --log-every 100000 --csv "$out/loss.csv"
 step "transformer step, PyTorch" 90 python3 "$root/tools/lm/torch_reference.py" bench "${model[@]}" \
   --warmup 3 --steps 10 --device cuda
+# Context parallelism on the GPU: the sequence over 2 ranks, attention by the ring, the same losses
+# as the data layout (what ctest's lm.context_agrees.ring checks on the CPU).
+run_built meshtensor-lm tools/lm "transformer, ring attention over 2 ranks = data layout" 90 2 --compare-layouts \
+  --layouts data context --attention ring --steps 10 --mesh 1 2 --length 30 --dropout 0.1 --tolerance 1e-5
+# What the GPU sustains (products in bf16 and float32, memory, a kernel's fixed cost), for the cost
+# model's calibration of a GPU machine (scripts/dev/published_plans.py).
+step "GPU rates (PyTorch)" 90 python3 "$root/scripts/dev/gpu_calibrate.py" --out "$out/gpu_calibration.json"
 run_built matmul examples "matmul example on [2 x 2]" 60 4 --size 1024
 for n in 1 2; do
   for t in "${tests[@]}"; do
     filter=()
     [[ $by_subject == *" $t "* ]] && filter=("[equivalence]")
-    run_built "$t" tests "$t at $n rank(s)" 45 "$n" "${filter[@]}"
+    limit=45
+    [ "$t" = mpi_ring_attention_gradient_test ] && limit=120  # its cases sweep many layouts, small kernels
+    run_built "$t" tests "$t at $n rank(s)" "$limit" "$n" "${filter[@]}"
   done
 done
 

@@ -4,7 +4,7 @@
 //   tensor   the batch over rows; KV heads, d_ff and the vocabulary over cols (Megatron's split)
 //   context  the batch over rows; the sequence over cols (context parallelism: attention by
 //            all-to-all or, with --attention ring, by a ring; everything else per position)
-//   context_tensor  the sequence over rows (attention by the ring); KV heads, d_ff and the
+//   context_tensor  the sequence over rows, zigzag (attention by the ring); KV heads, d_ff and the
 //            vocabulary over cols (Llama 3 405B's split within a pipeline stage)
 // The model below is the same code under each: only the layout type differs (and, where it splits
 // the sequence, which attention runs). --plan prints what a
@@ -18,6 +18,7 @@
 #include <iterator>
 #include <meshtensor/io/checkpoint.hpp>
 #include <meshtensor/meshtensor.hpp>
+#include <meshtensor/plan/cost_model.hpp>
 #include <random>
 
 namespace mt = meshtensor;
@@ -40,11 +41,15 @@ using data_layout = mt::layout<grid, mt::split<batch, rows, cols>>;
 using tensor_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
                                  mt::split<vocab, cols>>;
 using context_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<length, cols>>;
-using context_tensor_layout = mt::layout<grid, mt::split<length, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
+// The ring's layout cuts the sequence zigzag (chunks q and 2P - 1 - q on part q): under the causal
+// mask every part then computes as many blocks, where a contiguous split leaves the last part P
+// blocks and the first one.
+using context_tensor_layout = mt::layout<grid, mt::zigzag<length, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
                                          mt::split<vocab, cols>>;
 
 struct options {
   std::string layout = "data", attention = "all-to-all", text = "/usr/share/common-licenses/GPL-3", checkpoint, resume, csv;
+  std::string dtype = "float32", calibration;
   std::vector<int> mesh{1, 1};
   std::int64_t steps = 100, batch = 8, length = 64, d_model = 64, layers = 2, kv_heads = 2, group = 2, d_kv = 16,
                d_ff = 172, vocab = 256, save_every = 0, log_every = 10;
@@ -106,30 +111,44 @@ struct model {
   bool recompute = false;
   bool ring = false;  // --attention ring: where the layout splits the sequence, attention by a ring
 
-  // Grouped-query attention: where the layout splits the sequence, by all-to-all or by a ring.
-  t<batch, length, d_model> attention(const t<batch, length, d_model>& x, std::size_t b) const {
-    if constexpr (std::is_same_v<L, context_tensor_layout>)
-      return nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, wq[b], wk[b], wv[b], wo[b]);
-    else if constexpr (std::is_same_v<L, context_layout>)
-      return ring ? nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, wq[b], wk[b], wv[b], wo[b])
-                  : nn::all_to_all_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, wq[b], wk[b], wv[b], wo[b]);
-    else
-      return nn::grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, wq[b], wk[b], wv[b], wo[b]);
+  // A weight as the computation in C uses it: itself (float32), or a bf16 copy whose gradient flows
+  // back to the float weight, which Adam updates (--dtype bf16: mixed precision).
+  template <class C, class W>
+  static auto as(const W& w) {
+    if constexpr (std::is_same_v<C, float>) return w;
+    else return mt::cast<C>(w);
   }
 
-  // Mean next-token cross-entropy of a batch of token ids.
+  // Grouped-query attention: where the layout splits the sequence, by all-to-all or by a ring.
+  template <class C, class X>
+  X attention(const X& x, std::size_t b) const {
+    const auto q = as<C>(wq[b]), k = as<C>(wk[b]), v = as<C>(wv[b]), o = as<C>(wo[b]);
+    if constexpr (std::is_same_v<L, context_tensor_layout>)
+      return nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o);
+    else if constexpr (std::is_same_v<L, context_layout>)
+      return ring ? nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o)
+                  : nn::all_to_all_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o);
+    else
+      return nn::grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o);
+  }
+
+  // Mean next-token cross-entropy of a batch of token ids, computed in C (float, or bf16: the
+  // activations and products in bf16, their sums and the loss in float).
+  template <class C = float>
   t<> loss(const t<batch, length>& ids, const t<batch, length>& labels) const {
-    auto x = nn::embedding<vocab>(embedding, ids);
+    using X = mt::tensor<C, L, batch, length, d_model>;
+    X x = nn::embedding<vocab>(as<C>(embedding), ids);
     for (std::size_t b = 0; b < wq.size(); ++b) {
-      const auto block = [this, b](const t<batch, length, d_model>& in) {
-        const auto a = in + attention(nn::rms_norm<d_model>(in, attention_norm[b]), b);
-        return a + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(a, feed_forward_norm[b]), w_gate[b], w_up[b], w_down[b]);
+      const auto block = [this, b](const X& in) {
+        const X a = in + attention<C>(nn::rms_norm<d_model>(in, as<C>(attention_norm[b])), b);
+        return X(a + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(a, as<C>(feed_forward_norm[b])),
+                                                           as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
       };
       // --recompute: only each block's input is kept; the backward pass runs the block again
       x = recompute ? mt::recompute(block, x) : block(x);
     }
-    const auto logits = nn::dense<d_model, vocab>(nn::rms_norm<d_model>(x, final_norm), output);
-    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits, labels));
+    const auto logits = nn::dense<d_model, vocab>(nn::rms_norm<d_model>(x, as<C>(final_norm)), as<C>(output));
+    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(mt::cast<float>(logits), labels));
   }
 };
 
@@ -203,7 +222,9 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
         ids[b * o.length + p] = static_cast<float>(text[s + p] % o.vocab);
         labels[b * o.length + p] = static_cast<float>(text[s + p + 1] % o.vocab);
       }
-    const auto loss = m.loss(mt::from_host<ids_t>(g, {o.batch, o.length}, ids), mt::from_host<ids_t>(g, {o.batch, o.length}, labels));
+    const auto batch_ids = mt::from_host<ids_t>(g, {o.batch, o.length}, ids);
+    const auto batch_labels = mt::from_host<ids_t>(g, {o.batch, o.length}, labels);
+    const auto loss = o.dtype == "bf16" ? m.template loss<mt::bf16>(batch_ids, batch_labels) : m.loss(batch_ids, batch_labels);
     const auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
     adam.step(params, grads);
     if (g.is_planned()) continue;
@@ -244,6 +265,10 @@ std::int64_t plan(options o, bool print) {
                gib(p.peak_bytes_of(mt::memory_kind::activations)));
     if (!o.plan) return p.peak_bytes;
     fmt::print("{}", p.table());
+    if (!o.calibration.empty()) {  // the cost model: docs/plan-mode.md
+      const auto c = mt::machine_calibration::load(o.calibration);
+      fmt::print("predicted step time {} (calibration {})\n", mt::to_string(mt::predict(p, c)), o.calibration);
+    }
   }
   return p.peak_bytes;
 }
@@ -299,7 +324,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", o.log_every, "steps between printed losses")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--csv", o.csv, "write every step's loss to this file");
   app.add_flag("--recompute", o.recompute, "keep only each block's input for the backward pass, computing the rest again");
+  app.add_option("--dtype", o.dtype, "float32, or bf16: activations and products in bf16, float master weights")
+      ->check(CLI::IsMember({"float32", "bf16"}))->capture_default_str();
   app.add_flag("--plan", o.plan, "print what a step needs on --mesh, without running it");
+  app.add_option("--calibration", o.calibration, "with --plan: the step time predicted on the machine this file describes "
+                 "(benchmarks/bench_calibrate.cpp writes one)");
   app.add_option("--memory-budget", o.memory_budget, "GiB per processor: plan the step first, refuse to run (exit 2) if its planned peak does not fit "
                  "(the program itself, MPI's buffers and the ring's tile scratch come on top)");
   try {

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plans of meshtensor-lm (tools/lm) against published figures (docs/scale.md, "Published figures").
 
-    python3 scripts/dev/published_plans.py BUILD/tools/lm/meshtensor-lm [--check]
+    python3 scripts/dev/published_plans.py BUILD/tools/lm/meshtensor-lm [--check] [--llama BUILD/examples/llama]
 
 --check (ctest lm.published_plans) exits 1 unless every GPT-3 size and Megatron
 configuration is within 1% of the closed form, every planned ZeRO row within 0.1% of ZeRO's formula
@@ -42,6 +42,12 @@ so instead of a figure.
    against theirs. --sequence-parallel is refused with --pipeline, so where they add sequence parallelism
    the pipelined rows do not; the 22 B run (no pipeline) is also planned unpipelined, with and without it.
 6. --rank-layouts --processors: the shapes of Megatron's 1536 GPUs ranked for its 145.6 B model.
+7. With --llama BUILD/examples/llama: Llama 3 405B (sequence 131072, tensor 8, context 16, pipeline 16,
+   data 8, as Meta ran it) and 8B (1 M tokens on 32 GPUs, as torchtitan runs it): the parameters
+   from the planned tensors (--check: 405B within 1% of 405 B), one pipeline stage planned in bf16
+   under each [context x tensor] shape of its GPUs, its memory, and the step predicted from an H100
+   calibration (llama_step() says how) against Meta's 380 teraFLOP/s per GPU; --check requires
+   some shape of the 405B stage to fit 74.5 GiB.
 """
 import json
 import os
@@ -116,20 +122,49 @@ A100 = {
 
 
 def a100_calibration(t, sizes):
-    """A calibration file for the GPUs of one Megatron run: groups of t GPUs or a divisor of it (the
-    tensor-parallel ones, inside a node of 8) over NVLink, every other group size over InfiniBand
+    """A calibration file for the GPUs of one Megatron run (gpu_calibration with the A100 above)."""
+    return gpu_calibration(A100, t, sizes)
+
+
+# An H100 (SXM5, 80 GB HBM3, as Meta's Llama 3 clusters): the links from public specifications,
+# the products' rates, the memory rate and a kernel's fixed cost measured on one H100 with PyTorch
+# (scripts/dev/gpu_calibrate.py; benchmarks/results/gpu-h100-rates-2026-11-27.json): bf16 products
+# sustain 58 (1024^3) to 748 (8192^3) of the 989 teraFLOP/s peak, a copy 2.96 of the 3.35 TB/s.
+H100_RATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "results",
+                          "gpu-h100-rates-2026-11-27.json")
+
+
+def h100():
+    measured = json.load(open(H100_RATES))
+    return {
+        "peak_flops": 989e12,          # bf16 dense tensor-core peak (public specification)
+        "gemm_rates": {p["m"] * p["n"] * p["k"]: p["flops_per_s"] for p in measured["products"] if p["dtype"] == "bf16"},
+        "hbm_bytes_per_s": measured["memory_bytes_per_s"],  # a copy's bytes read and written per second
+        "kernel_seconds": 5e-6,        # as the A100's: fused, graph-launched kernels (PyTorch's eager add measured 9.9 us)
+        "nvlink_bytes_per_s": 450e9,   # NVLink 4 through NVSwitch, each direction, per GPU
+        "nvlink_alpha": 10e-6,
+        "ib_bytes_per_s": 50e9,        # one NDR InfiniBand adapter (400 Gb/s) per GPU
+        "ib_hop_seconds": 3e-6,
+    }
+
+
+def gpu_calibration(a, t, sizes, nvlink_sizes=None):
+    """A calibration file for GPUs a: groups of t GPUs or a divisor of it (the tensor-parallel ones,
+    inside a node of 8) over NVLink, every other group size over InfiniBand
     (calibrations are keyed by group size; each row gets its own). The model's bytes
     are those the plan counts: allreduce and reduce_scatter the whole buffer, allgather each part,
     a send its slice; ring algorithms move 2(n-1)/n, (n-1)/n and (n-1) times them."""
-    a = A100
-    lines = [f"ranks {max(sizes)}", f"gemm_flops_per_s {a['peak_flops'] * a['gemm_efficiency']}",
+    lines = [f"ranks {max(sizes)}",
+             f"gemm_flops_per_s {a['peak_flops'] * a['gemm_efficiency'] if 'gemm_efficiency' in a else max(a['gemm_rates'].values())}",
              # results written per second: an elementwise kernel reads about two operands per result
              f"bytes_per_s {a['hbm_bytes_per_s'] / 3}",
              # an Adam step reads parameter, gradient, m, v and writes three of them: 7 words per word
              f"optimizer_bytes_per_s {a['hbm_bytes_per_s'] / 7}",
              "host_bytes_per_s 25e9", f"seconds_per_kernel {a['kernel_seconds']}"]
+    lines += [f"gemm {mnk} {rate}" for mnk, rate in sorted(a.get("gemm_rates", {}).items())]
     for n in sorted(set(sizes) | {2}):
-        inside = t % n == 0  # a tensor-parallel group (the data-parallel ones span nodes in every row)
+        # a tensor-parallel group (the data-parallel ones span nodes in every row), or the sizes named
+        inside = n in nvlink_sizes if nvlink_sizes is not None else t % n == 0
         bw = a["nvlink_bytes_per_s"] if inside else a["ib_bytes_per_s"]
         alpha = a["nvlink_alpha"] if inside else 2 * (n - 1) * a["ib_hop_seconds"]
         factor = {"allreduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n, "allgather": n - 1,
@@ -497,6 +532,151 @@ def rank_shapes(binary):
     return rank
 
 
+# Llama 3 (Meta 2024): 405B (126 blocks, d_model 16384, 128 query heads as 8 KV heads x 16, d_kv
+# 128, d_ff 53248, vocabulary 128256) trained at sequence 131072 with tensor 8, context 16,
+# pipeline 16 and data 8 on 16384 H100s, 16 sequences per data-parallel group per step, 380
+# teraFLOP/s per GPU (their Table 4); 8B (32 blocks, d_model 4096, 8 x 4 heads, d_ff 14336) as
+# torchtitan trains it at 1 M tokens on 32 H100s.
+LLAMA_405B = ["--d-model", 16384, "--kv-heads", 8, "--group", 16, "--d-kv", 128, "--d-ff", 53248, "--vocab", 128256]
+LLAMA_8B = ["--d-model", 4096, "--kv-heads", 8, "--group", 4, "--d-kv", 128, "--d-ff", 14336, "--vocab", 128256]
+H100_BUDGET_GIB = 74.5  # an 80 GB card
+
+
+def llama_plan(llama, calibration, *args):
+    """examples/llama's --plan with a calibration: parameters, peak GiB by kind, the table's rows,
+    FLOPs, optimizer bytes and the predicted time's parts (seconds)."""
+    r = subprocess.run([llama, "--plan", "--calibration", calibration, *map(str, args)], capture_output=True, text=True)
+    if r.returncode != 0:
+        return {"error": (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]}
+    out = r.stdout
+    d = {"rows": []}
+    d["parameters"] = int(re.search(r"^parameters: (\d+)", out, re.M).group(1))
+    m = re.search(r"peak ([\d.]+) GiB = parameters ([\d.]+) \+ optimizer state ([\d.]+) \+ gradients ([\d.]+) "
+                  r"\+ activations ([\d.]+)", out)
+    d["peak"], d["params_gib"], d["adam_gib"], _, d["activations_gib"] = map(float, m.groups())
+    for row in re.finditer(r"^(\S.*?)\s+(allreduce|reduce_scatter|allgather|alltoall|shift|exscan)\s+(\S+)\s+(\d+)\s+(\d+)$",
+                           out, re.M):
+        d["rows"].append((row.group(1).strip(), row.group(2), row.group(3), int(row.group(4)), int(row.group(5))))
+    d["flops"] = int(re.search(r"local FLOPs \(products\): (\d+)", out).group(1))
+    d["optimizer_bytes"] = int(re.search(r"updated by the optimizer: (\d+)", out).group(1))
+    t = re.search(r"predicted step time ([\d.]+) ms: kernels ([\d.]+), memory ([\d.]+), products ([\d.]+), "
+                  r"communication ([\d.]+)", out)
+    d["total"], d["kernels"], d["memory"], d["products"], d["communication"] = (float(x) / 1e3 for x in t.groups())
+    return d
+
+
+def collective_seconds(cal_text, kind, size, calls, nbytes):
+    """alpha calls + beta bytes from a calibration's text (the nearest group size, as the cost model)."""
+    rows = [line.split() for line in cal_text.splitlines() if line.startswith(f"collective {kind} ")]
+    _, _, n, alpha, beta = min(rows, key=lambda r: abs(int(r[2]) - size))
+    return calls * float(alpha) + nbytes * float(beta)
+
+
+def llama_step(llama, cal_path, cal_text, model, layers, length, rows, cols, pipeline, microbatches, data, h100):
+    """One stage of `layers` blocks (with the embedding and the output layer: the first and last
+    stages' parts together, an upper bound) on [rows x cols] = context x tensor, one microbatch of
+    one sequence, bf16, --recompute; its plan, and a 1F1B step of `microbatches` per data-parallel
+    group over `pipeline` stages predicted from it:
+      step = (m + p - 1) t_microbatch + t_fixed + t_data,
+    t_fixed the part of the planned step that runs once per step (the weights' gradient allreduce
+    over the context axis, Adam's update), t_microbatch the rest (forward, recomputation and
+    backward of one microbatch, every kernel of theirs), t_data the stage's float32 gradients'
+    allreduce over the data axis (InfiniBand). Memory under 1F1B: the planned peak plus the block
+    inputs of the min(m, p) - 1 other microbatches in flight on the first stage (bf16); and, as an
+    estimate, with the float32 weights and Adam's state sharded over the context and data axes (as
+    FSDP shards them in Meta's and torchtitan's runs; the example keeps them whole on every
+    processor of the context axis)."""
+    d = llama_plan(llama, cal_path, "--mesh", rows, cols, "--layout", "context_tensor", "--attention", "ring",
+                   *model, "--layers", layers, "--length", length, "--batch", 1, "--dtype", "bf16", "--recompute")
+    if "error" in d:
+        return d
+    grads = [r for r in d["rows"] if r[0] == "weight gradients (backward)" and r[1] == "allreduce"]
+    fixed = sum(collective_seconds(cal_text, "allreduce", rows if r[2] == "rows" else rows * cols if r[2] == "rows,cols" else cols,
+                                   r[3], r[4]) for r in grads)
+    fixed += d["optimizer_bytes"] / (h100["hbm_bytes_per_s"] / 7)
+    d["t_fixed"], d["t_microbatch"] = fixed, d["total"] - fixed
+    stage_gradient_bytes = d["params_gib"] * 2**30
+    # across nodes: a ring allreduce over InfiniBand
+    d["t_data"] = (2 * (data - 1) * h100["ib_hop_seconds"] + 2 * (data - 1) / data * stage_gradient_bytes / h100["ib_bytes_per_s"]
+                   if data > 1 else 0.0)
+    d["step"] = (microbatches + pipeline - 1) * d["t_microbatch"] + d["t_fixed"] + d["t_data"]
+    d_model = model[model.index("--d-model") + 1]
+    in_flight = (min(microbatches, pipeline) - 1) * layers * (length // rows) * d_model * 2
+    d["peak_1f1b"] = d["peak"] + in_flight / 2**30
+    d["peak_sharded"] = d["peak_1f1b"] - (d["params_gib"] + d["adam_gib"]) * (1 - 1 / (rows * data))
+    return d
+
+
+def llama_rows(llama, failures):
+    print("\n## Llama 3 on H100s: a pipeline stage planned, the step predicted\n")
+    print("examples/llama plans one stage (Llama's blocks: RMSNorm, grouped-query attention, SwiGLU; bf16 "
+          "activations and products, float32 weights and Adam; --recompute; the sequence zigzag over the "
+          "context axis, attention by the ring), one microbatch of one sequence; the step is predicted from "
+          "the H100 calibration (products, memory and a kernel's cost measured on one H100: "
+          "benchmarks/results/gpu-h100-rates-2026-11-27.json; NVLink 4 at 450 GB/s each way inside a node of 8, "
+          "NDR InfiniBand at 50 GB/s per GPU between nodes) as llama_step() says. Model FLOPs per step: "
+          "6 x (parameters - embedding) x tokens + 6 x layers x s^2 x d_model per sequence (causal attention, "
+          "forward and backward).\n")
+    h = h100()
+    cals = []
+
+    def calibration(tensor):  # a file whose groups of the tensor axis's size (inside a node) use NVLink
+        with tempfile.NamedTemporaryFile("w", suffix=".calibration", delete=False) as cal:
+            text = gpu_calibration(h, tensor, [2, 4, 8, 16, 32, 64, 128], nvlink_sizes={tensor} - {1})
+            cal.write(text)
+        cals.append(cal.name)
+        return cal.name, text
+    try:
+        cal_name, _ = calibration(8)
+        whole = llama_plan(llama, cal_name, "--mesh", 16, 8, "--layout", "context_tensor", "--attention", "ring",
+                           *LLAMA_405B, "--layers", 126, "--length", 256, "--dtype", "bf16")
+        n405 = whole["parameters"]
+        n8 = llama_plan(llama, cal_name, "--mesh", 32, 1, "--layout", "context_tensor", "--attention", "ring",
+                        *LLAMA_8B, "--layers", 32, "--length", 256, "--dtype", "bf16")["parameters"]
+        print(f"Parameters from the planned tensors: 405B {n405 / 1e9:.2f} billion ({100 * (n405 / 405e9 - 1):+.2f}% of "
+              f"Meta's 405 B), 8B {n8 / 1e9:.2f} billion ({100 * (n8 / 8.03e9 - 1):+.2f}% of 8.03 B).\n")
+        if abs(n405 / 405e9 - 1) > 0.01:
+            failures.append(f"Llama 3 405B planned with {n405} parameters, not within 1% of 405 B")
+        print("| model, sequence | stage mesh [context x tensor] | p | m | N_d | GPUs | planned peak (1 microbatch) | "
+              "1F1B peak | weights and Adam's state sharded (estimate) | fits 74.5 GiB | t_microbatch: kernels / memory / products / comm | "
+              "t_fixed | t_data | predicted step | predicted TFLOP/s per GPU | published |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        runs = [("405B, 131072", LLAMA_405B, 8, 131072, 126, p, 16, 16, 8, n405, "380 (Meta, Table 4)")
+                for p in [(16, 8), (32, 4), (64, 2), (128, 1)]]
+        runs += [("8B, 1048576", LLAMA_8B, 32, 1048576, 32, p, 1, 1, 1, n8, "")
+                 for p in [(32, 1), (16, 2), (8, 4), (4, 8)]]
+        best = {}
+        for label, model, layers, s, total_layers, (r, c), p, m, nd, n, published in runs:
+            d = llama_step(llama, *calibration(c), model, layers, s, r, c, p, m, nd, h)
+            gpus = r * c * p * nd
+            if "error" in d:
+                print(f"| {label} | [{r} x {c}] | {p} | {m} | {nd} | {gpus} | not planned: {d['error']} | | | | | | | | | |")
+                continue
+            d_model = model[model.index("--d-model") + 1]
+            vocab = model[model.index("--vocab") + 1]
+            sequences = m * nd
+            flops = 6 * (n - vocab * d_model) * sequences * s + 6 * total_layers * s * s * d_model * sequences
+            tflops = flops / (gpus * d["step"]) / 1e12
+            fits = d["peak_sharded"] <= H100_BUDGET_GIB
+            mb_kernels = d["kernels"]
+            mb_memory = d["memory"] - d["optimizer_bytes"] / (h["hbm_bytes_per_s"] / 7)
+            mb_comm = d["communication"] - (d["t_fixed"] - d["optimizer_bytes"] / (h["hbm_bytes_per_s"] / 7))
+            print(f"| {label} | [{r} x {c}] | {p} | {m} | {nd} | {gpus} | {d['peak']:.1f} GiB | {d['peak_1f1b']:.1f} GiB | "
+                  f"{d['peak_sharded']:.1f} GiB | {'yes' if fits else 'no'} | {d['t_microbatch']:.3f} s: {mb_kernels:.3f} / {mb_memory:.3f} / "
+                  f"{d['products']:.3f} / {mb_comm:.3f} | {d['t_fixed']:.3f} s | {d['t_data']:.3f} s | {d['step']:.2f} s | "
+                  f"{tflops:.0f} | {published} |")
+            if fits and (label not in best or d["step"] < best[label][1]):
+                best[label] = (f"[{r} x {c}]", d["step"])
+        for label, (mesh, step) in best.items():
+            print(f"\n{label}: the fastest shape that fits is {mesh} ({step:.2f} s per step).", end="")
+        print()
+        if "405B, 131072" not in best:
+            failures.append("no shape of the Llama 3 405B stage fits 74.5 GiB")
+    finally:
+        for name in cals:
+            os.unlink(name)
+
+
 def zero_formula(stage, psi, n):
     return {1: 4 * psi + 12 * psi / n, 2: 2 * psi + 14 * psi / n, 3: 16 * psi / n}[stage]
 
@@ -504,6 +684,7 @@ def zero_formula(stage, psi, n):
 def main():
     binary = sys.argv[1]
     check = "--check" in sys.argv[2:]
+    llama = sys.argv[sys.argv.index("--llama") + 1] if "--llama" in sys.argv[2:] else None
     failures = []
     print("## GPT-3's sizes: parameters counted from the planned model\n")
     print("| model | layers | d_model | heads x d_head | published | planned | vs published | closed form | vs closed form |")
@@ -556,6 +737,8 @@ def main():
     megatron_schedules(binary, failures)
     if rank_shapes(binary) is None:
         failures.append("--rank-layouts --processors found no shape or not Megatron's")
+    if llama:
+        llama_rows(llama, failures)
     for f in failures:
         print("FAILED:", f)
     print("\nGPT-3 XL: Table 2.1 lists 24 heads of 128 (3072, not d_model 2048); its 1.3 B parameters match an "

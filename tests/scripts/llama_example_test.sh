@@ -9,7 +9,12 @@
 #   budget         a sequence of 1024 whose step needs more than 0.05 GiB on one processor: refused
 #                  there (exit 2, before training), and trained with the sequence over 4 ranks
 #   plan           Llama 3 8B's sizes planned on 8 processors: 8.03 billion parameters (Meta's
-#                  figure) and the all-to-all attention's alltoalls in the table
+#                  figure) and the all-to-all attention's alltoalls in the table; with
+#                  --calibration, the predicted products' time is the plan's FLOPs at the file's rate
+#   bf16           --dtype bf16 (bf16 activations and products, float weights) under the ring's
+#                  zigzag layout on [2 x 2] follows one processor's float32 losses (2e-2, but more
+#                  than 2e-5 apart: float32 layouts differ by about 1e-6) and
+#                  learns; its plan's ring shifts move half float32's bytes
 set -euo pipefail
 case_=$1 llama=$2 dir=$3 mpiexec=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
@@ -64,6 +69,32 @@ case $case_ in
             --d-kv 128 --d-ff 14336 --vocab 128256 --batch 1 --length 8192)
     echo "$out"
     grep -q '(8.03 billion)' <<<"$out" || { echo "FAIL: not Llama 3 8B's 8.03 billion parameters"; exit 1; }
-    grep -q 'alltoall' <<<"$out" || { echo "FAIL: no alltoall in the plan"; exit 1; } ;;
+    grep -q 'alltoall' <<<"$out" || { echo "FAIL: no alltoall in the plan"; exit 1; }
+    # A machine of 1e12 FLOP/s, no other cost: the products' time is the FLOPs over 1e9 in ms.
+    printf 'ranks 8\ngemm_flops_per_s 1e12\nbytes_per_s 1e30\noptimizer_bytes_per_s 1e30\nhost_bytes_per_s 1e30\nseconds_per_kernel 0\n' > machine.cal
+    for c in allreduce reduce_scatter allgather alltoall shift exscan; do echo "collective $c 8 0 0" >> machine.cal; done
+    out=$("$mpiexec" -n 1 "$llama" --plan --mesh 1 8 --layout context --d-model 256 --layers 2 --kv-heads 8 --group 2 \
+            --d-kv 32 --d-ff 512 --vocab 1000 --batch 1 --length 512 --calibration machine.cal)
+    grep 'predicted\|local FLOPs' <<<"$out"
+    awk '/^local FLOPs/ { gsub(/;/, "", $4); flops = $4 }
+         /^predicted step time/ { for (i = 1; i <= NF; ++i) if ($i == "products") { p = $(i + 1); gsub(/,/, "", p) } }
+         END { want = flops / 1e9; d = p - want; if (d < 0) d = -d
+               print "products " p " ms, FLOPs / 1e9 = " want; exit !(flops > 0 && d <= 1e-3 * want + 1e-3) }' <<<"$out" ||
+      { echo "FAIL: the predicted products' time is not the plan's FLOPs at 1e12 FLOP/s"; exit 1; } ;;
+  bf16)
+    run 1 --steps 30 --csv float.csv
+    run 4 --mesh 2 2 --layout context_tensor --attention ring --dtype bf16 --steps 30 --csv bf16.csv
+    awk -F, 'NR == FNR { if (FNR > 1) a[$1] = $2; next }
+      FNR > 1 { n++; d = ($2 - a[$1]) / a[$1]; if (d < 0) d = -d; if (d > worst) worst = d; if (FNR == 2) first = $2; last = $2 }
+      END { print n " steps, largest relative difference " worst ", loss " first " -> " last
+            exit !(n == 30 && worst <= 2e-2 && worst > 2e-5 && last < 0.8 * first) }' float.csv bf16.csv ||
+      { echo "FAIL: bf16 does not follow float32 within 2e-2, differs as little as float32 across layouts (not bf16: 1e-6), or does not learn"; exit 1; }
+    shift_bytes() {  # the ring's forward shift bytes in a plan of the given dtype
+      "$mpiexec" -n 1 "$llama" --plan --mesh 4 1 --layout context_tensor --attention ring --length 256 --dtype "$1" |
+        awk '$1 == "ring_grouped_causal_attention" && $2 == "shift" { print $5 }'
+    }
+    f=$(shift_bytes float32) b=$(shift_bytes bf16)
+    echo "ring shift bytes: float32 $f, bf16 $b"
+    [ -n "$f" ] && [ "$((2 * b))" = "$f" ] || { echo "FAIL: bf16's shifts do not move half float32's bytes"; exit 1; } ;;
   *) echo "unknown case $case_"; exit 2 ;;
 esac
