@@ -122,7 +122,10 @@ struct model {
   // Grouped-query attention: where the layout splits the sequence, by all-to-all or by a ring.
   template <class C, class X>
   X attention(const X& x, std::size_t b) const {
-    const auto q = as<C>(wq[b]), k = as<C>(wk[b]), v = as<C>(wv[b]), o = as<C>(wo[b]);
+    const auto q = as<C>(wq[b]);  // one declaration each: their types differ (nvcc refuses them in one)
+    const auto k = as<C>(wk[b]);
+    const auto v = as<C>(wv[b]);
+    const auto o = as<C>(wo[b]);
     if constexpr (std::is_same_v<L, context_tensor_layout>)
       return nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o);
     else if constexpr (std::is_same_v<L, context_layout>)

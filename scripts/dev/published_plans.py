@@ -129,7 +129,8 @@ def a100_calibration(t, sizes):
 # An H100 (SXM5, 80 GB HBM3, as Meta's Llama 3 clusters): the links from public specifications,
 # the products' rates, the memory rate and a kernel's fixed cost measured on one H100 with PyTorch
 # (scripts/dev/gpu_calibrate.py; benchmarks/results/gpu-h100-rates-2026-11-27.json): bf16 products
-# sustain 58 (1024^3) to 748 (8192^3) of the 989 teraFLOP/s peak, a copy 2.96 of the 3.35 TB/s.
+# sustain 102 (1024^3) to 756 (8192^3) of the 989 teraFLOP/s peak, float32 ones 38 to 52, a copy
+# 2.95 of the 3.35 TB/s.
 H100_RATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks", "results",
                           "gpu-h100-rates-2026-11-27.json")
 
@@ -138,7 +139,9 @@ def h100():
     measured = json.load(open(H100_RATES))
     return {
         "peak_flops": 989e12,          # bf16 dense tensor-core peak (public specification)
-        "gemm_rates": {p["m"] * p["n"] * p["k"]: p["flops_per_s"] for p in measured["products"] if p["dtype"] == "bf16"},
+        # products of bf16 operands (gemm_bf16 lines) and of float32 ones (TF32 off, as meshtensor's)
+        "bf16_gemm_rates": {p["m"] * p["n"] * p["k"]: p["flops_per_s"] for p in measured["products"] if p["dtype"] == "bf16"},
+        "gemm_rates": {p["m"] * p["n"] * p["k"]: p["flops_per_s"] for p in measured["products"] if p["dtype"] == "float32"},
         "hbm_bytes_per_s": measured["memory_bytes_per_s"],  # a copy's bytes read and written per second
         "kernel_seconds": 5e-6,        # as the A100's: fused, graph-launched kernels (PyTorch's eager add measured 9.9 us)
         "nvlink_bytes_per_s": 450e9,   # NVLink 4 through NVSwitch, each direction, per GPU
@@ -162,6 +165,7 @@ def gpu_calibration(a, t, sizes, nvlink_sizes=None):
              f"optimizer_bytes_per_s {a['hbm_bytes_per_s'] / 7}",
              "host_bytes_per_s 25e9", f"seconds_per_kernel {a['kernel_seconds']}"]
     lines += [f"gemm {mnk} {rate}" for mnk, rate in sorted(a.get("gemm_rates", {}).items())]
+    lines += [f"gemm_bf16 {mnk} {rate}" for mnk, rate in sorted(a.get("bf16_gemm_rates", {}).items())]
     for n in sorted(set(sizes) | {2}):
         # a tensor-parallel group (the data-parallel ones span nodes in every row), or the sizes named
         inside = n in nvlink_sizes if nvlink_sizes is not None else t % n == 0
@@ -558,6 +562,7 @@ def llama_plan(llama, calibration, *args):
                            out, re.M):
         d["rows"].append((row.group(1).strip(), row.group(2), row.group(3), int(row.group(4)), int(row.group(5))))
     d["flops"] = int(re.search(r"local FLOPs \(products\): (\d+)", out).group(1))
+    d["bf16_flops"] = int(re.search(r"FLOPs of products of bf16 operands: (\d+)", out).group(1))
     d["optimizer_bytes"] = int(re.search(r"updated by the optimizer: (\d+)", out).group(1))
     t = re.search(r"predicted step time ([\d.]+) ms: kernels ([\d.]+), memory ([\d.]+), products ([\d.]+), "
                   r"communication ([\d.]+)", out)
@@ -572,7 +577,8 @@ def collective_seconds(cal_text, kind, size, calls, nbytes):
     return calls * float(alpha) + nbytes * float(beta)
 
 
-def llama_step(llama, cal_path, cal_text, model, layers, length, rows, cols, pipeline, microbatches, data, h100):
+def llama_step(llama, cal_path, cal_text, all_bf16_path, model, layers, length, rows, cols, pipeline, microbatches, data,
+               h100):
     """One stage of `layers` blocks (with the embedding and the output layer: the first and last
     stages' parts together, an upper bound) on [rows x cols] = context x tensor, one microbatch of
     one sequence, bf16, --recompute; its plan, and a 1F1B step of `microbatches` per data-parallel
@@ -585,11 +591,14 @@ def llama_step(llama, cal_path, cal_text, model, layers, length, rows, cols, pip
     inputs of the min(m, p) - 1 other microbatches in flight on the first stage (bf16); and, as an
     estimate, with the float32 weights and Adam's state sharded over the context and data axes (as
     FSDP shards them in Meta's and torchtitan's runs; the example keeps them whole on every
-    processor of the context axis)."""
-    d = llama_plan(llama, cal_path, "--mesh", rows, cols, "--layout", "context_tensor", "--attention", "ring",
-                   *model, "--layers", layers, "--length", length, "--batch", 1, "--dtype", "bf16", "--recompute")
+    processor of the context axis). step_all_bf16: the same with every product at bf16's rates (the
+    library takes some in float: ring attention's, and partial sums before their allreduce)."""
+    args = ["--mesh", rows, cols, "--layout", "context_tensor", "--attention", "ring", *model, "--layers", layers,
+            "--length", length, "--batch", 1, "--dtype", "bf16", "--recompute"]
+    d = llama_plan(llama, cal_path, *args)
     if "error" in d:
         return d
+    all_bf16 = llama_plan(llama, all_bf16_path, *args)
     grads = [r for r in d["rows"] if r[0] == "weight gradients (backward)" and r[1] == "allreduce"]
     fixed = sum(collective_seconds(cal_text, "allreduce", rows if r[2] == "rows" else rows * cols if r[2] == "rows,cols" else cols,
                                    r[3], r[4]) for r in grads)
@@ -600,6 +609,7 @@ def llama_step(llama, cal_path, cal_text, model, layers, length, rows, cols, pip
     d["t_data"] = (2 * (data - 1) * h100["ib_hop_seconds"] + 2 * (data - 1) / data * stage_gradient_bytes / h100["ib_bytes_per_s"]
                    if data > 1 else 0.0)
     d["step"] = (microbatches + pipeline - 1) * d["t_microbatch"] + d["t_fixed"] + d["t_data"]
+    d["step_all_bf16"] = d["step"] - (microbatches + pipeline - 1) * (d["products"] - all_bf16["products"])
     d_model = model[model.index("--d-model") + 1]
     in_flight = (min(microbatches, pipeline) - 1) * layers * (length // rows) * d_model * 2
     d["peak_1f1b"] = d["peak"] + in_flight / 2**30
@@ -620,9 +630,12 @@ def llama_rows(llama, failures):
     h = h100()
     cals = []
 
-    def calibration(tensor):  # a file whose groups of the tensor axis's size (inside a node) use NVLink
+    def calibration(tensor, all_bf16=False):
+        """A file whose groups of the tensor axis's size (inside a node) use NVLink; all_bf16: float
+        products at bf16's rates too."""
+        g = dict(h, gemm_rates=h["bf16_gemm_rates"]) if all_bf16 else h
         with tempfile.NamedTemporaryFile("w", suffix=".calibration", delete=False) as cal:
-            text = gpu_calibration(h, tensor, [2, 4, 8, 16, 32, 64, 128], nvlink_sizes={tensor} - {1})
+            text = gpu_calibration(g, tensor, [2, 4, 8, 16, 32, 64, 128], nvlink_sizes={tensor} - {1})
             cal.write(text)
         cals.append(cal.name)
         return cal.name, text
@@ -639,18 +652,19 @@ def llama_rows(llama, failures):
             failures.append(f"Llama 3 405B planned with {n405} parameters, not within 1% of 405 B")
         print("| model, sequence | stage mesh [context x tensor] | p | m | N_d | GPUs | planned peak (1 microbatch) | "
               "1F1B peak | weights and Adam's state sharded (estimate) | fits 74.5 GiB | t_microbatch: kernels / memory / products / comm | "
-              "t_fixed | t_data | predicted step | predicted TFLOP/s per GPU | published |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "FLOPs in bf16 | t_fixed | t_data | predicted step | predicted TFLOP/s per GPU | "
+              "every product at bf16's rate: step, TFLOP/s | published |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         runs = [("405B, 131072", LLAMA_405B, 8, 131072, 126, p, 16, 16, 8, n405, "380 (Meta, Table 4)")
                 for p in [(16, 8), (32, 4), (64, 2), (128, 1)]]
         runs += [("8B, 1048576", LLAMA_8B, 32, 1048576, 32, p, 1, 1, 1, n8, "")
                  for p in [(32, 1), (16, 2), (8, 4), (4, 8)]]
         best = {}
         for label, model, layers, s, total_layers, (r, c), p, m, nd, n, published in runs:
-            d = llama_step(llama, *calibration(c), model, layers, s, r, c, p, m, nd, h)
+            d = llama_step(llama, *calibration(c), calibration(c, all_bf16=True)[0], model, layers, s, r, c, p, m, nd, h)
             gpus = r * c * p * nd
             if "error" in d:
-                print(f"| {label} | [{r} x {c}] | {p} | {m} | {nd} | {gpus} | not planned: {d['error']} | | | | | | | | | |")
+                print(f"| {label} | [{r} x {c}] | {p} | {m} | {nd} | {gpus} | not planned: {d['error']} | | | | | | | | | | | |")
                 continue
             d_model = model[model.index("--d-model") + 1]
             vocab = model[model.index("--vocab") + 1]
@@ -663,8 +677,9 @@ def llama_rows(llama, failures):
             mb_comm = d["communication"] - (d["t_fixed"] - d["optimizer_bytes"] / (h["hbm_bytes_per_s"] / 7))
             print(f"| {label} | [{r} x {c}] | {p} | {m} | {nd} | {gpus} | {d['peak']:.1f} GiB | {d['peak_1f1b']:.1f} GiB | "
                   f"{d['peak_sharded']:.1f} GiB | {'yes' if fits else 'no'} | {d['t_microbatch']:.3f} s: {mb_kernels:.3f} / {mb_memory:.3f} / "
-                  f"{d['products']:.3f} / {mb_comm:.3f} | {d['t_fixed']:.3f} s | {d['t_data']:.3f} s | {d['step']:.2f} s | "
-                  f"{tflops:.0f} | {published} |")
+                  f"{d['products']:.3f} / {mb_comm:.3f} | {100 * d['bf16_flops'] / d['flops']:.0f}% | {d['t_fixed']:.3f} s | "
+                  f"{d['t_data']:.3f} s | {d['step']:.2f} s | {tflops:.0f} | {d['step_all_bf16']:.2f} s, "
+                  f"{flops / (gpus * d['step_all_bf16']) / 1e12:.0f} | {published} |")
             if fits and (label not in best or d["step"] < best[label][1]):
                 best[label] = (f"[{r} x {c}]", d["step"])
         for label, (mesh, step) in best.items():

@@ -66,6 +66,36 @@ TEST_CASE("the cost model adds up what a plan recorded", "[planned]") {
   CHECK(r.allocated_bytes >= 200 * 4);  // the result at least
 }
 
+TEST_CASE("products of bf16 operands are timed at the bf16 rate where the machine has one", "[planned]") {
+  // c split, the contraction whole: no partial sums (which bf16 takes in float, widened).
+  using L = mt::layout<mesh2, mt::split<c, m1>>;
+  const auto pm = mesh2::planned({4, 2});
+  const auto x = mt::zeros<mt::tensor<float, L, a, b>>(pm, {10, 8});
+  const auto y = mt::zeros<mt::tensor<float, L, b, c>>(pm, {8, 20});
+  const auto xh = mt::cast<mt::bf16>(x);
+  const auto yh = mt::cast<mt::bf16>(y);
+  mt::reset_plan(pm);
+  (void)mt::einsum<a, c>(x, y);    // [10 x 8] x [8 x 5] in float: 800 FLOPs
+  (void)mt::einsum<a, c>(xh, yh);  // the same in bf16: 800 more
+  const auto r = mt::plan_report_of(pm);
+  CHECK(r.total_flops == 1600);
+  std::int64_t in_bf16 = 0;
+  for (const auto& [bucket, f] : r.bf16_product_flops_by_size) in_bf16 += f;
+  CHECK(in_bf16 == 800);
+  auto machine = round_machine();
+  machine.gemm_rates = {{1e2, 1e9}, {1e4, 1e9}};       // 1 ns per float FLOP at every size
+  CHECK(mt::predict(r, machine).products == Catch::Approx(1600e-9));  // no bf16 figures: float's rate
+  machine.bf16_gemm_rates = {{1e2, 4e9}, {1e4, 4e9}};  // bf16 four times as fast
+  CHECK(mt::predict(r, machine).products == Catch::Approx(800e-9 + 200e-9));
+  const std::string path = "layout_choice_test_bf16_calibration.txt";
+  machine.save(path);
+  const auto back = mt::machine_calibration::load(path);
+  CHECK(back.bf16_gemm_rates == machine.bf16_gemm_rates);
+  CHECK(back.bf16_gemm_rate(1e3) == Catch::Approx(4e9));
+  CHECK(back.gemm_rate(1e3) == Catch::Approx(1e9));
+  std::remove(path.c_str());
+}
+
 TEST_CASE("a calibration file round-trips and bad lines are named", "[planned]") {
   const std::string path = "layout_choice_test_calibration.txt";
   const auto c = round_machine();

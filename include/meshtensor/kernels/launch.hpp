@@ -20,9 +20,11 @@
 
 namespace meshtensor::kernels {
 
-// The multiply-adds of one batched product, as the plan counts them.
+// The multiply-adds of one batched product, as the plan counts them; bf16 operands run at a rate of
+// their own on GPUs and on CPUs with AVX512_BF16 or AMX (plan/cost_model.hpp).
 struct planned_product {
   std::int64_t batch, rows, columns, contracted;
+  bool bf16 = false;
 };
 
 // True (skip the work) while planning, after counting one kernel in the plan and the products it
@@ -31,7 +33,7 @@ struct planned_product {
 inline bool planned_away(std::initializer_list<planned_product> products = {}) {
   if (!detail::planning()) return false;
   auto& ledger = detail::plan_ledger::get();
-  for (const planned_product& p : products) ledger.add_product(p.batch, p.rows, p.columns, p.contracted);
+  for (const planned_product& p : products) ledger.add_product(p.batch, p.rows, p.columns, p.contracted, p.bf16);
   ledger.add_kernel();
   return true;
 }

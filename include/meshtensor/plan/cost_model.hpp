@@ -32,6 +32,8 @@ struct machine_calibration {
   int ranks = 1;                      // the rank count it was measured at
   double gemm_flops_per_s = 1e10;     // a float32 product, every rank at once (sizes not measured)
   std::map<double, double> gemm_rates;  // m n k of one product -> its FLOP/s
+  // The same for products of bf16 operands ("gemm_bf16" lines); none: gemm_rates serve them too.
+  std::map<double, double> bf16_gemm_rates;
   double bytes_per_s = 1e10;          // bytes of results an elementwise kernel writes per second
   double optimizer_bytes_per_s = 1e10;  // bytes of parameters an Adam step updates per second
   double host_bytes_per_s = 1e10;       // bytes from_host copies into a tensor per second
@@ -45,11 +47,18 @@ struct machine_calibration {
 
   // FLOP/s of a product of m n k = mnk: interpolated on log(mnk) between the sizes measured,
   // the nearest one's beyond them.
-  double gemm_rate(double mnk) const {
-    if (gemm_rates.empty()) return gemm_flops_per_s;
-    auto hi = gemm_rates.lower_bound(mnk);
-    if (hi == gemm_rates.begin()) return hi->second;
-    if (hi == gemm_rates.end()) return std::prev(hi)->second;
+  double gemm_rate(double mnk) const { return interpolated(gemm_rates, mnk); }
+  // FLOP/s of a product of bf16 operands: from the gemm_bf16 figures, or gemm_rate's where none.
+  double bf16_gemm_rate(double mnk) const {
+    return bf16_gemm_rates.empty() ? gemm_rate(mnk) : interpolated(bf16_gemm_rates, mnk);
+  }
+
+  // gemm_rate's rule over the figures given; none: gemm_flops_per_s.
+  double interpolated(const std::map<double, double>& rates, double mnk) const {
+    if (rates.empty()) return gemm_flops_per_s;
+    auto hi = rates.lower_bound(mnk);
+    if (hi == rates.begin()) return hi->second;
+    if (hi == rates.end()) return std::prev(hi)->second;
     const auto lo = std::prev(hi);
     const double w = (std::log(mnk) - std::log(lo->first)) / (std::log(hi->first) - std::log(lo->first));
     return lo->second + w * (hi->second - lo->second);
@@ -80,6 +89,7 @@ struct machine_calibration {
         << "\noptimizer_bytes_per_s " << optimizer_bytes_per_s << "\nhost_bytes_per_s " << host_bytes_per_s
         << "\nseconds_per_kernel " << seconds_per_kernel << "\n";
     for (const auto& [mnk, rate] : gemm_rates) out << "gemm " << mnk << ' ' << rate << "\n";
+    for (const auto& [mnk, rate] : bf16_gemm_rates) out << "gemm_bf16 " << mnk << ' ' << rate << "\n";
     for (const auto& [key, ab] : collectives)
       out << "collective " << to_string(key.first) << ' ' << key.second << ' ' << ab.alpha << ' ' << ab.beta << "\n";
     if (!out) throw io_error(detail::cat("cannot write the calibration '", path, "'"));
@@ -103,10 +113,10 @@ struct machine_calibration {
       else if (key == "optimizer_bytes_per_s") ok = static_cast<bool>(s >> c.optimizer_bytes_per_s);
       else if (key == "host_bytes_per_s") ok = static_cast<bool>(s >> c.host_bytes_per_s);
       else if (key == "seconds_per_kernel") ok = static_cast<bool>(s >> c.seconds_per_kernel);
-      else if (key == "gemm") {
+      else if (key == "gemm" || key == "gemm_bf16") {
         double mnk = 0, rate = 0;
         ok = static_cast<bool>(s >> mnk >> rate) && mnk > 0 && rate > 0;
-        if (ok) c.gemm_rates[mnk] = rate;
+        if (ok) (key == "gemm" ? c.gemm_rates : c.bf16_gemm_rates)[mnk] = rate;
       }
       else if (key == "collective") {
         std::string name;
@@ -152,8 +162,12 @@ inline step_time predict(const plan_report& r, const machine_calibration& c) {
              static_cast<double>(r.optimizer_bytes) / c.optimizer_bytes_per_s +
              static_cast<double>(r.host_bytes) / c.host_bytes_per_s;
   if (r.product_flops_by_size.empty()) t.products = static_cast<double>(r.total_flops) / c.gemm_flops_per_s;
-  for (const auto& [bucket, flops] : r.product_flops_by_size)  // a bucket holds m n k in [2^b, 2^(b+1))
-    t.products += static_cast<double>(flops) / c.gemm_rate(std::ldexp(1.4142135623730951, bucket));
+  for (const auto& [bucket, flops] : r.product_flops_by_size) {  // a bucket holds m n k in [2^b, 2^(b+1))
+    const double mnk = std::ldexp(1.4142135623730951, bucket);
+    const auto bf16 = r.bf16_product_flops_by_size.find(bucket);
+    const double in_bf16 = bf16 == r.bf16_product_flops_by_size.end() ? 0.0 : static_cast<double>(bf16->second);
+    t.products += (static_cast<double>(flops) - in_bf16) / c.gemm_rate(mnk) + in_bf16 / c.bf16_gemm_rate(mnk);
+  }
   for (const auto& [key, n] : r.totals) {
     // A send (pipeline stages) goes to one other processor, outside the mesh's axes.
     const int size = key.first == collective::send ? 2 : r.shape.size_over(key.second);

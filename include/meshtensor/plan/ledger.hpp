@@ -117,15 +117,18 @@ class plan_ledger {
   }
   void add_flops(std::int64_t f) { flops_[op_label()] += f; }
   // A batch of nb products of (m x k) by (k x n): its FLOPs, by op and by the size of one product
-  // (the bucket floor(log2(m n k))), since a small product runs at a lower rate than a large one.
-  void add_product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k) {
+  // (the bucket floor(log2(m n k))), since a small product runs at a lower rate than a large one;
+  // those of bf16 operands also apart, since they run at a rate of their own.
+  void add_product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool bf16 = false) {
     const std::int64_t f = 2 * nb * m * n * k;
     add_flops(f);
     int bucket = 0;
     for (std::int64_t v = m * n * k; v > 1; v >>= 1) ++bucket;
     product_flops_[bucket] += f;
+    if (bf16) bf16_product_flops_[bucket] += f;
   }
   const std::map<int, std::int64_t>& product_flops_by_size() const { return product_flops_; }
+  const std::map<int, std::int64_t>& bf16_product_flops_by_size() const { return bf16_product_flops_; }
   // Kernels launched (a product counts one) and bytes allocated (results and scratch, each written
   // once): what the cost model (layout/candidates.hpp) charges besides FLOPs and collectives.
   void add_kernel() { ++kernels_; }
@@ -146,6 +149,7 @@ class plan_ledger {
     optimizer_bytes_ = 0;
     host_bytes_ = 0;
     product_flops_.clear();
+    bf16_product_flops_.clear();
     peak_total_ = total_live_;
     at_peak_ = live_;
     peak_is_now_ = true;
@@ -231,6 +235,7 @@ class plan_ledger {
   std::map<std::tuple<std::string, std::string, unsigned>, plan_op_record> collectives_;
   std::map<std::string, std::int64_t> flops_;
   std::map<int, std::int64_t> product_flops_;
+  std::map<int, std::int64_t> bf16_product_flops_;  // the part of product_flops_ of bf16 operands
 };
 
 // True while a planned mesh exists: kernels, copies and MPI are skipped.

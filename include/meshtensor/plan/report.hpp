@@ -37,6 +37,7 @@ struct plan_report {
   std::vector<flops_row> flops;
   std::int64_t total_flops = 0;
   std::map<int, std::int64_t> product_flops_by_size;  // by floor(log2(m n k)) of one product
+  std::map<int, std::int64_t> bf16_product_flops_by_size;  // the part of them whose operands are bf16
   std::int64_t kernels = 0;          // kernel launches (a product counts one)
   std::int64_t allocated_bytes = 0;  // bytes of every slice allocated (results and scratch)
   std::int64_t optimizer_bytes = 0;  // bytes of parameters updated in place by optimizers
@@ -63,9 +64,11 @@ struct plan_report {
       bytes += r.bytes;
     }
     s += line("total", "", "", std::to_string(calls), std::to_string(bytes));
+    std::int64_t bf16_flops = 0;
+    for (const auto& [bucket, f] : bf16_product_flops_by_size) bf16_flops += f;
     s += detail::cat("local FLOPs (products): ", total_flops, "; kernels: ", kernels, "; bytes allocated: ",
                      allocated_bytes, "; updated by the optimizer: ", optimizer_bytes, "; copied from the host: ",
-                     host_bytes, "\n");
+                     host_bytes, "; FLOPs of products of bf16 operands: ", bf16_flops, "\n");
     for (const auto& f : flops) s += detail::cat("  ", f.op, ": ", f.flops, "\n");
     s += "memory (bytes)             now    at the peak\n";
     for (int k = 0; k < memory_kind_count; ++k)
@@ -161,6 +164,7 @@ plan_report plan_report_of(const M& m) {
   }
   r.kernels = ledger.kernels();
   r.product_flops_by_size = ledger.product_flops_by_size();
+  r.bf16_product_flops_by_size = ledger.bf16_product_flops_by_size();
   r.allocated_bytes = ledger.allocated_bytes();
   r.optimizer_bytes = ledger.optimizer_bytes();
   r.host_bytes = ledger.host_bytes();
