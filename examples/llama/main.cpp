@@ -19,6 +19,7 @@
 #include <meshtensor/io/checkpoint.hpp>
 #include <meshtensor/meshtensor.hpp>
 #include <meshtensor/plan/cost_model.hpp>
+#include <optional>
 #include <random>
 
 namespace mt = meshtensor;
@@ -122,7 +123,7 @@ struct model {
   // Grouped-query attention: where the layout splits the sequence, by all-to-all or by a ring.
   template <class C, class X>
   X attention(const X& x, std::size_t b) const {
-    const auto q = as<C>(wq[b]);  // one declaration each: their types differ (nvcc refuses them in one)
+    const auto q = as<C>(wq[b]);  // one declaration each: an auto declaration deduces one type, and these differ
     const auto k = as<C>(wk[b]);
     const auto v = as<C>(wv[b]);
     const auto o = as<C>(wo[b]);
@@ -253,6 +254,9 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
 // peak bytes of the first processor (which holds the largest parts).
 template <class L>
 std::int64_t plan(options o, bool print) {
+  // read first: a file that cannot be read fails before the planning, not after it
+  const auto machine = o.calibration.empty() ? std::optional<mt::machine_calibration>()
+                                             : std::optional(mt::machine_calibration::load(o.calibration));
   o.steps = 2;
   o.resume.clear();  // a plan has no data to load or save
   o.save_every = 0;
@@ -268,10 +272,8 @@ std::int64_t plan(options o, bool print) {
                gib(p.peak_bytes_of(mt::memory_kind::activations)));
     if (!o.plan) return p.peak_bytes;
     fmt::print("{}", p.table());
-    if (!o.calibration.empty()) {  // the cost model: docs/plan-mode.md
-      const auto c = mt::machine_calibration::load(o.calibration);
-      fmt::print("predicted step time {} (calibration {})\n", mt::to_string(mt::predict(p, c)), o.calibration);
-    }
+    if (machine)  // the cost model: docs/plan-mode.md
+      fmt::print("predicted step time {} (calibration {})\n", mt::to_string(mt::predict(p, *machine)), o.calibration);
   }
   return p.peak_bytes;
 }
@@ -341,6 +343,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
+    if (!o.calibration.empty() && !o.plan) throw mt::error("--calibration needs --plan: it predicts the planned step's time");
     if (o.attention == "ring" && o.layout.rfind("context", 0) != 0)
       throw mt::error(fmt::format("--attention ring needs a layout that splits the sequence (context or context_tensor), not {}", o.layout));
     if (o.layout == "tensor") return run<tensor_layout>(env, o);

@@ -136,14 +136,18 @@ H100_RATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."
 
 
 def h100():
-    measured = json.load(open(H100_RATES))
+    with open(H100_RATES) as f:
+        measured = json.load(f)
     return {
         "peak_flops": 989e12,          # bf16 dense tensor-core peak (public specification)
         # products of bf16 operands (gemm_bf16 lines) and of float32 ones (TF32 off, as meshtensor's)
         "bf16_gemm_rates": {p["m"] * p["n"] * p["k"]: p["flops_per_s"] for p in measured["products"] if p["dtype"] == "bf16"},
         "gemm_rates": {p["m"] * p["n"] * p["k"]: p["flops_per_s"] for p in measured["products"] if p["dtype"] == "float32"},
         "hbm_bytes_per_s": measured["memory_bytes_per_s"],  # a copy's bytes read and written per second
-        "kernel_seconds": 5e-6,        # as the A100's: fused, graph-launched kernels (PyTorch's eager add measured 9.9 us)
+        # as the A100 file's, an assumption: meshtensor's own fixed cost per call on an H100 is not
+        # measured yet (bench_local's small products suggest tens of microseconds; PyTorch's eager
+        # add measured 10.4 us), so the kernels' share below is optimistic
+        "kernel_seconds": 5e-6,
         "nvlink_bytes_per_s": 450e9,   # NVLink 4 through NVSwitch, each direction, per GPU
         "nvlink_alpha": 10e-6,
         "ib_bytes_per_s": 50e9,        # one NDR InfiniBand adapter (400 Gb/s) per GPU
@@ -553,25 +557,35 @@ def llama_plan(llama, calibration, *args):
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]}
     out = r.stdout
+
+    def need(pattern, what, flags=0):
+        m = re.search(pattern, out, flags)
+        if not m:
+            raise SystemExit(f"published_plans.py: no {what} in the output of {llama} {' '.join(map(str, args))}")
+        return m
+
     d = {"rows": []}
-    d["parameters"] = int(re.search(r"^parameters: (\d+)", out, re.M).group(1))
-    m = re.search(r"peak ([\d.]+) GiB = parameters ([\d.]+) \+ optimizer state ([\d.]+) \+ gradients ([\d.]+) "
-                  r"\+ activations ([\d.]+)", out)
+    d["parameters"] = int(need(r"^parameters: (\d+)", "parameter count", re.M).group(1))
+    m = need(r"peak ([\d.]+) GiB = parameters ([\d.]+) \+ optimizer state ([\d.]+) \+ gradients ([\d.]+) "
+             r"\+ activations ([\d.]+)", "peak line")
     d["peak"], d["params_gib"], d["adam_gib"], _, d["activations_gib"] = map(float, m.groups())
     for row in re.finditer(r"^(\S.*?)\s+(allreduce|reduce_scatter|allgather|alltoall|shift|exscan)\s+(\S+)\s+(\d+)\s+(\d+)$",
                            out, re.M):
         d["rows"].append((row.group(1).strip(), row.group(2), row.group(3), int(row.group(4)), int(row.group(5))))
-    d["flops"] = int(re.search(r"local FLOPs \(products\): (\d+)", out).group(1))
-    d["bf16_flops"] = int(re.search(r"FLOPs of products of bf16 operands: (\d+)", out).group(1))
-    d["optimizer_bytes"] = int(re.search(r"updated by the optimizer: (\d+)", out).group(1))
-    t = re.search(r"predicted step time ([\d.]+) ms: kernels ([\d.]+), memory ([\d.]+), products ([\d.]+), "
-                  r"communication ([\d.]+)", out)
+    d["flops"] = int(need(r"local FLOPs \(products\): (\d+)", "FLOP count").group(1))
+    d["bf16_flops"] = int(need(r"FLOPs of products of bf16 operands: (\d+)", "bf16 FLOP count").group(1))
+    d["optimizer_bytes"] = int(need(r"updated by the optimizer: (\d+)", "optimizer bytes").group(1))
+    t = need(r"predicted step time ([\d.]+) ms: kernels ([\d.]+), memory ([\d.]+), products ([\d.]+), "
+             r"communication ([\d.]+)", "predicted step time")
     d["total"], d["kernels"], d["memory"], d["products"], d["communication"] = (float(x) / 1e3 for x in t.groups())
     return d
 
 
 def collective_seconds(cal_text, kind, size, calls, nbytes):
-    """alpha calls + beta bytes from a calibration's text (the nearest group size, as the cost model)."""
+    """alpha calls + beta bytes from a calibration's text (the nearest group size, as the cost model;
+    a group of one sends nothing)."""
+    if size <= 1:
+        return 0.0
     rows = [line.split() for line in cal_text.splitlines() if line.startswith(f"collective {kind} ")]
     _, _, n, alpha, beta = min(rows, key=lambda r: abs(int(r[2]) - size))
     return calls * float(alpha) + nbytes * float(beta)
@@ -599,7 +613,11 @@ def llama_step(llama, cal_path, cal_text, all_bf16_path, model, layers, length, 
     if "error" in d:
         return d
     all_bf16 = llama_plan(llama, all_bf16_path, *args)
+    if "error" in all_bf16:
+        return all_bf16
     grads = [r for r in d["rows"] if r[0] == "weight gradients (backward)" and r[1] == "allreduce"]
+    if rows > 1 and not grads:  # replicas over the context axis sum their weights' gradients
+        return {"error": "no weight gradients' allreduce over the context axis in the plan's table"}
     fixed = sum(collective_seconds(cal_text, "allreduce", rows if r[2] == "rows" else rows * cols if r[2] == "rows,cols" else cols,
                                    r[3], r[4]) for r in grads)
     fixed += d["optimizer_bytes"] / (h100["hbm_bytes_per_s"] / 7)
@@ -643,9 +661,13 @@ def llama_rows(llama, failures):
         cal_name, _ = calibration(8)
         whole = llama_plan(llama, cal_name, "--mesh", 16, 8, "--layout", "context_tensor", "--attention", "ring",
                            *LLAMA_405B, "--layers", 126, "--length", 256, "--dtype", "bf16")
-        n405 = whole["parameters"]
-        n8 = llama_plan(llama, cal_name, "--mesh", 32, 1, "--layout", "context_tensor", "--attention", "ring",
-                        *LLAMA_8B, "--layers", 32, "--length", 256, "--dtype", "bf16")["parameters"]
+        small = llama_plan(llama, cal_name, "--mesh", 32, 1, "--layout", "context_tensor", "--attention", "ring",
+                           *LLAMA_8B, "--layers", 32, "--length", 256, "--dtype", "bf16")
+        for name, d in (("405B", whole), ("8B", small)):
+            if "error" in d:
+                failures.append(f"Llama 3 {name} not planned: {d['error']}")
+                return
+        n405, n8 = whole["parameters"], small["parameters"]
         print(f"Parameters from the planned tensors: 405B {n405 / 1e9:.2f} billion ({100 * (n405 / 405e9 - 1):+.2f}% of "
               f"Meta's 405 B), 8B {n8 / 1e9:.2f} billion ({100 * (n8 / 8.03e9 - 1):+.2f}% of 8.03 B).\n")
         if abs(n405 / 405e9 - 1) > 0.01:
@@ -665,6 +687,7 @@ def llama_rows(llama, failures):
             gpus = r * c * p * nd
             if "error" in d:
                 print(f"| {label} | [{r} x {c}] | {p} | {m} | {nd} | {gpus} | not planned: {d['error']} | | | | | | | | | | | |")
+                failures.append(f"Llama 3 {label} on [{r} x {c}] not planned: {d['error']}")
                 continue
             d_model = model[model.index("--d-model") + 1]
             vocab = model[model.index("--vocab") + 1]
@@ -699,7 +722,12 @@ def zero_formula(stage, psi, n):
 def main():
     binary = sys.argv[1]
     check = "--check" in sys.argv[2:]
-    llama = sys.argv[sys.argv.index("--llama") + 1] if "--llama" in sys.argv[2:] else None
+    llama = None
+    if "--llama" in sys.argv[2:]:
+        at = sys.argv.index("--llama", 2)
+        if at + 1 >= len(sys.argv):
+            raise SystemExit("published_plans.py: --llama needs the path of examples/llama's binary")
+        llama = sys.argv[at + 1]
     failures = []
     print("## GPT-3's sizes: parameters counted from the planned model\n")
     print("| model | layers | d_model | heads x d_head | published | planned | vs published | closed form | vs closed form |")

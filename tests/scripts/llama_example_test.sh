@@ -10,7 +10,8 @@
 #                  there (exit 2, before training), and trained with the sequence over 4 ranks
 #   plan           Llama 3 8B's sizes planned on 8 processors: 8.03 billion parameters (Meta's
 #                  figure) and the all-to-all attention's alltoalls in the table; with
-#                  --calibration, the predicted products' time is the plan's FLOPs at the file's rate
+#                  --calibration, the predicted products' time is the plan's FLOPs at the file's rate,
+#                  and --calibration without --plan is refused
 #   bf16           --dtype bf16 (bf16 activations and products, float weights) under the ring's
 #                  zigzag layout on [2 x 2] follows one processor's float32 losses (2e-2, but more
 #                  than 2e-5 apart: float32 layouts differ by about 1e-6) and
@@ -80,7 +81,13 @@ case $case_ in
          /^predicted step time/ { for (i = 1; i <= NF; ++i) if ($i == "products") { p = $(i + 1); gsub(/,/, "", p) } }
          END { want = flops / 1e9; d = p - want; if (d < 0) d = -d
                print "products " p " ms, FLOPs / 1e9 = " want; exit !(flops > 0 && d <= 1e-3 * want + 1e-3) }' <<<"$out" ||
-      { echo "FAIL: the predicted products' time is not the plan's FLOPs at 1e12 FLOP/s"; exit 1; } ;;
+      { echo "FAIL: the predicted products' time is not the plan's FLOPs at 1e12 FLOP/s"; exit 1; }
+    set +e
+    out=$("$mpiexec" -n 1 "$llama" --steps 1 --calibration machine.cal 2>&1)
+    rc=$?
+    set -e
+    [ "$rc" != 0 ] && grep -q -- '--calibration needs --plan' <<<"$out" ||
+      { echo "$out"; echo "FAIL: --calibration without --plan not refused (rc $rc)"; exit 1; } ;;
   bf16)
     run 1 --steps 30 --csv float.csv
     run 4 --mesh 2 2 --layout context_tensor --attention ring --dtype bf16 --steps 30 --csv bf16.csv

@@ -80,7 +80,7 @@ TEST_CASE("products of bf16 operands are timed at the bf16 rate where the machin
   const auto r = mt::plan_report_of(pm);
   CHECK(r.total_flops == 1600);
   std::int64_t in_bf16 = 0;
-  for (const auto& [bucket, f] : r.bf16_product_flops_by_size) in_bf16 += f;
+  for (const auto& [mnk, f] : r.bf16_product_flops_by_size) in_bf16 += f;
   CHECK(in_bf16 == 800);
   auto machine = round_machine();
   machine.gemm_rates = {{1e2, 1e9}, {1e4, 1e9}};       // 1 ns per float FLOP at every size

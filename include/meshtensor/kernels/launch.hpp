@@ -24,7 +24,7 @@ namespace meshtensor::kernels {
 // their own on GPUs and on CPUs with AVX512_BF16 or AMX (plan/cost_model.hpp).
 struct planned_product {
   std::int64_t batch, rows, columns, contracted;
-  bool bf16 = false;
+  bool bf16_operands = false;
 };
 
 // True (skip the work) while planning, after counting one kernel in the plan and the products it
@@ -33,7 +33,7 @@ struct planned_product {
 inline bool planned_away(std::initializer_list<planned_product> products = {}) {
   if (!detail::planning()) return false;
   auto& ledger = detail::plan_ledger::get();
-  for (const planned_product& p : products) ledger.add_product(p.batch, p.rows, p.columns, p.contracted, p.bf16);
+  for (const planned_product& p : products) ledger.add_product(p.batch, p.rows, p.columns, p.contracted, p.bf16_operands);
   ledger.add_kernel();
   return true;
 }

@@ -53,17 +53,6 @@ struct machine_calibration {
     return bf16_gemm_rates.empty() ? gemm_rate(mnk) : interpolated(bf16_gemm_rates, mnk);
   }
 
-  // gemm_rate's rule over the figures given; none: gemm_flops_per_s.
-  double interpolated(const std::map<double, double>& rates, double mnk) const {
-    if (rates.empty()) return gemm_flops_per_s;
-    auto hi = rates.lower_bound(mnk);
-    if (hi == rates.begin()) return hi->second;
-    if (hi == rates.end()) return std::prev(hi)->second;
-    const auto lo = std::prev(hi);
-    const double w = (std::log(mnk) - std::log(lo->first)) / (std::log(hi->first) - std::log(lo->first));
-    return lo->second + w * (hi->second - lo->second);
-  }
-
   // The coefficients for groups of `size` processors: measured, or the nearest size measured.
   alpha_beta coefficients(collective kind, int size) const {
     const alpha_beta* best = nullptr;
@@ -137,6 +126,18 @@ struct machine_calibration {
     }
     return c;
   }
+
+ private:
+  // gemm_rate's rule over the figures given; none: gemm_flops_per_s.
+  double interpolated(const std::map<double, double>& rates, double mnk) const {
+    if (rates.empty()) return gemm_flops_per_s;
+    auto hi = rates.lower_bound(mnk);
+    if (hi == rates.begin()) return hi->second;
+    if (hi == rates.end()) return std::prev(hi)->second;
+    const auto lo = std::prev(hi);
+    const double w = (std::log(mnk) - std::log(lo->first)) / (std::log(hi->first) - std::log(lo->first));
+    return lo->second + w * (hi->second - lo->second);
+  }
 };
 
 struct step_time {
@@ -162,11 +163,11 @@ inline step_time predict(const plan_report& r, const machine_calibration& c) {
              static_cast<double>(r.optimizer_bytes) / c.optimizer_bytes_per_s +
              static_cast<double>(r.host_bytes) / c.host_bytes_per_s;
   if (r.product_flops_by_size.empty()) t.products = static_cast<double>(r.total_flops) / c.gemm_flops_per_s;
-  for (const auto& [bucket, flops] : r.product_flops_by_size) {  // a bucket holds m n k in [2^b, 2^(b+1))
-    const double mnk = std::ldexp(1.4142135623730951, bucket);
-    const auto bf16 = r.bf16_product_flops_by_size.find(bucket);
+  for (const auto& [mnk, flops] : r.product_flops_by_size) {
+    const auto bf16 = r.bf16_product_flops_by_size.find(mnk);
     const double in_bf16 = bf16 == r.bf16_product_flops_by_size.end() ? 0.0 : static_cast<double>(bf16->second);
-    t.products += (static_cast<double>(flops) - in_bf16) / c.gemm_rate(mnk) + in_bf16 / c.bf16_gemm_rate(mnk);
+    const double size = static_cast<double>(mnk);
+    t.products += (static_cast<double>(flops) - in_bf16) / c.gemm_rate(size) + in_bf16 / c.bf16_gemm_rate(size);
   }
   for (const auto& [key, n] : r.totals) {
     // A send (pipeline stages) goes to one other processor, outside the mesh's axes.

@@ -116,19 +116,18 @@ class plan_ledger {
     r.bytes += bytes;
   }
   void add_flops(std::int64_t f) { flops_[op_label()] += f; }
-  // A batch of nb products of (m x k) by (k x n): its FLOPs, by op and by the size of one product
-  // (the bucket floor(log2(m n k))), since a small product runs at a lower rate than a large one;
-  // those of bf16 operands also apart, since they run at a rate of their own.
-  void add_product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool bf16 = false) {
+  // A batch of nb products of (m x k) by (k x n): its FLOPs, by op and by the size m n k of one
+  // product (exactly: a plan has few sizes, and a rate measured at a size is then the rate used
+  // there), since a small product runs at a lower rate than a large one; those of bf16 operands
+  // also apart, since they run at a rate of their own.
+  void add_product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool bf16_operands = false) {
     const std::int64_t f = 2 * nb * m * n * k;
     add_flops(f);
-    int bucket = 0;
-    for (std::int64_t v = m * n * k; v > 1; v >>= 1) ++bucket;
-    product_flops_[bucket] += f;
-    if (bf16) bf16_product_flops_[bucket] += f;
+    product_flops_[m * n * k] += f;
+    if (bf16_operands) bf16_product_flops_[m * n * k] += f;
   }
-  const std::map<int, std::int64_t>& product_flops_by_size() const { return product_flops_; }
-  const std::map<int, std::int64_t>& bf16_product_flops_by_size() const { return bf16_product_flops_; }
+  const std::map<std::int64_t, std::int64_t>& product_flops_by_size() const { return product_flops_; }
+  const std::map<std::int64_t, std::int64_t>& bf16_product_flops_by_size() const { return bf16_product_flops_; }
   // Kernels launched (a product counts one) and bytes allocated (results and scratch, each written
   // once): what the cost model (layout/candidates.hpp) charges besides FLOPs and collectives.
   void add_kernel() { ++kernels_; }
@@ -234,8 +233,8 @@ class plan_ledger {
   plan_phase phase_ = plan_phase::forward;
   std::map<std::tuple<std::string, std::string, unsigned>, plan_op_record> collectives_;
   std::map<std::string, std::int64_t> flops_;
-  std::map<int, std::int64_t> product_flops_;
-  std::map<int, std::int64_t> bf16_product_flops_;  // the part of product_flops_ of bf16 operands
+  std::map<std::int64_t, std::int64_t> product_flops_;       // m n k of one product -> FLOPs
+  std::map<std::int64_t, std::int64_t> bf16_product_flops_;  // the part of them of bf16 operands
 };
 
 // True while a planned mesh exists: kernels, copies and MPI are skipped.

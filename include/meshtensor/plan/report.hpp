@@ -36,8 +36,8 @@ struct plan_report {
   comm_counters totals;                     // by (collective, axes): what the mesh's counters hold
   std::vector<flops_row> flops;
   std::int64_t total_flops = 0;
-  std::map<int, std::int64_t> product_flops_by_size;  // by floor(log2(m n k)) of one product
-  std::map<int, std::int64_t> bf16_product_flops_by_size;  // the part of them whose operands are bf16
+  std::map<std::int64_t, std::int64_t> product_flops_by_size;  // by m n k of one product
+  std::map<std::int64_t, std::int64_t> bf16_product_flops_by_size;  // the part of them whose operands are bf16
   std::int64_t kernels = 0;          // kernel launches (a product counts one)
   std::int64_t allocated_bytes = 0;  // bytes of every slice allocated (results and scratch)
   std::int64_t optimizer_bytes = 0;  // bytes of parameters updated in place by optimizers
@@ -65,7 +65,7 @@ struct plan_report {
     }
     s += line("total", "", "", std::to_string(calls), std::to_string(bytes));
     std::int64_t bf16_flops = 0;
-    for (const auto& [bucket, f] : bf16_product_flops_by_size) bf16_flops += f;
+    for (const auto& [mnk, f] : bf16_product_flops_by_size) bf16_flops += f;
     s += detail::cat("local FLOPs (products): ", total_flops, "; kernels: ", kernels, "; bytes allocated: ",
                      allocated_bytes, "; updated by the optimizer: ", optimizer_bytes, "; copied from the host: ",
                      host_bytes, "; FLOPs of products of bf16 operands: ", bf16_flops, "\n");
