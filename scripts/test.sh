@@ -5,6 +5,9 @@
 # minutes, into a prefix of its own, whatever Kokkos_ROOT says) and the cuda_build test compiles a
 # representative set for the GPU with it. MESHTENSOR_CUDA_KOKKOS_ROOT names a CUDA Kokkos of your
 # own instead; MESHTENSOR_CUDA_BUILD=0 skips the CUDA build.
+# At the end it prints the time of each phase, by label and the slowest tests, against the suite's
+# budget (scripts/suite_times.py, scripts/suite_budget.json).
+suite_start=$SECONDS
 source "$(dirname "$0")/common.sh"
 cuda_kokkos="${MESHTENSOR_CUDA_KOKKOS_ROOT:-}"
 if [ "${MESHTENSOR_CUDA_BUILD:-auto}" = 0 ]; then
@@ -15,7 +18,17 @@ elif [ -z "$cuda_kokkos" ] && { command -v nvcc >/dev/null || [ -x /usr/local/cu
 fi
 # A CUDA Kokkos's nvcc_wrapper calls the nvcc in PATH.
 if [ -n "$cuda_kokkos" ] && ! command -v nvcc >/dev/null; then export PATH="/usr/local/cuda/bin:$PATH"; fi
+install_seconds=$((SECONDS - suite_start))
 # The examples, the LM tool and the benchmarks are built here to be tested, at -Og (CMakeLists.txt,
 # MESHTENSOR_EXAMPLE_OPTIMIZATION); run_example.sh and the benchmark scripts build them at -O3.
+build_start=$SECONDS
 configure_and_build -DMESHTENSOR_CUDA_KOKKOS_ROOT="$cuda_kokkos" -DMESHTENSOR_EXAMPLE_OPTIMIZATION=-Og
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" "$@"
+build_seconds=$((SECONDS - build_start))
+tests_start=$SECONDS
+rc=0
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS" "$@" || rc=$?
+whole=()
+if [ $# -eq 0 ]; then whole=(--whole); fi
+python3 "$MESHTENSOR_ROOT/scripts/suite_times.py" --build-dir "$BUILD_DIR" --install "$install_seconds" \
+  --build "$build_seconds" --tests "$((SECONDS - tests_start))" "${whole[@]}" || true
+exit "$rc"
