@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -94,7 +95,8 @@ def main():
     for name, secs in sorted(costs.items(), key=lambda kv: -kv[1])[:args.top]:
         print(f"  {secs:7.1f} s  {name}")
 
-    result = {"cpu": cpu, "cores": os.cpu_count(), "phases": phases, "total": total, "whole_suite": args.whole,
+    result = {"date": time.strftime("%Y-%m-%d", time.gmtime()), "cpu": cpu, "cores": os.cpu_count(),
+              "phases": phases, "total": total, "whole_suite": args.whole,
               "by_label": by_label, "tests": costs}
     with open(os.path.join(args.build_dir, "suite_times.json"), "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
