@@ -1,10 +1,14 @@
 // Optimizers: three steps of sgd (momentum, nesterov, weight decay), adam, adamw and adafactor
 // (factored for a matrix, unfactored for a vector, with momentum) equal the update computed here on
-// the host from the published formulas, under replicated and split layouts.
+// the host from the published formulas, under replicated and split layouts. And a training step in
+// steady state allocates nothing: the second of two identical steps makes no Kokkos allocation.
 #include <meshtensor/optim/adafactor.hpp>
 #include <meshtensor/optim/adam.hpp>
 #include <meshtensor/optim/sgd.hpp>
 #include <test_support.hpp>
+
+#include <atomic>
+#include <mutex>
 
 using namespace tst;
 namespace mt = meshtensor;
@@ -169,4 +173,79 @@ TEST_CASE("optimizer steps equal hand-computed updates", "[optim]") {
   SECTION("replicated") { run_layout<mt::layout<grid>>(g); }
   SECTION("i over r, j over c") { run_layout<mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>>(g); }
   SECTION("j over c and r") { run_layout<mt::layout<grid, mt::split<j_, c_, r_>>>(g); }
+}
+
+namespace {
+// Every Kokkos allocation, pooled or not, seen through Kokkos Tools' allocation callback: an
+// independent count (the pool's own counter would miss allocations that bypass it).
+struct kokkos_allocations {
+  static inline std::atomic<long> count{0};
+  static inline std::mutex mu;
+  static inline std::vector<std::string> labels;  // what was allocated, for the failure's message
+  static void on_allocate(Kokkos_Profiling_SpaceHandle space, const char* label, const void*, std::uint64_t bytes) {
+    ++count;
+    std::lock_guard lock(mu);
+    labels.push_back(std::string(space.name) + " " + label + " (" + std::to_string(bytes) + " bytes)");
+  }
+  kokkos_allocations() { Kokkos::Tools::Experimental::set_allocate_data_callback(&on_allocate); }
+  ~kokkos_allocations() { Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr); }
+  long since(long before) const { return count.load() - before; }
+  static std::string list(long from) {
+    std::lock_guard lock(mu);
+    std::string s;
+    for (std::size_t i = static_cast<std::size_t>(from); i < labels.size(); ++i) s += labels[i] + "\n";
+    return s;
+  }
+};
+
+struct batch : mt::dim<"batch"> {};
+struct d_in : mt::dim<"d_in"> {};
+struct hidden : mt::dim<"hidden"> {};
+struct classes : mt::dim<"classes"> {};
+}  // namespace
+
+TEST_CASE("a training step in steady state makes no allocation", "[optim][memory]") {
+  // Batch over r and hidden over c: the step has allreduces (and on a GPU their staging buffers).
+  using L = mt::layout<grid, mt::split<batch, r_>, mt::split<hidden, c_>>;
+  constexpr std::int64_t B = 6, D = 5, HID = 7, NC = 3;
+  const auto g = world_grid();
+  auto w1 = mt::nn::normal_fan_in<mt::tensor<float, L, d_in, hidden>, d_in>(g, {D, HID}, 1);
+  auto b1 = mt::zeros<mt::tensor<float, L, hidden>>(g, {HID});
+  auto w2 = mt::nn::normal_fan_in<mt::tensor<float, L, hidden, classes>, hidden>(g, {HID, NC}, 2);
+  auto params = std::tie(w1, b1, w2);
+  std::apply([](auto&... p) { (p.requires_grad(), ...); }, params);
+  const auto x = mt::random_normal<mt::tensor<float, L, batch, d_in>>(g, {B, D}, 3);
+  std::vector<float> labels(B);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<float>(i % NC);
+  const auto y = mt::from_host<mt::tensor<float, L, batch>>(g, {B}, labels);
+  optim::adam adam({.lr = 1e-2});
+  // Forward, backward, the optimizer's update and the loss read on the host.
+  auto step = [&] {
+    const auto h = mt::relu(mt::nn::dense<d_in, hidden>(x, w1, b1));
+    const auto loss = mt::reduce_mean<batch>(mt::nn::softmax_cross_entropy<classes>(mt::nn::dense<hidden, classes>(h, w2), y));
+    auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+    adam.step(params, grads);
+    return mt::item(loss);
+  };
+
+  const kokkos_allocations seen;
+  long before = seen.count.load();
+  { Kokkos::View<float*> probe("meshtensor::test_probe", 1); }
+  REQUIRE(seen.since(before) == 1);  // the callback sees allocations, so a zero below means something
+
+  const double first = step();
+  mt::reset_peak_memory();
+  const auto held_before = mt::memory_stats();
+  before = seen.count.load();
+  const double second = step();
+  const long made = seen.since(before);
+  INFO("Kokkos allocations in the second step:\n" << kokkos_allocations::list(before));
+  CHECK(made == 0);
+  CHECK(second < first);  // the update did something, the same loss was not read twice
+  const auto s = mt::memory_stats();
+  CHECK(s.system_allocations == held_before.system_allocations);
+  // The peak counts at least the tensors alive through the step: params and Adam's two moments.
+  CHECK(s.peak_bytes_in_use >= mt::local_bytes(params) + adam.state_bytes(params));
+  CHECK(s.peak_bytes_in_use <= s.bytes_held);
+  CHECK(s.bytes_in_use <= s.peak_bytes_in_use);
 }
