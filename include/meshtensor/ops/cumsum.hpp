@@ -27,7 +27,7 @@ X cumsum_impl(const X& x, bool reverse) {
   using Exec = typename X::execution_space;
   using L = typename X::layout_type;
   constexpr auto s = L::template split_of<D>();
-  X out(x.mesh(), x.extents());
+  X out(x.mesh(), x.extents(), uninitialized);  // cumsum_local writes every element
   const auto src = local_along<D>(x);
   auto ov = out.view();
   const std::int64_t rows = src.outer * src.inner, n = src.n, inner = src.inner;
