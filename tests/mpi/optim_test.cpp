@@ -290,3 +290,29 @@ TEST_CASE("a training step in steady state makes no allocation", "[optim][memory
         [&] { return mt::local_bytes(params) + adam.state_bytes(params) + adafactor.state_bytes(params); });
   }
 }
+
+TEST_CASE("the pool reuses a block by size class, never while a View of it lives", "[memory]") {
+  // The classes by their rule: powers of two from 64 bytes up to 64 KiB, then steps of a quarter
+  // of the size's power of two (64 KiB + 1 byte: 80 KiB; 100000 bytes: 7 steps of 16 KiB).
+  CHECK(mt::detail::size_class(1) == 64);
+  CHECK(mt::detail::size_class(65) == 128);
+  CHECK(mt::detail::size_class(65536) == 65536);
+  CHECK(mt::detail::size_class(65537) == 81920);
+  CHECK(mt::detail::size_class(100000) == 114688);
+  CHECK(mt::detail::size_class(131072) == 131072);
+  // A type of its own, so that no other test's blocks are in this pool.
+  using pool = mt::detail::view_pool<std::int16_t, Kokkos::HostSpace>;
+  const auto held = mt::memory_stats<Kokkos::HostSpace>().bytes_held;
+  auto a = pool::get().allocate(3);  // 6 bytes: a block of 64
+  CHECK(a.extent(0) == 3);
+  const std::int16_t* where = a.data();
+  auto copy = a;
+  a = {};
+  auto b = pool::get().allocate(20);  // the same class, but a View copy of the first block lives
+  CHECK(b.data() != where);
+  CHECK(b.extent(0) == 20);
+  copy = {};
+  auto c = pool::get().allocate(32);  // 64 bytes: the first block, free again
+  CHECK(c.data() == where);
+  CHECK(mt::memory_stats<Kokkos::HostSpace>().bytes_held - held == 2 * 64);
+}

@@ -130,8 +130,8 @@ class view_pool : public view_pool_base {
     const memory_kind kind = plan_ledger::get().kind();
     const bool lasting = kind == memory_kind::parameters || kind == memory_kind::optimizer_state;
     view_type block;
+    const std::size_t c = size_class(bytes);
     if (enabled_) {
-      const std::size_t c = size_class(bytes);
       for (auto* list : {lasting ? &free_lasting_ : &free_, lasting ? nullptr : &free_lasting_}) {
         if (!list) continue;
         auto it = list->find(c);
@@ -141,8 +141,8 @@ class view_pool : public view_pool_base {
         break;
       }
     }
-    if (!block.data()) block = fresh(enabled_ ? (size_class(bytes) + sizeof(T) - 1) / sizeof(T) : n);
-    busy_.push_back({block, bytes, lasting});
+    if (!block.data()) block = fresh(enabled_ ? (c + sizeof(T) - 1) / sizeof(T) : n);
+    busy_.push_back({block, bytes, c, lasting});
     all.add_in_use(*stats_, static_cast<std::int64_t>(bytes));
     if (block.extent(0) == n) return block;
     return view_type(block, std::make_pair(std::size_t{0}, n));
@@ -161,7 +161,7 @@ class view_pool : public view_pool_base {
       all.total.bytes_in_use -= b;
       stats_->bytes_in_use -= b;
       if (enabled_)
-        (busy_[i].lasting ? free_lasting_ : free_)[block_bytes(busy_[i].block)].push_back(std::move(busy_[i].block));
+        (busy_[i].lasting ? free_lasting_ : free_)[busy_[i].block_class].push_back(std::move(busy_[i].block));
       else forget(busy_[i].block);
       busy_[i].block = view_type();
     }
@@ -188,8 +188,9 @@ class view_pool : public view_pool_base {
  private:
   struct used {
     view_type block;
-    std::size_t bytes;  // of the View handed out
-    bool lasting;       // a parameter's or an optimizer state's
+    std::size_t bytes;       // of the View handed out
+    std::size_t block_class;  // the size class of the block (its bytes, where sizeof(T) divides them)
+    bool lasting;            // a parameter's or an optimizer state's
   };
   static std::size_t block_bytes(const view_type& b) { return b.extent(0) * sizeof(T); }
 
@@ -218,7 +219,7 @@ class view_pool : public view_pool_base {
     b = view_type();
   }
 
-  // Free blocks by block bytes (a size class): a step's, and parameters' and optimizer states'.
+  // Free blocks by size class: a step's, and parameters' and optimizer states'.
   std::unordered_map<std::size_t, std::vector<view_type>> free_, free_lasting_;
   std::vector<used> busy_;                                         // blocks handed out
   memory_statistics* stats_ = nullptr;                             // of Mem
