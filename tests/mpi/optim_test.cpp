@@ -1,10 +1,16 @@
 // Optimizers: three steps of sgd (momentum, nesterov, weight decay), adam, adamw and adafactor
 // (factored for a matrix, unfactored for a vector, with momentum) equal the update computed here on
-// the host from the published formulas, under replicated and split layouts.
+// the host from the published formulas, under replicated and split layouts. And a training step in
+// steady state allocates nothing: the second of two identical steps makes no Kokkos allocation.
 #include <meshtensor/optim/adafactor.hpp>
 #include <meshtensor/optim/adam.hpp>
 #include <meshtensor/optim/sgd.hpp>
 #include <test_support.hpp>
+
+#include "planned_run.hpp"
+
+#include <atomic>
+#include <mutex>
 
 using namespace tst;
 namespace mt = meshtensor;
@@ -169,4 +175,144 @@ TEST_CASE("optimizer steps equal hand-computed updates", "[optim]") {
   SECTION("replicated") { run_layout<mt::layout<grid>>(g); }
   SECTION("i over r, j over c") { run_layout<mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>>(g); }
   SECTION("j over c and r") { run_layout<mt::layout<grid, mt::split<j_, c_, r_>>>(g); }
+}
+
+namespace {
+// Every Kokkos allocation, pooled or not, seen through Kokkos Tools' allocation callback: an
+// independent count (the pool's own counter would miss allocations that bypass it).
+struct kokkos_allocations {
+  static inline std::atomic<long> count{0};
+  static inline std::mutex mu;
+  static inline std::vector<std::string> labels;  // what was allocated, for the failure's message
+  static void on_allocate(Kokkos_Profiling_SpaceHandle space, const char* label, const void*, std::uint64_t bytes) {
+    ++count;
+    std::lock_guard lock(mu);
+    labels.push_back(std::string(space.name) + " " + label + " (" + std::to_string(bytes) + " bytes)");
+  }
+  kokkos_allocations() { Kokkos::Tools::Experimental::set_allocate_data_callback(&on_allocate); }
+  ~kokkos_allocations() { Kokkos::Tools::Experimental::set_allocate_data_callback(nullptr); }
+  long since(long before) const { return count.load() - before; }
+  static std::string list(long from) {
+    std::lock_guard lock(mu);
+    std::string s;
+    for (std::size_t i = static_cast<std::size_t>(from); i < labels.size(); ++i) s += labels[i] + "\n";
+    return s;
+  }
+};
+
+struct batch : mt::dim<"batch"> {};
+struct d_in : mt::dim<"d_in"> {};
+struct hidden : mt::dim<"hidden"> {};
+struct classes : mt::dim<"classes"> {};
+}  // namespace
+
+// Runs step twice and requires the second to make no Kokkos allocation, and the pool's peak to
+// count at least `lasting` bytes (what lives through the step: params, optimizer states).
+template <class Step, class Lasting>
+void check_steady_state(Step step, Lasting lasting) {
+  const kokkos_allocations seen;
+  long before = seen.count.load();
+  { Kokkos::View<float*> probe("meshtensor::test_probe", 1); }
+  REQUIRE(seen.since(before) == 1);  // the callback sees allocations, so a zero below means something
+
+  const auto cold = mt::memory_stats();
+  before = seen.count.load();
+  const double first = step();
+  // Every Kokkos allocation of the first step is the pool's: none bypasses it.
+  CHECK(seen.since(before) == mt::memory_stats().system_allocations - cold.system_allocations);
+  mt::reset_peak_memory();
+  const auto held_before = mt::memory_stats();
+  before = seen.count.load();
+  const double second = step();
+  const long made = seen.since(before);
+  INFO("Kokkos allocations in the second step:\n" << kokkos_allocations::list(before));
+  CHECK(made == 0);
+  CHECK(second < first);  // the update did something, the same loss was not read twice
+  const auto s = mt::memory_stats();
+  CHECK(s.system_allocations == held_before.system_allocations);
+  CHECK(s.peak_bytes_in_use >= lasting());
+  CHECK(s.peak_bytes_in_use <= s.bytes_held);
+  CHECK(s.bytes_in_use <= s.peak_bytes_in_use);
+}
+
+TEST_CASE("a training step in steady state makes no allocation", "[optim][memory]") {
+  const auto g = world_grid();
+  SECTION("MLP, Adam") {
+    // Batch over r and hidden over c: the step has allreduces (and on a GPU their staging buffers).
+    using L = mt::layout<grid, mt::split<batch, r_>, mt::split<hidden, c_>>;
+    constexpr std::int64_t B = 6, D = 5, HID = 7, NC = 3;
+    auto w1 = mt::nn::normal_fan_in<mt::tensor<float, L, d_in, hidden>, d_in>(g, {D, HID}, 1);
+    auto b1 = mt::zeros<mt::tensor<float, L, hidden>>(g, {HID});
+    auto w2 = mt::nn::normal_fan_in<mt::tensor<float, L, hidden, classes>, hidden>(g, {HID, NC}, 2);
+    auto params = std::tie(w1, b1, w2);
+    std::apply([](auto&... p) { (p.requires_grad(), ...); }, params);
+    const auto x = mt::random_normal<mt::tensor<float, L, batch, d_in>>(g, {B, D}, 3);
+    std::vector<float> labels(B);
+    for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<float>(i % NC);
+    const auto y = mt::from_host<mt::tensor<float, L, batch>>(g, {B}, labels);
+    optim::adam adam({.lr = 1e-2});
+    // Forward, backward, the optimizer's update and the loss read on the host.
+    check_steady_state(
+        [&] {
+          const auto h = mt::relu(mt::nn::dense<d_in, hidden>(x, w1, b1));
+          const auto loss =
+              mt::reduce_mean<batch>(mt::nn::softmax_cross_entropy<classes>(mt::nn::dense<hidden, classes>(h, w2), y));
+          auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+          adam.step(params, grads);
+          return mt::item(loss);
+        },
+        [&] { return mt::local_bytes(params) + adam.state_bytes(params); });
+  }
+  SECTION("Transformer block, Adam and Adafactor, the batch written from the host each step") {
+    namespace pr = tst::planned_run;
+    using L = mt::layout<grid, mt::split<pr::batch, r_>, mt::split<pr::vocab, c_>, mt::split<pr::heads, c_>,
+                         mt::split<pr::d_ff, c_>>;
+    pr::block_weights<L> w(g);
+    auto params = w.tie();
+    optim::adam adam({.lr = 1e-2});
+    optim::adafactor adafactor({.lr = 1e-2});
+    check_steady_state(
+        [&] {
+          using X = mt::tensor<float, L, pr::batch, pr::length, pr::d_model>;
+          const auto [ids, y] = pr::ids_and_labels<L>(g);
+          X x = mt::nn::embedding<pr::vocab>(w.emb, ids);
+          x = x + mt::nn::causal_attention<pr::length, pr::memory_length, pr::d_model, pr::heads, pr::d_kv>(
+                      mt::nn::layer_norm<pr::d_model>(x, w.scale, w.bias), w.wq, w.wk, w.wv, w.wo);
+          x = x + mt::nn::feed_forward<pr::d_model, pr::d_ff>(mt::nn::layer_norm<pr::d_model>(x, w.scale, w.bias), w.w_in,
+                                                             w.w_out);
+          const auto loss = mt::reduce_mean<pr::batch, pr::length>(
+              mt::nn::softmax_cross_entropy<pr::vocab>(mt::nn::dense<pr::d_model, pr::vocab>(x, w.w_logits), y));
+          auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+          adam.step(params, grads);
+          adafactor.step(params, grads);
+          return mt::item(loss);
+        },
+        [&] { return mt::local_bytes(params) + adam.state_bytes(params) + adafactor.state_bytes(params); });
+  }
+}
+
+TEST_CASE("the pool reuses a block by size class, never while a View of it lives", "[memory]") {
+  // The classes by their rule: powers of two from 64 bytes up to 64 KiB, then steps of a quarter
+  // of the size's power of two (64 KiB + 1 byte: 80 KiB; 100000 bytes: 7 steps of 16 KiB).
+  CHECK(mt::detail::size_class(1) == 64);
+  CHECK(mt::detail::size_class(65) == 128);
+  CHECK(mt::detail::size_class(65536) == 65536);
+  CHECK(mt::detail::size_class(65537) == 81920);
+  CHECK(mt::detail::size_class(100000) == 114688);
+  CHECK(mt::detail::size_class(131072) == 131072);
+  // A type of its own, so that no other test's blocks are in this pool.
+  using pool = mt::detail::view_pool<std::int16_t, Kokkos::HostSpace>;
+  const auto held = mt::memory_stats<Kokkos::HostSpace>().bytes_held;
+  auto a = pool::get().allocate(3);  // 6 bytes: a block of 64
+  CHECK(a.extent(0) == 3);
+  const std::int16_t* where = a.data();
+  auto copy = a;
+  a = {};
+  auto b = pool::get().allocate(20);  // the same class, but a View copy of the first block lives
+  CHECK(b.data() != where);
+  CHECK(b.extent(0) == 20);
+  copy = {};
+  auto c = pool::get().allocate(32);  // 64 bytes: the first block, free again
+  CHECK(c.data() == where);
+  CHECK(mt::memory_stats<Kokkos::HostSpace>().bytes_held - held == 2 * 64);
 }

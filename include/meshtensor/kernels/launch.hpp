@@ -14,9 +14,11 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 #include <utility>
 
 #include "../plan/ledger.hpp"
+#include "pool.hpp"
 
 namespace meshtensor::kernels {
 
@@ -64,15 +66,33 @@ void fence(const Exec& exec) {
 
 // A host view of v's shape (v itself where v is host memory); nothing is copied. Not skipped while
 // planning: it allocates (a planned tensor's view is small: a plan does not hold the data).
+// Where a copy is needed (device memory), a rank-1 mirror comes from the caching allocator
+// (kernels/pool.hpp): a step that reads its loss or writes its batch allocates nothing.
 template <class View>
 auto host_mirror(const View& v) {
+  using mirror = decltype(Kokkos::create_mirror_view(v));
+  if constexpr (View::rank == 1 && !std::is_same_v<typename mirror::memory_space, typename View::memory_space>) {
+    if (!detail::planning())
+      return mirror(detail::view_pool<typename View::non_const_value_type, typename mirror::memory_space>::get().allocate(
+          v.extent(0)));
+  }
   return Kokkos::create_mirror_view(v);
 }
 
 // v's contents in memory space `space` (v itself where it is there already). Not skipped while
 // planning: ops copy small host tables this way (offsets, counts) that the planned run reads.
+// Where a copy is needed, a rank-1 one comes from the caching allocator, as host_mirror's.
 template <class Space, class View>
 auto copy_to(const Space& space, const View& v) {
+  using copy = decltype(Kokkos::create_mirror_view_and_copy(space, v));
+  if constexpr (View::rank == 1 && !std::is_same_v<typename copy::memory_space, typename View::memory_space>) {
+    if (!detail::planning()) {
+      copy c(detail::view_pool<typename View::non_const_value_type, typename copy::memory_space>::get().allocate(
+          v.extent(0)));
+      Kokkos::deep_copy(c, v);
+      return c;
+    }
+  }
   return Kokkos::create_mirror_view_and_copy(space, v);
 }
 

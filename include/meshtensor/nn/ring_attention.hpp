@@ -721,7 +721,7 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
     cur = received.view();
   }
   // o = acc / l; lse = m + log(l), what the backward pass recomputes the weights from.
-  Q out(q.mesh(), q.extents());
+  Q out(q.mesh(), q.extents(), uninitialized);  // the chunks' rows cover the part: every element written
   const auto lse = CPool::get().allocate(static_cast<std::size_t>(rows));
   for (int c = 0; c < q_chunks; ++c) {
     // Chunk c's row (o, i) is row (o, b + i) of the part's.

@@ -27,7 +27,7 @@ X cumsum_impl(const X& x, bool reverse) {
   using Exec = typename X::execution_space;
   using L = typename X::layout_type;
   constexpr auto s = L::template split_of<D>();
-  X out(x.mesh(), x.extents());
+  X out(x.mesh(), x.extents(), uninitialized);  // cumsum_local writes every element
   const auto src = local_along<D>(x);
   auto ov = out.view();
   const std::int64_t rows = src.outer * src.inner, n = src.n, inner = src.inner;
@@ -43,14 +43,15 @@ X cumsum_impl(const X& x, bool reverse) {
       });
   if constexpr (s.count > 0) {
     // Slice totals per row: the last element of the running sum.
-    Kokkos::View<T*, typename X::memory_space> totals("meshtensor::cumsum_totals", static_cast<std::size_t>(rows));
+    const auto totals = detail::view_pool<T, typename X::memory_space>::get().allocate(static_cast<std::size_t>(rows));
     kernels::parallel_for(
         "meshtensor::cumsum_totals", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
           totals(r) = n == 0 ? T(0) : ov(src.at(r / inner, reverse ? 0 : n - 1, r % inner));
         });
     // The totals are few (one per row) and the host adds them up: a host copy.
     auto ht = host_copy<Exec>(totals);
-    Kokkos::View<T*, Kokkos::HostSpace> before("meshtensor::cumsum_before", static_cast<std::size_t>(rows));
+    const auto before = detail::host_table<T>(static_cast<std::size_t>(rows));
+    for (std::int64_t r = 0; r < rows; ++r) before(r) = T(0);  // exscan leaves the first part's, and parts add up
     auto& comm = x.mesh().communicator();
     if (!reverse && s.in_mesh_order()) {
       exscan(comm, s.mask(), ht.data(), before.data(), rows);

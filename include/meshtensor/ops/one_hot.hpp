@@ -47,7 +47,7 @@ detail::one_hot_result_t<NewDim, V, I> one_hot(const I& indices, std::int64_t de
   ext[I::rank] = depth;
   detail::check_parts<NewDim, Out>("one_hot", indices.mesh(), depth);
   const detail::op_call call(detail::planned_op{"one_hot", one_hot_plan<I, NewDim>()}, indices);
-  Out out(indices.mesh(), ext);
+  Out out(indices.mesh(), ext, uninitialized);  // the kernel writes every element
   const std::int64_t n = out.local_extents()[I::rank], begin = out.template offset<NewDim>();
   auto iv = indices.view();
   auto ov = out.view();

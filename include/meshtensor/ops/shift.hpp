@@ -83,7 +83,7 @@ X shift_impl(const X& x, std::int64_t offset, boundary b, shift_path path) {
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   const bool wrap = b == boundary::wrap;
-  X out(x.mesh(), x.extents());
+  X out(x.mesh(), x.extents(), uninitialized);  // every path writes every element (none: no elements)
   const auto dst = local_along<D>(out);
   if (path == shift_path::none) return out;
   if (path == shift_path::gathered) {

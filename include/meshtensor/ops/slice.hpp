@@ -32,7 +32,7 @@ namespace detail {
 // Non-recording kernels, also used by the gradient rules.
 template <Dim D, Tensor X>
 X slice_impl(const X& x, std::int64_t begin, std::int64_t size) {
-  X out(x.mesh(), with_extent<D>(x, size));
+  X out(x.mesh(), with_extent<D>(x, size), uninitialized);  // the slice lies within x: every element placed
   place_along<D>(out, full_along<D>(x), -begin);
   return out;
 }
@@ -45,7 +45,7 @@ X pad_impl(const X& x, std::int64_t before, std::int64_t after) {
 template <Dim D, Tensor X>
 X concat_impl(const X& a, const X& b) {
   const std::int64_t na = a.template extent<D>();
-  X out(a.mesh(), with_extent<D>(a, na + b.template extent<D>()));
+  X out(a.mesh(), with_extent<D>(a, na + b.template extent<D>()), uninitialized);  // a and b cover it
   place_along<D>(out, full_along<D>(a), 0);
   place_along<D>(out, full_along<D>(b), na);
   return out;

@@ -69,7 +69,7 @@ bool take_crosses_parts(const X& x, const X& out, const std::vector<std::int64_t
 template <class Mem>
 Kokkos::View<std::int64_t*, Mem> take_positions(const std::vector<std::int64_t>& index, std::int64_t first,
                                                 std::int64_t count, std::int64_t src_begin) {
-  Kokkos::View<std::int64_t*, Kokkos::HostSpace> at("meshtensor::take_positions", static_cast<std::size_t>(count));
+  const auto at = detail::host_table<std::int64_t>(static_cast<std::size_t>(count));
   for (std::int64_t l = 0; l < count; ++l) at(l) = index[static_cast<std::size_t>(first + l)] - src_begin;
   return kernels::copy_to(Mem{}, at);
 }
@@ -123,8 +123,9 @@ X take_grad(const X& g, const typename X::extents_type& x_extents, const std::ve
   // D's axes, then each processor's own part.
   const std::int64_t n = dx.template extent<D>();
   along_view<typename X::view_type> full{
-      Kokkos::View<T*, Mem>("meshtensor::take_grad", static_cast<std::size_t>(into.outer * n * into.inner)), into.outer, n,
+      detail::view_pool<T, Mem>::get().allocate(static_cast<std::size_t>(into.outer * n * into.inner)), into.outer, n,
       into.inner, 0};
+  kernels::deep_copy(full.v, T{});  // rows are added into it
   take_rows<Exec>(rows, full, take_positions<Mem>(index, rows.begin, rows.n, 0), true);
   allreduce_slice<Exec, T>(dx.mesh().communicator(), full.v, X::layout_type::template split_of<D>().mask(), reduce_op::sum);
   place_along<D>(dx, full, 0);

@@ -116,8 +116,10 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
   // marked by index -1.
   const std::int64_t longest = x.placement().max_part_extent(X::template index_of<D>());
   const std::int64_t c = k < longest ? k : longest;
-  Kokkos::View<double*, Mem> cv("meshtensor::top_k_values", static_cast<std::size_t>(rows * c));
-  Kokkos::View<std::int64_t*, Mem> ci("meshtensor::top_k_indices", static_cast<std::size_t>(rows * c));
+  // From the caching allocator; values zeroed as Kokkos's constructor did (the kernel sets every index).
+  const Kokkos::View<double*, Mem> cv = detail::view_pool<double, Mem>::get().allocate(static_cast<std::size_t>(rows * c));
+  const Kokkos::View<std::int64_t*, Mem> ci = detail::view_pool<std::int64_t, Mem>::get().allocate(static_cast<std::size_t>(rows * c));
+  kernels::deep_copy(cv, 0.0);
   kernels::parallel_for(
       "meshtensor::top_k_local", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
         std::int64_t filled = 0;
@@ -132,7 +134,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
     // Exchange the candidates as (value, index) pairs of doubles, then select from all of them.
     auto& comm = x.mesh().communicator();
     const std::int64_t P = comm.size_over(s.mask());
-    Kokkos::View<double*, Mem> packed("meshtensor::top_k_packed", static_cast<std::size_t>(rows * c * 2));
+    const Kokkos::View<double*, Mem> packed = detail::view_pool<double, Mem>::get().allocate(static_cast<std::size_t>(rows * c * 2));
     kernels::parallel_for(
         "meshtensor::top_k_pack", Kokkos::RangePolicy<Exec>(0, rows * c), KOKKOS_LAMBDA(std::int64_t q) {
           packed(2 * q) = cv(q);
@@ -143,8 +145,10 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
     const auto received = buffer::writing(static_cast<std::size_t>(P * rows * c * 2));
     allgather(comm, s.mask(), send.data(), rows * c * 2, received.data());
     const auto all = received.view();
-    fv = Kokkos::View<double*, Mem>("meshtensor::top_k_values", static_cast<std::size_t>(rows * k));
-    fi = Kokkos::View<std::int64_t*, Mem>("meshtensor::top_k_indices", static_cast<std::size_t>(rows * k));
+    fv = detail::view_pool<double, Mem>::get().allocate(static_cast<std::size_t>(rows * k));
+    fi = detail::view_pool<std::int64_t, Mem>::get().allocate(static_cast<std::size_t>(rows * k));
+    kernels::deep_copy(fv, 0.0);  // zeros where Kokkos's constructor put them: slots past the candidates
+    kernels::deep_copy(fi, std::int64_t{0});
     auto fv_ = fv;
     auto fi_ = fi;
     kernels::parallel_for(

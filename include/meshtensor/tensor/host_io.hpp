@@ -156,7 +156,7 @@ std::vector<T> gather_slices(communicator& comm, const placement<R>& p, const T*
 template <Tensor TT>
 TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& extents,
              std::span<const typename TT::value_type> full) {
-  TT t(m, extents);
+  TT t(m, extents, uninitialized);  // the host writes every element of the slice below
   // Each rank checks its own array; agreed, so that a wrong size on one rank throws on all of them.
   std::string wrong_size;
   try {
@@ -169,7 +169,7 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
     detail::plan_ledger::get().add_host_bytes(t.local_size() * static_cast<std::int64_t>(sizeof(typename TT::value_type)));
     return t;
   }
-  kernels::fence(typename TT::execution_space{});  // the zero fill, before the host writes host memory
+  kernels::fence(typename TT::execution_space{});  // kernels that used the slice's reused block, before the host writes
   auto host = kernels::host_mirror(t.view());
   detail::copy_box_from_full(t.placement(), m.rank(), full, host.data());
   kernels::deep_copy(t.view(), host);
@@ -181,7 +181,7 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
 template <Tensor TT>
 TT scatter(const typename TT::mesh_type& m, const typename TT::extents_type& extents,
            std::span<const typename TT::value_type> full_on_root, int root = 0) {
-  TT t(m, extents);
+  TT t(m, extents, uninitialized);  // every element of the slice is received below
   auto& comm = m.communicator();
   std::int64_t root_size = static_cast<std::int64_t>(full_on_root.size());
   if (comm.planned()) {

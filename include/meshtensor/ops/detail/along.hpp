@@ -86,11 +86,11 @@ Kokkos::View<T*, typename Exec::memory_space> allgather_along(communicator& comm
   const exchange_blocks blocks(sizes);
   const std::int64_t total = blocks.total;
   // Per sub-rank: its part's offset and extent along D, and where its block starts in recv.
-  Kokkos::View<std::int64_t* [3], Kokkos::HostSpace> where("meshtensor::parts", static_cast<std::size_t>(P));
+  const auto where = host_table<std::int64_t>(3 * static_cast<std::size_t>(P));
   for (int q = 0; q < P; ++q) {
-    where(q, 0) = p.part_offset(0, parts[q]);
-    where(q, 1) = p.part_extent(0, parts[q]);
-    where(q, 2) = blocks.displs[q];
+    where(3 * q) = p.part_offset(0, parts[q]);
+    where(3 * q + 1) = p.part_extent(0, parts[q]);
+    where(3 * q + 2) = blocks.displs[q];
   }
   using buffer = mpi_buffer<Exec, T>;
   const auto send = buffer::reading(local);
@@ -102,7 +102,7 @@ Kokkos::View<T*, typename Exec::memory_space> allgather_along(communicator& comm
   kernels::parallel_for(
       "meshtensor::reorder_parts", Kokkos::RangePolicy<Exec>(0, P * outer), KOKKOS_LAMBDA(std::int64_t qo) {
         const std::int64_t q = qo / outer, o = qo % outer;
-        const std::int64_t off = parts_at(q, 0), nq = parts_at(q, 1), at = parts_at(q, 2);
+        const std::int64_t off = parts_at(3 * q), nq = parts_at(3 * q + 1), at = parts_at(3 * q + 2);
         for (std::int64_t l = 0; l < nq; ++l)
           for (std::int64_t i = 0; i < inner; ++i)
             full((o * extent + off + l) * inner + i) = recv(at + (o * nq + l) * inner + i);
