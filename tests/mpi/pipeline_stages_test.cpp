@@ -8,7 +8,12 @@
 // and take_gradients, which run() builds on, are checked on their own.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <malloc.h>
 #include <test_support.hpp>
+
+#include <fstream>
+#include <map>
+#include <stdexcept>
 
 using namespace tst;
 namespace mt = meshtensor;
@@ -97,6 +102,56 @@ std::pair<double, std::vector<std::vector<double>>> whole_chain(int stages, int 
   for (const auto& t : g) grads.push_back(mt::gather_all(t));
   return {mt::item(*total), grads};
 }
+
+// A stage of a one-part-per-stage chain whose activations are big enough to see in the process's
+// memory: [64 x 1024] doubles, 512 KiB, against a process of tens of MB.
+struct wide_stage {
+  static constexpr std::int64_t rows = 64, cols = 1024;
+  using L = mt::layout<line>;
+  using X = ten<L, i_, j_>;
+  using W = ten<L, j_>;
+  using activation = X;
+  const pl::stages<line>& st;
+  W w;
+  std::optional<std::tuple<W>> grads;
+  explicit wide_stage(const pl::stages<line>& s)
+      : st(s), w(mt::random_normal<W>(s.mesh(), {cols}, 10 + static_cast<std::uint64_t>(s.index())).requires_grad()) {}
+  X::extents_type extents(int) const { return {rows, cols}; }
+  X forward(int mb, const X* in) const {
+    const X x = in ? *in : mt::random_normal<X>(st.mesh(), {rows, cols}, 100 + static_cast<std::uint64_t>(mb));
+    return mt::einsum<i_, j_>(x, w) + x;
+  }
+  ten<L> loss(int mb, const X& y) const { return weighted_sum(y, 1000 + static_cast<std::uint64_t>(mb)); }
+  auto params() { return std::tie(w); }
+  void step_gradients(std::tuple<W>&& g) { grads = std::move(g); }
+};
+
+// The most memory this process held since peak.reset(), above what it held then: the kernel's
+// high-water mark of resident memory (VmHWM), which writing 5 to /proc/self/clear_refs lowers to
+// what is resident now (Linux 4.0 on). The tensor cache and malloc's free memory are emptied first,
+// so that what an earlier run left resident does not serve this one unseen. An allocator's own
+// high-water mark would replace the two reads here.
+struct memory_peak {
+  std::int64_t baseline = 0;
+  static std::int64_t status_bytes(const std::string& field) {
+    std::ifstream in("/proc/self/status");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind(field + ":", 0) == 0) return std::stoll(line.substr(field.size() + 1)) * 1024;  // "  1234 kB"
+    throw std::runtime_error("memory_peak: no " + field + " in /proc/self/status");
+  }
+  // Whether the high-water mark can be lowered here (not in every container).
+  bool reset() {
+    mt::release_cached_memory();
+    malloc_trim(0);
+    std::ofstream clear("/proc/self/clear_refs");
+    clear << "5" << std::flush;
+    if (!clear) return false;
+    baseline = status_bytes("VmRSS");
+    return status_bytes("VmHWM") <= baseline + (std::int64_t{1} << 20);
+  }
+  std::int64_t bytes() const { return status_bytes("VmHWM") - baseline; }
+};
 
 std::int64_t calls_of(const mt::comm_counters& c, mt::collective kind, unsigned axes) {
   const auto it = c.find({kind, axes});
@@ -249,6 +304,40 @@ TEST_CASE("accumulate_gradient and take_gradients: the gradient of a sum, reduce
   const W doubled = w * 2.0;
   REQUIRE_THROWS_WITH(mt::accumulate_gradient(weighted_sum(mt::einsum<i_, j_>(x1, doubled), 11), doubled),
                       Catch::Matchers::ContainsSubstring("is the result of an op, not a leaf"));
+}
+
+// What a stage holds, measured: under 1F1B stage s keeps the activations of p - s microbatches, under
+// GPipe all m of them. A stage that kept what it sent (and through the tape the microbatch's forward
+// graph) until the step's end held all m under both (issue 60). The stages but the last compare
+// their peaks; the last holds one microbatch under both. At 2 and 4 stages (8 p microbatches).
+TEST_CASE("a stage under 1f1b holds only the microbatches in flight: its measured peak below gpipe's") {
+  const int p = world_size();
+  if (p != 2 && p != 4) SKIP("measured at 2 and 4 stages");
+  const int m = 8 * p;
+  pl::stages<line> st(MPI_COMM_WORLD, p, {1});
+  memory_peak peak;
+  // 1f1b first: what the first run leaves resident can only lower the second's figure.
+  std::map<std::string, std::int64_t> held;
+  bool measurable = true;
+  for (const char* schedule : {"1f1b", "gpipe"}) {
+    wide_stage stage(st);
+    MPI_Barrier(MPI_COMM_WORLD);
+    measurable = peak.reset() && measurable;
+    (void)pl::run(pl::named_schedule(schedule, p, m), st, stage);
+    held[schedule] = peak.bytes();
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+  int all_measurable = measurable;
+  MPI_Allreduce(MPI_IN_PLACE, &all_measurable, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (!all_measurable) SKIP("the resident high-water mark cannot be reset here (/proc/self/clear_refs)");
+  const std::int64_t activation = wide_stage::rows * wide_stage::cols * 8;
+  INFO("stage " << st.index() << " of " << p << ", " << m << " microbatches: peak " << held["1f1b"]
+                << " bytes under 1f1b, " << held["gpipe"] << " under gpipe; an activation is " << activation);
+  if (!st.last()) {
+    // GPipe holds at least each microbatch's output; 1F1B p - s microbatches' few activations each.
+    CHECK(held["gpipe"] >= m * activation);
+    CHECK(held["1f1b"] * 2 < held["gpipe"]);
+  }
 }
 
 TEST_CASE("stages that do not divide the ranks: an error naming both") {

@@ -313,8 +313,9 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
 }
 
 // --plan --pipeline P: one planned step per stage (its first processor), side by side. Stages that
-// hold the same (first, last, number of blocks) plan alike and are planned once. With 1F1B a stage
-// holds at most P microbatches, so P of them plan its memory exactly (GPipe: all m are planned).
+// hold the same (first, last, number of blocks, microbatches held at once) plan alike and are
+// planned once. With 1F1B stage s holds at most P - s microbatches, so that many of them plan its
+// memory exactly (GPipe: all m are planned).
 // With --calibration: each stage's step time from two more plans, of a and 2a microbatches (a = 1,
 // or P for interleaved, whose microbatches go in groups of P), t(m) = t_fixed + m t_microbatch
 // (t_fixed: the weights' gradient reduction and the optimizer), and the step's: the schedule
@@ -365,8 +366,8 @@ estimate plan_stages(options o, const mt::machine_calibration* calibration) {
   };
   // A stage's microbatch costs depend on what it holds (the model's input, its loss, how many
   // blocks); its memory also on how many chunk activations its order holds at the peak. Stages
-  // alike in both plan once. Gpipe plans all m microbatches; 1f1b min(m, p), the most it holds;
-  // the other schedules the fewest microbatches whose order holds the stage's peak (microbatches
+  // alike in both plan once. Gpipe plans all m microbatches; the other schedules the fewest
+  // microbatches whose order holds the stage's peak (1f1b: min(m, p - s) on stage s; microbatches
   // in groups of p for interleaved: the cost plans take p and 2p).
   const auto schedule = pl::named_schedule(o.schedule, o.pipeline, m, o.chunks);
   const int group = o.schedule == "interleaved" ? o.pipeline : 1;
@@ -384,7 +385,6 @@ estimate plan_stages(options o, const mt::machine_calibration* calibration) {
   };
   const auto microbatches_for_peak = [&](int s) {
     if (o.schedule == "gpipe") return m;
-    if (o.schedule == "1f1b") return std::min(m, o.pipeline);
     const int peak = pl::peak_activations(schedule.at(s));
     for (int few = group; few < m; few += group)
       if (pl::peak_activations(pl::named_schedule(o.schedule, o.pipeline, few, o.chunks).at(s)) == peak) return few;
@@ -422,13 +422,14 @@ estimate plan_stages(options o, const mt::machine_calibration* calibration) {
     }
     return sp;
   };
-  const bool stages_alike = o.schedule == "gpipe" || o.schedule == "1f1b";
   std::map<std::tuple<bool, bool, std::int64_t>, stage_plan> costs;
   estimate e;
   for (int s = 0; s < o.pipeline; ++s) {
     const auto shape = shape_of(s);
     const auto [input, loss, blocks] = shape;
-    const auto key = std::make_tuple(input, loss, blocks, stages_alike ? -1 : pl::peak_activations(schedule.at(s)));
+    // The count held is part of the key: under 1f1b stage s holds p - s microbatches, so stages of
+    // the same blocks differ in memory (one plan for stages 1 to p - 2 showed stage 1's on all).
+    const auto key = std::make_tuple(input, loss, blocks, pl::peak_activations(schedule.at(s)));
     auto it = e.alike.find(key);
     if (it == e.alike.end()) {
       auto cost = costs.find(shape);

@@ -826,7 +826,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     // --zero 2: the parameters gathered once, for the whole step (3: at each use). Alive until the
     // step's gradient: recompute's blocks refer to the model they ran on.
     std::optional<model<L>> whole;
-    const auto loss = [&] {
+    auto loss = [&] {
       if constexpr (!std::is_same_v<L, PL>) {
         if (o.zero == 2) {
           whole.emplace(m.gathered());
@@ -838,7 +838,10 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
                                  : m.loss(x, y, o, s);
     }();
     auto params = m.tie();
-    auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
+    // The loss given to gradient() as an rvalue: the pass frees each op's saved tensors as it goes
+    // (autodiff/gradient.hpp), where a held loss kept the step's graph to its end. Its value stays.
+    const auto loss_value = loss.detached();
+    auto grads = std::apply([&](auto&... p) { return mt::gradient(std::move(loss), p...); }, params);
     if (step == 0 && !o.dump.empty()) {
       const auto names = param_names(o.layers, o.tie_embeddings);
       for_each_param_tensor(params, [&](std::size_t i, auto& p) { dump_tensor(p, o.dump + "/param." + names[i] + ".npy"); });
@@ -846,7 +849,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
       dump_tensor(x, o.dump + "/ids.npy");
       dump_tensor(y, o.dump + "/labels.npy");
       if (root) {
-        write_npy(o.dump + "/loss.npy", {mt::item(loss)}, {});
+        write_npy(o.dump + "/loss.npy", {mt::item(loss_value)}, {});
         std::ofstream cfg(o.dump + "/config.txt");
         cfg << "layout " << o.layout << "\nranks " << g.nprocs() << "\nbatch " << o.batch << "\nlength " << o.length
             << "\nd_model " << o.d_model << "\nheads " << o.heads << "\nd_kv " << o.d_kv << "\nd_ff " << o.d_ff
@@ -856,7 +859,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     }
     opt.visit(o, [&](auto& chosen) { chosen.step(params, grads); });
     slow_rank_hook();
-    losses.push_back(mt::item(loss));
+    losses.push_back(mt::item(loss_value));
     const auto save = [&] {
       auto state = training_state(m, opt, o);
       auto meta = run_config(o);

@@ -181,40 +181,51 @@ class gradient_buckets {
 
 namespace detail {
 
-// Every node the loss depends on, newest first: reverse creation order is topological.
-inline std::vector<tape_node*> nodes_newest_first(tape_node* loss) {
-  std::vector<tape_node*> order;
+// Every node the loss depends on, newest first: reverse creation order is topological. Held by
+// the pass: a node released on the way (run_backward) stays valid until the pass ends.
+using node_order = std::vector<std::shared_ptr<tape_node>>;
+inline node_order nodes_newest_first(tape_node* loss) {
+  node_order order;
   std::unordered_set<tape_node*> seen;
   std::vector<tape_node*> stack{loss};
   while (!stack.empty()) {
     auto* n = stack.back();
     stack.pop_back();
     if (!seen.insert(n).second) continue;
-    order.push_back(n);
+    order.push_back(n->shared_from_this());
     for (auto& p : n->parents) stack.push_back(p.get());
   }
-  std::sort(order.begin(), order.end(), [](auto* x, auto* y) { return x->id > y->id; });
+  std::sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x->id > y->id; });
   return order;
 }
 
 // Seeds the loss's gradient with 1 and runs every node's rule in `order`, recording paused.
 // final(p) is called once node p's gradient is final (every node that pushes into it has run).
-template <Tensor Loss, class Final>
-void run_backward(const Loss& loss, const std::vector<tape_node*>& order, Final&& final) {
+// A node's gradient is dropped as soon as its rule has pushed it on, unless kept(node) (a param's,
+// read after the pass): nothing else reads it, and kept to the pass's end every block's gradient
+// stayed alive at once, the backward pass's memory growing with the layers (issue 60). A node that
+// only the pass holds (no tensor, no later node, no rule refers to it: the pass's own reference
+// is its only one) is released too, its saved tensors freed: no backward pass can reach it again.
+// The loss's node is held by the caller's loss unless gradient() was given it as an rvalue.
+template <Tensor Loss, class Final, class Kept>
+void run_backward(const Loss& loss, grad_node_of<Loss>* seed, const node_order& order, Final&& final, Kept&& kept) {
   const recording_scope paused(false);
   const plan_phase_scope backward(plan_phase::backward);  // a plan's report: "op (backward)"
   if (planning()) plan_ledger::get().note_backward_start();
-  loss.node()->accumulate(full<Loss>(loss.mesh(), {}, typename Loss::value_type(1)).storage());
+  seed->accumulate(full<Loss>(loss.mesh(), {}, typename Loss::value_type(1)).storage());
   std::unordered_map<const tape_node*, int> uses;  // nodes still to run that push into it
-  for (auto* n : order)
+  for (const auto& n : order)
     for (auto& p : n->parents) ++uses[p.get()];
-  for (auto* n : order) {
+  for (const auto& n : order) {
     {
       const plan_node_scope op(n->plan_op);
       n->backward();
     }
     for (auto& p : n->parents)
       if (--uses[p.get()] == 0) final(p.get());
+    if (kept(n.get())) continue;
+    n->clear_grad();
+    if (n.use_count() == 1) n->release();
   }
 }
 
@@ -274,15 +285,25 @@ std::unordered_set<const tape_node*> leaf_nodes(const char* who, const Params&..
 // Runs the backward pass of loss, adding into the gradients of the `kept` nodes what earlier calls
 // left there; every other node's gradient is dropped before and after.
 template <Tensor Loss>
-void accumulate_into(const Loss& loss, const std::unordered_set<const tape_node*>& kept,
-                     const std::vector<tape_node*>& order) {
+void accumulate_into(const Loss& loss, grad_node_of<Loss>* seed, const std::unordered_set<const tape_node*>& kept,
+                     const node_order& order) {
   const auto clear_others = [&] {
-    for (auto* n : order)
-      if (!kept.count(n)) n->clear_grad();
+    for (const auto& n : order)
+      if (!kept.count(n.get())) n->clear_grad();
   };
   clear_others();
-  run_backward(loss, order, [](const tape_node*) {});
+  run_backward(loss, seed, order, [](const tape_node*) {}, [&](const tape_node* n) { return kept.count(n) > 0; });
   clear_others();
+}
+
+// The loss's node, taken from an rvalue loss: the caller's handle on the tape goes (its value
+// stays readable), so that the pass alone holds the graph and frees it as it goes.
+template <Tensor Loss>
+grad_node_of<Loss>* give_up_node(Loss& loss, node_order& order) {
+  auto* seed = loss.node();
+  order = nodes_newest_first(seed);
+  loss.node_slot().reset();
+  return seed;
 }
 
 template <class P>
@@ -298,13 +319,13 @@ struct first_tensor_of<P> {
 
 // Each param is a tensor or a std::vector of tensors (layers stacked at run time); the result holds
 // the same kinds in the same order.
+namespace detail {
 template <Tensor Loss, Parameter... Params>
-std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
-  detail::check_differentiable(loss, "gradient");
+std::tuple<Params...> gradient_of(const Loss& loss, grad_node_of<Loss>* seed, const node_order& order,
+                                  const Params&... params) {
   const detail::recording_scope paused(false);
   const detail::plan_phase_scope backward(detail::plan_phase::backward);
-  const auto order = detail::nodes_newest_first(loss.node());
-  for (auto* n : order) n->clear_grad();
+  for (const auto& n : order) n->clear_grad();
   const auto clear = [](const auto& t) {
     if (t.tracks_grad()) t.node()->clear_grad();
   };
@@ -322,18 +343,44 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
       });
   };
   (for_each_tensor(params, watch), ...);
-  detail::run_backward(loss, order, [&](const detail::tape_node* p) {
-    if (const auto f = when_final.find(p); f != when_final.end())
-      for (auto& join : f->second) join();
-    buckets.progress();
-  });
+  std::unordered_set<const detail::tape_node*> wanted;  // the params' nodes, leaves or not: read after
+  const auto want = [&](const auto& t) {
+    if (t.tracks_grad()) wanted.insert(t.node());
+  };
+  (for_each_tensor(params, want), ...);
+  detail::run_backward(
+      loss, seed, order,
+      [&](const detail::tape_node* p) {
+        if (const auto f = when_final.find(p); f != when_final.end())
+          for (auto& join : f->second) join();
+        buckets.progress();
+      },
+      [&](const detail::tape_node* n) { return wanted.count(n) > 0; });
   {
     const detail::plan_node_scope op("weight gradients");
     buckets.finish();
   }
   auto result = detail::hand_out_gradients(params...);
-  for (auto* n : order) n->clear_grad();
+  for (const auto& n : order) n->clear_grad();
   return result;
+}
+}  // namespace detail
+
+template <Tensor Loss, Parameter... Params>
+std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
+  detail::check_differentiable(loss, "gradient");
+  return detail::gradient_of(loss, loss.node(), detail::nodes_newest_first(loss.node()), params...);
+}
+// An rvalue loss (a temporary, or std::move(loss)) gives up its place on the tape: its value stays
+// readable, and the pass frees each op's saved tensors once its rule has run, where no other tensor
+// still refers to them (run_backward). A second gradient() of it is an error (no longer on the tape).
+template <Tensor Loss, Parameter... Params>
+  requires(!std::is_lvalue_reference_v<Loss>)
+std::tuple<Params...> gradient(Loss&& loss, const Params&... params) {
+  detail::check_differentiable(loss, "gradient");
+  detail::node_order order;
+  auto* seed = detail::give_up_node(loss, order);
+  return detail::gradient_of(loss, seed, order, params...);
 }
 
 // Gradient accumulation (pipeline microbatches, large batches in parts): adds the gradients of
@@ -344,8 +391,18 @@ std::tuple<Params...> gradient(const Loss& loss, const Params&... params) {
 template <Tensor Loss, Parameter... Params>
 void accumulate_gradient(const Loss& loss, const Params&... params) {
   detail::check_differentiable(loss, "accumulate_gradient");
-  detail::accumulate_into(loss, detail::leaf_nodes("accumulate_gradient", params...),
+  detail::accumulate_into(loss, loss.node(), detail::leaf_nodes("accumulate_gradient", params...),
                           detail::nodes_newest_first(loss.node()));
+}
+// An rvalue loss gives up its place on the tape, as gradient()'s: the pass frees as it goes.
+template <Tensor Loss, Parameter... Params>
+  requires(!std::is_lvalue_reference_v<Loss>)
+void accumulate_gradient(Loss&& loss, const Params&... params) {
+  detail::check_differentiable(loss, "accumulate_gradient");
+  const auto kept = detail::leaf_nodes("accumulate_gradient", params...);
+  detail::node_order order;
+  auto* seed = detail::give_up_node(loss, order);
+  detail::accumulate_into(loss, seed, kept, order);
 }
 
 // The gradients accumulate_gradient summed in the params, reduced where they are still partial

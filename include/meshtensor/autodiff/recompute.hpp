@@ -64,6 +64,7 @@ struct recompute_rule {
     for (const auto& n : own) {
       const plan_node_scope op(n->plan_op);
       n->backward();
+      n->clear_grad();  // pushed on to older nodes: read no more (the block's inputs and weights are older)
     }
   }
 };

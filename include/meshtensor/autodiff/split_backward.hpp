@@ -98,10 +98,10 @@ weight_pass accumulate_input_gradient(const Loss& loss, const std::tuple<Inputs.
   std::vector<std::shared_ptr<detail::tape_node>> derived;
   for (auto n = order.rbegin(); n != order.rend(); ++n) {
     const auto& parents = (*n)->parents;
-    if (parents.empty() || deferral.weights.count(*n)) continue;
+    if (parents.empty() || deferral.weights.count(n->get())) continue;
     if (std::all_of(parents.begin(), parents.end(), [&](const auto& p) { return deferral.weights.count(p.get()) > 0; })) {
-      deferral.weights.insert(*n);
-      derived.push_back((*n)->shared_from_this());
+      deferral.weights.insert(n->get());
+      derived.push_back(*n);
     }
   }
   {
@@ -112,7 +112,7 @@ weight_pass accumulate_input_gradient(const Loss& loss, const std::tuple<Inputs.
       ~restore() { slot = was; }
     } const guard{active, active};
     active = &deferral;
-    detail::accumulate_into(loss, kept, order);
+    detail::accumulate_into(loss, loss.node(), kept, order);
   }
   std::reverse(derived.begin(), derived.end());
   return weight_pass(std::move(deferral.work), std::move(derived));

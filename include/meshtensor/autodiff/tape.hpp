@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <unordered_set>
 #include <vector>
 
@@ -56,6 +57,9 @@ struct tape_node : std::enable_shared_from_this<tape_node> {
   virtual ~tape_node() = default;
   virtual void backward() = 0;
   virtual void clear_grad() = 0;
+  // Drops what the rule saved (its inputs, its closure) and the links to the parents, after the
+  // rule has run in a pass that alone holds this node (gradient.hpp, run_backward).
+  virtual void release() { parents.clear(); }
 };
 
 template <Tensor TT>
@@ -136,17 +140,23 @@ using grad_node_of = grad_node<typename TT::value_type, TT::rank, typename TT::e
 // rule is moved into its node once (compile time, docs/performance.md).
 template <class TT, class Rule>
 struct rule_node final : grad_node_of<TT> {
-  Rule rule;
+  std::optional<Rule> rule;  // none once released
   // noexcept (moving tensors does not throw): no cleanup path in every record (compile time).
-  explicit rule_node(Rule&& r) noexcept : rule(std::move(r)) {}
+  explicit rule_node(Rule&& r) noexcept : rule(std::in_place, std::move(r)) {}
   void backward() override {
     if (!this->has_grad) return;
+    if (!rule)  // unreachable by construction: only nodes that nothing outside a pass holds are released
+      throw error("meshtensor: a gradient reached an op whose saved tensors an earlier backward pass released");
     const TT g(from_storage, this->comm, this->grad);
     // A rule that can take a partial gradient (relayout's: a reduce_scatter) may reduce it itself.
     if constexpr (requires(const Rule& r) { r.partial(g, axis_set{}); })
-      if (!this->pending_axes.empty() && rule.partial(g, this->pending_axes)) return;
+      if (!this->pending_axes.empty() && rule->partial(g, this->pending_axes)) return;
     this->settle();
-    rule(g);
+    (*rule)(g);
+  }
+  void release() override {
+    rule.reset();
+    this->parents.clear();
   }
 };
 

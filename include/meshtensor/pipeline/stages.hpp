@@ -106,7 +106,18 @@ class stages {
           MPI_Isend(buffer->data(), detail::checked_count(n), detail::mpi_type<typename T::value_type>(), to, tag,
                     *across_, request);
         });
-    if (buffer) pending_.push_back({r, t, buffer});
+    // Only the buffer MPI reads is kept, not t: through its tape node t holds the microbatch's
+    // whole forward graph, which would stay alive until wait_sends() (every microbatch, as GPipe).
+    if (buffer) pending_.push_back({r, std::move(buffer)});
+    reap_sends();
+  }
+  // Drops the buffers of the sends that have finished, so that a stage holds only those in flight.
+  void reap_sends() {
+    std::erase_if(pending_, [](in_flight& p) {
+      int done = 0;
+      MPI_Test(&p.request, &done, MPI_STATUS_IGNORE);
+      return done != 0;
+    });
   }
   // The slice that stage `from` sent with `tag`, as a tensor of type T and global extents ext.
   template <Tensor T>
@@ -133,7 +144,7 @@ class stages {
   stages() = default;
   struct in_flight {
     MPI_Request request;
-    std::any keep_alive, buffer;
+    std::any buffer;  // the mpi_buffer the send reads (the tensor's data, or a staged copy of it)
   };
   int count_ = 1, index_ = 0;
   M mesh_;
@@ -220,6 +231,7 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
     stats.busy_seconds += std::chrono::duration<double>(clock::now() - b).count();
   };
   for (const work_item& item : items) {
+    st.reap_sends();  // a finished send's buffer goes before the next pass allocates
     const int mb = item.microbatch, k = schedule.part(st.index(), item.chunk);
     const bool first_part = k == 0, last_part = k == parts - 1;
     auto& h = live[{mb, item.chunk}];
