@@ -184,7 +184,7 @@ int run(const mt::environment& env, const options& o) {
   return 0;
 }
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   options o;
   CLI::App app{"meshtensor: a Fashion-MNIST MLP trained on a 2-D mesh"};
@@ -224,4 +224,6 @@ int main(int argc, char** argv) {
     // with its message instead of leaving the others waiting in a collective.
     return env.fail(e, "fashion_mnist: error: ");
   }
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("fashion_mnist: error: ");
 }

@@ -302,7 +302,7 @@ int run(const mt::environment& env, const options& o) {
   return 0;
 }
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   CLI::App app{"meshtensor: a Llama-style language model on a 2-D mesh"};
   options o;
@@ -357,4 +357,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return env.fail(e, "llama: ");  // one rank's error ends the job with its message
   }
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("llama: ");
 }

@@ -22,7 +22,7 @@ template <class... Dims>
 using matrix = mt::tensor<float, layout, Dims...>;
 // [names]
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   CLI::App app{"meshtensor: distributed matrix product on a 2-D mesh"};
   std::int64_t size = 1024;
@@ -79,4 +79,6 @@ int main(int argc, char** argv) {
     return env.fail(e, "matmul: ");
   }
   return 0;
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("matmul: ");
 }

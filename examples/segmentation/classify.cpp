@@ -130,7 +130,7 @@ void train(const grid& g, const options& o, const idx::dataset& tr, const idx::d
   }
 }
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   options o;
   CLI::App app{"meshtensor: a CNN classifying Fashion-MNIST items, each image split over a 2-D mesh"};
@@ -161,4 +161,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return env.fail(e, "segmentation_classify: error: ");
   }
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("segmentation_classify: error: ");
 }

@@ -248,7 +248,7 @@ bool plan_fits(const mt::environment& env, const options& o) {
   return fits;
 }
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   options o;
   CLI::App app{"meshtensor: a U-Net segmenting large canvases, each image split over a 2-D mesh"};
@@ -284,4 +284,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return env.fail(e, "segmentation: error: ");
   }
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("segmentation: error: ");
 }

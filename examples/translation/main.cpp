@@ -84,7 +84,7 @@ void write_curve(const options& o, const train_result& r) {
   if (std::system(cmd.c_str()) == 0) std::printf("loss plot: %s\n", png.c_str());
 }
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   options o;
   CLI::App app{"meshtensor: English-to-French translation with an encoder-decoder Transformer on a 2-D mesh"};
@@ -159,4 +159,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return env.fail(e, "translation: error: ");
   }
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("translation: error: ");
 }

@@ -404,6 +404,15 @@ TEST_CASE("the checkpoint directory: latest names the newest complete one, keep 
   for (const auto& d : fs::directory_iterator(dir)) names.push_back(d.path().filename().string());
   std::sort(names.begin(), names.end());
   REQUIRE(names == std::vector<std::string>{"latest", "step-00000020-2", "step-00000030"});
+  MPI_Barrier(MPI_COMM_WORLD);  // every rank has listed before rank 0 begins the next save
+  // Past 8 digits the names grow longer; pruning goes by the step, not by the names' text order.
+  REQUIRE(ckpt.save(set, 99'999'999) == "step-99999999");
+  REQUIRE(ckpt.save(set, 100'000'000) == "step-100000000");
+  REQUIRE(ckpt.save(set, 100'000'001) == "step-100000001");
+  names.clear();
+  for (const auto& d : fs::directory_iterator(dir)) names.push_back(d.path().filename().string());
+  std::sort(names.begin(), names.end());
+  REQUIRE(names == std::vector<std::string>{"latest", "step-100000000", "step-100000001"});
   // A latest that names something missing is an error, not a silent fresh start.
   if (world_rank() == 0) {
     std::ofstream(dir + "/latest") << "step-00000099\n";

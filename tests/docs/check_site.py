@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Checks the documentation site (scripts/docs.sh) as a reader would meet it. ctest label docs.
 
-  check_site.py links SITE             every internal link and anchor of every page resolves
+  check_site.py links SITE ROOT        every internal link and anchor of every page resolves, and
+                                       every file path that the pages (ROOT's docs/*.md, README.md)
+                                       and the headers' comments (ROOT/include) mention exists
+  check_site.py labels PAGE BUILD [ABSENT...]
+                                       the ctest labels PAGE lists are BUILD's (`ctest
+                                       --print-labels`); ABSENT: labels this build lacks by design
   check_site.py api SITE INCLUDE       the API reference: every public header has its section, a
                                        header's "Communication:" line is on it, no `detail::`
   check_site.py browser SITE SHOTS     headless Chromium renders three pages (front, a guide, the
@@ -81,9 +86,84 @@ def pages(site):
                 yield os.path.join(dirpath, f)
 
 
-def check_links(site):
-    need_site(site)
-    parsed, errors, checked = {}, [], 0
+# A file path as the docs and comments write one: an optional folder part, a name, an extension of
+# source or docs. Globs, placeholders and URLs are not paths of the tree.
+PATH = re.compile(r'(?<![\w/.<*:${}-])((?:[\w.-]+/)*[\w-]+(?:\.[\w-]+)*\.(?:hpp|cpp|h|md|py|sh|cmake))(?![\w*<>])')
+
+
+# Files named that are not the tree's, each with why.
+OUTSIDE = {
+    'moe.py': "Mesh-TensorFlow's, which nn/moe.hpp follows",
+    'dnnl-config.cmake': "oneDNN's CMake package file",
+    'pictures.cpp': 'the program docs/training.md shows, saved by the reader',
+}
+
+
+def tree_files(root):
+    """Every file of the source tree, as paths relative to root (build trees and .git left out)."""
+    skip = {'.git', 'build', 'node_modules', '__pycache__'}
+    for dirpath, dirnames, files in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in skip and not d.startswith(('build-', '.venv'))]
+        for f in files:
+            yield os.path.relpath(os.path.join(dirpath, f), root).replace(os.sep, '/')
+
+
+def mentioned_paths(root):
+    """(where, path) for each file path that a page or a header's comment mentions. A path is
+    written relative to the repository, to include/meshtensor/ or to its own folder, or is a bare
+    file name: it must name a file whose path ends with it."""
+    pages = [os.path.join(root, 'README.md')]
+    for dirpath, dirnames, files in os.walk(os.path.join(root, 'docs')):
+        dirnames[:] = [d for d in dirnames if d != 'api']  # generated from the headers
+        # performance.md is the history: it names files as they were then.
+        pages += [os.path.join(dirpath, f) for f in files if f.endswith('.md') and f != 'performance.md']
+    headers = []
+    for dirpath, _, files in os.walk(os.path.join(root, 'include')):
+        headers += [os.path.join(dirpath, f) for f in files if f.endswith('.hpp')]
+    for path in sorted(pages) + sorted(headers):
+        is_header = path.endswith('.hpp')
+        with open(path, encoding='utf-8') as f:
+            for n, line in enumerate(f, 1):
+                if line.lstrip().startswith('#include'):
+                    continue
+                if is_header:
+                    if '//' not in line:
+                        continue
+                    line = line[line.index('//') + 2:]
+                for m in PATH.finditer(line):
+                    yield path, n, m.group(1)
+
+
+def check_paths(root):
+    files = list(tree_files(root))
+    whole = set(files)
+    suffixes = set()
+    for f in files:
+        parts = f.split('/')
+        for i in range(1, len(parts)):
+            suffixes.add('/'.join(parts[i:]))
+    errors, checked = [], 0
+    for page, n, path in mentioned_paths(root):
+        checked += 1
+        beside = os.path.relpath(os.path.normpath(os.path.join(os.path.dirname(page), path)), root).replace(os.sep, '/')
+        if path in whole or path in suffixes or beside in whole or path in OUTSIDE:
+            continue
+        if beside.startswith('docs/api/'):
+            continue  # written by docs.sh from the headers
+        errors.append(f'{os.path.relpath(page, root)}:{n}: names {path}, which is no file of the tree')
+    for e in errors:
+        print(e)
+    print(f'{checked} file paths named in the pages and the headers\' comments: {len(errors)} missing')
+    return errors
+
+
+def check_links(site, root=None):
+    path_errors = check_paths(root) if root else []
+    if not os.path.isfile(os.path.join(site, 'index.html')):
+        if path_errors:
+            return 1
+        need_site(site)
+    parsed, errors, checked = {}, list(path_errors), 0
 
     def get(path):
         if path not in parsed:
@@ -219,9 +299,38 @@ def check_browser(site, shots):
     return 1 if errors else 0
 
 
+def check_labels(page, build, absent):
+    """The labels the page lists (the backquoted single words of the paragraph that says "runs one
+    label", outside parentheses) against the build tree's."""
+    with open(page, encoding='utf-8') as f:
+        text = f.read()
+    at = text.find('runs one label')
+    if at < 0:
+        print(f'{page}: no paragraph that lists the labels ("runs one label")')
+        return 1
+    paragraph = text[at:].split('\n\n')[0]
+    top, depth = [], 0
+    for c in paragraph:
+        depth += c == '('
+        if depth == 0:
+            top.append(c)
+        depth -= c == ')' and depth > 0
+    listed = set(re.findall(r'`([a-z][a-z0-9_]*)`', ''.join(top)))
+    out = subprocess.run(['ctest', '--print-labels', '--test-dir', build], capture_output=True, text=True, check=True).stdout
+    labels = {l.strip() for l in out.split('All Labels:')[-1].splitlines() if l.strip()}
+    errors = [f'{page}: lists no label {l!r}, which tests carry' for l in sorted(labels - listed)]
+    errors += [f'{page}: lists the label {l!r}, which no test carries' for l in sorted(listed - labels - set(absent))]
+    for e in errors:
+        print(e)
+    print(f'{len(listed)} labels listed in {page}, {len(labels)} in {build}: {len(errors)} differ')
+    return 1 if errors or not labels else 0
+
+
 def main(argv):
     if len(argv) >= 3 and argv[1] == 'links':
-        return check_links(argv[2])
+        return check_links(argv[2], argv[3] if len(argv) >= 4 else None)
+    if len(argv) >= 4 and argv[1] == 'labels':
+        return check_labels(argv[2], argv[3], argv[4:])
     if len(argv) >= 4 and argv[1] == 'api':
         return check_api(argv[2], argv[3])
     if len(argv) >= 4 and argv[1] == 'browser':

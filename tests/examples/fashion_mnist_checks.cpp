@@ -105,7 +105,7 @@ int predict(const options& o) {
   return 0;
 }
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   options o;
   CLI::App app{"the planning checks of examples/fashion_mnist"};
@@ -130,4 +130,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return env.fail(e, "fashion_mnist_checks: error: ");
   }
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("fashion_mnist_checks: error: ");
 }

@@ -161,7 +161,7 @@ int plan_table3(const mt::environment& env, options o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   options o;
   double tolerance = 1e-4;
@@ -203,4 +203,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return env.fail(e, "translation_checks: error: ");
   }
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("translation_checks: error: ");
 }

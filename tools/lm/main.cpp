@@ -618,7 +618,7 @@ int compare_dtypes(const grid& g, options o, const std::vector<unsigned char>& t
   return ok ? 0 : 3;
 }
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   options o;
   CLI::App app{"meshtensor-lm: a byte-level Transformer language model on a 2-D mesh"};
@@ -853,4 +853,6 @@ int main(int argc, char** argv) {
     // with its message instead of leaving the others waiting in a collective.
     return env.fail(e, "meshtensor-lm: error: ");
   }
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("meshtensor-lm: error: ");
 }

@@ -776,19 +776,31 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     auto state = training_state(m, opt, o);
     const mt::io::checkpoints from(o.resume);
     const auto meta = from.load(state);
+    const auto saved = [&](const std::string& k) -> const std::string& {
+      const auto it = meta.find(k);
+      if (it == meta.end())
+        throw mt::io_error(fmt::format("--resume {}: the checkpoint's metadata has no '{}' (meshtensor-lm writes it "
+                                       "with every checkpoint)", o.resume, k));
+      return it->second;
+    };
+    // The batches drawn again below come from the text: another one would continue another stream.
+    // (Checkpoints from before the text was saved have no such key.)
+    if (meta.count("text") && meta.at("text") != o.text)
+      throw mt::io_error(fmt::format("--resume {}: the checkpoint was trained on --text {}, this run on --text {}",
+                                     o.resume, meta.at("text"), o.text));
     for (const auto& [k, v] : run_config(o))
       // (checkpoints from before --tie-embeddings have no such key: they are untied)
       if (k != "lr" && k != "dropout" && (meta.count(k) ? meta.at(k) != v : !(k == "tie_embeddings" && v == "0")))
         throw mt::io_error(fmt::format("--resume {}: the checkpoint has {} = {}, this run {}", o.resume, k,
                                        meta.count(k) ? meta.at(k) : "(none)", v));
-    step0 = std::stoll(meta.at("step"));
-    const auto opt_steps = std::stoll(meta.at("optimizer.steps"));
+    step0 = std::stoll(saved("step"));
+    const auto opt_steps = std::stoll(saved("optimizer.steps"));
     opt.visit(o, [&](auto& chosen) { chosen.set_steps(opt_steps); });
     // The data position: the batches drawn so far are drawn again, so the next are the same.
-    for (std::int64_t k = 0, n = std::stoll(meta.at("data_position")); k < n; ++k) (void)start(rng);
+    for (std::int64_t k = 0, n = std::stoll(saved("data_position")); k < n; ++k) (void)start(rng);
     if (verbose && g.rank() == 0)
       std::printf("resumed from %s at step %lld (saved on %s ranks, layout %s)\n", o.resume.c_str(), (long long)step0,
-                  meta.at("ranks").c_str(), meta.at("layout").c_str());
+                  saved("ranks").c_str(), saved("layout").c_str());
   }
   result.first_step = step0;
   std::int64_t drawn = step0 * o.batch;
@@ -868,6 +880,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
       meta["optimizer.steps"] = std::to_string(opt.visit(o, [](auto& chosen) { return chosen.steps(); }));
       meta["layout"] = o.layout;
       meta["ranks"] = std::to_string(g.nprocs());
+      meta["text"] = o.text;
       const auto t = std::chrono::steady_clock::now();
       const auto name = background ? background->save(state, step + 1, meta)
                                    : mt::io::checkpoints(o.checkpoint).save(state, step + 1, meta);

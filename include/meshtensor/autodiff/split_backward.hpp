@@ -89,9 +89,12 @@ weight_pass accumulate_input_gradient(const Loss& loss, const std::tuple<Inputs.
   detail::weight_deferral deferral;
   deferral.weights = detail::leaf_nodes("accumulate_input_gradient", weights...);
   auto kept = std::apply([](const auto&... in) { return detail::leaf_nodes("accumulate_input_gradient", in...); }, inputs);
-  for (const auto* n : kept)
-    if (deferral.weights.count(n))
-      throw error("accumulate_input_gradient: a tensor is given both as an input and as a weight");
+  const auto refuse_shared = [&](const auto& t) {
+    if (t.tracks_grad() && kept.count(t.node()))
+      throw error(detail::cat("accumulate_input_gradient: the tensor ", std::remove_cvref_t<decltype(t)>::type_name(),
+                              t.shape_string(), " is given both as an input and as a weight"));
+  };
+  (for_each_tensor(weights, refuse_shared), ...);
   kept.insert(deferral.weights.begin(), deferral.weights.end());
   const auto order = detail::nodes_newest_first(loss.node());
   // Nodes whose parents are all weights are weights too (oldest first: parents come before).

@@ -13,8 +13,9 @@
 // into host buffers, with the node's cores its ranks leave free (up to 8 threads), and returns:
 // the tensors may change at once. A thread of this rank then writes the buffers into .tmp-<name>/model.safetensors with pwrite at the file's offsets (rank 0 also the
 // header) and fsyncs it. The file is byte for byte the one io::save writes. The thread makes no MPI
-// or Kokkos call, so MPI_THREAD_SINGLE suffices and training's collectives are never interleaved
-// with the save's. poll() asks every rank (one small watched agreement) whether its write is done;
+// or Kokkos call, so the main thread stays MPI's only caller (MPI_THREAD_FUNNELED, which
+// meshtensor::environment requests: the process has other threads, so SINGLE would not do) and
+// training's collectives are never interleaved with the save's. poll() asks every rank (one small watched agreement) whether its write is done;
 // when all are, it publishes as checkpoints::save does (rename, `latest`, prune). So `latest`
 // moves only after every rank's bytes are on disk, and a job killed during a write resumes from the
 // previous checkpoint (.tmp-* are removed by the next save). At most one save is in flight: save()

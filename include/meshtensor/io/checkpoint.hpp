@@ -37,6 +37,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "safetensors.hpp"
@@ -92,6 +93,26 @@ std::string on_root(MPI_Comm comm, F&& f) {
 }
 
 inline bool is_checkpoint_name(const std::string& n) { return n.rfind("step-", 0) == 0; }
+
+// A checkpoint name's order, "step-<step>[-<k>]" as (step, k), k = 1 without a suffix; nullopt for
+// a name of another form. By number: past 8 digits the names' text order is not the steps'.
+inline std::optional<std::pair<long long, long long>> checkpoint_order(const std::string& n) {
+  if (!is_checkpoint_name(n)) return std::nullopt;
+  const auto number = [&](std::size_t from, std::size_t to) -> std::optional<long long> {
+    if (from >= to || to - from > 18) return std::nullopt;
+    long long v = 0;
+    for (std::size_t i = from; i < to; ++i) {
+      if (n[i] < '0' || n[i] > '9') return std::nullopt;
+      v = v * 10 + (n[i] - '0');
+    }
+    return v;
+  };
+  const std::size_t dash = n.find('-', 5);
+  const auto step = number(5, dash == std::string::npos ? n.size() : dash);
+  const auto k = dash == std::string::npos ? std::optional<long long>(1) : number(dash + 1, n.size());
+  if (!step || !k) return std::nullopt;
+  return std::pair{*step, *k};
+}
 }  // namespace detail
 
 class checkpoints {
@@ -201,14 +222,15 @@ class checkpoints {
       fs::rename(pointer_tmp, fs::path(dir_) / "latest");
       detail::sync_path(dir_, true);
       detail::trace_phase(0, "current", name);
-      // Beyond the newest `keep`, complete checkpoints go (names sort by step: 8 digits).
-      std::vector<std::string> all;
+      // Beyond the newest `keep`, complete checkpoints go, ordered by step (and suffix); a
+      // directory named otherwise is not ours to remove.
+      std::vector<std::pair<std::pair<long long, long long>, std::string>> all;
       for (const auto& d : fs::directory_iterator(dir_))
-        if (d.is_directory() && detail::is_checkpoint_name(d.path().filename().string()))
-          all.push_back(d.path().filename().string());
+        if (const auto order = detail::checkpoint_order(d.path().filename().string()); order && d.is_directory())
+          all.emplace_back(*order, d.path().filename().string());
       std::sort(all.begin(), all.end());
       for (std::size_t i = 0; i + static_cast<std::size_t>(keep_) < all.size(); ++i)
-        if (all[i] != name) fs::remove_all(fs::path(dir_) / all[i]);
+        if (all[i].second != name) fs::remove_all(fs::path(dir_) / all[i].second);
       detail::trace_phase(0, "pruned", name);
       return std::string();
     });

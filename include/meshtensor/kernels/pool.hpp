@@ -117,7 +117,7 @@ class view_pool : public view_pool_base {
   }
 
   // A View of n elements, uninitialised (its block's previous contents, or none).
-  // Planning: no memory, a fake address (plan_ledger.hpp) that no kernel touches.
+  // Planning: no memory, a fake address (plan/ledger.hpp) that no kernel touches.
   view_type allocate(std::size_t n) {
     const std::size_t bytes = n * sizeof(T);
     if (planning()) return view_type(reinterpret_cast<T*>(plan_ledger::get().fake_address(bytes)), n);

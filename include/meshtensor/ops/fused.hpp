@@ -481,6 +481,22 @@ struct fused_rule {
   }
 };
 
+// Whether every operand shares X0's element type, layout and space; else false, after the
+// diagnostic for the first that does not. Read in an if constexpr, so that fuse stops there and
+// the sentence is the first error (not followed by the body's).
+template <Tensor X0, Tensor... Xs>
+constexpr bool fuse_operands_agree() {
+  bool ok = true;
+  (
+      [&] {
+        if constexpr (!std::is_same_v<with_dims_t<X0, type_list<>>, with_dims_t<Xs, type_list<>>>) {
+          (void)sizeof(diagnostic::operands_differ_in_layout<X0, Xs>);
+          ok = false;
+        }
+      }(),
+      ...);
+  return ok;
+}
 }  // namespace detail
 
 // The fused expression f of the tensors xs (see the top of this file).
@@ -488,32 +504,35 @@ template <class F, Tensor X0, Tensor... Xs>
 auto fuse(F f, const X0& x0, const Xs&... xs) {
   constexpr std::size_t N = 1 + sizeof...(Xs);
   static_assert(N <= 64, "meshtensor::fuse: at most 64 tensors");
-  (detail::require_same_layout<X0, Xs>(), ...);
-  const auto e = [&]<std::size_t... I>(std::index_sequence<I...>) {
-    return f(fused::leaf<I>{}...);
-  }(std::make_index_sequence<N>{});
-  using Expr = std::remove_cvref_t<decltype(e)>;
-  static_assert(fused::expression<Expr>,
-                "meshtensor::fuse: f must return an expression of its arguments (elementwise ops, scalars, where, "
-                "nn::dropout), not a tensor or a number");
-  using R = detail::with_dims_t<X0, typename detail::dims_union<typename X0::dims, typename Xs::dims...>::type>;
-  const detail::op_call call(detail::planned_op{"fuse", elementwise_plan()}, x0);
-  (detail::check_shared_extents("fuse", x0, xs), ...);
-  const auto extents = detail::result_extents<R>(x0, xs...);
-  R out(x0.mesh(), extents, uninitialized);
-  detail::launch_fused_runs(out, detail::fused_forward_runs<Expr, typename R::value_type, typename R::memory_space, N, R::rank>{
-                                     detail::fused_runs_over(out, e, x0, xs...), out.view().data()});
-  if (!detail::recording_paused() && (x0.tracks_grad() || ... || xs.tracks_grad())) {
-    std::size_t k = 0;
-    auto kept = [&](const auto& x) {
-      const bool read = (Expr::reads >> k++) & 1;
-      return read ? x : detail::node_only(x);
-    };
-    auto x0_kept = kept(x0);
-    detail::record<R>(out, detail::fused_rule<Expr, R, X0, Xs...>{e, std::tuple<X0, Xs...>{x0_kept, kept(xs)...}}, x0,
-                      xs...);
+  if constexpr (!detail::fuse_operands_agree<X0, Xs...>()) {
+    return x0;
+  } else {
+    const auto e = [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return f(fused::leaf<I>{}...);
+    }(std::make_index_sequence<N>{});
+    using Expr = std::remove_cvref_t<decltype(e)>;
+    static_assert(fused::expression<Expr>,
+                  "meshtensor::fuse: f must return an expression of its arguments (elementwise ops, scalars, where, "
+                  "nn::dropout), not a tensor or a number");
+    using R = detail::with_dims_t<X0, typename detail::dims_union<typename X0::dims, typename Xs::dims...>::type>;
+    const detail::op_call call(detail::planned_op{"fuse", elementwise_plan()}, x0);
+    (detail::check_shared_extents("fuse", x0, xs), ...);
+    const auto extents = detail::result_extents<R>(x0, xs...);
+    R out(x0.mesh(), extents, uninitialized);
+    detail::launch_fused_runs(out, detail::fused_forward_runs<Expr, typename R::value_type, typename R::memory_space, N, R::rank>{
+                                       detail::fused_runs_over(out, e, x0, xs...), out.view().data()});
+    if (!detail::recording_paused() && (x0.tracks_grad() || ... || xs.tracks_grad())) {
+      std::size_t k = 0;
+      auto kept = [&](const auto& x) {
+        const bool read = (Expr::reads >> k++) & 1;
+        return read ? x : detail::node_only(x);
+      };
+      auto x0_kept = kept(x0);
+      detail::record<R>(out, detail::fused_rule<Expr, R, X0, Xs...>{e, std::tuple<X0, Xs...>{x0_kept, kept(xs)...}}, x0,
+                        xs...);
+    }
+    return out;
   }
-  return out;
 }
 
 }  // namespace meshtensor

@@ -4,9 +4,8 @@
 // search's reorder of its hypotheses' caches (each row continues some row of the step before)
 // where the data lives, with no trip through the host.
 // `index` must be the same on every processor (a host value, as slice's begin): each decides the
-// path from it and the placement alone, so all take the same one without communicating. Where plans
-// are checked (MESHTENSOR_CHECK_PLANS, as the test suite runs) that is checked too, by one small
-// allreduce: a differing index would otherwise leave some processors in the allgather.
+// path from it and the placement alone. That is checked on every call by one small allreduce (a
+// hash of the index): a differing index would otherwise leave some processors in the allgather.
 // Communication: none when D is not split, or when every processor's new rows come from rows it
 // holds (the beams of a sentence kept on one processor: the usual case); otherwise one allgather
 // of x over D's axes, after which each processor picks its rows. (A point-to-point exchange of the
@@ -142,7 +141,7 @@ X take(const X& x, const std::vector<std::int64_t>& index) {
   detail::require_contiguous_along<"take", D, X>();
   const std::int64_t n = x.template extent<D>();
   // Agreed first: the bounds check below is then alike on every rank.
-  if (detail::plans_checked() && !x.mesh().communicator().planned()) {
+  if (!x.mesh().communicator().planned()) {
     if (!detail::same_on_every_rank(x.mesh().communicator().cart(), index))
       throw shape_error(detail::cat("take: the index along dim '", D::name(), "' of ", X::type_name(),
                                     " differs between processors (", index.size(),

@@ -1,8 +1,8 @@
 #pragma once
 // Pipeline schedules: the order in which one stage of a pipeline runs the forward and backward
 // passes of the microbatches of a step. A value, computed before the step: the stage's execution
-// (pipeline/driver.hpp) walks it, and its plan (the sends it makes, the activations it holds)
-// is read from it, so the two cannot drift. No MPI here.
+// (run in pipeline/stages.hpp, through schedules.hpp's step_schedule) walks it, and its plan (the
+// sends it makes, the activations it holds) is read from it, so the two cannot drift. No MPI here.
 //
 //   gpipe   every forward, then every backward (Huang et al. 2019): a stage holds the activations
 //           of all m microbatches at once

@@ -2,7 +2,7 @@
 // What a rank is doing when it calls a collective: the op (set by the op's plan_op_scope, the
 // outermost op winning, as in plan reports) and the tensor it moves (set by the op around its
 // collectives). Read only by the collective watchdog (watchdog.hpp) when a collective times out, so
-// setting them costs a pointer store. MPI-free: plan_ledger.hpp sets the op.
+// setting them costs a pointer store. MPI-free: plan/ledger.hpp sets the op.
 #include <string>
 
 namespace meshtensor::detail {

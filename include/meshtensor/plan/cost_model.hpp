@@ -1,5 +1,5 @@
 #pragma once
-// Step time predicted from a plan (plan_report.hpp) and a machine's measured rates: an alpha-beta
+// Step time predicted from a plan (plan/report.hpp) and a machine's measured rates: an alpha-beta
 // model per collective plus the local work,
 //
 //   time = kernels x seconds_per_kernel + allocated bytes / bytes_per_s + FLOPs / gemm rate

@@ -17,6 +17,9 @@
 //       "meshtensor: rank R: <what>" and returns it. If the others do not arrive (they wait in a
 //       collective this rank left), it prints "meshtensor: rank R: <what>" and MPI_Aborts.
 //       env.abort(e) prints the same line and MPI_Aborts at once, without waiting;
+//     - the environment's own start failing (MPI's thread support, ONEDNN_MAX_CPU_ISA; agreed, so
+//       on every rank): its constructor throws environment_start_error, and a program that
+//       constructs it inside a try returns e.report("prog: "): one line from rank 0, exit code 1;
 //     - an exception unwinding through ~environment is treated as fail, without the message (the
 //       handler that catches it prints that);
 //     - a rank that catches an error, prints it itself and returns from main without fail reaches
@@ -121,6 +124,23 @@ inline bool is_help_flag(const char* a) { return std::strcmp(a, "--help") == 0 |
 
 }  // namespace detail
 
+// The environment did not start, alike on every rank (MPI's thread support, ONEDNN_MAX_CPU_ISA).
+// Thrown by its constructor after MPI is finalised, so there is no environment to fail() through:
+// a program constructs its environment inside a try and returns report(prefix) from the catch,
+// which prints "<prefix><what>" once (rank 0) and gives every rank exit_code.
+struct environment_start_error : error {
+  environment_start_error(const std::string& what, int world_rank) : error(what), rank(world_rank) {}
+  int rank;
+  int report(std::string_view prefix = "error: ", int exit_code = 1) const {
+    if (rank == 0) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "%.*s%s\n", static_cast<int>(prefix.size()), prefix.data(), what());
+      std::fflush(stderr);
+    }
+    return exit_code;
+  }
+};
+
 class environment {
  public:
   environment(int& argc, char**& argv) {
@@ -134,19 +154,20 @@ class environment {
     int provided = 0;
     MPI_Query_thread(&provided);
     if (provided < MPI_THREAD_FUNNELED) {
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
       if (owns_mpi_) MPI_Finalize();
-      throw error(detail::cat("meshtensor::environment: the MPI library provides thread support ",
+      throw environment_start_error(detail::cat("meshtensor::environment: the MPI library provides thread support ",
                               detail::thread_level_name(provided), ", but meshtensor needs ",
                               "MPI_THREAD_FUNNELED (Kokkos' host threads run while the main thread calls MPI); "
-                              "use an MPI built with thread support"));
+                              "use an MPI built with thread support"), rank_);
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     try {
       detail::agree_cpu_isa(MPI_COMM_WORLD);  // before any kernel: every rank rounds alike
-    } catch (...) {
+    } catch (const std::exception& e) {
       if (owns_mpi_) MPI_Finalize();
-      throw;
+      throw environment_start_error(e.what(), rank_);
     }
     MPI_Comm_dup(MPI_COMM_WORLD, &end_comm_);
     uncaught_at_start_ = std::uncaught_exceptions();
