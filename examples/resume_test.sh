@@ -36,9 +36,10 @@ if ! diff <(sed -n '2,21p' "$work/full.csv") <(sed -n '2,$p' "$work/first.csv") 
   exit 1
 fi
 [ "$(wc -l <"$work/resumed.csv")" -eq $((41 - at)) ] || { echo "the resumed run did not train steps $((at + 1))..40"; exit 1; }
-# Another layout and rank count: equal to 1e-5 relative.
+# Another layout and rank count: equal to OTHER_TOLERANCE relative (default 1e-5; the layouts round
+# apart more the more steps follow the resume).
 paste -d, <(sed -n "$((at + 2)),41p" "$work/full.csv") <(sed -n '2,$p' "$work/other_layout.csv") |
-  awk -F, '{ d = $2 - $4; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > worst) worst = r; if ($1 != $3) bad = 1 }
-           END { printf "resumed on another layout and rank count: largest relative difference %.2e over the resumed steps\n", worst;
-                 exit (bad || worst > 1e-5) }'
+  awk -F, -v tol="${OTHER_TOLERANCE:-1e-5}" '{ d = $2 - $4; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > worst) worst = r; if ($1 != $3) bad = 1 }
+           END { printf "resumed on another layout and rank count: largest relative difference %.2e over the resumed steps (tolerance %s)\n", worst, tol;
+                 exit (bad || worst > tol + 0) }'
 echo "resumed on the same layout: steps $((at + 1))..40 equal the uninterrupted run bit for bit"
