@@ -25,6 +25,8 @@ log() { echo "[gpu_check +$((SECONDS - start))s] $*"; }
 failed=()
 step() {  # name seconds command...: runs it with a limit, records a failure
   local name=$1 limit=$2; shift 2
+  # MESHTENSOR_GPU_SKIP: a regex of the steps to leave out (a second run measuring one thing).
+  if [ -n "${MESHTENSOR_GPU_SKIP:-}" ] && [[ $name =~ $MESHTENSOR_GPU_SKIP ]]; then log "skipped: $name"; return; fi
   log "$name"
   if ! timeout "$limit" "$@"; then
     failed+=("$name")
@@ -83,7 +85,7 @@ build=$root/build/gpu_check
 # MESHTENSOR_GPU_TARGETS narrows the set (e.g. "matmul bench_local"). Every core is used
 # (getconf: nproc said 1 on the H100 machine, whose command runs with an affinity of one core): there
 # meshtensor-lm's 12 TUs (then) and a 4-TU test program built in 100 s.
-read -r -a targets <<<"${MESHTENSOR_GPU_TARGETS:-matmul bench_local meshtensor-lm mpi_elementwise_test mpi_einsum_test mpi_reductions_test mpi_reshape_test mpi_data_movement_equivalence_test mpi_nn_gradient_test mpi_fused_equivalence_test mpi_ring_attention_gradient_test}"
+read -r -a targets <<<"${MESHTENSOR_GPU_TARGETS:-matmul bench_local bench_op_overhead meshtensor-lm mpi_optim_test mpi_elementwise_test mpi_einsum_test mpi_reductions_test mpi_reshape_test mpi_data_movement_equivalence_test mpi_nn_gradient_test mpi_fused_equivalence_test mpi_ring_attention_gradient_test}"
 generator=(); keep_going=()
 if command -v ninja >/dev/null; then generator=(-G Ninja); keep_going=(-- -k 0); else keep_going=(-- -k); fi
 step configure 120 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DKokkos_ROOT="$kokkos" \
@@ -94,30 +96,48 @@ step configure 120 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_
 # The small programs first, so that a build that runs out of time still leaves something to run.
 jobs=$(getconf _NPROCESSORS_ONLN)
 first=(); rest=()
-for t in "${targets[@]}"; do if [ "$t" = matmul ] || [ "$t" = bench_local ]; then first+=("$t"); else rest+=("$t"); fi; done
+for t in "${targets[@]}"; do case $t in matmul | bench_*) first+=("$t") ;; *) rest+=("$t") ;; esac; done
 [ "${#first[@]}" -eq 0 ] || step "build ${first[*]}" 150 cmake --build "$build" -j "$jobs" --target "${first[@]}" "${keep_going[@]}"
 [ "${#rest[@]}" -eq 0 ] || step "build ${rest[*]}" "${MESHTENSOR_GPU_BUILD_SECONDS:-300}" cmake --build "$build" -j "$jobs" --target "${rest[@]}" "${keep_going[@]}"
 
 # 3. Run what was built.
 run_built() {  # target dir name seconds ranks [args...]: skipped unless asked for, a failure unless built
   local target=$1 exe="$build/$2/$1" name=$3 limit=$4 ranks=$5; shift 5
+  # (MESHTENSOR_CHECK_PLANS=0 before the call reaches the ranks: mpiexec passes the environment on.)
   [[ " ${targets[*]} " == *" $target "* ]] || return 0
   [ -x "$exe" ] || { failed+=("$target (not built)"); return; }
   step "$name" "$limit" mpiexec -n "$ranks" "$exe" "$@"
 }
 # The newest first: a run that reaches its time limit has run them.
-tests=(mpi_ring_attention_gradient_test mpi_elementwise_test mpi_einsum_test mpi_reductions_test mpi_reshape_test
+tests=(mpi_optim_test mpi_ring_attention_gradient_test mpi_elementwise_test mpi_einsum_test mpi_reductions_test mpi_reshape_test
        mpi_data_movement_equivalence_test mpi_nn_gradient_test mpi_fused_equivalence_test)
 # Of the programs named by subject, the equivalence cases (their gradients and plans are the CPU suite's).
 by_subject=" mpi_elementwise_test mpi_einsum_test mpi_reductions_test mpi_reshape_test "
+# One op's fixed cost on tiny tensors, ours and its parts, and PyTorch eager's (issue 59's item 1).
+MESHTENSOR_CHECK_PLANS=0 run_built bench_op_overhead benchmarks "op overhead, ours" 90 1 --benchmark_out="$out/op_overhead_ours.json" \
+  --benchmark_out_format=json
+[ -f "$out/op_overhead_ours.json" ] && step "op overhead, PyTorch beside ours" 90 python3 \
+  "$root/benchmarks/peers/torch_op_overhead.py" --device cuda --ours "$out/op_overhead_ours.json" --out "$out/op_overhead.json"
 run_built bench_local benchmarks "bench_local: einsum against cuBLAS" 90 1 \
   --benchmark_filter='matmul|attn' --benchmark_out="$out/bench_local.json" --benchmark_out_format=json
 # The Transformer step at a GPU's size, ours and PyTorch's, on the same GPU.
 model=(--batch 16 --length 512 --d-model 1024 --heads 8 --d-kv 128 --d-ff 4096 --vocab 8192)
-run_built meshtensor-lm tools/lm "transformer step, ours" 90 1 --layout data --mesh 1 1 "${model[@]}" \
-  --steps 13 --warmup 3 --log-every 100000 --csv "$out/loss.csv"
+# Timed without the tests' plan checks (MESHTENSOR_CHECK_PLANS=0), as a user runs.
+MESHTENSOR_CHECK_PLANS=0 run_built meshtensor-lm tools/lm "transformer step, ours" 90 1 --layout data --mesh 1 1 \
+  "${model[@]}" --steps 13 --warmup 3 --log-every 100000 --csv "$out/loss.csv"
+# Where our step's time goes, by kernel (each waited for alone).
+run_built meshtensor-lm tools/lm "transformer step, ours, by kernel" 90 1 --layout data --mesh 1 1 "${model[@]}" \
+  --steps 4 --log-every 100000 --kernel-times
 step "transformer step, PyTorch" 90 python3 "$root/tools/lm/torch_reference.py" bench "${model[@]}" \
   --warmup 3 --steps 10 --device cuda
+# bf16 products (float master weights) against PyTorch's autocast; torch.compile's float32 step as
+# the next mark.
+MESHTENSOR_CHECK_PLANS=0 run_built meshtensor-lm tools/lm "transformer step bf16, ours" 90 1 --layout data --mesh 1 1 "${model[@]}" \
+  --dtype bf16 --steps 13 --warmup 3 --log-every 100000
+step "transformer step bf16, PyTorch autocast" 90 python3 "$root/tools/lm/torch_reference.py" bench "${model[@]}" \
+  --warmup 3 --steps 10 --device cuda --dtype bf16
+step "transformer step, torch.compile" 150 python3 "$root/tools/lm/torch_reference.py" bench "${model[@]}" \
+  --warmup 3 --steps 10 --device cuda --compile
 # Context parallelism on the GPU: the sequence over 2 ranks, attention by the ring, the same losses
 # as the data layout (what ctest's lm.context_agrees.ring checks on the CPU).
 run_built meshtensor-lm tools/lm "transformer, ring attention over 2 ranks = data layout" 90 2 --compare-layouts \
@@ -130,6 +150,7 @@ for n in 1 2; do
   for t in "${tests[@]}"; do
     filter=()
     [[ $by_subject == *" $t "* ]] && filter=("[equivalence]")
+    [ "$t" = mpi_optim_test ] && filter=("[memory]")  # no Kokkos allocation in a steady-state step
     limit=45
     [ "$t" = mpi_ring_attention_gradient_test ] && limit=120  # its cases sweep many layouts, small kernels
     run_built "$t" tests "$t at $n rank(s)" "$limit" "$n" "${filter[@]}"

@@ -40,6 +40,11 @@ TEST_CASE("layer_norm gradients equal central differences", "[gradient]") {
     check_grad<X>(g, ex, 1, [&](const X& x) { return weighted_sum(nn::layer_norm<d_model>(x, scale, bias, 1e-5), 2); });
     check_grad<S>(g, {8}, 3, [&](const S& s) { return weighted_sum(nn::layer_norm<d_model>(x0, s, bias, 1e-5), 2); }, 1);
     check_grad<S>(g, {8}, 4, [&](const S& b) { return weighted_sum(nn::layer_norm<d_model>(x0, scale, b, 1e-5), 2); }, 1);
+    // More rows than a chunk of the GPU's scale and bias sums (64 rows, kernels/rows.hpp; run on the
+    // CPU by mpi.nn_gradient_test.team_rows): 150 rows, three chunks, the last one partial.
+    const auto x_long = mt::random_normal<X>(g, {5, 30, 8}, 14);
+    check_grad<S>(g, {8}, 5, [&](const S& s) { return weighted_sum(nn::layer_norm<d_model>(x_long, s, bias, 1e-5), 2); }, 1);
+    check_grad<S>(g, {8}, 6, [&](const S& b) { return weighted_sum(nn::layer_norm<d_model>(x_long, scale, b, 1e-5), 2); }, 1);
     // Forward: every row has mean 0 and variance 1 before scale and bias.
     const auto y = mt::gather_all(nn::normalize<d_model>(x0, 0.0));
     for (std::size_t r = 0; r < 6; ++r) {

@@ -78,6 +78,7 @@
 #include <fmt/core.h>
 #include <meshtensor/layout/candidates.hpp>
 
+#include "kernel_times.hpp"
 #include "model.hpp"
 
 train_result train_layout(const std::string& name, const grid& g, const options& o, const std::vector<unsigned char>& text,
@@ -621,6 +622,7 @@ int compare_dtypes(const grid& g, options o, const std::vector<unsigned char>& t
 int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   options o;
+  bool kernel_times = false;
   CLI::App app{"meshtensor-lm: a byte-level Transformer language model on a 2-D mesh"};
   app.add_option("--text", o.text, "training text")->capture_default_str();
   app.add_option("--layout", o.layout, "data | model | 2d | fsdp | fsdp_2d | context | 2d_context")
@@ -745,6 +747,8 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   app.add_flag("--check-generate", o.check_generate,
                "with --generate: check the cached logits against a full forward pass over the sequence");
+  app.add_flag("--kernel-times", kernel_times,
+               "print where the steps' time went on the device, by Kokkos kernel (each waited for alone: slower)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -811,7 +815,9 @@ int main(int argc, char** argv) try {
       std::optional<mt::stop_request> stop;
       if (const auto sigs = mt::stop_request::parse(o.stop_on); !sigs.empty()) stop.emplace(sigs);
       o.stop = stop ? &*stop : nullptr;
+      if (kernel_times) lm::kernel_times::install();
       const auto r = train_layout(o.layout, g, o, text, true);
+      if (kernel_times && root) lm::kernel_times::print(static_cast<std::int64_t>(std::max<std::size_t>(1, r.losses.size())));
       if (root) write_curve(o, r.losses, r.first_step);
       if (r.stopped) return mt::stopped_exit_code;
       return r.generated_ok ? 0 : 3;

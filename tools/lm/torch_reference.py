@@ -133,13 +133,18 @@ def bench(args):
         p[n] = t.to(dev).requires_grad_()
     opt = torch.optim.Adam(p.values(), lr=args.lr, betas=(0.9, 0.98), eps=1e-9)
     mask = causal_mask(L).to(dev)
+    # bf16: autocast's mixed precision (products in bf16, float parameters and optimizer), what a
+    # PyTorch user runs; --compile: torch.compile's step, the next mark after eager.
+    forward = torch.compile(loss_fn) if args.compile else loss_fn
+    amp = torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=args.dtype == "bf16")
     times = []
     for step in range(args.warmup + args.steps):
         t0 = time.perf_counter()
         ids = torch.randint(0, V, (args.batch, L), device=dev)
         labels = torch.randint(0, V, (args.batch, L), device=dev)
         opt.zero_grad(set_to_none=True)
-        loss = loss_fn(p, ids, labels, mask, args.dropout)
+        with amp:
+            loss = forward(p, ids, labels, mask, args.dropout)
         loss.backward()
         opt.step()
         loss.item()
@@ -149,7 +154,8 @@ def bench(args):
     n = len(timed)
     median = timed[n // 2] if n % 2 else 0.5 * (timed[n // 2 - 1] + timed[n // 2])
     where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"{torch.get_num_threads()} thread(s)"
-    print(f"torch {torch.__version__}, {where}")
+    print(f"torch {torch.__version__}, {where}, {args.dtype}{' (autocast)' if args.dtype == 'bf16' else ''}"
+          f"{', torch.compile' if args.compile else ', eager'}")
     print(f"step_time_median_ms {1e3 * median:.3f} over {n} steps after {args.warmup} warm-up steps")
     return 0
 
@@ -167,6 +173,8 @@ def main():
     b.add_argument("--lr", type=float, default=2e-3)
     b.add_argument("--dropout", type=float, default=0.0, help="on each sublayer's output, as meshtensor-lm --dropout")
     b.add_argument("--device", default="cpu", help="cpu, or cuda for the GPU (scripts/gpu_check.sh)")
+    b.add_argument("--dtype", default="float32", choices=["float32", "bf16"], help="bf16: under autocast")
+    b.add_argument("--compile", action="store_true", help="the step's forward through torch.compile")
     args = ap.parse_args()
     return check(args) if args.cmd == "check" else bench(args)
 

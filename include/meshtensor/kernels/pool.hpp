@@ -59,7 +59,7 @@ struct view_pool_base {
 };
 
 // The pools of every (element type, memory space) and their statistics, under one lock: a sweep
-// of all pools before each allocation keeps bytes_in_use exact when it is compared with the peak.
+// of all pools before an allocation that could set a new peak keeps the peak exact.
 struct view_pools {
   std::mutex mu;
   std::vector<view_pool_base*> all;
@@ -123,24 +123,25 @@ class view_pool : public view_pool_base {
     if (planning()) return view_type(reinterpret_cast<T*>(plan_ledger::get().fake_address(bytes)), n);
     auto& all = view_pools::get();
     std::lock_guard<std::mutex> lock(all.mu);
-    all.sweep_all();
     // Parameters and optimizer states live across steps: were they to take a block a step's
     // temporaries used, the next step would allocate anew (Adam's moments, made in the first
     // step while its activations were freed, took 5 blocks). They take blocks of their own kind.
     const memory_kind kind = plan_ledger::get().kind();
     const bool lasting = kind == memory_kind::parameters || kind == memory_kind::optimizer_state;
-    view_type block;
     const std::size_t c = size_class(bytes);
-    if (enabled_) {
-      for (auto* list : {lasting ? &free_lasting_ : &free_, lasting ? nullptr : &free_lasting_}) {
-        if (!list) continue;
-        auto it = list->find(c);
-        if (it == list->end() || it->second.empty()) continue;
-        block = std::move(it->second.back());
-        it->second.pop_back();
-        break;
-      }
+    // Blocks are taken back lazily: this pool is swept only when no free block fits, and every
+    // pool only when the bytes counted in use (which still count the blocks that died since the
+    // last sweep) would pass the peak, so that the peak stays exact. A sweep before every
+    // allocation cost a walk over every live block (hundreds in a step) per op.
+    view_type block = enabled_ ? take(c, lasting) : view_type();
+    if (enabled_ && !block.data()) {
+      sweep();
+      block = take(c, lasting);
     }
+    const auto b = static_cast<std::int64_t>(bytes);
+    if (all.total.bytes_in_use + b > all.total.peak_bytes_in_use ||
+        stats_->bytes_in_use + b > stats_->peak_bytes_in_use)
+      all.sweep_all();
     if (!block.data()) block = fresh(enabled_ ? (c + sizeof(T) - 1) / sizeof(T) : n);
     busy_.push_back({block, bytes, c, lasting});
     all.add_in_use(*stats_, static_cast<std::int64_t>(bytes));
@@ -193,6 +194,20 @@ class view_pool : public view_pool_base {
     bool lasting;            // a parameter's or an optimizer state's
   };
   static std::size_t block_bytes(const view_type& b) { return b.extent(0) * sizeof(T); }
+
+  // A free block of size class c: of the caller's kind first, then (a step's buffer only) a
+  // lasting one; none where neither list has one.
+  view_type take(std::size_t c, bool lasting) {
+    for (auto* list : {lasting ? &free_lasting_ : &free_, lasting ? nullptr : &free_lasting_}) {
+      if (!list) continue;
+      auto it = list->find(c);
+      if (it == list->end() || it->second.empty()) continue;
+      view_type block = std::move(it->second.back());
+      it->second.pop_back();
+      return block;
+    }
+    return view_type();
+  }
 
   // A Kokkos allocation, counted. Where it fails, the free blocks of every pool are dropped and
   // it is tried once more (the caller holds view_pools' lock).

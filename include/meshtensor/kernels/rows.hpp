@@ -366,6 +366,50 @@ struct layer_norm_grad_columns {
   }
 };
 
+// The same sums on a GPU, where layer_norm_grad_columns' one thread per 16 columns leaves the
+// device nearly idle (d_model 1024: 64 threads walking every row; 13.5 ms of a 125 ms step on an
+// H200): one thread per (chunk of rows, column), columns fastest so that neighbouring threads read
+// neighbouring elements, into partial sums [chunks x n] (in C), then one thread per column adds
+// its chunks in order (deterministic).
+template <class T, class Mem>
+struct layer_norm_grad_column_chunks {
+  using C = compute_t<T>;
+  static constexpr std::int64_t rows_per_chunk = 64;
+  Kokkos::View<T*, Mem> x, g, mean, rstd;
+  Kokkos::View<C*, Mem> part_ds, part_db;
+  row_shape sh;
+  static std::int64_t chunks(const row_shape& s) { return (s.rows() + rows_per_chunk - 1) / rows_per_chunk; }
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t chunk = i / sh.n, l = i % sh.n, rows = sh.outer * sh.inner;
+    const std::int64_t end = (chunk + 1) * rows_per_chunk < rows ? (chunk + 1) * rows_per_chunk : rows;
+    C ds = 0, db = 0;
+    for (std::int64_t r = chunk * rows_per_chunk; r < end; ++r) {
+      const std::int64_t at = sh.base(r) + l * sh.inner;
+      const C gk = g(at);
+      ds += gk * (C(x(at)) - C(mean(r))) * C(rstd(r));
+      db += gk;
+    }
+    part_ds(i) = ds;
+    part_db(i) = db;
+  }
+};
+template <class T, class Mem>
+struct layer_norm_grad_column_totals {
+  using C = compute_t<T>;
+  Kokkos::View<C*, Mem> part_ds, part_db;
+  Kokkos::View<T*, Mem> dscale, dbias;
+  std::int64_t n, chunks;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t l) const {
+    C ds = 0, db = 0;
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      ds += part_ds(c * n + l);
+      db += part_db(c * n + l);
+    }
+    dscale(l) = ds;
+    dbias(l) = db;
+  }
+};
+
 // Softmax cross-entropy along D (the vocabulary) against integer ids I: with targets
 // t = on where the position along D (global) equals the id, off elsewhere (one_hot's rule),
 // m = row max, s = sum exp(x - shift(m)), p = sum t * x; lse = shift(m) + log(s), loss = lse - p.
