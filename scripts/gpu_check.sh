@@ -3,13 +3,17 @@
 # PyTorch but no package registry, from the folder scripts/gpu_prepare.sh made on a machine that has
 # one (Debian's .debs and the CUDA Kokkos, about 40 MiB):
 #   1. unpacks the .debs into a prefix of their own (never over /), and puts the Kokkos back;
-#   2. builds, with nvcc at -O1 on every core, the programs that exercise the GPU: matmul, the
+#   2. builds, with nvcc at -O1 on every core, the programs that exercise the GPU: matmul, the optimizer's,
 #      elementwise, einsum, reductions (softmax) and reshape tests, the data-movement, fused,
 #      layer-gradient and ring-attention tests, bench_local and meshtensor-lm (tools/lm);
-#   3. runs the tests at 1 and 2 ranks sharing the GPU (every op checking its plan), the matmul
-#      example on [2 x 2], bench_local's products against cuBLAS called directly, the Transformer
-#      step against PyTorch on the same GPU, the Transformer with its sequence over 2 ranks (ring
-#      attention) against the data layout, and what the GPU sustains (scripts/dev/gpu_calibrate.py).
+#   3. runs the tests at 1 and 2 ranks sharing the GPU (every op checking its plan; the optimizer's
+#      test: no allocation in a steady-state step), the matmul example on [2 x 2], bench_local's
+#      products against cuBLAS called directly, bench_op_overhead against PyTorch eager, the
+#      Transformer step against PyTorch on the same GPU (float32 against eager and torch.compile,
+#      bf16 against autocast) and by kernel (--kernel-times), the Transformer with its sequence over
+#      2 ranks (ring attention) against the data layout, and what the GPU sustains
+#      (scripts/dev/gpu_calibrate.py).
+# MESHTENSOR_GPU_TARGETS narrows the programs built, MESHTENSOR_GPU_SKIP (a regex) the steps run.
 # Keeps going past a failure and ends with a summary; exit status 1 if anything failed. Each phase
 # has a time limit, so that the whole fits in 10 minutes.
 #
