@@ -188,23 +188,39 @@ int plan(const mt::environment& env, const options& o) {
 }
 
 // --check-plan: a real step against its plan, on every rank.
-int check_plan(const grid& g, options o, const std::vector<unsigned char>& text) {
+int check_plan(const grid& g, options o, const std::vector<unsigned char>& text, double memory_tolerance) {
   o.steps = 1;
   g.reset_counters();
+  // The step's memory as the caching allocator measured it (every buffer of the step is its),
+  // from before the model is made: what the plan's peak counts (parameters, optimizer state,
+  // gradients, activations).
+  const std::int64_t before = mt::memory_stats().bytes_in_use;
+  mt::reset_peak_memory();
   const auto real = train_layout(o.layout, g, o, text, false);
+  const std::int64_t measured_peak = mt::memory_stats().peak_bytes_in_use - before;
   const mt::comm_counters counted = g.counters();
   const grid pm = grid::planned({g.size<rows>(), g.size<cols>()}, {g.coord<rows>(), g.coord<cols>()});
   const auto planned = train_layout(o.layout, pm, o, text, false);
   const auto& p = *planned.plan;
   const auto v = mt::agree_on_plan(g.communicator().cart(), g, counted, p, real.param_bytes, real.state_bytes);
   if (!v.differences.empty()) std::printf("rank %d: %s", g.rank(), v.differences.c_str());
-  if (g.rank() == 0)
+  // The planned peak against the measured one on every rank: the worst ratio, agreed by a collective.
+  const double ratio = measured_peak > 0 ? static_cast<double>(p.peak_bytes) / static_cast<double>(measured_peak) : 0.0;
+  double worst[2] = {-ratio, ratio};  // the smallest and the largest, by one MAX
+  MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_DOUBLE, MPI_MAX, g.communicator().cart());
+  const bool memory_close = -worst[0] >= 1.0 - memory_tolerance && worst[1] <= 1.0 + memory_tolerance;
+  if (g.rank() == 0) {
     std::printf("check-plan (layout %s, %s, mesh %s): %s; rank 0 sent %lld bytes in %lld collectives, holds %lld bytes "
                 "of parameters and %lld of optimizer state\n",
                 o.layout.c_str(), o.optimizer.c_str(), g.shape().to_string().c_str(),
                 v.equal_everywhere ? "the plan equals the real step on every rank" : "THE PLAN DIFFERS",
                 (long long)v.bytes, (long long)v.calls, (long long)real.param_bytes, (long long)real.state_bytes);
-  return v.equal_everywhere ? 0 : 3;
+    std::printf("check-plan memory: rank 0's peak planned %lld bytes, measured %lld (the caching allocator's); "
+                "planned / measured on every rank from %.4f to %.4f (tolerance %g): %s\n",
+                (long long)p.peak_bytes, (long long)measured_peak, -worst[0], worst[1], memory_tolerance,
+                memory_close ? "close" : "APART");
+  }
+  return v.equal_everywhere && memory_close ? 0 : 3;
 }
 
 // The loss of each step, exactly (17 digits: the float32 loss as a double, round-trippable).
@@ -623,6 +639,7 @@ int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   options o;
   bool kernel_times = false;
+  double memory_tolerance = 0.05;  // --check-plan's planned peak against the measured one
   CLI::App app{"meshtensor-lm: a byte-level Transformer language model on a 2-D mesh"};
   app.add_option("--text", o.text, "training text")->capture_default_str();
   app.add_option("--layout", o.layout, "data | model | 2d | fsdp | fsdp_2d | context | 2d_context")
@@ -720,6 +737,10 @@ int main(int argc, char** argv) try {
                "with --rank-layouts --processors: rank each pipelined shape under 1f1b, zb-h1, zb-v and interleaved "
                "(2 to 4 chunks) too, with the memory each needs");
   app.add_flag("--check-plan", o.check_plan, "run one step, plan it, and check the plan equals it on every rank");
+  app.add_option("--memory-tolerance", memory_tolerance,
+                 "with --check-plan: how far the planned peak may lie from the measured one, as a fraction")
+      ->check(CLI::Range(0.0, 10.0))
+      ->capture_default_str();
   app.add_option("--pipeline", o.pipeline,
                  "split the blocks over this many pipeline stages of --mesh each (ranks: stages x rows x cols), "
                  "computing under the 2d layout inside each stage (--layout context or 2d_context: that layout)")
@@ -801,7 +822,7 @@ int main(int argc, char** argv) try {
     if (o.plan) return plan(env, o);
     const auto text = read_text(o.text, o.length + 3);
     grid g(env, {o.mesh[0], o.mesh[1]});
-    if (o.check_plan) return check_plan(g, o, text);
+    if (o.check_plan) return check_plan(g, o, text, memory_tolerance);
     const bool root = env.world_rank() == 0;
     if (root)
       std::printf("meshtensor-lm: %zu bytes of %s; %d layers, d_model %lld, heads %lld, d_kv %lld, d_ff %lld, "
