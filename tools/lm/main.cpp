@@ -811,8 +811,13 @@ int main(int argc, char** argv) try {
       // before any stage is built.
       (void)mt::pipeline::named_schedule(o.schedule, o.pipeline, o.microbatches, o.chunks);
       if (o.compare || o.compare_dtypes || o.rank_layouts || o.generate > 0 || !o.checkpoint.empty() || !o.resume.empty())
-        throw mt::error("--pipeline trains (or plans, or checks) only: no --compare-layouts, --compare-dtypes, "
-                        "--rank-layouts, --generate or checkpoints");
+        throw mt::error(o.pipeline > 1 || o.check_pipeline
+                            ? "--pipeline trains (or plans, or checks) only: no --compare-layouts, --compare-dtypes, "
+                              "--rank-layouts, --generate or checkpoints"
+                            : fmt::format("--microbatches {} without --pipeline (gradients accumulated over {} "
+                                          "microbatches on one stage) trains (or plans, or checks) only: no "
+                                          "--compare-layouts, --compare-dtypes, --rank-layouts, --generate or checkpoints",
+                                          o.microbatches, o.microbatches));
       if (o.plan) return plan_pipeline(env, o);
       return run_pipeline(env, o, read_text(o.text, o.length + 3));
     }
