@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -242,6 +243,17 @@ class view_pool : public view_pool_base {
     const char* e = std::getenv("MESHTENSOR_TENSOR_CACHE");
     return !(e && std::string(e) == "0");
   }();
+};
+
+// A temporary buffer from the pool (a product's permuted operand, a kernel's partial sums), counted
+// in a plan's memory as a tensor would be while it lives.
+template <class T, class Mem>
+struct temporary_view {
+  Kokkos::View<T*, Mem> v;
+  std::shared_ptr<void> planned_bytes;
+  explicit temporary_view(std::size_t n) : v(view_pool<T, Mem>::get().allocate(n)) {
+    if (planning()) planned_bytes = plan_ledger::get().claim(v.data(), static_cast<std::int64_t>(n * sizeof(T)));
+  }
 };
 
 // A small table (offsets, counts) that the host writes and reads, from the pool; real memory even

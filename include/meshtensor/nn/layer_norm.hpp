@@ -46,13 +46,12 @@ void layer_norm_column_sums(const Kokkos::View<T*, Mem>& x, const Kokkos::View<T
   using chunks = layer_norm_grad_column_chunks<T, Mem>;
   using C = typename chunks::C;
   const std::int64_t count = chunks::chunks(gs);
-  auto& pool = view_pool<C, Mem>::get();
-  const auto part_ds = pool.allocate(static_cast<std::size_t>(count * gs.n));
-  const auto part_db = pool.allocate(static_cast<std::size_t>(count * gs.n));
+  const temporary_view<C, Mem> part_ds(static_cast<std::size_t>(count * gs.n)),
+      part_db(static_cast<std::size_t>(count * gs.n));  // counted in a plan, as the run allocates them
   kernels::parallel_for("meshtensor::layer_norm_column_chunks", Kokkos::RangePolicy<Exec>(0, count * gs.n),
-                        chunks{x, g, mean, rstd, part_ds, part_db, gs});
+                        chunks{x, g, mean, rstd, part_ds.v, part_db.v, gs});
   kernels::parallel_for("meshtensor::layer_norm_column_totals", Kokkos::RangePolicy<Exec>(0, gs.n),
-                        layer_norm_grad_column_totals<T, Mem>{part_ds, part_db, ds, db, gs.n, count});
+                        layer_norm_grad_column_totals<T, Mem>{part_ds.v, part_db.v, ds, db, gs.n, count});
 }
 
 template <Dim D, Tensor X, Tensor S>

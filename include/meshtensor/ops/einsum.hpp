@@ -122,16 +122,6 @@ inline std::int64_t product_of(const std::int64_t* ext, const std::size_t* pos, 
   return p;
 }
 
-// A product's temporary, counted in a plan's memory as a tensor would be while it lives.
-template <class T, class Mem>
-struct temporary_view {
-  Kokkos::View<T*, Mem> v;
-  std::shared_ptr<void> planned_bytes;
-  explicit temporary_view(std::size_t n) : v(view_pool<T, Mem>::get().allocate(n)) {
-    if (planning()) planned_bytes = plan_ledger::get().claim(v.data(), static_cast<std::int64_t>(n * sizeof(T)));
-  }
-};
-
 // An operand's local slice in the order `order` (its positions), as the product wants it.
 template <class Exec, class T>
 temporary_view<T, typename Exec::memory_space> permuted_slice(const Kokkos::View<T*, typename Exec::memory_space>& v,
