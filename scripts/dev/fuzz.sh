@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The safetensors reader under libFuzzer (issue 33, "bad checkpoints from elsewhere"): builds
 # tests/fuzz/safetensors_header_fuzz.cpp with clang++ -fsanitize=fuzzer,address,undefined and runs
-# it from the seed corpus. The ctest `fuzz` label runs it for 30 s; this is the long run by hand.
+# it from the seed corpus. The ctest `fuzz` label runs it for 10 s; this is the long run by hand.
 #
 #   scripts/dev/fuzz.sh [SECONDS] [libFuzzer flags ...]     (default 3600: an hour)
 #
