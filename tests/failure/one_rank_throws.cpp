@@ -19,6 +19,9 @@
 //              first check, before its first collective): the watchdog ends that wait too.
 //   stalls_unpolled  every rank sleeps 60 s inside an unpolled_region_deadline (what a checkpoint's
 //              MPI-IO is under): its thread ends each process past the limit, naming the region.
+//   stage_stalls  a pipeline of one stage per rank (1F1B, 2 microbatches); the last stage sleeps
+//              60 s in its first forward. The stages before it wait for a gradient it never sends:
+//              the watchdog ends the job, naming the stage, the message and the peer.
 #include <cstdio>
 #include <cstring>
 #include <chrono>
@@ -34,6 +37,7 @@ struct procs : mt::axis<"procs"> {};
 struct i_ : mt::dim<"i"> {};
 using line = mt::mesh<procs>;
 using vec = mt::tensor<float, mt::layout<line, mt::split<i_, procs>>, i_>;
+using whole = mt::tensor<float, mt::layout<line>, i_>;
 
 namespace {
 
@@ -46,6 +50,24 @@ void one_rank_fails(const line& g, int rank) {
   const auto all = mt::gather_all(t);
   std::printf("rank %d: gathered %zu elements (must not be reached)\n", rank, all.size());
 }
+
+// A stage of y = x * w (the first stage's x = w); the last stage stalls in its first forward.
+struct stalling_stage {
+  using activation = whole;
+  const mt::pipeline::stages<line>& st;
+  whole w;
+  explicit stalling_stage(const mt::pipeline::stages<line>& s) : st(s), w(mt::iota<whole>(s.mesh(), {n})) {
+    w.requires_grad();
+  }
+  activation::extents_type extents(int) const { return {n}; }
+  whole forward(int, const whole* in) const {
+    if (st.last()) std::this_thread::sleep_for(std::chrono::seconds(60));
+    return in ? whole(*in * w) : whole(w * 1.0);
+  }
+  auto loss(int, const whole& y) const { return mt::reduce_sum<i_>(y); }
+  auto params() { return std::tie(w); }
+  void step_gradients(auto&&) {}
+};
 
 int run(int argc, char** argv, const std::string& mode) {
   mt::environment env(argc, argv);
@@ -75,6 +97,13 @@ int run(int argc, char** argv, const std::string& mode) {
     const mt::detail::unpolled_region_deadline deadline("a region of one_rank_throws");
     std::this_thread::sleep_for(std::chrono::seconds(60));
     std::printf("rank %d: left the region (must not be reached)\n", rank);
+    return 0;
+  }
+  if (mode == "stage_stalls") {
+    mt::pipeline::stages<line> st(env.world(), env.world_size(), {1});
+    stalling_stage stage(st);
+    (void)mt::pipeline::run(mt::pipeline::one_f_one_b_schedule(env.world_size(), 2), st, stage);
+    std::printf("rank %d: the pipeline's step ended (must not be reached)\n", rank);
     return 0;
   }
   if (mode == "from_host") {

@@ -228,6 +228,14 @@ TEST_CASE("a schedule that does not fit the pipeline or the stage: errors naming
   REQUIRE_THROWS_WITH(pl::run(pl::zb_v_schedule(p, 2), st, one_chunk),
                       Catch::Matchers::ContainsSubstring("gives each stage 2 chunks of the model, and the stage's "
                                                          "forward takes no chunk"));
+  // Checked as a whole on every stage before anything runs: every rank refuses it, none waits.
+  auto backward_first = pl::one_f_one_b_schedule(p, 2);
+  backward_first.per_stage[p - 1] = {{pl::pass::BW, 0, 0}, {pl::pass::F, 0, 0}, {pl::pass::F, 1, 0}, {pl::pass::BW, 1, 0}};
+  REQUIRE_THROWS_WITH(pl::run(backward_first, st, one_chunk),
+                      Catch::Matchers::ContainsSubstring(mt::detail::cat(
+                          "1f1b: stage ", p - 1, " item 0 (BW of microbatch 0 chunk 0): comes before its F")));
+  REQUIRE_THROWS_WITH(pl::run(std::vector<pl::action>{{false, 0}, {true, 0}}, st, one_chunk),
+                      Catch::Matchers::ContainsSubstring("are neither gpipe's nor 1f1b's order"));
   REQUIRE_THROWS_WITH(pl::named_schedule("zb-h1", p, 2, 2),
                       Catch::Matchers::ContainsSubstring("zb-h1 runs one chunk per stage, not 2"));
   REQUIRE_THROWS_WITH(pl::named_schedule("dualpipe", p, 2),

@@ -233,6 +233,38 @@ TEST_CASE("pipeline schedules: the simulator finds deadlocks", "[pipeline][sched
   CHECK_THROWS_WITH(pl::simulate(split), ContainsSubstring("deadlock, stage 0 waits at item 1 (W of microbatch 0 chunk 0)"));
 }
 
+TEST_CASE("pipeline schedules: validate refuses what cannot run, naming the stage, the item and the microbatch",
+          "[pipeline][schedules]") {
+  for (const auto& s : all_schedules(4, 8)) CHECK_NOTHROW(pl::validate(s));
+  auto s = pl::one_f_one_b_schedule(2, 2);
+  s.per_stage[1] = {{pl::pass::BW, 0, 0}, {pl::pass::F, 0, 0}, {pl::pass::F, 1, 0}, {pl::pass::BW, 1, 0}};
+  CHECK_THROWS_WITH(pl::validate(s),
+                    ContainsSubstring("1f1b: stage 1 item 0 (BW of microbatch 0 chunk 0): comes before its F"));
+  s.per_stage[1] = {{pl::pass::F, 0, 0}, {pl::pass::BW, 0, 0}, {pl::pass::F, 1, 0}};
+  CHECK_THROWS_WITH(pl::validate(s), ContainsSubstring("stage 1 never runs the B or BW of microbatch 1 chunk 0"));
+  s.per_stage[1] = {{pl::pass::F, 1, 0}, {pl::pass::F, 0, 0}, {pl::pass::BW, 0, 0}, {pl::pass::BW, 1, 0}};
+  CHECK_THROWS_WITH(pl::validate(s), ContainsSubstring("stage 1 item 1 (F of microbatch 0 chunk 0): comes after "
+                                                       "microbatch 1's"));
+  s.per_stage[1] = {{pl::pass::F, 0, 0}, {pl::pass::BW, 0, 0}, {pl::pass::F, 2, 0}};
+  CHECK_THROWS_WITH(pl::validate(s), ContainsSubstring("stage 1 item 2 (F of microbatch 2 chunk 0): outside the "
+                                                       "step's 2 microbatches and 1 chunks"));
+  // Each stage's list is sound alone; together they deadlock: stage 0 waits in BW0 for stage 1's,
+  // which runs after its F1, which waits for stage 0's F1.
+  s = pl::gpipe_schedule(2, 2);
+  s.per_stage[0] = {{pl::pass::F, 0, 0}, {pl::pass::BW, 0, 0}, {pl::pass::F, 1, 0}, {pl::pass::BW, 1, 0}};
+  CHECK_THROWS_WITH(pl::validate(s), ContainsSubstring("deadlock, stage 0 waits at item 1 (BW of microbatch 0 chunk 0)"));
+  s.per_stage[1] = {{pl::pass::F, 1, 0}};
+  CHECK_THROWS_WITH(pl::validate(s), ContainsSubstring("stage 1 never runs the F of microbatch 0 chunk 0"));
+  auto split = pl::zb_h1_schedule(2, 1);
+  split.per_stage[0] = {{pl::pass::F, 0, 0}, {pl::pass::W, 0, 0}, {pl::pass::B, 0, 0}};
+  CHECK_THROWS_WITH(pl::validate(split), ContainsSubstring("stage 0 item 1 (W of microbatch 0 chunk 0): comes before its B"));
+  split.per_stage[0] = {{pl::pass::F, 0, 0}, {pl::pass::B, 0, 0}};
+  CHECK_THROWS_WITH(pl::validate(split), ContainsSubstring("stage 0 never runs the W of microbatch 0 chunk 0"));
+  split.per_stage[0] = {{pl::pass::F, 0, 0}, {pl::pass::BW, 0, 0}, {pl::pass::W, 0, 0}};
+  CHECK_THROWS_WITH(pl::validate(split), ContainsSubstring("stage 0 item 2 (W of microbatch 0 chunk 0): its backward "
+                                                           "was fused (BW)"));
+}
+
 TEST_CASE("pipeline schedules: bad arguments name themselves", "[pipeline][schedules]") {
   CHECK_THROWS_WITH(pl::gpipe_order(4, 4, 8), ContainsSubstring("gpipe: stage 4 of 4 with 8 microbatches"));
   CHECK_THROWS_WITH(pl::one_f_one_b_schedule(4, 0), ContainsSubstring("1f1b: stage 0 of 4 with 0 microbatches"));

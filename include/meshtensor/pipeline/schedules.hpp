@@ -373,6 +373,66 @@ inline simulation simulate(const step_schedule& schedule, const pass_costs& cost
   return out;
 }
 
+// Refuses a schedule that cannot run, before anything runs: each stage's list alone (an item
+// outside the microbatches or chunks; a B or BW before its F; a W without its B, or after a fused
+// BW; a pass run twice or never; a chunk's forwards, or backwards, out of microbatch order, which
+// the messages' tags need), then the stages together (simulate: a stage waiting for a pass no stage
+// can run). The error names the stage, the item's place in its list, the pass and the microbatch.
+// Every rank checks the whole schedule, so every rank refuses it, and none waits for another.
+inline void validate(const step_schedule& schedule) {
+  const auto where = [&](int stage, std::size_t index, const work_item& item) {
+    return detail::cat("pipeline schedule ", schedule.name, ": stage ", stage, " item ", index, " (",
+                       to_string(item.kind), " of microbatch ", item.microbatch, " chunk ", item.chunk, ")");
+  };
+  if (schedule.per_stage.size() != static_cast<std::size_t>(schedule.stages))
+    throw error(detail::cat("pipeline schedule ", schedule.name, ": ", schedule.per_stage.size(), " stage lists for ",
+                            schedule.stages, " stages"));
+  for (int s = 0; s < schedule.stages; ++s) {
+    struct seen {
+      bool f = false, b = false, bw = false, w = false;
+    };
+    std::map<std::pair<int, int>, seen> passes;       // by (microbatch, chunk)
+    std::map<std::pair<bool, int>, int> last_in_order;  // (forward, chunk): the last microbatch
+    const auto& items = schedule.at(s);
+    for (std::size_t i = 0; i < items.size(); ++i) {
+      const work_item& item = items[i];
+      if (item.microbatch < 0 || item.microbatch >= schedule.microbatches || item.chunk < 0 ||
+          item.chunk >= schedule.chunks)
+        throw error(detail::cat(where(s, i, item), ": outside the step's ", schedule.microbatches, " microbatches and ",
+                                schedule.chunks, " chunks"));
+      seen& p = passes[{item.microbatch, item.chunk}];
+      const bool backward = item.kind == pass::B || item.kind == pass::BW;
+      if ((item.kind == pass::F && p.f) || (backward && (p.b || p.bw)) || (item.kind == pass::W && p.w))
+        throw error(detail::cat(where(s, i, item), ": runs twice"));
+      if (backward && !p.f) throw error(detail::cat(where(s, i, item), ": comes before its F"));
+      if (item.kind == pass::W && p.bw)
+        throw error(detail::cat(where(s, i, item), ": its backward was fused (BW), which computed the weights' gradients"));
+      if (item.kind == pass::W && !p.b) throw error(detail::cat(where(s, i, item), ": comes before its B"));
+      if (item.kind != pass::W) {
+        const auto at = last_in_order.find({item.kind == pass::F, item.chunk});
+        if (at != last_in_order.end() && item.microbatch <= at->second)
+          throw error(detail::cat(where(s, i, item), ": comes after microbatch ", at->second,
+                                  "'s; a chunk's forwards, and its backwards, go in microbatch order (the messages' "
+                                  "tags say only the part)"));
+        last_in_order[{item.kind == pass::F, item.chunk}] = item.microbatch;
+      }
+      p.f |= item.kind == pass::F;
+      p.b |= item.kind == pass::B;
+      p.bw |= item.kind == pass::BW;
+      p.w |= item.kind == pass::W;
+    }
+    for (int c = 0; c < schedule.chunks; ++c)
+      for (int m = 0; m < schedule.microbatches; ++m) {
+        const seen p = passes[{m, c}];
+        const char* missing = !p.f ? "F" : !(p.b || p.bw) ? "B or BW" : (p.b && !p.w) ? "W" : nullptr;
+        if (missing)
+          throw error(detail::cat("pipeline schedule ", schedule.name, ": stage ", s, " never runs the ", missing,
+                                  " of microbatch ", m, " chunk ", c));
+      }
+  }
+  (void)simulate(schedule);
+}
+
 // A picture of the schedule for docs: one row per stage, one cell per time unit with
 // F = B = W = 1 per item (so BW spans two cells, both drawn B), the cell the pass letter and the
 // microbatch (and, with chunks, the chunk as a letter: a, b, ...), dots where the stage idles.

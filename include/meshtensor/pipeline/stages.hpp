@@ -37,18 +37,36 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
 #include "../autodiff/gradient.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/partial_sum.hpp"
+#include "../runtime/agreement.hpp"
+#include "../runtime/watchdog.hpp"
 #include "../tensor/mpi_buffer.hpp"
 #include "../autodiff/split_backward.hpp"
 #include "schedules.hpp"
 
 namespace meshtensor::pipeline {
 
+// What a message between stages carries: named in the watchdog's line when it does not arrive.
+struct message {
+  int microbatch = 0;
+  int part = 0;  // the part the activations enter, or the part the gradient leaves
+  bool gradient = false;
+};
+inline std::string to_string(const message& m) {
+  return m.gradient ? detail::cat("the gradient of microbatch ", m.microbatch, " leaving part ", m.part)
+                    : detail::cat("the activations of microbatch ", m.microbatch, " entering part ", m.part);
+}
+
+// Under the watchdog (MESHTENSOR_COLLECTIVE_TIMEOUT, runtime/watchdog.hpp) a stage's receives and
+// its sends' completions are awaited as a collective is: past the time limit the job ends with a
+// line naming the stage, the message and the peer, and whether the peer waits elsewhere or does
+// not answer at all. Their waits count as waiting (communicator::collective_seconds), not as work.
 template <class M>
 class stages {
  public:
@@ -63,6 +81,8 @@ class stages {
       throw shape_error(detail::cat("pipeline::stages: ", count, " stages of ", per_stage, " processors need ",
                                     count * per_stage, " ranks; the communicator has ", n));
     index_ = rank / per_stage;
+    per_stage_ = per_stage;
+    position_ = rank % per_stage;
     MPI_Comm block = MPI_COMM_NULL, across = MPI_COMM_NULL;
     MPI_Comm_split(world, index_, rank, &block);
     MPI_Comm_split(world, rank % per_stage, index_, &across);
@@ -74,6 +94,18 @@ class stages {
     });
     mesh_ = M(block, sizes);
     MPI_Comm_free(&block);  // the mesh keeps its own (Cartesian) communicator
+    if (meshtensor::detail::collective_timeout() > 0) {
+      MPI_Comm watch = MPI_COMM_NULL;
+      MPI_Comm_dup(world, &watch);
+      meshtensor::detail::pipeline_watch() = watch;
+      watch_ = std::shared_ptr<MPI_Comm>(new MPI_Comm(watch), [](MPI_Comm* c) {
+        if (meshtensor::detail::pipeline_watch() == *c) meshtensor::detail::pipeline_watch() = MPI_COMM_NULL;
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Comm_free(c);
+        delete c;
+      });
+    }
   }
   // Stage `index` of `count`, its mesh planned at coords: no processes, sends only counted.
   static stages planned(int count, int index, std::array<int, M::ndims> sizes, std::array<int, M::ndims> coords = {}) {
@@ -95,7 +127,7 @@ class stages {
 
   // t's local slice to the same processor of stage `to`, started now; finished by wait_sends().
   template <Tensor T>
-  void send(const T& t, int to, int tag) {
+  void send(const T& t, int to, int tag, const message& what = {}) {
     using buffer_t = meshtensor::detail::mpi_buffer<typename T::execution_space, typename T::value_type>;
     const std::int64_t n = t.local_size();
     std::shared_ptr<buffer_t> buffer;
@@ -108,7 +140,7 @@ class stages {
         });
     // Only the buffer MPI reads is kept, not t: through its tape node t holds the microbatch's
     // whole forward graph, which would stay alive until wait_sends() (every microbatch, as GPipe).
-    if (buffer) pending_.push_back({r, std::move(buffer)});
+    if (buffer) pending_.push_back({r, std::move(buffer), to, what});
     reap_sends();
   }
   // Drops the buffers of the sends that have finished, so that a stage holds only those in flight.
@@ -121,18 +153,26 @@ class stages {
   }
   // The slice that stage `from` sent with `tag`, as a tensor of type T and global extents ext.
   template <Tensor T>
-  T receive(int from, int tag, const typename T::extents_type& ext) {
+  T receive(int from, int tag, const typename T::extents_type& ext, const message& what = {}) {
     T out(mesh_, ext, uninitialized);
     if (planned()) return out;
     const auto into = meshtensor::detail::mpi_buffer<typename T::execution_space, typename T::value_type>::receiving_into(out.view());
-    MPI_Recv(into.data(), detail::checked_count(out.local_size()), detail::mpi_type<typename T::value_type>(), from, tag,
-             *across_, MPI_STATUS_IGNORE);
+    MPI_Request request = MPI_REQUEST_NULL;
+    MPI_Irecv(into.data(), detail::checked_count(out.local_size()), detail::mpi_type<typename T::value_type>(), from, tag,
+              *across_, &request);
+    await(&request, from, false, what);
     into.copy_into(out.view());
     return out;
   }
   void wait_sends() {
-    for (auto& p : pending_) MPI_Wait(&p.request, MPI_STATUS_IGNORE);
+    for (auto& p : pending_) await(&p.request, p.to, true, p.what);
     pending_.clear();
+  }
+  // Throws on every rank of the pipeline where the check fails on any (checks that differ by
+  // stage): one allreduce among the ranks at this rank's place in each stage, whose stage-mates
+  // share its verdict.
+  void agree_or_throw(bool ok_here, const std::string& message_if_not) {
+    meshtensor::detail::agree_or_throw<error>(planned() ? MPI_COMM_NULL : *across_, ok_here, message_if_not);
   }
   ~stages() {
     if (!planned()) wait_sends();
@@ -145,10 +185,43 @@ class stages {
   struct in_flight {
     MPI_Request request;
     std::any buffer;  // the mpi_buffer the send reads (the tensor's data, or a staged copy of it)
+    int to = 0;
+    message what;
   };
-  int count_ = 1, index_ = 0;
+  // Waits for a receive from stage `peer` or a send to it, timed as waiting; under the watchdog
+  // polled with its time limit (watchdog.hpp), the message and the peer named if it runs out.
+  void await(MPI_Request* request, int peer, bool sending, const message& what) {
+    auto& comm = mesh_.communicator();
+    comm.timed([&] {
+      if (!watch_) {
+        MPI_Wait(request, MPI_STATUS_IGNORE);
+        return;
+      }
+      int me = 0, size = 0;
+      MPI_Comm_rank(*watch_, &me);
+      MPI_Comm_size(*watch_, &size);
+      const int peer_rank = peer * per_stage_ + position_;  // its rank in watch_, a copy of the world given
+      // Unique to this rank and message: a peer's ticket never reads as "waiting in this very one".
+      const meshtensor::detail::watch_ticket mine{meshtensor::detail::pipeline_message_mask, messages_++ * size + me};
+      meshtensor::detail::await_collective(
+          request, 1, std::vector<int>{me, peer_rank}, *watch_, mine,
+          [&] {
+            const int peer_world = meshtensor::detail::translate_ranks(*watch_, {peer_rank}, MPI_COMM_WORLD)[0];
+            return detail::cat("stage ", index_, "'s ", sending ? "send of " : "receive of ", to_string(what),
+                               sending ? " to stage " : " from stage ", peer, " (rank ", peer_world, ")");
+          },
+          [](const meshtensor::detail::watch_ticket& other) {
+            return other.mask == meshtensor::detail::pipeline_message_mask
+                       ? std::string("for another pipeline message")
+                       : std::string("in a collective inside its stage");
+          },
+          comm.watch_comm());
+    });
+  }
+  int count_ = 1, index_ = 0, per_stage_ = 1, position_ = 0;
   M mesh_;
-  std::shared_ptr<MPI_Comm> across_;
+  std::shared_ptr<MPI_Comm> across_, watch_;
+  std::int64_t messages_ = 0;
   std::vector<in_flight> pending_;
 };
 
@@ -203,20 +276,8 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
   if (2 * parts > 32767)  // the tag bound every MPI guarantees
     throw error(detail::cat("pipeline::run: ", parts, " parts need tags up to ", 2 * parts, "; MPI guarantees 32767"));
   const auto tag = [](int part) { return 2 * part; };
+  validate(schedule);  // the whole schedule, on every stage: all refuse it, or none
   const auto& items = schedule.at(st.index());
-  {
-    std::map<std::pair<bool, int>, int> last;  // (forward, chunk): the last microbatch
-    for (const work_item& item : items) {
-      if (item.kind == pass::W) continue;
-      const auto at = last.find({item.kind == pass::F, item.chunk});
-      if (at != last.end() && item.microbatch <= at->second)
-        throw error(detail::cat("pipeline::run: schedule ", schedule.name, " runs ", to_string(item.kind),
-                                " of microbatch ", item.microbatch, " on chunk ", item.chunk, " of stage ", st.index(),
-                                " after microbatch ", at->second, "; a chunk's passes must go in microbatch order "
-                                "(the tags say only the part)"));
-      last[{item.kind == pass::F, item.chunk}] = item.microbatch;
-    }
-  }
   stage_stats stats;
   stats.max_in_flight = peak_activations(items);
   struct held {
@@ -238,7 +299,7 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
     const auto ext = stage.extents(mb);
     if (item.kind == pass::F) {
       if (!first_part) {
-        h.in = st.template receive<X>(schedule.holder(k - 1).first, tag(k), ext);
+        h.in = st.template receive<X>(schedule.holder(k - 1).first, tag(k), ext, {mb, k, false});
         h.in->requires_grad();
       }
       busy([&] {
@@ -246,19 +307,16 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
         if constexpr (chunked) h.out = stage.forward(item.chunk, mb, in);
         else h.out = stage.forward(mb, in);
       });
-      if (!last_part) st.send(*h.out, schedule.holder(k + 1).first, tag(k + 1));
+      if (!last_part) st.send(*h.out, schedule.holder(k + 1).first, tag(k + 1), {mb, k + 1, false});
       continue;
     }
-    if (item.kind == pass::W) {
-      if (!h.weights)
-        throw error(detail::cat("pipeline::run: schedule ", schedule.name, " runs W of microbatch ", mb, " chunk ",
-                                item.chunk, " on stage ", st.index(), " before its B"));
+    if (item.kind == pass::W) {  // validate() saw its B run before it
       busy([&] { h.weights->run(); });
       live.erase({mb, item.chunk});
       continue;
     }
     std::optional<X> grad_out;
-    if (!last_part) grad_out = st.template receive<X>(schedule.holder(k + 1).first, tag(k + 1) + 1, ext);
+    if (!last_part) grad_out = st.template receive<X>(schedule.holder(k + 1).first, tag(k + 1) + 1, ext, {mb, k + 1, true});
     // The last part's loss is float; another's objective has its activation's element type.
     const auto differentiate = [&](const auto& objective) {
       std::apply(
@@ -275,7 +333,7 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
           stage.params());
       if (!first_part) {
         auto [grad_in] = take_gradients(*h.in);
-        st.send(grad_in, schedule.holder(k - 1).first, tag(k) + 1);
+        st.send(grad_in, schedule.holder(k - 1).first, tag(k) + 1, {mb, k, true});
       }
     };
     busy([&] {
@@ -298,12 +356,19 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
 }
 
 // One step of schedule()'s gpipe or 1F1B order (schedule.hpp) for this stage: each backward fused.
+// The other stages' orders are the same kind's, so run() checks the whole step's schedule; another
+// order is refused on every stage (agreed), and is a step_schedule of every stage's items.
 template <class M, class Stage>
 stage_stats run(const std::vector<action>& plan, stages<M>& st, Stage& stage) {
-  step_schedule one{"1f1b", st.count(), static_cast<int>(plan.size() / 2), 1, part_placement::round_robin, {}};
-  one.per_stage.resize(static_cast<std::size_t>(st.count()));
-  for (const action& a : plan) one.per_stage[static_cast<std::size_t>(st.index())].push_back({a.forward ? pass::F : pass::BW, a.microbatch, 0});
-  return run(one, st, stage);
+  const int microbatches = static_cast<int>(plan.size() / 2);
+  std::optional<schedule_kind> kind;
+  for (const schedule_kind k : {schedule_kind::gpipe, schedule_kind::one_f_one_b})
+    if (!kind && microbatches > 0 && plan == schedule(k, st.index(), st.count(), microbatches)) kind = k;
+  st.agree_or_throw(kind.has_value(),
+                    detail::cat("pipeline::run: the ", plan.size(), " actions of stage ", st.index(),
+                                " are neither gpipe's nor 1f1b's order; give another order as a step_schedule of "
+                                "every stage's items (pipeline/schedules.hpp), which run() checks as a whole"));
+  return run(named_schedule(to_string(*kind), st.count(), microbatches), st, stage);
 }
 
 }  // namespace meshtensor::pipeline

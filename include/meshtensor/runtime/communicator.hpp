@@ -172,8 +172,23 @@ class communicator {
     detail::await_collective(
         requests, n, over(mask), watch_, detail::watch_ticket{mask.mask(), sequence_[mask.mask()]},
         [&] { return detail::cat(to_string(kind), " of ", bytes, " bytes over mesh axes ", axes_string(mask)); },
-        [&](axis_set other) { return axes_string(other); });
+        [&](const detail::watch_ticket& other) {
+          return other.mask == detail::pipeline_message_mask
+                     ? std::string("for a pipeline message to or from another stage")
+                     : detail::cat("in another collective, over mesh axes ",
+                                   axes_string(axis_set(static_cast<unsigned>(other.mask))));
+        },
+        detail::pipeline_watch());
   }
+  // Runs wait() as a wait for others, counted in collective_seconds (a pipeline's messages between
+  // stages, which are awaited outside this communicator).
+  template <class Wait>
+  void timed(Wait wait) {
+    const timed_wait waiting(*this);
+    wait();
+  }
+  // The communicator the watchdog's notices travel on (MPI_COMM_NULL without a watchdog).
+  MPI_Comm watch_comm() const { return watch_; }
   // agree_or_throw (agreement.hpp) over the whole mesh, its allreduce watched like a collective
   // under the watchdog: the checks made at a step's start (from_host's) come before its first
   // collective, and ranks blocked there would neither see a stopped rank nor answer a timed-out

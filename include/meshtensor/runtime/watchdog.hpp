@@ -18,6 +18,9 @@
 // which ranks of the mesh do not answer at all: stopped, dead, or busy outside any collective.
 // Nothing is sent while collectives complete in time: the cost of the watchdog on is the
 // nonblocking start and the polling (docs/performance.md measures it).
+// A pipeline's messages between stages (pipeline/stages.hpp) are awaited the same way over a
+// communicator of the whole pipeline (pipeline_watch()); a rank waiting in either kind answers the
+// notices of both, so a stage's rank waiting inside its own stage is not reported as silent.
 // Unset or 0: MPI's blocking calls, as without a watchdog (one branch per collective).
 #include <mpi.h>
 
@@ -32,6 +35,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -85,6 +89,15 @@ struct watch_ticket {
   std::int64_t sequence = -1;
   friend bool operator==(const watch_ticket&, const watch_ticket&) = default;
 };
+// The mask of a ticket of a rank waiting for a pipeline message (no mesh axes: between stages).
+inline constexpr std::int64_t pipeline_message_mask = -2;
+
+// The pipeline's watch communicator (all its stages), while a pipeline::stages under the watchdog
+// lives: a rank waiting in a collective of its own stage answers notices there too.
+inline MPI_Comm& pipeline_watch() {
+  static MPI_Comm comm = MPI_COMM_NULL;
+  return comm;
+}
 
 // Sends this rank's ticket to rank `to` of watch, never waited on: the job ends, or it is delivered.
 inline void send_ticket(const watch_ticket& mine, int to, MPI_Comm watch) {
@@ -109,16 +122,18 @@ inline std::vector<std::pair<int, watch_ticket>> receive_notices(MPI_Comm watch)
   }
 }
 
-// Waits for the n requests of one collective over group; past the time limit, finds out who did
-// not arrive and ends the job. A rank that times out sends its ticket to every rank of the mesh
-// and listens for a grace period; every rank waiting in any collective answers the first notice
-// from each sender with its own ticket. So the rank that timed out learns, for each member of its
-// group, whether it waits in another collective (and over which axes) or does not answer at all,
-// and which ranks of the whole mesh do not answer: the ones to look at. what() describes the
-// collective and axes_of(mask) names axes, both used only then.
-template <class What, class AxesOf>
-void await_collective(MPI_Request* requests, int n, MPI_Comm group, MPI_Comm watch, watch_ticket mine, What what,
-                      AxesOf axes_of) {
+// Waits for the n requests of one collective over group (a communicator, or the ranks of watch
+// that take part: a pipeline message's two); past the time limit, finds out who did not arrive and
+// ends the job. A rank that times out sends its ticket to every rank of watch and listens for a
+// grace period; every rank waiting in any collective answers the first notice from each sender
+// with its own ticket. So the rank that timed out learns, for each member of its group, whether it
+// waits elsewhere (waiting(ticket) says where: "in another collective, over mesh axes rows") or
+// does not answer at all, and which ranks of watch do not answer: the ones to look at. what()
+// describes the collective; both are used only then. Notices arriving on also_answer (the other
+// kind of watch communicator this rank belongs to) are answered with this rank's ticket too.
+template <class Group, class What, class Waiting>
+void await_collective(MPI_Request* requests, int n, const Group& group, MPI_Comm watch, watch_ticket mine, What what,
+                      Waiting waiting, MPI_Comm also_answer = MPI_COMM_NULL) {
   using clock = std::chrono::steady_clock;
   const double limit = collective_timeout();
   const auto start = clock::now();
@@ -135,6 +150,10 @@ void await_collective(MPI_Request* requests, int n, MPI_Comm group, MPI_Comm wat
       if (!answered[static_cast<std::size_t>(from)]) send_ticket(mine, from, watch);
       answered[static_cast<std::size_t>(from)] = 1;
     }
+  };
+  const auto answer_elsewhere = [&] {
+    if (also_answer == MPI_COMM_NULL || also_answer == watch) return;
+    for (const auto& notice : receive_notices(also_answer)) send_ticket(mine, notice.first, also_answer);
   };
   for (unsigned spins = 1;; ++spins) {
     MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
@@ -154,6 +173,7 @@ void await_collective(MPI_Request* requests, int n, MPI_Comm group, MPI_Comm wat
         MPI_Comm_rank(watch, &me);
       }
       answer(receive_notices(watch));
+      answer_elsewhere();
     }
   }
   const double waited = std::chrono::duration<double>(clock::now() - start).count();
@@ -165,17 +185,25 @@ void await_collective(MPI_Request* requests, int n, MPI_Comm group, MPI_Comm wat
   for (int r = 0; r < size; ++r)
     if (r != me) send_ticket(mine, r, watch);
   const auto grace_end = clock::now() + std::chrono::milliseconds(1500);
-  while (clock::now() < grace_end) answer(receive_notices(watch));
+  while (clock::now() < grace_end) {
+    answer(receive_notices(watch));
+    answer_elsewhere();
+  }
 
   // Each rank's last word (none: not answering), in ranks of watch.
   std::vector<std::optional<watch_ticket>> said(static_cast<std::size_t>(size));
   for (const auto& [from, ticket] : heard) said[static_cast<std::size_t>(from)] = ticket;
   said[static_cast<std::size_t>(me)] = mine;
-  int group_size = 0;
-  MPI_Comm_size(group, &group_size);
-  std::vector<int> group_ranks(static_cast<std::size_t>(group_size));
-  for (int i = 0; i < group_size; ++i) group_ranks[static_cast<std::size_t>(i)] = i;
-  const auto members = translate_ranks(group, group_ranks, watch);
+  std::vector<int> members;
+  if constexpr (std::is_same_v<Group, MPI_Comm>) {
+    int group_size = 0;
+    MPI_Comm_size(group, &group_size);
+    std::vector<int> group_ranks(static_cast<std::size_t>(group_size));
+    for (int i = 0; i < group_size; ++i) group_ranks[static_cast<std::size_t>(i)] = i;
+    members = translate_ranks(group, group_ranks, watch);
+  } else {
+    members = group;
+  }
   std::vector<int> all(static_cast<std::size_t>(size));
   for (int i = 0; i < size; ++i) all[static_cast<std::size_t>(i)] = i;
   const auto world = translate_ranks(watch, all, MPI_COMM_WORLD);
@@ -186,7 +214,7 @@ void await_collective(MPI_Request* requests, int n, MPI_Comm group, MPI_Comm wat
     const auto& t = said[static_cast<std::size_t>(r)];
     if (t && *t == mine) continue;  // waits in this very collective
     absent += cat(absent.empty() ? "" : ", ", "rank ", world_of(r),
-                  t ? cat(" (waiting in another collective, over mesh axes ", axes_of(static_cast<unsigned>(t->mask)), ")")
+                  t ? cat(" (waiting ", waiting(*t), ")")
                     : std::string(" (not answering)"));
   }
   std::vector<int> silent;
