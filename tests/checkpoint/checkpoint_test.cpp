@@ -4,7 +4,7 @@
 // rank naming the file and the tensor, and leave the tensors as they were; optimizer state and the
 // step count survive a round trip; the checkpoint directory keeps `keep` checkpoints and a
 // `latest` pointer; an asynchronous save writes the same bytes, of the values at its call, and
-// moves `latest` only once published.
+// moves `latest` only once published; a sharded save (a shard per pipeline stage) loads on one mesh.
 #include <algorithm>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <chrono>
@@ -419,6 +419,54 @@ TEST_CASE("the checkpoint directory: latest names the newest complete one, keep 
   }
   MPI_Barrier(MPI_COMM_WORLD);
   require_io_error_everywhere([&] { (void)ckpt.current(MPI_COMM_WORLD); }, {"step-00000099", "does not exist"});
+  remove_dir(fs::path(dir).parent_path().string());
+}
+
+TEST_CASE("a sharded checkpoint, a shard per pipeline stage, loads on one mesh; bad indexes name the file",
+          "[checkpoint]") {
+  const int size = world_size(), per = size % 2 == 0 ? size / 2 : 1, count = size / per;
+  const auto dir = shared_dir("shards") + "/run";
+  namespace pl = meshtensor::pipeline;
+  pl::stages<line> st(MPI_COMM_WORLD, count, {per});
+  using V = mt::tensor<float, mt::layout<line, mt::split<i_, x_>>, i_>;
+  // Stage s holds "w.s", 5 + s elements offset by 100 s (uneven over a stage of 2 processors).
+  const auto stage_values = [](int s) {
+    auto v = values<float>(5 + s);
+    for (auto& x : v) x += 100.0f * static_cast<float>(s);
+    return v;
+  };
+  auto w = mt::from_host<V>(st.mesh(), {5 + st.index()}, stage_values(st.index()));
+  io::tensor_set set;
+  set.add("w." + std::to_string(st.index()), w);
+  io::checkpoints ckpt(dir);
+  REQUIRE(ckpt.save_shard(set, st.index(), count, st.whole(), 7, {{"step", "7"}}) == "step-00000007");
+  REQUIRE(fs::exists(dir + "/step-00000007/" + io::shard_file_name(count - 1, count)));
+  REQUIRE(!fs::exists(dir + "/step-00000007/model.safetensors"));
+  // Every stage's tensor, loaded on one mesh of all the processors (split over all of them).
+  const auto g = world_line();
+  std::vector<V> all;
+  all.reserve(static_cast<std::size_t>(count));  // the set refers to them
+  io::tensor_set whole;
+  for (int s = 0; s < count; ++s) whole.add("w." + std::to_string(s), all.emplace_back(g, std::array<std::int64_t, 1>{5 + s}));
+  REQUIRE(ckpt.load(whole).at("step") == "7");
+  for (int s = 0; s < count; ++s) REQUIRE(mt::gather_all(all[static_cast<std::size_t>(s)]) == stage_values(s));
+  V extra(g, {3});
+  io::tensor_set missing;
+  missing.add("w.0", all[0]).add("nowhere", extra);
+  require_io_error_everywhere([&] { ckpt.load(missing); },
+                              {"model.safetensors.index.json' maps no file to tensor 'nowhere'"});
+  if (count > 1) {  // one name saved by two stages
+    io::tensor_set twice;
+    twice.add("twice", w);
+    require_io_error_everywhere([&] { ckpt.save_shard(twice, st.index(), count, st.whole(), 8); },
+                                {"tensor 'twice' is in two shards"});
+  }
+  REQUIRE_THROWS_WITH(io::parse_shard_index("{\"weight_map\": []}", "idx.json"),
+                      ContainsSubstring("'idx.json' has no \"weight_map\" object"));
+  REQUIRE_THROWS_WITH(io::parse_shard_index("{\"weight_map\": {\"a\": \"../x.safetensors\"}}", "idx.json"),
+                      ContainsSubstring("tensor 'a' is in '../x.safetensors', which is not a file name"));
+  REQUIRE_THROWS_WITH(io::parse_shard_index("{", "idx.json"), ContainsSubstring("'idx.json' is not JSON"));
+  REQUIRE(io::shard_file_name(0, 2) == "model-00001-of-00002.safetensors");
   remove_dir(fs::path(dir).parent_path().string());
 }
 

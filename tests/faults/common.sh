@@ -2,6 +2,9 @@
 # Helpers of the fault tests (kill_restart_test.sh, watchdog_stop_test.sh, stop_signal_test.sh,
 # straggler_test.sh); sourced, not run.
 # clean_run and same_result expect: lm mpiexec work (paths), and common (meshtensor-lm's arguments).
+# FAULTS_JOB: how the job's 4 ranks train (default: --layout 2d --mesh 2 2); the pipelined tests
+# give e.g. "--pipeline 2 --mesh 2 1 --microbatches 2 --schedule 1f1b" (2 stages of [2 x 1]).
+read -r -a job <<<"${FAULTS_JOB:---layout 2d --mesh 2 2}"
 
 # A string as an extended regular expression matching itself.
 re_escape() { sed 's/[][\.*^$+?(){}|/]/\\&/g' <<<"$1"; }
@@ -65,9 +68,14 @@ same_result() {
   if [ "$(basename "$clean")" != "$(basename "$sup")" ]; then
     echo "the supervised run's last checkpoint is $(basename "$sup"), the clean run's $(basename "$clean")"; return 1
   fi
-  if ! cmp "$clean/model.safetensors" "$sup/model.safetensors"; then
-    echo "the final checkpoint differs from the clean run's: $sup/model.safetensors, $clean/model.safetensors"; return 1
-  fi
+  # model.safetensors, or a pipeline's shards and their index.
+  local file
+  for file in "$clean"/*.safetensors "$clean"/*.json; do
+    [ -e "$file" ] || continue
+    if ! cmp "$file" "$sup/$(basename "$file")"; then
+      echo "the final checkpoint differs from the clean run's: $sup/$(basename "$file"), $file"; return 1
+    fi
+  done
   awk -F, 'NR == FNR { loss[$1] = $2; next }
            FNR > 1 { n++; if (!($1 in loss) || loss[$1] != $2) { bad++; if (bad <= 5) print "step " $1 ": loss " $2 ", clean run " loss[$1] } ; if (first == "") first = $1; last = $1 }
            END { if (n == 0) { print "the last attempt wrote no losses"; exit 1 }

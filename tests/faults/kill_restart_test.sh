@@ -3,13 +3,14 @@
 # killed three times ends, under scripts/supervise.sh, with the parameters of a job never killed,
 # bit for bit (docs/checkpoints.md, "Restarting after a failure").
 #
-# meshtensor-lm on 4 ranks ([2 x 2], layout 2d, dropout 0.1), 80 steps, a checkpoint every 10.
-# First a clean run. Then the same job under the supervisor (--restarts 3) while this script kills
-# one rank chosen at random (SIGKILL) three times: each time at a random step 1..15 steps past the
-# attempt's first checkpoint (so the checkpoint it resumes from and the steps run twice vary). The
-# supervised job must exit 0 after exactly 3 restarts, each logged with its cause (the killed rank
-# and signal 9) and the step it resumed from; its last checkpoint must equal the clean run's byte for
-# byte, and the losses of its last attempt the clean run's. MESHTENSOR_FAULTS_SEED repeats a run.
+# meshtensor-lm on 4 ranks ([2 x 2], layout 2d, or as FAULTS_JOB says: common.sh; dropout 0.1), 80
+# steps, a checkpoint every 10. First a clean run. Then the same job under the supervisor
+# (--restarts 3) while this script kills one rank chosen at random (SIGKILL) three times: each time
+# at a random step 1..15 steps past the attempt's first checkpoint (so the checkpoint it resumes
+# from and the steps run twice vary). The supervised job must exit 0 after exactly 3 restarts, each
+# logged with its cause (the killed rank and signal 9) and the step it resumed from; its last
+# checkpoint must equal the clean run's byte for byte, and the losses of its last attempt the clean
+# run's. MESHTENSOR_FAULTS_SEED repeats a run.
 set -euo pipefail
 supervise=$1 lm=$2 mpiexec=$3 work=$4
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -19,7 +20,7 @@ rm -rf "$work"
 mkdir -p "$work/clean"
 seed_random "these kills"
 save_every=10
-common=(--layout 2d --mesh 2 2 --dropout 0.1 --steps 80 --save-every "$save_every" --log-every 1)
+common=("${job[@]}" --dropout 0.1 --steps 80 --save-every "$save_every" --log-every 1)
 started=$(date +%s.%N)
 
 clean_run

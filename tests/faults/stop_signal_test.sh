@@ -3,15 +3,15 @@
 # stops every rank after the same step, with a checkpoint, and a resumed run ends with the
 # parameters of a job never stopped, bit for bit (docs/cluster.md; runtime/stop_request.hpp).
 #
-# meshtensor-lm on 4 ranks ([2 x 2], layout 2d, dropout 0.1), 40 steps, no periodic checkpoint.
-# Under scripts/supervise.sh, after step 4 or later, one rank chosen at random (and only it) gets
-# SIGTERM. The job must say it stopped on SIGTERM after a step S < 40, save the checkpoint of step S,
-# and exit with status 85 (mt::stopped_exit_code); the supervisor must not restart it and exit 85.
-# A rank that stopped alone would leave the others waiting: the collective watchdog
-# (MESHTENSOR_COLLECTIVE_TIMEOUT=20, which also watches the agreement's allreduce) turns that into a
-# failure within seconds instead of a hang. Then `--resume` continues to step 40: its final
-# checkpoint must equal a clean run's byte for byte, and its losses the clean run's.
-# MESHTENSOR_FAULTS_SEED repeats a run.
+# meshtensor-lm on 4 ranks ([2 x 2], layout 2d, or as FAULTS_JOB says: common.sh; dropout 0.1), 40
+# steps, no periodic checkpoint. Under scripts/supervise.sh, after step 4 or later, one rank chosen
+# at random (and only it) gets SIGTERM. The job must say it stopped on SIGTERM after a step S < 40,
+# save the checkpoint of step S, and exit with status 85 (mt::stopped_exit_code); the supervisor
+# must not restart it and exit 85. A rank that stopped alone would leave the others waiting: the
+# collective watchdog (MESHTENSOR_COLLECTIVE_TIMEOUT=20, which also watches the agreement's
+# allreduce) turns that into a failure within seconds instead of a hang. Then `--resume` continues
+# to step 40: its final checkpoint must equal a clean run's byte for byte, and its losses the clean
+# run's. MESHTENSOR_FAULTS_SEED repeats a run.
 set -euo pipefail
 supervise=$1 lm=$2 mpiexec=$3 work=$4
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -21,7 +21,7 @@ rm -rf "$work"
 mkdir -p "$work/clean"
 seed_random "this run"
 steps=40
-common=(--layout 2d --mesh 2 2 --dropout 0.1 --steps "$steps" --save-every "$steps" --log-every 1)
+common=("${job[@]}" --dropout 0.1 --steps "$steps" --save-every "$steps" --log-every 1)
 export MESHTENSOR_COLLECTIVE_TIMEOUT=20
 started=$(date +%s.%N)
 

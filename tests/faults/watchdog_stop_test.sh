@@ -4,16 +4,16 @@
 # within TIMEOUT seconds plus a few, and the supervisor restarts it from its checkpoint to the
 # result of a job never stopped, bit for bit (docs/design/faults.md, "Faults").
 #
-# meshtensor-lm on 4 ranks ([2 x 2], layout 2d, dropout 0.1), 60 steps, a checkpoint every 10;
-# first a clean run (no watchdog). Then the same job under the supervisor (--restarts 1) with
-# MESHTENSOR_COLLECTIVE_TIMEOUT=TIMEOUT (default 3), and one rank, chosen at random, stopped with
-# SIGSTOP 1..10 steps past the first checkpoint. The other ranks wait in a collective; the job must
-# end (the supervisor's restart line) no sooner than TIMEOUT - 1 s and no later than TIMEOUT + 5 s
-# after the SIGSTOP, its output must have a line `meshtensor: collective watchdog: ...` naming the
-# stopped rank among those that did not arrive, the restart line must name the watchdog as the
-# cause, the stopped process must be gone, and the resumed job must exit 0 with the clean run's
-# final checkpoint, byte for byte. A stopped process is never left behind (SIGCONT and SIGKILL at
-# exit).
+# meshtensor-lm on 4 ranks ([2 x 2], layout 2d, or as FAULTS_JOB says: common.sh; dropout 0.1), 60
+# steps, a checkpoint every 10; first a clean run (no watchdog). Then the same job under the
+# supervisor (--restarts 1) with MESHTENSOR_COLLECTIVE_TIMEOUT=TIMEOUT (default 3), and one rank,
+# chosen at random, stopped with SIGSTOP 1..10 steps past the first checkpoint. The other ranks wait
+# in a collective; the job must end (the supervisor's restart line) no sooner than TIMEOUT - 1 s and
+# no later than TIMEOUT + 5 s after the SIGSTOP, its output must have a line `meshtensor: collective
+# watchdog: ...` naming the stopped rank among those that did not arrive, the restart line must name
+# the watchdog as the cause, the stopped process must be gone, and the resumed job must exit 0 with
+# the clean run's final checkpoint, byte for byte. A stopped process is never left behind (SIGCONT
+# and SIGKILL at exit).
 set -euo pipefail
 supervise=$1 lm=$2 mpiexec=$3 work=$4 timeout=${5:-3}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -23,7 +23,7 @@ rm -rf "$work"
 mkdir -p "$work/clean"
 seed_random "this run"
 save_every=10
-common=(--layout 2d --mesh 2 2 --dropout 0.1 --steps 60 --save-every "$save_every" --log-every 1)
+common=("${job[@]}" --dropout 0.1 --steps 60 --save-every "$save_every" --log-every 1)
 started=$(date +%s.%N)
 
 (unset MESHTENSOR_COLLECTIVE_TIMEOUT; clean_run)

@@ -278,21 +278,19 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
   // Each stage's median bubble over the steps after the first, gathered from its first processor.
   std::vector<double> bubbles;
   for (std::size_t i = 1; i < r.stats.size(); ++i) bubbles.push_back(r.stats[i].bubble());
-  if (bubbles.empty()) bubbles.push_back(r.stats[0].bubble());
+  if (bubbles.empty()) bubbles.push_back(r.stats.empty() ? 0.0 : r.stats[0].bubble());  // (none: resumed at the end)
   std::sort(bubbles.begin(), bubbles.end());
   // The step's time: each stage's median over the steps after the first; the slowest stage's is the step's.
   std::vector<double> times;
   for (std::size_t i = r.stats.size() > 1 ? 1 : 0; i < r.stats.size(); ++i) times.push_back(r.stats[i].total_seconds);
+  if (times.empty()) times.push_back(0.0);
   std::sort(times.begin(), times.end());
   double step_seconds = times[times.size() / 2];
   MPI_Allreduce(MPI_IN_PLACE, &step_seconds, 1, MPI_DOUBLE, MPI_MAX, env.world());
   double mine[2] = {bubbles[bubbles.size() / 2], static_cast<double>(r.max_in_flight)};
   std::vector<double> all(2 * static_cast<std::size_t>(env.world_size()));
   MPI_Gather(mine, 2, MPI_DOUBLE, all.data(), 2, MPI_DOUBLE, 0, env.world());
-  if (root) {
-    for (std::size_t i = 0; i < losses.size(); ++i)
-      if ((i + 1) % o.log_every == 0 || i + 1 == losses.size())
-        std::printf("step %5zu/%lld  loss %.4f\n", i + 1, (long long)o.steps, losses[i]);
+  if (root) {  // (the step lines came from the last stage as it trained)
     const auto sim = pl::simulate(pl::named_schedule(o.schedule, o.pipeline, o.microbatches, o.chunks));
     std::printf("pipeline: %d stages of %s, %d microbatches of %lld, schedule %s, %d chunk%s per stage; its bubble "
                 "with F = B = W (simulated) per stage:\n",
@@ -309,8 +307,9 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
     }
     std::printf("pipeline_bubble_measured_mean %.4f formula %.4f\n", measured, formula);
     std::printf("pipeline_step_seconds_median %.4f\n", step_seconds);
-    write_curve(o, losses, 0);
+    write_curve(o, losses, r.first_step);
   }
+  if (r.stopped) return mt::stopped_exit_code;
   if (!o.check_pipeline) return 0;
   // The unpipelined model on this stage's mesh, the same steps, under the stages' layout.
   options whole = o;
@@ -810,15 +809,18 @@ int main(int argc, char** argv) try {
       // The schedule's own checks (microbatches in groups of the stages for interleaved, chunks),
       // before any stage is built.
       (void)mt::pipeline::named_schedule(o.schedule, o.pipeline, o.microbatches, o.chunks);
-      if (o.compare || o.compare_dtypes || o.rank_layouts || o.generate > 0 || !o.checkpoint.empty() || !o.resume.empty())
-        throw mt::error(o.pipeline > 1 || o.check_pipeline
-                            ? "--pipeline trains (or plans, or checks) only: no --compare-layouts, --compare-dtypes, "
-                              "--rank-layouts, --generate or checkpoints"
-                            : fmt::format("--microbatches {} without --pipeline (gradients accumulated over {} "
-                                          "microbatches on one stage) trains (or plans, or checks) only: no "
-                                          "--compare-layouts, --compare-dtypes, --rank-layouts, --generate or checkpoints",
-                                          o.microbatches, o.microbatches));
+      if (o.compare || o.compare_dtypes || o.rank_layouts || o.generate > 0 || o.async_save)
+        throw mt::error(fmt::format("{} trains (or plans, or checks) with synchronous checkpoints: no --compare-layouts, "
+                                    "--compare-dtypes, --rank-layouts, --generate or --async-save",
+                                    o.pipeline > 1 || o.check_pipeline
+                                        ? fmt::format("--pipeline {}", o.pipeline)
+                                        : fmt::format("--microbatches {} without --pipeline (gradients accumulated over "
+                                                      "{} microbatches on one stage)",
+                                                      o.microbatches, o.microbatches)));
       if (o.plan) return plan_pipeline(env, o);
+      std::optional<mt::stop_request> stop;  // as below: every stage stops after the same step
+      if (const auto sigs = mt::stop_request::parse(o.stop_on); !sigs.empty()) stop.emplace(sigs);
+      o.stop = stop ? &*stop : nullptr;
       return run_pipeline(env, o, read_text(o.text, o.length + 3));
     }
     if (o.rank_layouts && o.processors > 0) return rank_pipeline_shapes(env, o);

@@ -697,6 +697,57 @@ mt::io::tensor_set training_state(model<L, PL>& m, optimizers<L, PL>& opt, const
   return set;
 }
 
+// Where a checkpoint resumes (--resume), read from its metadata after checking it against this run:
+// the same text and model (run_config; lr and dropout may change). A key missing is named.
+struct resume_point {
+  std::int64_t step = 0, optimizer_steps = 0, data_position = 0;
+  std::string ranks, layout;  // what saved it, for the log line
+};
+inline resume_point resume_point_of(const mt::io::metadata& meta, const options& o) {
+  const auto saved = [&](const std::string& k) -> const std::string& {
+    const auto it = meta.find(k);
+    if (it == meta.end())
+      throw mt::io_error(fmt::format("--resume {}: the checkpoint's metadata has no '{}' (meshtensor-lm writes it "
+                                     "with every checkpoint)", o.resume, k));
+    return it->second;
+  };
+  // The batches drawn again come from the text: another one would continue another stream.
+  // (Checkpoints from before the text was saved have no such key.)
+  if (meta.count("text") && meta.at("text") != o.text)
+    throw mt::io_error(fmt::format("--resume {}: the checkpoint was trained on --text {}, this run on --text {}",
+                                   o.resume, meta.at("text"), o.text));
+  for (const auto& [k, v] : run_config(o))
+    // (checkpoints from before --tie-embeddings have no such key: they are untied)
+    if (k != "lr" && k != "dropout" && (meta.count(k) ? meta.at(k) != v : !(k == "tie_embeddings" && v == "0")))
+      throw mt::io_error(fmt::format("--resume {}: the checkpoint has {} = {}, this run {}", o.resume, k,
+                                     meta.count(k) ? meta.at(k) : "(none)", v));
+  return {std::stoll(saved("step")), std::stoll(saved("optimizer.steps")), std::stoll(saved("data_position")),
+          saved("ranks"), saved("layout")};
+}
+
+// A checkpoint's metadata after `step` steps: the run's configuration, where the data and the
+// optimizer are, and what saved it (a layout, or a pipeline's stages and schedule).
+inline mt::io::metadata checkpoint_metadata(const options& o, std::int64_t step, std::int64_t data_position,
+                                            std::int64_t optimizer_steps, const std::string& layout, int ranks) {
+  auto meta = run_config(o);
+  meta["step"] = std::to_string(step);
+  meta["data_position"] = std::to_string(data_position);
+  meta["optimizer.steps"] = std::to_string(optimizer_steps);
+  meta["layout"] = layout;
+  meta["ranks"] = std::to_string(ranks);
+  meta["text"] = o.text;
+  return meta;
+}
+
+// The line a run stopped by the scheduler's warning (--stop-on) prints after its last step.
+inline void print_stopped(const options& o, int sig, std::int64_t steps_done) {
+  std::printf("stopped on %s after step %lld of %lld: %s\n", mt::stop_request::name(sig).c_str(), (long long)steps_done,
+              (long long)o.steps,
+              o.checkpoint.empty() ? "no --checkpoint, nothing saved (a restart starts from scratch)"
+                                   : "resume with --resume to continue bit for bit");
+  std::fflush(stdout);
+}
+
 struct train_result {
   std::vector<double> losses;  // of every step (the same on every rank) from first_step on
   std::int64_t first_step = 0;
@@ -774,33 +825,14 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
   std::int64_t step0 = 0;
   if (!o.resume.empty()) {
     auto state = training_state(m, opt, o);
-    const mt::io::checkpoints from(o.resume);
-    const auto meta = from.load(state);
-    const auto saved = [&](const std::string& k) -> const std::string& {
-      const auto it = meta.find(k);
-      if (it == meta.end())
-        throw mt::io_error(fmt::format("--resume {}: the checkpoint's metadata has no '{}' (meshtensor-lm writes it "
-                                       "with every checkpoint)", o.resume, k));
-      return it->second;
-    };
-    // The batches drawn again below come from the text: another one would continue another stream.
-    // (Checkpoints from before the text was saved have no such key.)
-    if (meta.count("text") && meta.at("text") != o.text)
-      throw mt::io_error(fmt::format("--resume {}: the checkpoint was trained on --text {}, this run on --text {}",
-                                     o.resume, meta.at("text"), o.text));
-    for (const auto& [k, v] : run_config(o))
-      // (checkpoints from before --tie-embeddings have no such key: they are untied)
-      if (k != "lr" && k != "dropout" && (meta.count(k) ? meta.at(k) != v : !(k == "tie_embeddings" && v == "0")))
-        throw mt::io_error(fmt::format("--resume {}: the checkpoint has {} = {}, this run {}", o.resume, k,
-                                       meta.count(k) ? meta.at(k) : "(none)", v));
-    step0 = std::stoll(saved("step"));
-    const auto opt_steps = std::stoll(saved("optimizer.steps"));
-    opt.visit(o, [&](auto& chosen) { chosen.set_steps(opt_steps); });
+    const auto at = resume_point_of(mt::io::checkpoints(o.resume).load(state), o);
+    step0 = at.step;
+    opt.visit(o, [&](auto& chosen) { chosen.set_steps(at.optimizer_steps); });
     // The data position: the batches drawn so far are drawn again, so the next are the same.
-    for (std::int64_t k = 0, n = std::stoll(saved("data_position")); k < n; ++k) (void)start(rng);
+    for (std::int64_t k = 0; k < at.data_position; ++k) (void)start(rng);
     if (verbose && g.rank() == 0)
       std::printf("resumed from %s at step %lld (saved on %s ranks, layout %s)\n", o.resume.c_str(), (long long)step0,
-                  saved("ranks").c_str(), saved("layout").c_str());
+                  at.ranks.c_str(), at.layout.c_str());
   }
   result.first_step = step0;
   std::int64_t drawn = step0 * o.batch;
@@ -874,13 +906,8 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     losses.push_back(mt::item(loss_value));
     const auto save = [&] {
       auto state = training_state(m, opt, o);
-      auto meta = run_config(o);
-      meta["step"] = std::to_string(step + 1);
-      meta["data_position"] = std::to_string(drawn);
-      meta["optimizer.steps"] = std::to_string(opt.visit(o, [](auto& chosen) { return chosen.steps(); }));
-      meta["layout"] = o.layout;
-      meta["ranks"] = std::to_string(g.nprocs());
-      meta["text"] = o.text;
+      const auto meta = checkpoint_metadata(o, step + 1, drawn, opt.visit(o, [](auto& chosen) { return chosen.steps(); }),
+                                            o.layout, g.nprocs());
       const auto t = std::chrono::steady_clock::now();
       const auto name = background ? background->save(state, step + 1, meta)
                                    : mt::io::checkpoints(o.checkpoint).save(state, step + 1, meta);
@@ -922,13 +949,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
       if (const int sig = o.stop->agreed(g)) {
         if (!saved && !o.checkpoint.empty()) save();
         if (background) background->wait();  // on disk and current before the job exits
-        if (verbose && root) {
-          std::printf("stopped on %s after step %lld of %lld: %s\n", mt::stop_request::name(sig).c_str(),
-                      (long long)(step + 1), (long long)o.steps,
-                      o.checkpoint.empty() ? "no --checkpoint, nothing saved (a restart starts from scratch)"
-                                           : "resume with --resume to continue bit for bit");
-          std::fflush(stdout);
-        }
+        if (verbose && root) print_stopped(o, sig, step + 1);
         result.stopped = sig;
         break;
       }
@@ -1002,6 +1023,8 @@ struct pipeline_result {
   std::int64_t param_bytes = 0, state_bytes = 0;    // this processor's
   std::int64_t parameters = 0;                      // the stage's (global extents)
   int max_in_flight = 0;                            // the schedule's, in chunk activations
+  std::int64_t first_step = 0;                      // resumed after this many steps (--resume)
+  int stopped = 0;                                  // the stop signal the stages agreed on, 0 if none
   double gradient_error = 0;                        // --check-pipeline: against the unpipelined model
   std::optional<mt::plan_report> plan;              // on a planned stage
 };

@@ -161,6 +161,17 @@ struct pipeline_stage {
     return share;
   }
   void step_gradients(grads_type&& g) { grads.emplace(std::move(g)); }
+
+  // The global names of this stage's tensors, in params()'s order: the unpipelined model's
+  // (param_names), so a checkpoint resumes under any stage count, or none.
+  std::vector<std::string> param_names() const {
+    std::vector<std::string> names;
+    if (holds_input) names.insert(names.end(), {"embedding", "positions"});
+    for (const char* n : {"ln1_scale", "ln1_bias", "wq", "wk", "wv", "wo", "ln2_scale", "ln2_bias", "w_in", "w_out"})
+      for (std::int64_t b : block_ids) names.push_back(fmt::format("blocks.{}.{}", b, n));
+    if (holds_loss) names.insert(names.end(), {"lnf_scale", "lnf_bias", "softmax_weights"});
+    return names;
+  }
 };
 
 // --check-pipeline: the largest difference, relative to each tensor's largest element, between this
@@ -216,6 +227,9 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
                     "--tie-embeddings, --sequence-parallel or fsdp");
   if (o.check_pipeline && !std::is_same_v<C, float>)
     throw mt::error("--check-pipeline compares gradients to 1e-5, which bf16's 8 bits cannot: use --dtype float32");
+  if (o.check_pipeline && !o.resume.empty())
+    throw mt::error("--check-pipeline compares the first step's gradients with the unpipelined model's from the "
+                    "start: it takes no --resume");
   if (o.check_pipeline && o.dropout > 0)
     throw mt::error("--check-pipeline compares with the unpipelined model, whose dropout masks are drawn over the "
                     "whole batch (a microbatch draws its own): use --dropout 0");
@@ -229,9 +243,44 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
   std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
   const std::int64_t rows_per = o.batch / o.microbatches;
   std::vector<float> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
-  for (std::int64_t step = 0; step < o.steps; ++step) {
+  // Checkpoints: this stage's tensors and optimizer state under the model's global names, one
+  // shard per stage (io/shards.hpp), loaded under any stage count or layout.
+  const auto names = stage.param_names();
+  const auto training_state = [&] {
+    mt::io::tensor_set set;
+    auto params = stage.params();
+    for_each_param_tensor(params, [&](std::size_t i, auto& p) { set.add(names[i], p); });
+    opt.visit(o, [&](auto& chosen) { mt::io::add_optimizer_state(set, chosen, params, names); });
+    return set;
+  };
+  const bool root = !g.is_planned() && st.index() == 0 && g.rank() == 0;
+  std::int64_t step0 = 0;
+  if (!o.resume.empty() && !g.is_planned()) {
+    auto state = training_state();
+    const auto at = resume_point_of(mt::io::checkpoints(o.resume).load(state, g.communicator().cart()), o);
+    step0 = at.step;
+    opt.visit(o, [&](auto& chosen) { chosen.set_steps(at.optimizer_steps); });
+    for (std::int64_t k = 0; k < at.data_position; ++k) (void)start(rng);  // the batches drawn so far
+    if (root)
+      std::printf("resumed from %s at step %lld (saved on %s ranks, layout %s)\n", o.resume.c_str(), (long long)step0,
+                  at.ranks.c_str(), at.layout.c_str());
+  }
+  result.first_step = step0;
+  std::int64_t drawn = step0 * o.batch;
+  int ranks = 0;
+  if (!g.is_planned()) MPI_Comm_size(st.whole(), &ranks);
+  const auto save = [&](std::int64_t done) {
+    auto state = training_state();
+    const auto meta =
+        checkpoint_metadata(o, done, drawn, opt.visit(o, [](auto& chosen) { return chosen.steps(); }),
+                            fmt::format("{} in {} pipeline stages ({})", o.layout, st.count(), o.schedule), ranks);
+    const auto name = mt::io::checkpoints(o.checkpoint).save_shard(state, st.index(), st.count(), st.whole(), done, meta);
+    if (root) std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name.c_str());
+  };
+  for (std::int64_t step = step0; step < o.steps; ++step) {
     if (g.is_planned()) mt::reset_plan(g);
     draw_batch(o, text, rng, start, ids, labels);
+    drawn += o.batch;
     stage.ids.clear();
     stage.labels.clear();
     for (int m = 0; m < o.microbatches; ++m) {
@@ -251,6 +300,23 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
     opt.visit(o, [&](auto& chosen) { chosen.step(params, *stage.grads); });
     result.stats.push_back(stats);
     result.losses.push_back(stage.step_loss);
+    if (g.is_planned()) continue;
+    // The step's loss is the last stage's (the same on each of its processors): its first prints it.
+    if (stage.holds_loss && g.rank() == 0 && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
+      std::printf("step %5lld/%lld  loss %.4f\n", (long long)(step + 1), (long long)o.steps, stage.step_loss);
+      std::fflush(stdout);
+    }
+    const bool saved = o.save_every > 0 && (step + 1) % o.save_every == 0;
+    if (saved) save(step + 1);
+    // The scheduler's warning (mt::stop_request): every stage stops after the same step.
+    if (o.stop && step + 1 < o.steps) {
+      if (const int sig = st.agree_max(o.stop->received())) {
+        if (!saved && !o.checkpoint.empty()) save(step + 1);
+        if (root) print_stopped(o, sig, step + 1);
+        result.stopped = sig;
+        break;
+      }
+    }
   }
   result.param_bytes = mt::local_bytes(stage.params());
   if constexpr (!std::is_same_v<C, float>)  // the bf16 working copies, which the plan counts as parameters

@@ -10,7 +10,10 @@
 //   if (ckpt.current(comm)) auto meta = ckpt.load(set);  // resume, under any layout / rank count
 //
 // Layout on disk:
-//   run1/step-00000020/model.safetensors     a complete checkpoint (io/safetensors.hpp)
+//   run1/step-00000020/model.safetensors     a complete checkpoint (io/safetensors.hpp), or
+//   run1/step-00000020/model-00001-of-00002.safetensors ... and model.safetensors.index.json
+//                                            a sharded one (save_shard: a pipeline's, a shard per
+//                                            stage; io/shards.hpp), which load() reads alike
 //   run1/latest                              the name of the current one ("step-00000020\n")
 //   run1/.tmp-step-00000040/                 a save in progress (or one a crash interrupted)
 // A save writes into .tmp-<name>/, syncs the file (MPI_File_sync) and the directory, renames it
@@ -34,13 +37,17 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
 
+#include <sstream>
+
 #include "safetensors.hpp"
+#include "shards.hpp"
 
 namespace meshtensor::io {
 
@@ -153,9 +160,10 @@ class checkpoints {
       std::getline(in, n);
       if (!in || !detail::is_checkpoint_name(n) || n.find('/') != std::string::npos)
         throw io_error(detail::cat("'", pointer.string(), "' does not name a checkpoint"));
-      if (!fs::exists(fs::path(dir_) / n / file_name))
+      if (!fs::exists(fs::path(dir_) / n / file_name) && !fs::exists(fs::path(dir_) / n / shard_index_name))
         throw io_error(detail::cat("'", pointer.string(), "' names '", n, "', but '",
-                                   (fs::path(dir_) / n / file_name).string(), "' does not exist"));
+                                   (fs::path(dir_) / n / file_name).string(), "' does not exist (nor a sharded "
+                                   "checkpoint's '", shard_index_name, "')"));
       return n;
     });
     if (name.empty()) return std::nullopt;
@@ -167,13 +175,93 @@ class checkpoints {
 
   // Loads the current checkpoint into the set (under the tensors' own layouts); returns its
   // metadata. io_error on every rank if there is none or it does not match. Collective.
-  metadata load(tensor_set& set) const {
+  metadata load(tensor_set& set) const { return load(set, set.comm()); }
+  // The same for a set that may be empty (a pipeline stage that holds no tensors), whose
+  // processors are comm's: only the metadata is read then.
+  metadata load(tensor_set& set, MPI_Comm comm) const {
     const meshtensor::detail::unpolled_region_deadline deadline(meshtensor::detail::cat("checkpoint load from '", dir_, "'"));
-    const auto name = current(set.comm());
+    const auto name = current(comm);
     if (!name)
       throw io_error(detail::cat("no checkpoint in '", dir_, "' (no '", (std::filesystem::path(dir_) / "latest").string(),
                                  "')"));
-    return io::load(file_of(*name), set);
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::path(dir_) / *name, index = dir / shard_index_name;
+    const std::string index_text = detail::on_root(comm, [&] {
+      if (!fs::exists(index)) return std::string();
+      std::ifstream in(index);
+      std::stringstream text;
+      text << in.rdbuf();
+      if (!in || text.str().empty()) throw io_error(detail::cat("cannot read '", index.string(), "' (or it is empty)"));
+      return text.str();
+    });
+    if (index_text.empty()) return set.empty() ? inspect(file_of(*name), comm).meta : io::load(file_of(*name), set);
+    if (set.empty()) return shard_index_metadata(index_text, index.string());
+    return load_sharded(dir, index_text, set);
+  }
+
+  // A sharded save: the set is shard `shard` of `shards` (a pipeline stage's tensors, on its own
+  // processors), and `whole` holds every processor of every shard. Each shard's processors write
+  // its file (model-0000k-of-0000n.safetensors; none for an empty set: a stage holding no tensors);
+  // the first processor of each sends its tensors' names to whole's rank 0, which writes
+  // model.safetensors.index.json; then the checkpoint is published as save() publishes. A tensor
+  // name in two shards is an error naming it. Returns the checkpoint's name. Collective over whole.
+  std::string save_shard(const tensor_set& set, int shard, int shards, MPI_Comm whole, std::int64_t step,
+                         const metadata& meta = {}) const {
+    if (!set.empty())
+      if (auto& c = set.mesh_communicator(); c.watched()) c.agree_or_throw<io_error>(true, {});
+    const meshtensor::detail::unpolled_region_deadline deadline(meshtensor::detail::cat("checkpoint save to '", dir_, "'"));
+    namespace fs = std::filesystem;
+    int rank = 0, set_rank = 0, size = 0;
+    MPI_Comm_rank(whole, &rank);
+    MPI_Comm_size(whole, &size);
+    if (!set.empty()) MPI_Comm_rank(set.comm(), &set_rank);
+    const std::string name = begin(whole, step), file = shard_file_name(shard, shards);
+    detail::trace_phase(rank, "begin", name);
+    const fs::path tmp = fs::path(dir_) / (".tmp-" + name);
+    if (!set.empty()) io::save((tmp / file).string(), set, meta);  // a stage holding nothing writes no file
+    // "file\n" then a line per tensor, from each shard's first processor (after its save: on disk).
+    std::string mine;
+    if (!set.empty() && set_rank == 0) {
+      mine = file + "\n";
+      for (const auto& e : set.entries()) mine += e.name + "\n";
+    }
+    int length = static_cast<int>(mine.size());
+    std::vector<int> lengths(static_cast<std::size_t>(size)), starts(static_cast<std::size_t>(size));
+    MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, whole);
+    std::string all;
+    if (rank == 0) {
+      long long total = 0;
+      for (int r = 0; r < size; ++r) {
+        starts[static_cast<std::size_t>(r)] = static_cast<int>(total);
+        total += lengths[static_cast<std::size_t>(r)];
+      }
+      all.resize(static_cast<std::size_t>(total));
+    }
+    MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), starts.data(), MPI_CHAR, 0, whole);
+    detail::trace_phase(rank, "written", name);
+    detail::on_root(whole, [&] {
+      std::map<std::string, std::string> weight_map;
+      std::string line, in_file;
+      for (int r = 0; r < size; ++r) {
+        if (lengths[static_cast<std::size_t>(r)] == 0) continue;
+        std::istringstream part(all.substr(static_cast<std::size_t>(starts[static_cast<std::size_t>(r)]),
+                                           static_cast<std::size_t>(lengths[static_cast<std::size_t>(r)])));
+        std::getline(part, in_file);
+        while (std::getline(part, line))
+          if (!weight_map.emplace(line, in_file).second)
+            throw io_error(detail::cat("checkpoint save to '", dir_, "': tensor '", line, "' is in two shards ('",
+                                       weight_map.at(line), "' and '", in_file, "')"));
+      }
+      const fs::path index = tmp / shard_index_name;
+      std::ofstream out(index, std::ios::trunc);
+      out << shard_index_text(weight_map, meta);
+      out.close();
+      if (!out) throw io_error(detail::cat("cannot write '", index.string(), "'"));
+      detail::sync_path(index, false);
+      return std::string();
+    });
+    publish(whole, name);
+    return name;
   }
 
   static constexpr const char* file_name = "model.safetensors";

@@ -3,6 +3,7 @@
 // (dtype, dim names, global shape, this processor's box, whether it writes it, its bytes on the
 // host and a way back into the slice). save and load (io/safetensors.hpp) and the checkpoints
 // (io/checkpoint.hpp) take a set; the transport (io/mpi_file.hpp) sees only its entries.
+#include <algorithm>
 #include <mpi.h>
 
 #include <cstdint>
@@ -113,6 +114,13 @@ class tensor_set {
   }
 
   const std::vector<detail::entry>& entries() const { return entries_; }
+  // The entries of these names, in this set's order (the part of a set one file holds).
+  tensor_set only(const std::vector<std::string>& names) const {
+    tensor_set out;
+    for (const auto& e : entries_)
+      if (std::find(names.begin(), names.end(), e.name) != names.end()) out.entries_.push_back(e);
+    return out;
+  }
   bool empty() const { return entries_.empty(); }
   std::size_t size() const { return entries_.size(); }
   // The communicator the set's tensors live on.

@@ -81,30 +81,22 @@ class stages {
       throw shape_error(detail::cat("pipeline::stages: ", count, " stages of ", per_stage, " processors need ",
                                     count * per_stage, " ranks; the communicator has ", n));
     index_ = rank / per_stage;
+    MPI_Comm whole = MPI_COMM_NULL;
+    MPI_Comm_dup(world, &whole);
+    whole_ = owned(whole);
     per_stage_ = per_stage;
     position_ = rank % per_stage;
     MPI_Comm block = MPI_COMM_NULL, across = MPI_COMM_NULL;
     MPI_Comm_split(world, index_, rank, &block);
     MPI_Comm_split(world, rank % per_stage, index_, &across);
-    across_ = std::shared_ptr<MPI_Comm>(new MPI_Comm(across), [](MPI_Comm* c) {
-      int finalized = 0;
-      MPI_Finalized(&finalized);
-      if (!finalized) MPI_Comm_free(c);
-      delete c;
-    });
+    across_ = owned(across);
     mesh_ = M(block, sizes);
     MPI_Comm_free(&block);  // the mesh keeps its own (Cartesian) communicator
     if (meshtensor::detail::collective_timeout() > 0) {
       MPI_Comm watch = MPI_COMM_NULL;
       MPI_Comm_dup(world, &watch);
       meshtensor::detail::pipeline_watch() = watch;
-      watch_ = std::shared_ptr<MPI_Comm>(new MPI_Comm(watch), [](MPI_Comm* c) {
-        if (meshtensor::detail::pipeline_watch() == *c) meshtensor::detail::pipeline_watch() = MPI_COMM_NULL;
-        int finalized = 0;
-        MPI_Finalized(&finalized);
-        if (!finalized) MPI_Comm_free(c);
-        delete c;
-      });
+      watch_ = owned(watch, true);
     }
   }
   // Stage `index` of `count`, its mesh planned at coords: no processes, sends only counted.
@@ -123,6 +115,9 @@ class stages {
   bool first() const { return index_ == 0; }
   bool last() const { return index_ == count_ - 1; }
   const M& mesh() const { return mesh_; }
+  // Every processor of every stage (a copy of the communicator the stages were made from): a
+  // pipeline's checkpoint is saved over it (io::checkpoints::save_shard). MPI_COMM_NULL when planned.
+  MPI_Comm whole() const { return whole_ ? *whole_ : MPI_COMM_NULL; }
   bool planned() const { return mesh_.is_planned(); }
 
   // t's local slice to the same processor of stage `to`, started now; finished by wait_sends().
@@ -174,6 +169,23 @@ class stages {
   void agree_or_throw(bool ok_here, const std::string& message_if_not) {
     meshtensor::detail::agree_or_throw<error>(planned() ? MPI_COMM_NULL : *across_, ok_here, message_if_not);
   }
+  // The largest of the ranks' values over the whole pipeline (a step's stop request, which every
+  // stage must honour after the same step): the stage's agreement (communicator::agree_max), then
+  // one allreduce among the ranks at this rank's place in each stage, watched like a message.
+  int agree_max(int mine) {
+    int largest = mesh_.communicator().agree_max(mine);
+    if (planned() || count_ == 1) return largest;
+    MPI_Request request = MPI_REQUEST_NULL;
+    int in = largest;
+    MPI_Iallreduce(&in, &largest, 1, MPI_INT, MPI_MAX, *across_, &request);
+    std::vector<int> members;
+    for (int s = 0; s < count_; ++s) members.push_back(s * per_stage_ + position_);
+    // Every rank agrees in the same order: one sequence for all, apart from the messages' (>= 0).
+    wait_for(&request, members, -1 - agreements_++, [&] {
+      return detail::cat("stage ", index_, "'s agreement with the other stages (a step's stop request)");
+    });
+    return largest;
+  }
   ~stages() {
     if (!planned()) wait_sends();
   }
@@ -182,34 +194,53 @@ class stages {
 
  private:
   stages() = default;
+  // c, freed with the last copy of the stages (unless MPI has finalized); the pipeline's watch
+  // communicator is unregistered then too.
+  static std::shared_ptr<MPI_Comm> owned(MPI_Comm c, bool pipeline_watch = false) {
+    return std::shared_ptr<MPI_Comm>(new MPI_Comm(c), [pipeline_watch](MPI_Comm* p) {
+      if (pipeline_watch && meshtensor::detail::pipeline_watch() == *p)
+        meshtensor::detail::pipeline_watch() = MPI_COMM_NULL;
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Comm_free(p);
+      delete p;
+    });
+  }
   struct in_flight {
     MPI_Request request;
     std::any buffer;  // the mpi_buffer the send reads (the tensor's data, or a staged copy of it)
     int to = 0;
     message what;
   };
-  // Waits for a receive from stage `peer` or a send to it, timed as waiting; under the watchdog
-  // polled with its time limit (watchdog.hpp), the message and the peer named if it runs out.
+  // Waits for a receive from stage `peer` or a send to it (its rank in watch_: the same place in
+  // that stage), named as the message it carries if the watchdog's limit runs out.
   void await(MPI_Request* request, int peer, bool sending, const message& what) {
+    const int peer_rank = peer * per_stage_ + position_;
+    int me = 0, size = 1;
+    if (watch_) {
+      MPI_Comm_rank(*watch_, &me);
+      MPI_Comm_size(*watch_, &size);
+    }
+    // Unique to this rank and message: a peer's ticket never reads as "waiting in this very one".
+    wait_for(request, {me, peer_rank}, messages_++ * size + me, [&] {
+      const int peer_world = meshtensor::detail::translate_ranks(*watch_, {peer_rank}, MPI_COMM_WORLD)[0];
+      return detail::cat("stage ", index_, "'s ", sending ? "send of " : "receive of ", to_string(what),
+                         sending ? " to stage " : " from stage ", peer, " (rank ", peer_world, ")");
+    });
+  }
+  // Waits for request, timed as waiting; under the watchdog polled with its time limit among the
+  // members (ranks of watch_), what() naming the wait if it runs out (watchdog.hpp).
+  template <class What>
+  void wait_for(MPI_Request* request, const std::vector<int>& members, std::int64_t sequence, What what) {
     auto& comm = mesh_.communicator();
     comm.timed([&] {
       if (!watch_) {
         MPI_Wait(request, MPI_STATUS_IGNORE);
         return;
       }
-      int me = 0, size = 0;
-      MPI_Comm_rank(*watch_, &me);
-      MPI_Comm_size(*watch_, &size);
-      const int peer_rank = peer * per_stage_ + position_;  // its rank in watch_, a copy of the world given
-      // Unique to this rank and message: a peer's ticket never reads as "waiting in this very one".
-      const meshtensor::detail::watch_ticket mine{meshtensor::detail::pipeline_message_mask, messages_++ * size + me};
       meshtensor::detail::await_collective(
-          request, 1, std::vector<int>{me, peer_rank}, *watch_, mine,
-          [&] {
-            const int peer_world = meshtensor::detail::translate_ranks(*watch_, {peer_rank}, MPI_COMM_WORLD)[0];
-            return detail::cat("stage ", index_, "'s ", sending ? "send of " : "receive of ", to_string(what),
-                               sending ? " to stage " : " from stage ", peer, " (rank ", peer_world, ")");
-          },
+          request, 1, members, *watch_, meshtensor::detail::watch_ticket{meshtensor::detail::pipeline_message_mask, sequence},
+          what,
           [](const meshtensor::detail::watch_ticket& other) {
             return other.mask == meshtensor::detail::pipeline_message_mask
                        ? std::string("for another pipeline message")
@@ -220,8 +251,8 @@ class stages {
   }
   int count_ = 1, index_ = 0, per_stage_ = 1, position_ = 0;
   M mesh_;
-  std::shared_ptr<MPI_Comm> across_, watch_;
-  std::int64_t messages_ = 0;
+  std::shared_ptr<MPI_Comm> across_, whole_, watch_;
+  std::int64_t messages_ = 0, agreements_ = 0;
   std::vector<in_flight> pending_;
 };
 
