@@ -739,6 +739,19 @@ inline mt::io::metadata checkpoint_metadata(const options& o, std::int64_t step,
   return meta;
 }
 
+// A test hook (tests/faults/straggler_test.sh): MESHTENSOR_TEST_SLOW_RANK="R,MS" makes world rank R
+// sleep MS milliseconds of extra work per step, a slow node the straggler report must name.
+inline void slow_rank_hook() {
+  static const int slow = [] {
+    std::pair<int, int> rank_ms{-1, 0};
+    if (const char* v = std::getenv("MESHTENSOR_TEST_SLOW_RANK")) std::sscanf(v, "%d,%d", &rank_ms.first, &rank_ms.second);
+    int me = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    return me == rank_ms.first ? rank_ms.second : 0;
+  }();
+  if (slow > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow));
+}
+
 // The line a run stopped by the scheduler's warning (--stop-on) prints after its last step.
 inline void print_stopped(const options& o, int sig, std::int64_t steps_done) {
   std::printf("stopped on %s after step %lld of %lld: %s\n", mt::stop_request::name(sig).c_str(), (long long)steps_done,
@@ -841,17 +854,6 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
   std::vector<double> losses;
   const bool root = g.rank() == 0;
   const auto t0 = std::chrono::steady_clock::now();
-  // A test hook (tests/faults/straggler_test.sh): MESHTENSOR_TEST_SLOW_RANK="R,MS" makes world rank R
-  // sleep MS milliseconds of extra work per step, a slow node the straggler report must name.
-  const auto slow_rank_hook = [slow = [] {
-    std::pair<int, int> rank_ms{-1, 0};
-    if (const char* v = std::getenv("MESHTENSOR_TEST_SLOW_RANK")) std::sscanf(v, "%d,%d", &rank_ms.first, &rank_ms.second);
-    int me = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    return me == rank_ms.first ? rank_ms.second : 0;
-  }()] {
-    if (slow > 0) std::this_thread::sleep_for(std::chrono::milliseconds(slow));
-  };
   auto tlog = t0, tlast = t0;
   mt::straggler_watch watch(g, o.straggler_warn);  // the slow rank, named at each log line
   // --async-save: each save blocks only to copy this rank's state; a later step's poll publishes it.

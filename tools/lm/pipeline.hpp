@@ -277,6 +277,7 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
     const auto name = mt::io::checkpoints(o.checkpoint).save_shard(state, st.index(), st.count(), st.whole(), done, meta);
     if (root) std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name.c_str());
   };
+  mt::straggler_watch watch(g, o.straggler_warn);
   for (std::int64_t step = step0; step < o.steps; ++step) {
     if (g.is_planned()) mt::reset_plan(g);
     draw_batch(o, text, rng, start, ids, labels);
@@ -301,6 +302,7 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
     result.stats.push_back(stats);
     result.losses.push_back(stage.step_loss);
     if (g.is_planned()) continue;
+    slow_rank_hook();
     // The step's loss is the last stage's (the same on each of its processors): its first prints it.
     if (stage.holds_loss && g.rank() == 0 && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
       std::printf("step %5lld/%lld  loss %.4f\n", (long long)(step + 1), (long long)o.steps, stage.step_loss);
@@ -308,6 +310,15 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
     }
     const bool saved = o.save_every > 0 && (step + 1) % o.save_every == 0;
     if (saved) save(step + 1);
+    // Every rank of every stage, at each log line: who the others waited for (a stage's waits for
+    // its neighbours count as waiting).
+    if (((step + 1) % o.log_every == 0 || step + 1 == o.steps) && ranks > 1) {
+      const auto report = watch.report(st);
+      if (root && (report.warn || o.log_every <= o.steps)) {
+        std::printf("  %s\n", report.describe().c_str());
+        std::fflush(stdout);
+      }
+    }
     // The scheduler's warning (mt::stop_request): every stage stops after the same step.
     if (o.stop && step + 1 < o.steps) {
       if (const int sig = st.agree_max(o.stop->received())) {

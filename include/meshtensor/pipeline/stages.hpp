@@ -186,6 +186,23 @@ class stages {
     });
     return largest;
   }
+  // Every rank's values of the whole pipeline, n per rank in rank order (the straggler report's):
+  // bookkeeping, not counted; watched like a message. A planned stage: mine.
+  std::vector<double> gather_bookkeeping(const std::vector<double>& mine) {
+    if (planned()) return mine;
+    int size = 0;
+    MPI_Comm_size(*whole_, &size);
+    std::vector<double> all(mine.size() * static_cast<std::size_t>(size));
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int n = static_cast<int>(mine.size());
+    MPI_Iallgather(mine.data(), n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, *whole_, &request);
+    std::vector<int> members(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) members[static_cast<std::size_t>(r)] = r;
+    wait_for(&request, members, -1 - agreements_++, [&] {
+      return detail::cat("stage ", index_, "'s gathering of every stage's times (the slow-rank report)");
+    });
+    return all;
+  }
   ~stages() {
     if (!planned()) wait_sends();
   }

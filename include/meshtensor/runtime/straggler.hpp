@@ -70,13 +70,31 @@ class straggler_watch {
     requires requires(const Mesh& m) { m.communicator(); }
   straggler_report report(const Mesh& mesh) {
     auto& comm = mesh.communicator();
+    return report_with(comm, [&](const std::vector<double>& mine) { return comm.gather_bookkeeping(mine); });
+  }
+  // The same over every rank of a pipeline (pipeline::stages; the watch made on its stage's mesh):
+  // a stage's waits for its neighbours are timed by its mesh's communicator, so they count as
+  // waiting, and a stage slow in its own work is named, not the ones waiting for it.
+  template <class Stages>
+    requires requires(Stages& s, const std::vector<double>& v) {
+      s.mesh().communicator();
+      s.gather_bookkeeping(v);
+    }
+  straggler_report report(Stages& stages) {
+    return report_with(stages.mesh().communicator(),
+                       [&](const std::vector<double>& mine) { return stages.gather_bookkeeping(mine); });
+  }
+
+ private:
+  template <class Gather>
+  straggler_report report_with(const detail::communicator& comm, Gather gather) {
     const auto now = std::chrono::steady_clock::now();
     const double stretch = std::chrono::duration<double>(now - since_).count();
     const double wait = comm.collective_seconds() - waited_before_;
     const double work = std::max(0.0, stretch - wait);
     int world = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &world);
-    const auto all = comm.gather_bookkeeping({work, wait, static_cast<double>(world)});
+    const auto all = gather({work, wait, static_cast<double>(world)});
     straggler_report r;
     for (std::size_t i = 0; i + 2 < all.size(); i += 3) {
       r.work_seconds.push_back(all[i]);
