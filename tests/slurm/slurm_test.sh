@@ -203,7 +203,10 @@ run() {
   fi
 }
 ok() { echo "ok [${SECONDS} s]: $*"; }
-lm_args=(--layout 2d --mesh 2 2 --dropout 0.1 --log-every 1)
+# SLURM_LM_JOB: how the 4 ranks train (default --layout 2d --mesh 2 2; slurm.requeue.pipeline: 2
+# pipeline stages of [2 x 1], its checkpoint a shard per stage).
+read -r -a lm_job <<<"${SLURM_LM_JOB:---layout 2d --mesh 2 2}"
+lm_args=("${lm_job[@]}" --dropout 0.1 --log-every 1)
 
 if [ "$mode" = launch ]; then
   # ---- Where srun puts the ranks ---------------------------------------------------------------------
@@ -275,7 +278,10 @@ ok "$stop_line; exit status 85 through $launcher; the supervisor requeued job $j
 clean=$work/reference/ckpt/$(cat "$work/reference/ckpt/latest")
 mine=$work/ckpt/$(cat "$work/ckpt/latest")
 [ "$(basename "$clean")" = "$(basename "$mine")" ] || fail "the job's last checkpoint is $(basename "$mine"), the uninterrupted run's $(basename "$clean")"
-cmp "$clean/model.safetensors" "$mine/model.safetensors" || fail "the final checkpoint differs from the uninterrupted run's"
+for file in "$clean"/*.safetensors "$clean"/*.json; do  # model.safetensors, or the shards and their index
+  [ -e "$file" ] || continue
+  cmp "$file" "$mine/$(basename "$file")" || fail "the final checkpoint differs from the uninterrupted run's ($(basename "$file"))"
+done
 if ! diff <(sed -n "$((stopped_at + 2)),\$p" "$work/reference.csv") <(sed -n '2,$p' "$work/job.csv"); then
   fail "the losses of steps $((stopped_at + 1))..$steps after the requeue differ from the uninterrupted run's (uninterrupted <, requeued >)"
 fi

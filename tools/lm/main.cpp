@@ -809,9 +809,9 @@ int main(int argc, char** argv) try {
       // The schedule's own checks (microbatches in groups of the stages for interleaved, chunks),
       // before any stage is built.
       (void)mt::pipeline::named_schedule(o.schedule, o.pipeline, o.microbatches, o.chunks);
-      if (o.compare || o.compare_dtypes || o.rank_layouts || o.generate > 0 || o.async_save)
-        throw mt::error(fmt::format("{} trains (or plans, or checks) with synchronous checkpoints: no --compare-layouts, "
-                                    "--compare-dtypes, --rank-layouts, --generate or --async-save",
+      if (o.compare || o.compare_dtypes || o.rank_layouts || o.generate > 0)
+        throw mt::error(fmt::format("{} trains (or plans, or checks) only: no --compare-layouts, --compare-dtypes, "
+                                    "--rank-layouts or --generate",
                                     o.pipeline > 1 || o.check_pipeline
                                         ? fmt::format("--pipeline {}", o.pipeline)
                                         : fmt::format("--microbatches {} without --pipeline (gradients accumulated over "

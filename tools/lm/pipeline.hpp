@@ -269,13 +269,23 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
   std::int64_t drawn = step0 * o.batch;
   int ranks = 0;
   if (!g.is_planned()) MPI_Comm_size(st.whole(), &ranks);
+  // --async-save: each save blocks only to copy this rank's state; a later step's poll publishes it.
+  std::optional<mt::io::async_checkpoints> background;
+  if (o.async_save && !o.checkpoint.empty() && !g.is_planned()) background.emplace(o.checkpoint);
   const auto save = [&](std::int64_t done) {
     auto state = training_state();
     const auto meta =
         checkpoint_metadata(o, done, drawn, opt.visit(o, [](auto& chosen) { return chosen.steps(); }),
                             fmt::format("{} in {} pipeline stages ({})", o.layout, st.count(), o.schedule), ranks);
-    const auto name = mt::io::checkpoints(o.checkpoint).save_shard(state, st.index(), st.count(), st.whole(), done, meta);
-    if (root) std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name.c_str());
+    const auto name = background ? background->save_shard(state, st.index(), st.count(), st.whole(), done, meta)
+                                 : mt::io::checkpoints(o.checkpoint).save_shard(state, st.index(), st.count(),
+                                                                                st.whole(), done, meta);
+    if (root)
+      std::printf(background ? "saving checkpoint %s/%s (written in the background)\n" : "saved checkpoint %s/%s\n",
+                  o.checkpoint.c_str(), name.c_str());
+  };
+  const auto published = [&](const std::optional<std::string>& name) {
+    if (name && root) std::printf("saved checkpoint %s/%s\n", o.checkpoint.c_str(), name->c_str());
   };
   mt::straggler_watch watch(g, o.straggler_warn);
   for (std::int64_t step = step0; step < o.steps; ++step) {
@@ -303,6 +313,7 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
     result.losses.push_back(stage.step_loss);
     if (g.is_planned()) continue;
     slow_rank_hook();
+    if (background) published(background->poll());
     // The step's loss is the last stage's (the same on each of its processors): its first prints it.
     if (stage.holds_loss && g.rank() == 0 && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
       std::printf("step %5lld/%lld  loss %.4f\n", (long long)(step + 1), (long long)o.steps, stage.step_loss);
@@ -323,12 +334,14 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
     if (o.stop && step + 1 < o.steps) {
       if (const int sig = st.agree_max(o.stop->received())) {
         if (!saved && !o.checkpoint.empty()) save(step + 1);
+        if (background) published(background->wait());  // on disk and current before the job exits
         if (root) print_stopped(o, sig, step + 1);
         result.stopped = sig;
         break;
       }
     }
   }
+  if (background) published(background->wait());
   result.param_bytes = mt::local_bytes(stage.params());
   if constexpr (!std::is_same_v<C, float>)  // the bf16 working copies, which the plan counts as parameters
     for (const auto& w : stage.working) result.param_bytes += std::apply([](const auto&... c) { return mt::local_bytes(c...); }, w);

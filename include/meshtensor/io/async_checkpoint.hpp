@@ -24,6 +24,8 @@
 // next: a fresh buffer's page faults would double the time save() blocks.
 // Errors of the write (io_error naming the file) are raised by the poll(), wait() or save() that
 // finishes it, on every rank alike; `latest` then stays on the previous checkpoint.
+// save_shard writes a pipeline stage's shard likewise (checkpoints::save_shard's files); the
+// publish then also writes the shards' index.
 // The destructor waits for a write still running (its file may be complete) but does not
 // publish: that needs every rank; call wait() before the end.
 // MESHTENSOR_CHECKPOINT_TRACE=1 prints, besides the phases of checkpoints::save, "copied" (save
@@ -37,6 +39,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -211,12 +214,71 @@ class async_checkpoints : private checkpoints {
     return name;
   }
 
+  // A sharded save (checkpoints::save_shard: a pipeline stage's shard; the set may be empty),
+  // written as save() writes: this rank's boxes copied, a thread writing them into the shard's file;
+  // the poll, wait or save that finds every rank of whole done writes the index and publishes.
+  // Collective over whole.
+  std::string save_shard(const tensor_set& set, int shard, int shards, MPI_Comm whole, std::int64_t step,
+                         const metadata& meta = {}) {
+    wait();
+    if (!set.empty())
+      if (auto& c = set.mesh_communicator(); c.watched()) c.agree_or_throw<io_error>(true, {});
+    const meshtensor::detail::unpolled_region_deadline deadline(
+        meshtensor::detail::cat("checkpoint save to '", directory(), "'"));
+    int rank = 0;
+    MPI_Comm_rank(whole, &rank);
+    const std::string name = begin(whole, step), file = shard_file_name(shard, shards);
+    detail::trace_phase(rank, "begin", name);
+    const std::string path = (std::filesystem::path(directory()) / (".tmp-" + name) / file).string();
+    std::string problem;
+    detail::file_image img;
+    if (!set.empty()) {
+      detail::on_root(set.comm(), [&] {  // the shard's file, before its processors' threads open it
+        std::ofstream out(path, std::ios::trunc | std::ios::binary);
+        if (!out) throw io_error(detail::cat("cannot create '", path, "'"));
+        return std::string();
+      });
+      try {
+        img = detail::image_of(set, meta, path, std::move(spare_), copy_threads(set.comm()));
+      } catch (const std::exception& e) {
+        problem = e.what();
+      }
+    }
+    meshtensor::detail::agree_or_throw<io_error>(whole, problem.empty(), problem);
+    auto f = std::make_unique<flight>();
+    f->name = name;
+    f->comm = whole;
+    f->shards = shard_listing(set, file);
+    f->meta = meta;
+    f->sharded = true;
+    f->image = std::move(img);
+    flight* raw = f.get();
+    detail::trace_phase(rank, "copied", name);
+    if (set.empty()) {
+      raw->done.store(true, std::memory_order_release);
+    } else {
+      f->writer = std::thread([raw, rank] {
+        detail::trace_phase(rank, "writing", raw->name);
+        raw->problem = detail::write_image(raw->image);
+        raw->done.store(true, std::memory_order_release);
+      });
+    }
+    flight_ = std::move(f);
+    return name;
+  }
+
   // Publishes the save in flight if every rank's write is done; returns its name then. Collective
   // (a no-op when no save is in flight: every rank knows the same).
   std::optional<std::string> poll() {
     if (!flight_) return std::nullopt;
-    const int not_done = flight_->done.load(std::memory_order_acquire) ? 0 : 1;
-    if (flight_->mesh->agree_max(not_done) != 0) return std::nullopt;
+    int not_done = flight_->done.load(std::memory_order_acquire) ? 0 : 1;
+    if (flight_->sharded) {
+      // Over every stage (unwatched: a stage's own agreements and messages are, every step).
+      MPI_Allreduce(MPI_IN_PLACE, &not_done, 1, MPI_INT, MPI_MAX, flight_->comm);
+      if (not_done != 0) return std::nullopt;
+    } else if (flight_->mesh->agree_max(not_done) != 0) {
+      return std::nullopt;
+    }
     return finish();
   }
 
@@ -224,7 +286,7 @@ class async_checkpoints : private checkpoints {
   // Collective.
   std::optional<std::string> wait() {
     if (!flight_) return std::nullopt;
-    flight_->writer.join();
+    if (flight_->writer.joinable()) flight_->writer.join();  // (none for a shard of an empty set)
     return finish();
   }
 
@@ -237,7 +299,10 @@ class async_checkpoints : private checkpoints {
  private:
   struct flight {
     std::string name;
-    MPI_Comm comm = MPI_COMM_NULL;
+    MPI_Comm comm = MPI_COMM_NULL;  // the set's, or a sharded save's whole
+    bool sharded = false;
+    std::string shards;             // a sharded save's listing (checkpoints::shard_listing)
+    metadata meta;
     meshtensor::detail::communicator* mesh = nullptr;
     detail::file_image image;
     std::string problem;
@@ -268,7 +333,8 @@ class async_checkpoints : private checkpoints {
     detail::trace_phase(rank, "written", f->name);
     const meshtensor::detail::unpolled_region_deadline deadline(
         meshtensor::detail::cat("checkpoint publish in '", directory(), "'"));
-    publish(f->comm, f->name);
+    if (f->sharded) publish_shards(f->comm, f->name, f->shards, f->meta);
+    else publish(f->comm, f->name);
     return f->name;
   }
 

@@ -211,20 +211,37 @@ class checkpoints {
       if (auto& c = set.mesh_communicator(); c.watched()) c.agree_or_throw<io_error>(true, {});
     const meshtensor::detail::unpolled_region_deadline deadline(meshtensor::detail::cat("checkpoint save to '", dir_, "'"));
     namespace fs = std::filesystem;
-    int rank = 0, set_rank = 0, size = 0;
+    int rank = 0;
     MPI_Comm_rank(whole, &rank);
-    MPI_Comm_size(whole, &size);
-    if (!set.empty()) MPI_Comm_rank(set.comm(), &set_rank);
     const std::string name = begin(whole, step), file = shard_file_name(shard, shards);
     detail::trace_phase(rank, "begin", name);
     const fs::path tmp = fs::path(dir_) / (".tmp-" + name);
     if (!set.empty()) io::save((tmp / file).string(), set, meta);  // a stage holding nothing writes no file
-    // "file\n" then a line per tensor, from each shard's first processor (after its save: on disk).
-    std::string mine;
-    if (!set.empty() && set_rank == 0) {
-      mine = file + "\n";
-      for (const auto& e : set.entries()) mine += e.name + "\n";
-    }
+    detail::trace_phase(rank, "written", name);
+    publish_shards(whole, name, shard_listing(set, file), meta);
+    return name;
+  }
+
+ protected:
+  // What a shard's first processor tells the index: "file\n" then a line per tensor ("" elsewhere,
+  // and for an empty set).
+  static std::string shard_listing(const tensor_set& set, const std::string& file) {
+    if (set.empty()) return {};
+    int set_rank = 0;
+    MPI_Comm_rank(set.comm(), &set_rank);
+    if (set_rank != 0) return {};
+    std::string out = file + "\n";
+    for (const auto& e : set.entries()) out += e.name + "\n";
+    return out;
+  }
+  // Every shard's listing to whole's rank 0, which writes model.safetensors.index.json into the
+  // save's .tmp-<name>/ (a tensor in two shards is an error naming it); then publish(). Every
+  // shard's file must be on disk. Collective over whole.
+  void publish_shards(MPI_Comm whole, const std::string& name, const std::string& mine, const metadata& meta) const {
+    namespace fs = std::filesystem;
+    int rank = 0, size = 0;
+    MPI_Comm_rank(whole, &rank);
+    MPI_Comm_size(whole, &size);
     int length = static_cast<int>(mine.size());
     std::vector<int> lengths(static_cast<std::size_t>(size)), starts(static_cast<std::size_t>(size));
     MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, whole);
@@ -238,7 +255,7 @@ class checkpoints {
       all.resize(static_cast<std::size_t>(total));
     }
     MPI_Gatherv(mine.data(), length, MPI_CHAR, all.data(), lengths.data(), starts.data(), MPI_CHAR, 0, whole);
-    detail::trace_phase(rank, "written", name);
+    const fs::path tmp = fs::path(dir_) / (".tmp-" + name);
     detail::on_root(whole, [&] {
       std::map<std::string, std::string> weight_map;
       std::string line, in_file;
@@ -261,9 +278,9 @@ class checkpoints {
       return std::string();
     });
     publish(whole, name);
-    return name;
   }
 
+ public:
   static constexpr const char* file_name = "model.safetensors";
 
  protected:
