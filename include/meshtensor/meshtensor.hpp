@@ -47,7 +47,6 @@
 #include "optim/adam.hpp"
 #include "optim/adafactor.hpp"
 #include "optim/sharded.hpp"
-#include "pipeline/schedule.hpp"
 #include "pipeline/schedules.hpp"
 #include "pipeline/stages.hpp"
 #include "nn/dense.hpp"

@@ -1,11 +1,10 @@
 // Pipeline schedules of a whole step (pipeline/schedules.hpp): every (microbatch, part) runs F, B
 // and W once on the stage holding the part, and the simulator runs them without deadlock; gpipe and
-// 1f1b order as schedule() does; the bubbles the simulator measures against the published
+// 1f1b order as PipeDream-Flush does; the bubbles the simulator measures against the published
 // formulas; the activations each stage holds; the picture; bad arguments name themselves.
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <map>
-#include <meshtensor/pipeline/schedule.hpp>
 #include <meshtensor/pipeline/schedules.hpp>
 #include <tuple>
 
@@ -101,17 +100,30 @@ TEST_CASE("pipeline schedules: zb-v holds parts in a V", "[pipeline][schedules]"
   REQUIRE(std::vector<pl::work_item>(s.at(3).begin(), s.at(3).begin() + 10) == start);
 }
 
-TEST_CASE("pipeline schedules: gpipe and 1f1b order as schedule() does", "[pipeline][schedules]") {
+TEST_CASE("pipeline schedules: gpipe and 1f1b in microbatch order, 1f1b warming up with p - s - 1 forwards",
+          "[pipeline][schedules]") {
+  using pl::pass;
   for (int p : {1, 2, 4})
     for (int m = 1; m <= 8; ++m)
-      for (int s = 0; s < p; ++s)
-        for (auto kind : {pl::schedule_kind::gpipe, pl::schedule_kind::one_f_one_b}) {
-          const auto old_order = pl::schedule(kind, s, p, m);
-          const auto step = kind == pl::schedule_kind::gpipe ? pl::gpipe_schedule(p, m) : pl::one_f_one_b_schedule(p, m);
-          std::vector<pl::work_item> expected;
-          for (const auto& a : old_order) expected.push_back({a.forward ? pl::pass::F : pl::pass::BW, a.microbatch, 0});
-          REQUIRE(step.at(s) == expected);
+      for (int s = 0; s < p; ++s) {
+        const auto gpipe = pl::gpipe_schedule(p, m).at(s), one = pl::one_f_one_b_schedule(p, m).at(s);
+        for (int b = 0; b < m; ++b) {
+          REQUIRE(gpipe[static_cast<std::size_t>(b)] == pl::work_item{pass::F, b, 0});
+          REQUIRE(gpipe[static_cast<std::size_t>(m + b)] == pl::work_item{pass::BW, b, 0});
         }
+        REQUIRE(pl::peak_activations(gpipe) == m);
+        REQUIRE(pl::peak_activations(one) == std::min(p - s, m));
+      }
+  const auto first = pl::one_f_one_b_schedule(4, 8).at(0);
+  const std::vector<pl::work_item> start{{pass::F, 0, 0}, {pass::F, 1, 0}, {pass::F, 2, 0}, {pass::F, 3, 0},
+                                         {pass::BW, 0, 0}, {pass::F, 4, 0}, {pass::BW, 1, 0}};
+  REQUIRE(std::vector<pl::work_item>(first.begin(), first.begin() + 7) == start);
+  const auto last = pl::one_f_one_b_schedule(4, 8).at(3);
+  REQUIRE(last[0] == pl::work_item{pass::F, 0, 0});
+  REQUIRE(last[1] == pl::work_item{pass::BW, 0, 0});
+  REQUIRE(pl::bubble_fraction(4, 1) == 0.75);
+  REQUIRE(pl::bubble_fraction(4, 16) == 3.0 / 19.0);
+  REQUIRE(pl::bubble_fraction(1, 8) == 0.0);
 }
 
 // The bubbles, per stage, of the published formulas, with several costs (all exact in binary):

@@ -203,14 +203,7 @@ class async_checkpoints : private checkpoints {
     f->comm = comm;
     f->mesh = &c;
     f->image = std::move(img);
-    flight* raw = f.get();
-    detail::trace_phase(rank, "copied", name);  // before the thread's "writing": a paused write is the last line
-    f->writer = std::thread([raw, rank] {
-      detail::trace_phase(rank, "writing", raw->name);
-      raw->problem = detail::write_image(raw->image);
-      raw->done.store(true, std::memory_order_release);
-    });
-    flight_ = std::move(f);
+    take_off(std::move(f), rank, true);
     return name;
   }
 
@@ -252,18 +245,7 @@ class async_checkpoints : private checkpoints {
     f->meta = meta;
     f->sharded = true;
     f->image = std::move(img);
-    flight* raw = f.get();
-    detail::trace_phase(rank, "copied", name);
-    if (set.empty()) {
-      raw->done.store(true, std::memory_order_release);
-    } else {
-      f->writer = std::thread([raw, rank] {
-        detail::trace_phase(rank, "writing", raw->name);
-        raw->problem = detail::write_image(raw->image);
-        raw->done.store(true, std::memory_order_release);
-      });
-    }
-    flight_ = std::move(f);
+    take_off(std::move(f), rank, !set.empty());
     return name;
   }
 
@@ -309,6 +291,22 @@ class async_checkpoints : private checkpoints {
     std::atomic<bool> done{false};
     std::thread writer;
   };
+
+  // The save in flight from now: a thread writes its image (none where this rank writes nothing).
+  void take_off(std::unique_ptr<flight> f, int rank, bool writes) {
+    flight* raw = f.get();
+    detail::trace_phase(rank, "copied", raw->name);  // before the thread's "writing": a paused write is the last line
+    if (!writes) {
+      raw->done.store(true, std::memory_order_release);
+    } else {
+      raw->writer = std::thread([raw, rank] {
+        detail::trace_phase(rank, "writing", raw->name);
+        raw->problem = detail::write_image(raw->image);
+        raw->done.store(true, std::memory_order_release);
+      });
+    }
+    flight_ = std::move(f);
+  }
 
   // The copy's threads: this node's cores shared among its ranks (MPI_COMM_TYPE_SHARED; once).
   int copy_threads(MPI_Comm comm) {

@@ -6,7 +6,8 @@
 // the model; the parts a stage holds and the order it runs them in are the schedule. No MPI here.
 //
 //   gpipe              every F, then every BW (Huang et al. 2019)
-//   1f1b               PipeDream-Flush (Narayanan et al. 2021): the order of schedule() in schedule.hpp
+//   1f1b               PipeDream-Flush (Narayanan et al. 2021): p - s - 1 forwards, then one
+//                      forward one backward, then the rest
 //   interleaved 1f1b   Megatron's interleaving (Narayanan et al. 2021, section 2.2): v chunks per
 //                      stage, part c * p + s on stage s; the bubble shrinks v times
 //   zb-h1              Qi et al. 2023 ("Zero Bubble Pipeline Parallelism", section 3.1): 1f1b with
@@ -28,7 +29,6 @@
 #include <vector>
 
 #include "../error.hpp"
-#include "schedule.hpp"
 
 namespace meshtensor::pipeline {
 
@@ -102,21 +102,29 @@ step_schedule whole_step(const char* name, int stages, int microbatches, int chu
 }
 }  // namespace schedule_detail
 
-// GPipe and 1F1B: schedule()'s order (schedule.hpp), each backward fused (BW).
-inline std::vector<work_item> fused_order(schedule_kind kind, int stage, int stages, int microbatches) {
-  schedule_detail::check_schedule_arguments(to_string(kind), stage, stages, microbatches);
+// GPipe: every forward, then every backward (fused, BW), in microbatch order: a stage holds the
+// activations of all m microbatches at once.
+inline std::vector<work_item> gpipe_order(int stage, int stages, int microbatches) {
+  schedule_detail::check_schedule_arguments("gpipe", stage, stages, microbatches);
   std::vector<work_item> out;
-  for (const action& a : schedule(kind, stage, stages, microbatches))
-    out.push_back({a.forward ? pass::F : pass::BW, a.microbatch, 0});
+  for (int m = 0; m < microbatches; ++m) out.push_back({pass::F, m, 0});
+  for (int m = 0; m < microbatches; ++m) out.push_back({pass::BW, m, 0});
   return out;
 }
-// GPipe: every forward, then every backward, in microbatch order.
-inline std::vector<work_item> gpipe_order(int stage, int stages, int microbatches) {
-  return fused_order(schedule_kind::gpipe, stage, stages, microbatches);
-}
-// 1F1B: p - s - 1 forwards, then one forward one backward, then the remaining backwards.
+// 1F1B: p - s - 1 forwards, then one forward one backward (fused), then the remaining backwards:
+// stage s holds at most p - s microbatches.
 inline std::vector<work_item> one_f_one_b_order(int stage, int stages, int microbatches) {
-  return fused_order(schedule_kind::one_f_one_b, stage, stages, microbatches);
+  schedule_detail::check_schedule_arguments("1f1b", stage, stages, microbatches);
+  std::vector<work_item> out;
+  const int warmup = std::min(stages - stage - 1, microbatches);
+  int next_forward = 0, next_backward = 0;
+  for (; next_forward < warmup; ++next_forward) out.push_back({pass::F, next_forward, 0});
+  while (next_forward < microbatches) {
+    out.push_back({pass::F, next_forward++, 0});
+    out.push_back({pass::BW, next_backward++, 0});
+  }
+  while (next_backward < microbatches) out.push_back({pass::BW, next_backward++, 0});
+  return out;
 }
 
 // Interleaved 1F1B in Megatron's order (forward_backward_pipelining_with_interleaving): the k-th
@@ -274,6 +282,11 @@ inline int peak_activations(const std::vector<work_item>& items) {
     most = std::max(most, live);
   }
   return most;
+}
+
+// GPipe's and 1F1B's idle share of a step for equal-cost stages: (p - 1) / (m + p - 1).
+inline double bubble_fraction(int stages, int microbatches) {
+  return static_cast<double>(stages - 1) / static_cast<double>(microbatches + stages - 1);
 }
 
 // Time per work item (one chunk of one stage); BW costs B + W.

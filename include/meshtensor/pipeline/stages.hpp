@@ -44,7 +44,6 @@
 #include "../autodiff/gradient.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/partial_sum.hpp"
-#include "../runtime/agreement.hpp"
 #include "../runtime/watchdog.hpp"
 #include "../tensor/mpi_buffer.hpp"
 #include "../autodiff/split_backward.hpp"
@@ -162,12 +161,6 @@ class stages {
   void wait_sends() {
     for (auto& p : pending_) await(&p.request, p.to, true, p.what);
     pending_.clear();
-  }
-  // Throws on every rank of the pipeline where the check fails on any (checks that differ by
-  // stage): one allreduce among the ranks at this rank's place in each stage, whose stage-mates
-  // share its verdict.
-  void agree_or_throw(bool ok_here, const std::string& message_if_not) {
-    meshtensor::detail::agree_or_throw<error>(planned() ? MPI_COMM_NULL : *across_, ok_here, message_if_not);
   }
   // The largest of the ranks' values over the whole pipeline (a step's stop request, which every
   // stage must honour after the same step): the stage's agreement (communicator::agree_max), then
@@ -401,22 +394,6 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
   st.wait_sends();
   stats.total_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return stats;
-}
-
-// One step of schedule()'s gpipe or 1F1B order (schedule.hpp) for this stage: each backward fused.
-// The other stages' orders are the same kind's, so run() checks the whole step's schedule; another
-// order is refused on every stage (agreed), and is a step_schedule of every stage's items.
-template <class M, class Stage>
-stage_stats run(const std::vector<action>& plan, stages<M>& st, Stage& stage) {
-  const int microbatches = static_cast<int>(plan.size() / 2);
-  std::optional<schedule_kind> kind;
-  for (const schedule_kind k : {schedule_kind::gpipe, schedule_kind::one_f_one_b})
-    if (!kind && microbatches > 0 && plan == schedule(k, st.index(), st.count(), microbatches)) kind = k;
-  st.agree_or_throw(kind.has_value(),
-                    detail::cat("pipeline::run: the ", plan.size(), " actions of stage ", st.index(),
-                                " are neither gpipe's nor 1f1b's order; give another order as a step_schedule of "
-                                "every stage's items (pipeline/schedules.hpp), which run() checks as a whole"));
-  return run(named_schedule(to_string(*kind), st.count(), microbatches), st, stage);
 }
 
 }  // namespace meshtensor::pipeline
