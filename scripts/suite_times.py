@@ -68,7 +68,8 @@ def main():
     labels = test_labels(args.build_dir)
     cuda = costs.get("cuda_build", 0.0)
     phases = {"install": args.install, "build": args.build, "cuda_build": cuda,
-              "tests": max(args.tests - cuda, 0.0)}  # cuda_build runs alone: its wall time is its cost
+              "tests": max(args.tests - cuda, 0.0)}  # cuda_build's own seconds, the rest of the phase's wall beside
+    # (with twice as many test slots as cores it runs beside other tests: the split is approximate)
     total = args.install + args.build + args.tests
     cpu = "unknown CPU"
     try:

@@ -14,6 +14,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <string_view>
 
 #include "../element/kokkos_math.hpp"
@@ -203,6 +204,25 @@ void for_each_item(std::int64_t count, const F& f) {
 
 // Phases of a row kernel: all at once (D not split), or one at a time with an allreduce between.
 enum row_phase : int { phase_all = 0, phase_max = 1, phase_sum = 2, phase_write = 3 };
+
+// A row kernel's passes over the rows: one (phase_all) where its dim is whole; where it is split,
+// each of `phases` in order, and after each but the last between(phase): the allreduce that joins
+// the processors' partial results of that phase (the row max, the sums) before the next reads them.
+// The one home of the sequence softmax, log_softmax and the cross-entropy share.
+template <class Exec, class F, class Between>
+void run_row_phases(std::int64_t rows, F f, bool split, std::initializer_list<row_phase> phases, Between between) {
+  if (!split) {
+    f.phase = phase_all;
+    for_each_row<Exec>(rows, f);
+    return;
+  }
+  std::size_t done = 0;
+  for (const row_phase p : phases) {
+    f.phase = p;
+    for_each_row<Exec>(rows, f);
+    if (++done < phases.size()) between(p);
+  }
+}
 
 // A max, finite or not, as the shift of exponents: 0 when it is +-inf or NaN (so that a row of
 // all -inf gives -inf, not NaN), as logsumexp_to does.

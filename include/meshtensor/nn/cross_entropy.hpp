@@ -62,21 +62,17 @@ auto softmax_cross_entropy_fused(const Logits& logits, const Labels& labels, typ
   }
   R m(logits.mesh(), ext, uninitialized), s(logits.mesh(), ext, uninitialized), p(logits.mesh(), ext, uninitialized),
       lse(logits.mesh(), ext, uninitialized), loss(logits.mesh(), ext, uninitialized);
-  xent_rows<T, I, Mem> f{logits.view(), m.view(), s.view(), p.view(), lse.view(), loss.view(), labels.view(), sh,
-                         on, off, phase_all};
-  if constexpr (axes == 0) {
-    for_each_row<Exec>(sh.rows(), f);
-  } else {
-    f.phase = phase_max;
-    for_each_row<Exec>(sh.rows(), f);
-    allreduce_slice(m, axes, reduce_op::max);
-    f.phase = phase_sum;
-    for_each_row<Exec>(sh.rows(), f);
-    allreduce_slice(s, axes, reduce_op::sum);
-    allreduce_slice(p, axes, reduce_op::sum);
-    f.phase = phase_write;
-    for_each_row<Exec>(sh.rows(), f);
-  }
+  run_row_phases<Exec>(sh.rows(),
+                       xent_rows<T, I, Mem>{logits.view(), m.view(), s.view(), p.view(), lse.view(), loss.view(),
+                                            labels.view(), sh, on, off, phase_all},
+                       axes != 0, {phase_max, phase_sum, phase_write}, [&](row_phase done) {
+                         if (done == phase_max) {
+                           allreduce_slice(m, axes, reduce_op::max);
+                         } else {
+                           allreduce_slice(s, axes, reduce_op::sum);
+                           allreduce_slice(p, axes, reduce_op::sum);
+                         }
+                       });
   record<R>(
       loss,
       [logits, labels, lse, on, off](const R& g) {

@@ -67,19 +67,11 @@ X softmax_along(const X& x, compute_t<typename X::value_type> scale = 1, causal_
   const row_shape sh = rows_along<D>(x);
   R m(x.mesh(), result_extents<R>(x), uninitialized), s(x.mesh(), result_extents<R>(x), uninitialized);
   X y(x.mesh(), x.extents(), uninitialized);
-  F f{x.view(), y.view(), m.view(), s.view(), sh, phase_all, Log, scale, causal};
-  if constexpr (axes == 0) {
-    for_each_row<Exec>(sh.rows(), f);
-  } else {
-    f.phase = phase_max;
-    for_each_row<Exec>(sh.rows(), f);
-    allreduce_slice(m, axes, reduce_op::max);
-    f.phase = phase_sum;
-    for_each_row<Exec>(sh.rows(), f);
-    allreduce_slice(s, axes, reduce_op::sum);
-    f.phase = phase_write;
-    for_each_row<Exec>(sh.rows(), f);
-  }
+  run_row_phases<Exec>(sh.rows(), F{x.view(), y.view(), m.view(), s.view(), sh, phase_all, Log, scale, causal}, axes != 0,
+                       {phase_max, phase_sum, phase_write}, [&](row_phase done) {
+                         if (done == phase_max) allreduce_slice(m, axes, reduce_op::max);
+                         else allreduce_slice(s, axes, reduce_op::sum);
+                       });
   record<X>(
       y,
       [x = node_only(x), y = y.detached(), scale, causal](const X& g) {
@@ -87,16 +79,9 @@ X softmax_along(const X& x, compute_t<typename X::value_type> scale = 1, causal_
         const row_shape gs = rows_along<D>(y);
         R s(y.mesh(), result_extents<R>(y), uninitialized);
         X dx(y.mesh(), y.extents(), uninitialized);
-        G k{y.view(), g.view(), dx.view(), s.view(), gs, phase_all, Log, scale, causal};
-        if constexpr (axes == 0) {
-          for_each_row<Exec>(gs.rows(), k);
-        } else {
-          k.phase = phase_sum;
-          for_each_row<Exec>(gs.rows(), k);
-          allreduce_slice(s, axes, reduce_op::sum);
-          k.phase = phase_write;
-          for_each_row<Exec>(gs.rows(), k);
-        }
+        run_row_phases<Exec>(gs.rows(), G{y.view(), g.view(), dx.view(), s.view(), gs, phase_all, Log, scale, causal},
+                             axes != 0, {phase_sum, phase_write},
+                             [&](row_phase) { allreduce_slice(s, axes, reduce_op::sum); });
         push_fresh_grad(x, std::move(dx));
       },
       x);

@@ -124,8 +124,8 @@ inline std::vector<std::pair<int, watch_ticket>> receive_notices(MPI_Comm watch)
 
 // Waits for the n requests of one collective over group (a communicator, or the ranks of watch
 // that take part: a pipeline message's two); past the time limit, finds out who did not arrive and
-// ends the job. A rank that times out sends its ticket to every rank of watch and listens for a
-// grace period; every rank waiting in any collective answers the first notice from each sender
+// ends the job. A rank that times out sends its ticket to every rank of watch (and of also_answer)
+// and listens for a grace period; every rank waiting in any collective answers the first notice from each sender
 // with its own ticket. So the rank that timed out learns, for each member of its group, whether it
 // waits elsewhere (waiting(ticket) says where: "in another collective, over mesh axes rows") or
 // does not answer at all, and which ranks of watch do not answer: the ones to look at. what()
@@ -151,9 +151,21 @@ void await_collective(MPI_Request* requests, int n, const Group& group, MPI_Comm
       answered[static_cast<std::size_t>(from)] = 1;
     }
   };
+  // Notices on also_answer: answered once per sender, and the sender noted as alive (it waits too:
+  // after it has timed out it answers no second notice, so its first is what says it is there).
+  const bool ask_also = also_answer != MPI_COMM_NULL && also_answer != watch;
+  std::vector<char> also_heard;
   const auto answer_elsewhere = [&] {
-    if (also_answer == MPI_COMM_NULL || also_answer == watch) return;
-    for (const auto& notice : receive_notices(also_answer)) send_ticket(mine, notice.first, also_answer);
+    if (!ask_also) return;
+    if (also_heard.empty()) {
+      int n = 0;
+      MPI_Comm_size(also_answer, &n);
+      also_heard.assign(static_cast<std::size_t>(n), 0);
+    }
+    for (const auto& notice : receive_notices(also_answer)) {
+      if (!also_heard[static_cast<std::size_t>(notice.first)]) send_ticket(mine, notice.first, also_answer);
+      also_heard[static_cast<std::size_t>(notice.first)] = 1;
+    }
   };
   for (unsigned spins = 1;; ++spins) {
     MPI_Testall(n, requests, &done, MPI_STATUSES_IGNORE);
@@ -184,10 +196,20 @@ void await_collective(MPI_Request* requests, int n, const Group& group, MPI_Comm
   answered.assign(static_cast<std::size_t>(size), 1);  // everyone gets this notice: no answers needed
   for (int r = 0; r < size; ++r)
     if (r != me) send_ticket(mine, r, watch);
+  // The other watch communicator (a pipeline's: every stage) is asked too, so that the silent ranks
+  // are found over the whole job, not only over this collective's mesh.
+  int also_size = 0, also_me = 0;
+  if (ask_also) {
+    answer_elsewhere();  // sizes also_heard
+    MPI_Comm_size(also_answer, &also_size);
+    MPI_Comm_rank(also_answer, &also_me);
+    for (int r = 0; r < also_size; ++r)
+      if (r != also_me && !also_heard[static_cast<std::size_t>(r)]) send_ticket(mine, r, also_answer);
+  }
   const auto grace_end = clock::now() + std::chrono::milliseconds(1500);
   while (clock::now() < grace_end) {
     answer(receive_notices(watch));
-    answer_elsewhere();
+    answer_elsewhere();  // an answer, or another's notice
   }
 
   // Each rank's last word (none: not answering), in ranks of watch.
@@ -218,8 +240,26 @@ void await_collective(MPI_Request* requests, int n, const Group& group, MPI_Comm
                     : std::string(" (not answering)"));
   }
   std::vector<int> silent;
-  for (int r = 0; r < size; ++r)
-    if (!said[static_cast<std::size_t>(r)]) silent.push_back(world_of(r));
+  if (!ask_also) {
+    for (int r = 0; r < size; ++r)
+      if (!said[static_cast<std::size_t>(r)]) silent.push_back(world_of(r));
+  } else {  // silent on both: in world ranks, over the ranks of either communicator
+    std::vector<int> spoke;
+    for (int r = 0; r < size; ++r)
+      if (said[static_cast<std::size_t>(r)]) spoke.push_back(world_of(r));
+    std::vector<int> also_all(static_cast<std::size_t>(also_size));
+    for (int i = 0; i < also_size; ++i) also_all[static_cast<std::size_t>(i)] = i;
+    const auto also_world = translate_ranks(also_answer, also_all, MPI_COMM_WORLD);
+    std::vector<int> everyone(world.begin(), world.end());
+    for (int r = 0; r < also_size; ++r) {
+      everyone.push_back(also_world[static_cast<std::size_t>(r)]);
+      if (r == also_me || also_heard[static_cast<std::size_t>(r)]) spoke.push_back(also_world[static_cast<std::size_t>(r)]);
+    }
+    std::sort(everyone.begin(), everyone.end());
+    everyone.erase(std::unique(everyone.begin(), everyone.end()), everyone.end());
+    for (const int w : everyone)
+      if (w != MPI_UNDEFINED && std::find(spoke.begin(), spoke.end(), w) == spoke.end()) silent.push_back(w);
+  }
   std::vector<int> member_world;
   for (const int r : members) member_world.push_back(world_of(r));
 
