@@ -197,12 +197,16 @@ stopped() {
     else
       # Read before the requeue: Slurm then sends SIGTERM to the job's processes, and a command
       # substitution's subshell does not keep this shell's traps.
-      local at out
+      local at out status=0
       at=$(checkpoint) || at="scratch (no complete checkpoint in ${ckpt:-an unnamed directory})"
-      if out=$(scontrol requeue "$SLURM_JOB_ID" 2>&1); then
+      out=$(scontrol requeue "$SLURM_JOB_ID" 2>&1) || status=$?
+      # Slurm answers an accepted requeue by ending the job's processes, and at times scontrol is
+      # one of them before it returns: killed by a signal (status above 128), saying nothing. Seen
+      # under load as "scontrol requeue 1 failed: " while Slurm requeued the job.
+      if [ "$status" -eq 0 ] || { [ "$status" -gt 128 ] && [ -z "$out" ]; }; then
         log "requeued Slurm job $SLURM_JOB_ID (scontrol requeue); it will resume from $at"
       else
-        log "scontrol requeue $SLURM_JOB_ID failed: $out"
+        log "scontrol requeue $SLURM_JOB_ID failed (status $status): $out"
       fi
     fi
   fi
