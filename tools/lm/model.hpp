@@ -3,6 +3,7 @@
 // layouts, the model, and train<L>, which trains it under one layout. train<L> is compiled once per
 // layout in a file of its own (train_data.cpp, train_model.cpp, train_2d.cpp), so the layouts
 // compile in parallel and no compiler process holds all three (docs/performance.md, "Build time").
+#include <array>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -186,9 +187,12 @@ struct options {
 
 // The parameter names, in the order of the tensors of model::tie() (a vector param's tensors one
 // after another: each block's weight of one kind, then the next kind).
+// A block's parameter kinds, in the order of the model's tuple (and the checkpoints' names).
+inline constexpr std::array<const char*, 10> block_param_kinds{"ln1_scale", "ln1_bias", "wq",   "wk",   "wv",
+                                                                "wo",        "ln2_scale", "ln2_bias", "w_in", "w_out"};
 inline std::vector<std::string> param_names(std::int64_t layers, bool tied_embeddings) {
   std::vector<std::string> names{"embedding", "positions"};
-  for (const char* n : {"ln1_scale", "ln1_bias", "wq", "wk", "wv", "wo", "ln2_scale", "ln2_bias", "w_in", "w_out"})
+  for (const char* n : block_param_kinds)
     for (std::int64_t b = 0; b < layers; ++b) names.push_back("blocks." + std::to_string(b) + "." + n);
   for (const char* n : {"lnf_scale", "lnf_bias"}) names.push_back(n);
   if (!tied_embeddings) names.push_back("softmax_weights");

@@ -167,7 +167,7 @@ struct pipeline_stage {
   std::vector<std::string> param_names() const {
     std::vector<std::string> names;
     if (holds_input) names.insert(names.end(), {"embedding", "positions"});
-    for (const char* n : {"ln1_scale", "ln1_bias", "wq", "wk", "wv", "wo", "ln2_scale", "ln2_bias", "w_in", "w_out"})
+    for (const char* n : block_param_kinds)
       for (std::int64_t b : block_ids) names.push_back(fmt::format("blocks.{}.{}", b, n));
     if (holds_loss) names.insert(names.end(), {"lnf_scale", "lnf_bias", "softmax_weights"});
     return names;
