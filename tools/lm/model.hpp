@@ -868,7 +868,7 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
     const bool saving = background && background->in_flight();
     // A plan reports its last step (the second has the optimizer's state from its start).
     if (g.is_planned()) mt::reset_plan(g);
-    draw_batch(o, text, rng, start, ids, labels);
+    if (!g.is_planned()) draw_batch(o, text, rng, start, ids, labels);  // a plan reads no data
     drawn += o.batch;
     const auto x = mt::from_host<ids_t>(g, {o.batch, o.length}, ids);
     const auto y = mt::from_host<ids_t>(g, {o.batch, o.length}, labels);

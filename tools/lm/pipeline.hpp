@@ -290,7 +290,7 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
   mt::straggler_watch watch(g, o.straggler_warn);
   for (std::int64_t step = step0; step < o.steps; ++step) {
     if (g.is_planned()) mt::reset_plan(g);
-    draw_batch(o, text, rng, start, ids, labels);
+    if (!g.is_planned()) draw_batch(o, text, rng, start, ids, labels);  // a plan reads no data
     drawn += o.batch;
     stage.ids.clear();
     stage.labels.clear();

@@ -24,7 +24,6 @@
 #include <cstddef>
 #include <map>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -322,11 +321,26 @@ inline simulation simulate(const step_schedule& schedule, const pass_costs& cost
   if (schedule.per_stage.size() != stages)
     throw error(detail::cat("simulate ", schedule.name, ": ", schedule.per_stage.size(), " stage lists for ",
                             schedule.stages, " stages"));
-  // The end of each finished (pass, microbatch, part); BW finishes both B and W.
-  std::map<std::tuple<pass, int, int>, double> finished;
+  // The end of each finished (pass, microbatch, part); BW finishes both B and W. A flat table:
+  // ranking a thousand shapes simulates every schedule, and a map's lookups were a sixth of that.
+  const int parts = schedule.parts();
+  const auto entries = static_cast<std::size_t>(3 * std::max(schedule.microbatches, 0) * parts);
+  std::vector<double> finished(entries, 0.0);
+  std::vector<unsigned char> has_finished(entries, 0);
+  const auto index = [&](pass p, int microbatch, int model_part) {
+    if (microbatch < 0 || microbatch >= schedule.microbatches)
+      throw error(detail::cat("simulate ", schedule.name, ": microbatch ", microbatch, " of ",
+                              schedule.microbatches));
+    return static_cast<std::size_t>((static_cast<int>(p) * schedule.microbatches + microbatch) * parts + model_part);
+  };
   const auto end_of = [&](pass p, int microbatch, int model_part) -> const double* {
-    const auto it = finished.find({p, microbatch, model_part});
-    return it == finished.end() ? nullptr : &it->second;
+    const auto i = index(p, microbatch, model_part);
+    return has_finished[i] ? &finished[i] : nullptr;
+  };
+  const auto finish = [&](pass p, int microbatch, int model_part, double end) {
+    const auto i = index(p, microbatch, model_part);
+    finished[i] = end;
+    has_finished[i] = 1;
   };
   simulation out;
   out.timings.resize(stages);
@@ -340,29 +354,29 @@ inline simulation simulate(const step_schedule& schedule, const pass_costs& cost
       for (; next[s] < items.size(); ++next[s]) {
         const work_item& item = items[next[s]];
         const int k = schedule.part(static_cast<int>(s), item.chunk);
-        std::vector<const double*> needs;
-        if (item.kind == pass::F) {
-          if (k > 0) needs.push_back(end_of(pass::F, item.microbatch, k - 1));
-        } else if (item.kind == pass::W) {
-          needs.push_back(end_of(pass::B, item.microbatch, k));
-        } else {
-          needs.push_back(end_of(pass::F, item.microbatch, k));
-          if (k < last_part) needs.push_back(end_of(pass::B, item.microbatch, k + 1));
-        }
         double start = free_at[s];
         bool ready = true;
-        for (const double* end : needs) {
+        const auto after = [&](pass p, int model_part) {
+          const double* end = end_of(p, item.microbatch, model_part);
           if (!end) ready = false;
           else start = std::max(start, *end);
+        };
+        if (item.kind == pass::F) {
+          if (k > 0) after(pass::F, k - 1);
+        } else if (item.kind == pass::W) {
+          after(pass::B, k);
+        } else {
+          after(pass::F, k);
+          if (k < last_part) after(pass::B, k + 1);
         }
         if (!ready) break;
         const double end = start + costs.of(item.kind);
-        const auto key = std::make_tuple(item.kind == pass::BW ? pass::B : item.kind, item.microbatch, k);
-        if (finished.count(key))
+        const pass kind = item.kind == pass::BW ? pass::B : item.kind;
+        if (end_of(kind, item.microbatch, k))
           throw error(detail::cat("simulate ", schedule.name, ": stage ", s, " runs ", to_string(item.kind),
                                   " of microbatch ", item.microbatch, " part ", k, " twice"));
-        finished[key] = end;
-        if (item.kind == pass::BW) finished[{pass::W, item.microbatch, k}] = end;
+        finish(kind, item.microbatch, k, end);
+        if (item.kind == pass::BW) finish(pass::W, item.microbatch, k, end);
         out.timings[s].push_back({start, end});
         free_at[s] = end;
         progress = true;
