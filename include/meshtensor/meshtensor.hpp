@@ -53,6 +53,7 @@
 #include "nn/embedding.hpp"
 #include "nn/layer_norm.hpp"
 #include "nn/rms_norm.hpp"
+#include "nn/rope.hpp"
 #include "nn/conv.hpp"
 #include "nn/attention.hpp"
 #include "nn/context_attention.hpp"

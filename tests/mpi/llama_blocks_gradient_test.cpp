@@ -1,11 +1,15 @@
-// Llama's blocks: silu, rms_norm, the gated (SwiGLU) feed-forward and grouped-query attention.
-// Gradients equal central differences (float64) under replicated and split layouts (batch, the KV
-// heads, the group, d_ff split); forward: silu is x sigmoid(x), rms_norm's rows have mean square 1,
-// the gated feed-forward equals a host loop, and grouped-query attention equals causal_attention
-// with each k and v head repeated over its group.
+// Llama's blocks: silu, rms_norm, the gated (SwiGLU) feed-forward, grouped-query attention and
+// rotary position embeddings. Gradients equal central differences (float64) under replicated and
+// split layouts (batch, the KV heads, the group, d_ff split; rope's positions split unevenly and
+// zigzag); forward: silu is x sigmoid(x), rms_norm's rows have mean square 1, the gated
+// feed-forward equals a host loop, grouped-query attention equals causal_attention with each k and
+// v head repeated over its group, rope equals the rotate-half formula at global positions, and its
+// frequencies and one rotated head equal Hugging Face transformers 4.44's.
+#include <catch2/matchers/catch_matchers_string.hpp>
 #include <meshtensor/nn/attention.hpp>
 #include <meshtensor/nn/feed_forward.hpp>
 #include <meshtensor/nn/rms_norm.hpp>
+#include <meshtensor/nn/rope.hpp>
 #include <test_support.hpp>
 
 #include "transformer_dims.hpp"
@@ -125,4 +129,75 @@ TEST_CASE("grouped-query attention: gradients, and causal attention with its k a
         mt::from_host<WOM>(g, {KV * G, K, M}, mt::gather_all(wo)));
     REQUIRE(max_rel_error(mt::gather_all(gqa(x0, wq, wk, wv, wo)), mt::gather_all(mha)) < 1e-12);
   });
+}
+
+TEST_CASE("rope: gradients and the rotate-half formula at global positions, under split and zigzag positions", "[gradient]") {
+  constexpr std::int64_t RS = 7, RH = 2, RD = 4;  // 7 positions: uneven over 2, 3 and 4 parts, and 2P chunks
+  using L0 = mt::layout<grid>;
+  using L1 = mt::layout<grid, mt::split<length, r_, c_>>;
+  using L2 = mt::layout<grid, mt::zigzag<length, r_>, mt::split<heads, c_>>;
+  using L3 = mt::layout<grid, mt::split<batch, c_>, mt::zigzag<length, r_>>;
+  const auto g = world_grid();
+  const nn::rope_config config{.theta = 50.0, .position_offset = 3};
+  for_each_type(list<L0, L1, L2, L3>{}, [&]<class L>() {
+    INFO(layout_name<L>());
+    using X = mt::tensor<double, L, batch, length, heads, d_kv>;
+    const typename X::extents_type ex{B, RS, RH, RD};
+    check_grad<X>(g, ex, 31, [&](const X& x) { return weighted_sum(nn::rope<length, d_kv>(x, config), 2); }, 1);
+
+    // Forward: features (i, i + d/2) of position p rotated by (p + 3) * 50^(-2i/d), written out here.
+    const auto x0 = mt::random_normal<X>(g, ex, 32);
+    const auto xs = mt::gather_all(x0), ys = mt::gather_all(nn::rope<length, d_kv>(x0, config));
+    std::vector<double> want(xs.size());
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t p = 0; p < RS; ++p)
+        for (std::int64_t h = 0; h < RH; ++h)
+          for (std::int64_t i = 0; i < RD / 2; ++i) {
+            const std::int64_t at = ((b * RS + p) * RH + h) * RD + i, partner = at + RD / 2;
+            const double angle = static_cast<double>(p + 3) * std::pow(50.0, -2.0 * static_cast<double>(i) / RD);
+            want[at] = xs[at] * std::cos(angle) - xs[partner] * std::sin(angle);
+            want[partner] = xs[partner] * std::cos(angle) + xs[at] * std::sin(angle);
+          }
+    REQUIRE(max_rel_error(ys, want) < 1e-12);
+  });
+}
+
+TEST_CASE("rope: Hugging Face transformers' frequencies (default and llama3) and rotated head", "[gradient]") {
+  // transformers 4.44.2, ROPE_INIT_FUNCTIONS["default"] and ["llama3"] for d = 128 (Llama 3.1: theta
+  // 500000, factor 8, low and high frequency factors 1 and 4, 8192 original positions). transformers
+  // computes them in float32: 2e-6 covers its rounding of the exponent (theta^(-2i/d)).
+  const auto f = nn::rope_frequencies(128, {});
+  REQUIRE(std::abs(f[1] / 0.8659643530845642 - 1) < 2e-6);
+  REQUIRE(std::abs(f[63] / 0.00011547819303814322 - 1) < 2e-6);
+  const auto l3 = nn::rope_frequencies(128, {.theta = 500000.0, .llama3 = nn::rope_llama3_scaling{}});
+  const std::vector<std::pair<int, double>> hf{{0, 1.0}, {10, 0.12868738174438477}, {20, 0.016560440883040428},
+                                               {30, 0.0013718936825171113}, {35, 9.556212171446532e-05},
+                                               {40, 3.428102354519069e-05}, {45, 1.2297638932068367e-05},
+                                               {50, 4.411534519022098e-06}, {63, 3.068925877869333e-07}};
+  for (const auto& [i, want] : hf) {
+    INFO("llama3 frequency " << i);
+    REQUIRE(std::abs(l3[static_cast<std::size_t>(i)] / want - 1) < 2e-6);
+  }
+
+  // One head of 8 features at positions 0, 3 and 1000 (theta 10000), as transformers'
+  // apply_rotary_pos_emb rotates it (its angles in float32: 1e-4 at position 1000).
+  using X = mt::tensor<double, mt::layout<grid>, length, d_kv>;
+  const auto g = world_grid();
+  std::vector<double> x(8);
+  for (std::size_t i = 0; i < 8; ++i) x[i] = 0.1 * static_cast<double>(i + 1) - 0.35;
+  const std::vector<std::pair<std::int64_t, std::vector<double>>> rotated{
+      {0, x},
+      {3, {0.22633012458682056, -0.21718053072690963, -0.06047592693939799, 0.04864977846154948, -0.18377887532114984,
+           0.1945060953497888, 0.3483427406288684, 0.45014798812335366}},
+      {1000, {-0.2646266996860504, -0.002756416797637856, 0.23236097097396852, -0.3516468137502671, -0.1223630309104919,
+              0.29153456687927254, -0.26647397279739393, 0.2852095991373063}}};
+  for (const auto& [position, want] : rotated) {
+    INFO("position " << position);
+    const auto y = mt::gather_all(nn::rope<length, d_kv>(mt::from_host<X>(g, {1, 8}, x), {.position_offset = position}));
+    for (std::size_t i = 0; i < 8; ++i) REQUIRE(std::abs(y[i] - want[i]) < (position < 1000 ? 2e-6 : 1e-4));
+  }
+
+  // A rotated dim of odd extent is refused, naming it (every rank, before any work).
+  const auto odd = mt::from_host<X>(g, {1, 3}, std::vector<double>(3, 1.0));
+  REQUIRE_THROWS_WITH((nn::rope<length, d_kv>(odd)), Catch::Matchers::ContainsSubstring("rotated dim's extent is 3"));
 }
