@@ -1,4 +1,5 @@
-// A Llama-style language model (RMSNorm, grouped-query attention, a SwiGLU feed-forward) that learns
+// A Llama-style language model (RMSNorm, grouped-query attention with rotary position embeddings, a
+// SwiGLU feed-forward) that learns
 // a text's next byte, its tensors split over a 2-D mesh [rows x cols] by one of four layouts:
 //   data     the batch over rows and cols (data parallelism)
 //   tensor   the batch over rows; KV heads, d_ff and the vocabulary over cols (Megatron's split)
@@ -9,8 +10,8 @@
 // The model below is the same code under each: only the layout type differs (and, where it splits
 // the sequence, which attention runs). --plan prints what a
 // step needs per processor and what it communicates, on a mesh of any size, without running it.
-// (No position embedding: causal attention infers order on its own; Llama's rotary one is not in
-// the library yet.)
+// Rotary positions (nn/rope.hpp) are global, so they are the same under every layout, the zigzag
+// sequence included.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <fmt/core.h>
@@ -55,6 +56,7 @@ struct options {
   std::int64_t steps = 100, batch = 8, length = 64, d_model = 64, layers = 2, kv_heads = 2, group = 2, d_kv = 16,
                d_ff = 172, vocab = 256, save_every = 0, log_every = 10;
   double lr = 3e-3, memory_budget = 0;  // GiB per processor; 0: unchecked
+  double rope_theta = 500000;            // Llama 3's
   bool plan = false, recompute = false;
 };
 
@@ -103,6 +105,7 @@ struct model {
       init(w_down, {ff, dm}, d_ff{});
     }
     ring = o.attention == "ring";
+    rope.theta = o.rope_theta;
     recompute = o.recompute;
     final_norm = mt::full<t<d_model>>(g, {dm}, 1.0f);
     output = nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, seed++);
@@ -111,6 +114,7 @@ struct model {
 
   bool recompute = false;
   bool ring = false;  // --attention ring: where the layout splits the sequence, attention by a ring
+  nn::rope_config rope;  // q and k rotated at their positions (--rope-theta)
 
   // A weight as the computation in C uses it: itself (float32), or a bf16 copy whose gradient flows
   // back to the float weight, which Adam updates (--dtype bf16: mixed precision).
@@ -128,12 +132,13 @@ struct model {
     const auto v = as<C>(wv[b]);
     const auto o = as<C>(wo[b]);
     if constexpr (std::is_same_v<L, context_tensor_layout>)
-      return nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o);
+      return nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o, rope);
     else if constexpr (std::is_same_v<L, context_layout>)
-      return ring ? nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o)
-                  : nn::all_to_all_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o);
+      return ring ? nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o, rope)
+                  : nn::all_to_all_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(
+                        x, q, k, v, o, rope);
     else
-      return nn::grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o);
+      return nn::grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o, rope);
   }
 
   // Mean next-token cross-entropy of a batch of token ids, computed in C (float, or bf16: the
@@ -322,6 +327,8 @@ int main(int argc, char** argv) try {
   app.add_option("--d-ff", o.d_ff, "width of the feed-forward")->capture_default_str();
   app.add_option("--vocab", o.vocab, "vocabulary (256: bytes; larger only matters to --plan)")->capture_default_str();
   app.add_option("--lr", o.lr, "Adam's learning rate")->capture_default_str();
+  app.add_option("--rope-theta", o.rope_theta, "rotary position embeddings' base (Llama 3: 500000)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--text", o.text, "training text")->capture_default_str();
   app.add_option("--checkpoint", o.checkpoint, "directory of checkpoints, saved every --save-every steps");
   app.add_option("--save-every", o.save_every, "steps between checkpoints");

@@ -2,7 +2,8 @@
 // mesh axes (alone, with data parallelism, with tensor parallelism over the heads), the result
 // equals causal_attention's on the whole sequence, uneven lengths included; the collectives
 // counted are the four alltoalls (and the heads' allreduce) the header states and its plan says;
-// gradients through x and every weight equal central differences.
+// gradients through x and every weight equal central differences. With rope, grouped-query
+// attention by all-to-all equals grouped_causal_attention's rope form.
 #include <meshtensor/nn/context_attention.hpp>
 #include <test_support.hpp>
 
@@ -110,6 +111,21 @@ TEST_CASE("grouped-query attention by all-to-all equals grouped_causal_attention
     const auto split = att(x0, wq, wk, wv, wo);
     const auto counted = calls_of(g);
     REQUIRE(max_rel_error(mt::gather_all(split), mt::gather_all(whole)) < 1e-12);
+    {
+      // With rope (d_kv even): q and k rotated where the positions are, before they move, at
+      // their global positions; and the rotation does change the result.
+      constexpr std::int64_t RK = 4;
+      const nn::rope_config rope{.theta = 20.0, .position_offset = 1};
+      auto rq = mt::random_normal<WQ>(g, {M, KV, G, RK}, 46, 0, 0.5);
+      auto rk = mt::random_normal<WK>(g, {M, KV, RK}, 47, 0, 0.5), rv = mt::random_normal<WK>(g, {M, KV, RK}, 48, 0, 0.5);
+      auto ro = mt::random_normal<WO>(g, {KV, G, RK, M}, 49, 0, 0.5);
+      const auto rotated = mt::gather_all(nn::grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(
+          on_one(x0), on_one(rq), on_one(rk), on_one(rv), on_one(ro), rope));
+      REQUIRE(max_rel_error(mt::gather_all(nn::all_to_all_grouped_causal_attention<length, mlen, d_model, kv_heads, group,
+                                                                                     d_kv>(x0, rq, rk, rv, ro, rope)),
+                            rotated) < 1e-12);
+      REQUIRE(max_rel_error(mt::gather_all(att(x0, rq, rk, rv, ro)), rotated) > 1e-3);
+    }
     const auto seq = typename L::template axes_of<length>{};
     const unsigned seq_mask = [&]<class... As>(mt::type_list<As...>) { return grid::template mask<As...>(); }(seq);
     mt::comm_counters want;

@@ -201,3 +201,75 @@ TEST_CASE("rope: Hugging Face transformers' frequencies (default and llama3) and
   const auto odd = mt::from_host<X>(g, {1, 3}, std::vector<double>(3, 1.0));
   REQUIRE_THROWS_WITH((nn::rope<length, d_kv>(odd)), Catch::Matchers::ContainsSubstring("rotated dim's extent is 3"));
 }
+
+TEST_CASE("grouped-query attention with rope: a host attention of rotated q and k, and gradients", "[gradient]") {
+  using L0 = mt::layout<grid>;
+  using L1 = mt::layout<grid, mt::split<batch, r_>, mt::split<kv_heads, c_>>;
+  using L2 = mt::layout<grid, mt::split<kv_heads, r_>, mt::split<group, c_>>;
+  constexpr std::int64_t RS = 5, RK = 4;  // d_kv even: rope rotates its halves
+  const nn::rope_config rope{.theta = 20.0, .position_offset = 2};
+  const auto g = world_grid();
+  for_each_type(list<L0, L1, L2>{}, [&]<class L>() {
+    INFO(layout_name<L>());
+    using X = mt::tensor<double, L, batch, length, d_model>;
+    using WQ = mt::tensor<double, L, d_model, kv_heads, group, d_kv>;
+    using WK = mt::tensor<double, L, d_model, kv_heads, d_kv>;
+    using WO = mt::tensor<double, L, kv_heads, group, d_kv, d_model>;
+    const typename X::extents_type ex{B, RS, M};
+    auto wq = mt::random_normal<WQ>(g, {M, KV, G, RK}, 51, 0, 0.5);
+    auto wk = mt::random_normal<WK>(g, {M, KV, RK}, 52, 0, 0.5), wv = mt::random_normal<WK>(g, {M, KV, RK}, 53, 0, 0.5);
+    auto wo = mt::random_normal<WO>(g, {KV, G, RK, M}, 54, 0, 0.5);
+    auto x0 = mt::random_normal<X>(g, ex, 55);
+    const auto gqa = [&](const X& x, const WQ& q) {
+      return nn::grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(x, q, wk, wv, wo, rope);
+    };
+    check_grad<X>(g, ex, 56, [&](const X& x) { return weighted_sum(gqa(x, wq), 2); }, 2);
+    check_grad<WQ>(g, {M, KV, G, RK}, 57, [&](const WQ& w) { return weighted_sum(gqa(x0, w), 2); }, 3);
+
+    // Forward on the host: q = x wq, k = x wk, v = x wv per (batch, KV head, query head), q at
+    // position s and k at t rotated by (p + 2) * 20^(-2i/d), causal softmax of q.k / sqrt(d).
+    const auto xs = mt::gather_all(x0), hq = mt::gather_all(wq), hk = mt::gather_all(wk), hv = mt::gather_all(wv),
+               ho = mt::gather_all(wo);
+    const auto rotate = [&](std::vector<double> u, std::int64_t p) {
+      for (std::int64_t i = 0; i < RK / 2; ++i) {
+        const double a = static_cast<double>(p + 2) * std::pow(20.0, -2.0 * static_cast<double>(i) / RK);
+        const double first = u[i], second = u[i + RK / 2];
+        u[i] = first * std::cos(a) - second * std::sin(a);
+        u[i + RK / 2] = second * std::cos(a) + first * std::sin(a);
+      }
+      return u;
+    };
+    std::vector<double> want(xs.size(), 0.0);
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t kv = 0; kv < KV; ++kv)
+        for (std::int64_t gr = 0; gr < G; ++gr) {
+          std::vector<std::vector<double>> q(RS, std::vector<double>(RK)), k = q, v = q;
+          for (std::int64_t s = 0; s < RS; ++s) {
+            for (std::int64_t d = 0; d < RK; ++d)
+              for (std::int64_t m = 0; m < M; ++m) {
+                const double xv = xs[(b * RS + s) * M + m];
+                q[s][d] += xv * hq[((m * KV + kv) * G + gr) * RK + d];
+                k[s][d] += xv * hk[(m * KV + kv) * RK + d];
+                v[s][d] += xv * hv[(m * KV + kv) * RK + d];
+              }
+            q[s] = rotate(q[s], s);
+            k[s] = rotate(k[s], s);
+          }
+          for (std::int64_t s = 0; s < RS; ++s) {
+            std::vector<double> w(static_cast<std::size_t>(s + 1));
+            double top = -1e300, total = 0;
+            for (std::int64_t t = 0; t <= s; ++t) {
+              for (std::int64_t d = 0; d < RK; ++d) w[t] += q[s][d] * k[t][d] / std::sqrt(double(RK));
+              top = std::max(top, w[t]);
+            }
+            for (auto& e : w) total += (e = std::exp(e - top));
+            for (std::int64_t d = 0; d < RK; ++d) {
+              double o = 0;
+              for (std::int64_t t = 0; t <= s; ++t) o += w[t] / total * v[t][d];
+              for (std::int64_t m = 0; m < M; ++m) want[(b * RS + s) * M + m] += o * ho[((kv * G + gr) * RK + d) * M + m];
+            }
+          }
+        }
+    REQUIRE(max_rel_error(mt::gather_all(gqa(x0, wq)), want) < 1e-12);
+  });
+}

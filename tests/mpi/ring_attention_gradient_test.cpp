@@ -6,7 +6,8 @@
 // gradients through x and every weight equal central differences. The same for grouped-query
 // attention (nn::ring_grouped_causal_attention) against grouped_causal_attention and the all-to-all
 // one, with the KV heads or the group split over the other axis; its k, v blocks are counted at
-// the KV heads. Blocks longer than the kernels' tile of keys (several tiles, uneven) give the same
+// the KV heads; with rope, it equals grouped_causal_attention's rope form (split, uneven, zigzag
+// positions). Blocks longer than the kernels' tile of keys (several tiles, uneven) give the same
 // result and gradients as the whole sequence's attention. With a padding (key) bias, the ring
 // equals causal_attention with it (split, zigzag, uneven; the plan and bytes the ring's without
 // one); a transformer block with ring attention and residual dropout equals the replicated block;
@@ -230,6 +231,23 @@ TEST_CASE("ring grouped-query attention equals grouped_causal_attention", "[grad
     REQUIRE(max_rel_error(mt::gather_all(split),
                           mt::gather_all(nn::all_to_all_grouped_causal_attention<length, mlen, d_model, kv_heads, group,
                                                                                  d_kv>(x0, wq, wk, wv, wo))) < 1e-12);
+    {
+      // With rope (d_kv even): q and k rotated at their global positions (split, uneven, zigzag)
+      // before the ring, as grouped_causal_attention's rope form on one processor.
+      constexpr std::int64_t RK = 4;
+      const nn::rope_config rope{.theta = 20.0, .position_offset = 1};
+      auto rq = mt::random_normal<WQ>(g, {M, KV, G, RK}, 46, 0, 0.5);
+      auto rk = mt::random_normal<WK>(g, {M, KV, RK}, 47, 0, 0.5), rv = mt::random_normal<WK>(g, {M, KV, RK}, 48, 0, 0.5);
+      auto ro = mt::random_normal<WO>(g, {KV, G, RK, M}, 49, 0, 0.5);
+      const auto rotated = mt::gather_all(nn::grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(
+          mt::from_host<X0>(g, ex, mt::gather_all(x0)), mt::from_host<WQ0>(g, {M, KV, G, RK}, mt::gather_all(rq)),
+          mt::from_host<WK0>(g, {M, KV, RK}, mt::gather_all(rk)), mt::from_host<WK0>(g, {M, KV, RK}, mt::gather_all(rv)),
+          mt::from_host<WO0>(g, {KV, G, RK, M}, mt::gather_all(ro)), rope));
+      REQUIRE(max_rel_error(mt::gather_all(nn::ring_grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(
+                                x0, rq, rk, rv, ro, rope)),
+                            rotated) < 1e-12);
+      REQUIRE(max_rel_error(mt::gather_all(att(x0, rq, rk, rv, ro)), rotated) > 1e-3);
+    }
 
     // P - 1 shifts over the sequence's axes; the heads' allreduce over r_ (LK, LG) at the output
     // projection.

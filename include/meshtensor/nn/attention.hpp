@@ -18,6 +18,8 @@
 // split (data parallelism) nothing is communicated forward; weight gradients allreduce over B's
 // axes. Length and MemLength must not be split (a key's softmax needs every key of its row: a split
 // MemLength would allreduce the softmax's statistics; not supported by causal_attention).
+// grouped_causal_attention's rope form, (x, wq, wk, wv, wo, rope_config[, memory]), rotates q and
+// k at their global positions (nn/rope.hpp) before the scores, as Llama does.
 // Gradient: through x, memory and every weight (not key_bias: a constant).
 #include <cmath>
 
@@ -27,6 +29,7 @@
 #include "../ops/rename.hpp"
 #include "../ops/softmax.hpp"
 #include "../tensor/init.hpp"
+#include "rope.hpp"
 
 namespace meshtensor::nn {
 
@@ -77,22 +80,31 @@ auto causal_core(const Q& q, const K& k, const K& v, double scale, nn::attention
   return core(q, k, v);
 }
 
+// q or k as attention uses it: rotated along its positions' dim Position (rope) where a rotary
+// configuration is given, else as projected.
+template <Dim Position, Dim DKv, Tensor T>
+T with_positions(const T& t, const nn::rope_config* rope) {
+  return rope ? nn::rope<Position, DKv>(t, *rope) : t;
+}
+
 // causal_attention's heads' outputs [B..., QHeads..., length, d_kv], before the output projection.
 // q's heads are QHeads (heads; or kv_heads, group under grouped-query attention), k's and v's
 // KvHeads (heads; or kv_heads): each q head attends with the k and v of the heads it shares, the
-// einsum broadcasting k and v over the group.
+// einsum broadcasting k and v over the group. With rope, q and k rotated (nn/rope.hpp).
 template <Dim Length, Dim MemLength, class QHeads, class KvHeads, Dim DKv, Tensor X, Tensor W, Tensor WK,
           class Bias = no_key_bias>
 auto attention_heads_of(const X& x, const W& wq, const WK& wk, const WK& wv, nn::attention_memory memory,
-                        const Bias& key_bias = {}) {
+                        const Bias& key_bias = {}, const nn::rope_config* rope = nullptr) {
   using B = difference_t<typename X::dims, concat_t<type_list<Length>, difference_t<typename W::dims, concat_t<QHeads, type_list<DKv>>>>>;
   using QDims = concat_t<B, concat_t<QHeads, type_list<Length, DKv>>>;
   using KDims = concat_t<B, concat_t<KvHeads, type_list<MemLength, DKv>>>;
   using LDims = concat_t<B, concat_t<QHeads, type_list<Length, MemLength>>>;
   const double scale = 1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>()));
   const auto xm = meshtensor::rename<Length, MemLength>(x);
-  const auto q = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(x, wq); }(QDims{});
-  const auto k = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(xm, wk); }(KDims{});
+  const auto q = with_positions<Length, DKv>(
+      [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(x, wq); }(QDims{}), rope);
+  const auto k = with_positions<MemLength, DKv>(
+      [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(xm, wk); }(KDims{}), rope);
   const auto v = [&]<class... Ds>(type_list<Ds...>) { return meshtensor::einsum<Ds...>(xm, wv); }(KDims{});
   return causal_core<Length, MemLength, LDims, QDims>(q, k, v, scale, memory, key_bias);
 }
@@ -159,6 +171,17 @@ X grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv,
   const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"grouped_causal_attention"});
   const auto o = meshtensor::detail::attention_heads_of<Length, MemLength, type_list<KvHeads, Group>, type_list<KvHeads>, DKv>(
       x, wq, wk, wv, memory);
+  return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
+}
+
+// With rotary position embeddings: q and k rotated at their global positions (nn/rope.hpp; DKv
+// must not be split), as Llama's attention. Group of extent 1 is multi-head attention.
+template <Dim Length, Dim MemLength, Dim DModel, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK, Tensor WO>
+X grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo, const rope_config& rope,
+                           attention_memory memory = attention_memory::keep_all) {
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"grouped_causal_attention"});
+  const auto o = meshtensor::detail::attention_heads_of<Length, MemLength, type_list<KvHeads, Group>, type_list<KvHeads>, DKv>(
+      x, wq, wk, wv, memory, meshtensor::detail::no_key_bias{}, &rope);
   return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
 }
 

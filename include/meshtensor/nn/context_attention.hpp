@@ -11,7 +11,8 @@
 // degree of the split is capped by the heads (parts beyond them hold no head and idle).
 // attention_memory::recompute_core keeps q, k and v only, as for causal_attention.
 // all_to_all_grouped_causal_attention<Length, MemLength, DModel, KvHeads, Group, DKv>: the same for
-// grouped-query attention (grouped_causal_attention's weights), the split moved onto KvHeads.
+// grouped-query attention (grouped_causal_attention's weights), the split moved onto KvHeads; its
+// rope form rotates q and k (nn/rope.hpp) where the positions are, before they move.
 // Gradient: through x and every weight (the relayouts' gradients are the relayouts back).
 #include "../ops/gather_for_use.hpp"
 #include "../ops/relayout.hpp"
@@ -71,7 +72,8 @@ using length_split_to_heads_t = typename length_split_to_heads<L, Length, Heads>
 // output projection. q's heads are QHeads, k's and v's KvHeads (as attention_heads_of); Length's
 // split moves onto Moved (the first of KvHeads: every q head then sits with its k and v head).
 template <Dim Length, Dim MemLength, class QHeads, class KvHeads, Dim Moved, Dim DKv, Tensor X, Tensor WQ, Tensor WK>
-auto all_to_all_heads_of(const X& x, const WQ& wq, const WK& wk, const WK& wv, nn::attention_memory memory) {
+auto all_to_all_heads_of(const X& x, const WQ& wq, const WK& wk, const WK& wv, nn::attention_memory memory,
+                         const nn::rope_config* rope = nullptr) {
   using L1 = typename X::layout_type;
   using L2 = length_split_to_heads_t<L1, Length, Moved>;
   using B = difference_t<typename X::dims, concat_t<type_list<Length>, difference_t<typename WQ::dims, concat_t<QHeads, type_list<DKv>>>>>;
@@ -79,14 +81,15 @@ auto all_to_all_heads_of(const X& x, const WQ& wq, const WK& wk, const WK& wv, n
   using KDims = concat_t<B, concat_t<KvHeads, type_list<Length, DKv>>>;
   using LDims = concat_t<B, concat_t<QHeads, type_list<Length, MemLength>>>;
   const double scale = 1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>()));
-  // Computed where the positions are (local: Length split, the heads as in x's layout), then moved.
-  const auto project = [&]<class... Ds>(type_list<Ds...>, const auto& w) {
-    const auto here = meshtensor::einsum<Ds...>(x, w);
+  // Computed where the positions are (local: Length split, the heads as in x's layout), q and k
+  // rotated there (rope, at their global positions), then moved.
+  const auto project = [&]<class... Ds>(type_list<Ds...>, const auto& w, const nn::rope_config* rotation) {
+    const auto here = with_positions<Length, DKv>(meshtensor::einsum<Ds...>(x, w), rotation);
     return meshtensor::relayout<with_layout_t<decltype(here), L2>>(here);
   };
-  const auto q = project(QDims{}, wq);
-  const auto k = meshtensor::rename<Length, MemLength>(project(KDims{}, wk));  // Length whole under L2: a local rename
-  const auto v = meshtensor::rename<Length, MemLength>(project(KDims{}, wv));
+  const auto q = project(QDims{}, wq, rope);
+  const auto k = meshtensor::rename<Length, MemLength>(project(KDims{}, wk, rope));  // Length whole under L2: a local rename
+  const auto v = meshtensor::rename<Length, MemLength>(project(KDims{}, wv, nullptr));
   const auto o = causal_core<Length, MemLength, LDims, QDims>(q, k, v, scale, memory);
   return meshtensor::relayout<with_layout_t<std::remove_cvref_t<decltype(o)>, L1>>(o);
 }
@@ -102,6 +105,20 @@ constexpr bool all_to_all_layout_usable() {
     return false;
   } else {
     return true;
+  }
+}
+
+// The grouped all-to-all attention, with or without rope (nullptr).
+template <Dim Length, Dim MemLength, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK, Tensor WO>
+X all_to_all_grouped_of(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo, nn::attention_memory memory,
+                        const nn::rope_config* rope) {
+  if constexpr (!all_to_all_layout_usable<Length, MemLength, typename X::layout_type>()) {
+    return x;
+  } else {
+    const op_call call(composite_op{"all_to_all_grouped_causal_attention"});
+    const auto back = all_to_all_heads_of<Length, MemLength, type_list<KvHeads, Group>, type_list<KvHeads>, KvHeads, DKv>(
+        x, wq, wk, wv, memory, rope);
+    return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(back, wo); }(typename X::dims{});
   }
 }
 }  // namespace detail
@@ -129,15 +146,17 @@ X all_to_all_causal_attention(const X& x, const W& wq, const W& wk, const W& wv,
 template <Dim Length, Dim MemLength, Dim DModel, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK, Tensor WO>
 X all_to_all_grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo,
                                       attention_memory memory = attention_memory::keep_all) {
-  namespace md = meshtensor::detail;
-  if constexpr (!md::all_to_all_layout_usable<Length, MemLength, typename X::layout_type>()) {
-    return x;
-  } else {
-    const md::op_call call(md::composite_op{"all_to_all_grouped_causal_attention"});
-    const auto back = md::all_to_all_heads_of<Length, MemLength, type_list<KvHeads, Group>, type_list<KvHeads>, KvHeads, DKv>(
-        x, wq, wk, wv, memory);
-    return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(back, wo); }(typename X::dims{});
-  }
+  return meshtensor::detail::all_to_all_grouped_of<Length, MemLength, KvHeads, Group, DKv>(x, wq, wk, wv, wo, memory,
+                                                                                          nullptr);
+}
+
+// With rotary position embeddings (grouped_causal_attention's rope form): q and k rotated where
+// the positions are, before they move.
+template <Dim Length, Dim MemLength, Dim DModel, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK, Tensor WO>
+X all_to_all_grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo,
+                                      const rope_config& rope, attention_memory memory = attention_memory::keep_all) {
+  return meshtensor::detail::all_to_all_grouped_of<Length, MemLength, KvHeads, Group, DKv>(x, wq, wk, wv, wo, memory,
+                                                                                          &rope);
 }
 
 }  // namespace nn

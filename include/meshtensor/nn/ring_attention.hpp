@@ -43,7 +43,8 @@
 // per-row log-sum-exp kept by the forward pass): dq accumulates where it is, dk and dv travel with
 // their block, summed over the group's query heads that share each KV head. attention_memory has
 // no effect: the ring keeps q, k, v, the heads' output and the log-sum-exp under both (never the
-// softmax's weights).
+// softmax's weights). ring_grouped_causal_attention's rope form rotates q and k (nn/rope.hpp) at
+// their global positions before the ring starts: the blocks travel rotated.
 // Gradient: through x and every weight.
 #include <Kokkos_Core.hpp>
 #include <array>
@@ -803,7 +804,7 @@ constexpr bool ring_key_bias_fits() {
 template <Dim Length, Dim MemLength, Dim DModel, class QHeads, class KvHeads, Dim DKv, Tensor X, Tensor WQ, Tensor WK,
           Tensor WO, class Bias = no_key_bias>
 X ring_attention_of(const char* name, const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo,
-                    const Bias& key_bias = {}) {
+                    const Bias& key_bias = {}, const nn::rope_config* rope = nullptr) {
   using L = typename X::layout_type;
   constexpr unsigned length_axes = L::template split_of<Length>().mask();
   using on_context = typename first_on_axes<L, length_axes, QHeads>::type;
@@ -849,11 +850,12 @@ X ring_attention_of(const char* name, const X& x, const WQ& wq, const WK& wk, co
     using QDims = concat_t<B, concat_t<QHeads, type_list<Length, DKv>>>;
     using KDims = concat_t<B, concat_t<KvHeads, type_list<Length, DKv>>>;
     const double scale = 1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>()));
-    // Computed where the positions are (local: Length split, the heads as in x's layout). The
-    // keys keep Length: MemLength names no dim here (the ring's blocks are x's).
+    // Computed where the positions are (local: Length split, the heads as in x's layout), q and k
+    // rotated there (rope, at their global positions). The keys keep Length: MemLength names no
+    // dim here (the ring's blocks are x's).
     const auto project = [&]<class... Ds>(type_list<Ds...>, const auto& w) { return einsum<Ds...>(x, w); };
-    const auto q = project(QDims{}, wq);  // three declarations: q's type differs from k's (its group)
-    const auto k = project(KDims{}, wk);
+    const auto q = with_positions<Length, DKv>(project(QDims{}, wq), rope);  // q's type differs from k's (its group)
+    const auto k = with_positions<Length, DKv>(project(KDims{}, wk), rope);
     const auto v = project(KDims{}, wv);
     const auto o = ring_core<Length>(q, k, v, scale, name, key_bias);
     return [&]<class... Ds>(type_list<Ds...>) { return einsum<Ds...>(o, wo); }(typename X::dims{});
@@ -892,6 +894,18 @@ X ring_grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK
   (void)memory;
   return meshtensor::detail::ring_attention_of<Length, MemLength, DModel, type_list<KvHeads, Group>, type_list<KvHeads>,
                                                DKv>("ring_grouped_causal_attention", x, wq, wk, wv, wo);
+}
+
+// With rotary position embeddings (grouped_causal_attention's rope form): q and k rotated at their
+// global positions before the ring starts, so the blocks that travel are already rotated.
+template <Dim Length, Dim MemLength, Dim DModel, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK,
+          Tensor WO>
+X ring_grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo,
+                                const rope_config& rope, attention_memory memory = attention_memory::keep_all) {
+  (void)memory;
+  return meshtensor::detail::ring_attention_of<Length, MemLength, DModel, type_list<KvHeads, Group>, type_list<KvHeads>,
+                                               DKv>("ring_grouped_causal_attention", x, wq, wk, wv, wo,
+                                                    meshtensor::detail::no_key_bias{}, &rope);
 }
 
 // With a key bias, as ring_causal_attention's.
