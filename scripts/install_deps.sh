@@ -285,6 +285,21 @@ SRC
     fi
   fi
 
+  # transformers 4.44 (PyPI; it runs on Debian's PyTorch 1.13) for the Llama example's cross-check
+  # against LlamaForCausalLM (ctest example.llama.hugging_face): without it that test is skipped,
+  # and the next run tries again.
+  if [ -x "$venv/bin/python" ] && ! "$venv/bin/python" -c 'import transformers' 2>/dev/null; then
+    local tf_sudo=""
+    if [ ! -w "$venv" ]; then tf_sudo=$SUDO; fi
+    open_log
+    log "installing transformers 4.44 into $venv, for the Llama example's cross-check (log: $LOG)"
+    echo "+ $venv/bin/python -m pip install transformers==4.44.2" >>"$LOG"
+    if ! $tf_sudo "$venv/bin/python" -m pip install --disable-pip-version-check "transformers==4.44.2" </dev/null >>"$LOG" 2>&1; then
+      log "could not install transformers from PyPI (see $LOG); example.llama.hugging_face will be skipped;" \
+          "run this script again once PyPI can be reached"
+    fi
+  fi
+
   if [ "$did_something" = 1 ]; then log "done in $((SECONDS - started)) s"; fi
   if [ -x "$venv/bin/python" ]; then echo "CHECKPOINT_PYTHON=$venv/bin/python"; else echo "CHECKPOINT_PYTHON="; fi
   if [ -n "${Kokkos_ROOT:-}" ]; then echo "KOKKOS_ROOT=$Kokkos_ROOT"; else echo "KOKKOS_ROOT=$kokkos_prefix"; fi

@@ -17,8 +17,11 @@
 #include <fmt/core.h>
 #include <fstream>
 #include <iterator>
+#include <functional>
 #include <meshtensor/io/checkpoint.hpp>
+#include <meshtensor/io/pretrained.hpp>
 #include <meshtensor/meshtensor.hpp>
+#include <nlohmann/json.hpp>
 #include <meshtensor/plan/cost_model.hpp>
 #include <optional>
 #include <random>
@@ -56,8 +59,11 @@ struct options {
   std::int64_t steps = 100, batch = 8, length = 64, d_model = 64, layers = 2, kv_heads = 2, group = 2, d_kv = 16,
                d_ff = 172, vocab = 256, save_every = 0, log_every = 10;
   double lr = 3e-3, memory_budget = 0;  // GiB per processor; 0: unchecked
-  double rope_theta = 500000;            // Llama 3's
-  bool plan = false, recompute = false;
+  double rope_theta = 500000, rms_eps = 1e-5;  // Llama 3's
+  std::optional<nn::rope_llama3_scaling> rope_llama3;  // Llama 3.1's frequency scaling (from a config.json)
+  bool plan = false, recompute = false, tie_embeddings = false;
+  std::string pretrained, logits_out;  // --from-pretrained DIR; --logits-out FILE of --ids
+  std::vector<std::int64_t> ids;
 };
 
 template <class T>
@@ -71,19 +77,41 @@ struct model {
   using t = mt::tensor<float, L, D...>;
   template <class... D>
   using per_block = std::vector<t<D...>>;  // one entry per block: gradient() and adam take a vector as one
+  // Each weight's dims in the order of Hugging Face's tensor ([out, in] for a Linear, its heads
+  // split into kv_heads x group), so that its checkpoints load as they are (the einsums do not
+  // care about the order).
   t<vocab, d_model> embedding;
   per_block<d_model> attention_norm, feed_forward_norm;
-  per_block<d_model, kv_heads, group, d_kv> wq;
-  per_block<d_model, kv_heads, d_kv> wk, wv;
-  per_block<kv_heads, group, d_kv, d_model> wo;
-  per_block<d_model, d_ff> w_gate, w_up;
-  per_block<d_ff, d_model> w_down;
+  per_block<kv_heads, group, d_kv, d_model> wq;
+  per_block<kv_heads, d_kv, d_model> wk, wv;
+  per_block<d_model, kv_heads, group, d_kv> wo;
+  per_block<d_ff, d_model> w_gate, w_up;
+  per_block<d_model, d_ff> w_down;
   t<d_model> final_norm;
-  t<d_model, vocab> output;
+  std::vector<t<vocab, d_model>> output;  // none where tied to the embedding (--tie-embeddings)
 
   auto tie() { return std::tie(embedding, attention_norm, feed_forward_norm, wq, wk, wv, wo, w_gate, w_up, w_down, final_norm, output); }
-  static constexpr const char* names[] = {"embedding", "attention_norm", "feed_forward_norm", "wq", "wk", "wv",
-                                          "wo", "w_gate", "w_up", "w_down", "final_norm", "output"};
+  // Hugging Face's names (LlamaForCausalLM's state dict): its checkpoints and this model's name the
+  // same tensors. "{}" is the block.
+  static constexpr const char* names[] = {
+      "model.embed_tokens.weight", "model.layers.{}.input_layernorm.weight",
+      "model.layers.{}.post_attention_layernorm.weight", "model.layers.{}.self_attn.q_proj.weight",
+      "model.layers.{}.self_attn.k_proj.weight", "model.layers.{}.self_attn.v_proj.weight",
+      "model.layers.{}.self_attn.o_proj.weight", "model.layers.{}.mlp.gate_proj.weight",
+      "model.layers.{}.mlp.up_proj.weight", "model.layers.{}.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight"};
+  // f(name, tensor) for every weight.
+  template <class F>
+  void each_named(F&& f) {
+    std::size_t kind = 0;
+    const auto visit = [&]<class P>(P& p) {
+      if constexpr (is_vector<P>)
+        for (std::size_t b = 0; b < p.size(); ++b) f(fmt::format(fmt::runtime(names[kind]), b), p[b]);
+      else
+        f(std::string(names[kind]), p);
+      ++kind;
+    };
+    std::apply([&](auto&... p) { (visit(p), ...); }, tie());
+  }
 
   model(const grid& g, const options& o) {
     const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);  // what a plan counts them as
@@ -96,25 +124,27 @@ struct model {
     for (std::int64_t b = 0; b < o.layers; ++b) {
       attention_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
       feed_forward_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
-      init(wq, {dm, kv, gr, dk}, d_model{});
-      init(wk, {dm, kv, dk}, d_model{});
-      init(wv, {dm, kv, dk}, d_model{});
-      wo.push_back(nn::normal_fan_in<t<kv_heads, group, d_kv, d_model>, kv_heads, group, d_kv>(g, {kv, gr, dk, dm}, seed++));
-      init(w_gate, {dm, ff}, d_model{});
-      init(w_up, {dm, ff}, d_model{});
-      init(w_down, {ff, dm}, d_ff{});
+      init(wq, {kv, gr, dk, dm}, d_model{});
+      init(wk, {kv, dk, dm}, d_model{});
+      init(wv, {kv, dk, dm}, d_model{});
+      wo.push_back(nn::normal_fan_in<t<d_model, kv_heads, group, d_kv>, kv_heads, group, d_kv>(g, {dm, kv, gr, dk}, seed++));
+      init(w_gate, {ff, dm}, d_model{});
+      init(w_up, {ff, dm}, d_model{});
+      init(w_down, {dm, ff}, d_ff{});
     }
     ring = o.attention == "ring";
-    rope.theta = o.rope_theta;
+    rope = {.theta = o.rope_theta, .llama3 = o.rope_llama3};
+    rms_eps = static_cast<float>(o.rms_eps);
     recompute = o.recompute;
     final_norm = mt::full<t<d_model>>(g, {dm}, 1.0f);
-    output = nn::normal_fan_in<t<d_model, vocab>, d_model>(g, {dm, o.vocab}, seed++);
+    if (!o.tie_embeddings) output.push_back(nn::normal_fan_in<t<vocab, d_model>, d_model>(g, {o.vocab, dm}, seed++));
     std::apply([](auto&... p) { (mt::for_each_tensor(p, [](auto& w) { w.requires_grad(); }), ...); }, tie());
   }
 
   bool recompute = false;
   bool ring = false;  // --attention ring: where the layout splits the sequence, attention by a ring
   nn::rope_config rope;  // q and k rotated at their positions (--rope-theta)
+  float rms_eps = 1e-5f;
 
   // A weight as the computation in C uses it: itself (float32), or a bf16 copy whose gradient flows
   // back to the float weight, which Adam updates (--dtype bf16: mixed precision).
@@ -141,23 +171,29 @@ struct model {
       return nn::grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o, rope);
   }
 
-  // Mean next-token cross-entropy of a batch of token ids, computed in C (float, or bf16: the
-  // activations and products in bf16, their sums and the loss in float).
+  // The next token's logits [batch, length, vocab] at each position of a batch of token ids,
+  // computed in C (float, or bf16: the activations and products in bf16, their sums in float).
   template <class C = float>
-  t<> loss(const t<batch, length>& ids, const t<batch, length>& labels) const {
+  auto logits(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
     using X = mt::tensor<C, L, batch, length, d_model>;
     X x = nn::embedding<vocab>(as<C>(embedding), ids);
     for (std::size_t b = 0; b < wq.size(); ++b) {
       const auto block = [this, b](const X& in) {
-        const X a = in + attention<C>(nn::rms_norm<d_model>(in, as<C>(attention_norm[b])), b);
-        return X(a + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(a, as<C>(feed_forward_norm[b])),
+        const X a = in + attention<C>(nn::rms_norm<d_model>(in, as<C>(attention_norm[b]), rms_eps), b);
+        return X(a + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(a, as<C>(feed_forward_norm[b]), rms_eps),
                                                            as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
       };
       // --recompute: only each block's input is kept; the backward pass runs the block again
       x = recompute ? mt::recompute(block, x) : block(x);
     }
-    const auto logits = nn::dense<d_model, vocab>(nn::rms_norm<d_model>(x, as<C>(final_norm)), as<C>(output));
-    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(mt::cast<float>(logits), labels));
+    return nn::dense<d_model, vocab>(nn::rms_norm<d_model>(x, as<C>(final_norm), rms_eps),
+                                     as<C>(output.empty() ? embedding : output[0]));
+  }
+
+  // Mean next-token cross-entropy of a batch of token ids, computed in C (the loss in float).
+  template <class C = float>
+  t<> loss(const mt::tensor<std::int32_t, L, batch, length>& ids, const mt::tensor<std::int32_t, L, batch, length>& labels) const {
+    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(mt::cast<float>(logits<C>(ids)), labels));
   }
 };
 
@@ -170,6 +206,80 @@ std::vector<unsigned char> read_text(const std::string& path, std::int64_t need)
   return bytes;
 }
 
+// --from-pretrained DIR: config.json's architecture into the options (Hugging Face's
+// LlamaConfig keys); anything this model does not compute is refused, naming the key.
+void read_pretrained_config(options& o) {
+  const std::string path = o.pretrained + "/config.json";
+  nlohmann::json c;
+  try {
+    c = nlohmann::json::parse(mt::io::read_text(path, MPI_COMM_WORLD));
+  } catch (const nlohmann::json::exception& e) {
+    throw mt::io_error(fmt::format("'{}' is not JSON: {}", path, e.what()));
+  }
+  const auto need = [&](const char* key) -> const nlohmann::json& {
+    if (!c.contains(key) || c[key].is_null()) throw mt::io_error(fmt::format("'{}' has no '{}'", path, key));
+    return c[key];
+  };
+  const auto refuse = [&](const char* key, const std::string& value, const char* why) {
+    throw mt::io_error(fmt::format("'{}': {} is {}; {}", path, key, value, why));
+  };
+  if (c.value("model_type", std::string()) != "llama") refuse("model_type", c.value("model_type", std::string("(none)")), "this model reads llama");
+  if (c.value("hidden_act", std::string("silu")) != "silu") refuse("hidden_act", c["hidden_act"].dump(), "Llama's feed-forward is SwiGLU (silu)");
+  if (c.value("attention_bias", false) || c.value("mlp_bias", false)) refuse("attention_bias or mlp_bias", "true", "this model has no biases");
+  try {
+    o.d_model = need("hidden_size").get<std::int64_t>();
+    o.layers = need("num_hidden_layers").get<std::int64_t>();
+    const auto heads = need("num_attention_heads").get<std::int64_t>();
+    o.kv_heads = c.value("num_key_value_heads", heads);
+    if (o.kv_heads <= 0 || heads % o.kv_heads != 0)
+      refuse("num_key_value_heads", std::to_string(o.kv_heads), fmt::format("it must divide num_attention_heads ({})", heads).c_str());
+    o.group = heads / o.kv_heads;
+    o.d_kv = c.contains("head_dim") && !c["head_dim"].is_null() ? c["head_dim"].get<std::int64_t>() : o.d_model / heads;
+    o.d_ff = need("intermediate_size").get<std::int64_t>();
+    o.vocab = need("vocab_size").get<std::int64_t>();
+    o.rms_eps = c.value("rms_norm_eps", 1e-6);
+    o.rope_theta = c.value("rope_theta", 10000.0);
+    o.tie_embeddings = c.value("tie_word_embeddings", false);
+    if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
+      const auto& r = c["rope_scaling"];
+      const std::string type = r.value("rope_type", r.value("type", std::string()));
+      if (type != "llama3") refuse("rope_scaling's rope_type", type, "the default and llama3 are read");
+      o.rope_llama3 = nn::rope_llama3_scaling{r.at("factor").get<double>(), r.at("low_freq_factor").get<double>(),
+                                              r.at("high_freq_factor").get<double>(),
+                                              r.at("original_max_position_embeddings").get<double>()};
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw mt::io_error(fmt::format("'{}': {}", path, e.what()));
+  }
+}
+
+// --from-pretrained DIR: the model's weights from a Hugging Face checkpoint (save_pretrained's
+// model.safetensors or shards), each processor reading its own slices; F32 files loaded as they
+// are, BF16 ones into bf16 copies then cast to the float weights.
+template <class L>
+void load_pretrained(model<L>& m, const std::string& dir) {
+  const mt::no_grad loading;  // the casts below are no steps of the model
+  const std::string dtype = mt::io::pretrained_dtype(dir, MPI_COMM_WORLD);
+  mt::io::tensor_set set;
+  std::vector<std::function<void()>> cast_back;
+  m.each_named([&]<class W>(const std::string& name, W& w) {
+    if (dtype == "F32") {
+      set.add(name, w);
+    } else if (dtype == "BF16") {
+      auto copy = mt::cast<mt::bf16>(w);  // its values come from the file
+      set.add(name, copy);
+      cast_back.push_back([&w, copy] {
+        w = mt::cast<float>(copy);
+        w.requires_grad();
+      });
+    } else {
+      throw mt::io_error(fmt::format("'{}' holds {} tensors; F32 and BF16 are read", dir, dtype));
+    }
+  });
+  mt::io::load_pretrained(dir, set);
+  for (const auto& f : cast_back) f();
+}
+
 // Trains (or, on a planned mesh, plans) up to step o.steps; returns the losses from the first step
 // run (after a resumed checkpoint's).
 struct losses_from {
@@ -179,22 +289,15 @@ struct losses_from {
 
 template <class L>
 losses_from train(const grid& g, const options& o, const std::vector<unsigned char>& text) {
-  using ids_t = mt::tensor<float, L, batch, length>;
+  using ids_t = mt::tensor<std::int32_t, L, batch, length>;
   model<L> m(g, o);
+  if (!o.pretrained.empty() && !g.is_planned() && o.resume.empty()) load_pretrained(m, o.pretrained);
   mt::optim::adam adam({.lr = o.lr});
   auto params = m.tie();
   const auto state = [&] {  // what a checkpoint holds: the weights and adam's moments
     mt::io::tensor_set set;
     std::vector<std::string> names;
-    std::size_t kind = 0;
-    const auto add = [&]<class P>(P& p) {
-      if constexpr (is_vector<P>)
-        for (std::size_t b = 0; b < p.size(); ++b) set.add(names.emplace_back(fmt::format("blocks.{}.{}", b, model<L>::names[kind])), p[b]);
-      else
-        set.add(names.emplace_back(model<L>::names[kind]), p);
-      ++kind;
-    };
-    std::apply([&](auto&... p) { (add(p), ...); }, params);
+    m.each_named([&](const std::string& name, auto& w) { set.add(names.emplace_back(name), w); });
     mt::io::add_optimizer_state(set, adam, params, names);
     return set;
   };
@@ -215,7 +318,7 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
     adam.set_steps(step0);
     for (std::int64_t k = 0; k < step0 * o.batch; ++k) (void)start(rng);  // the batches drawn before
   }
-  std::vector<float> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
   std::vector<double> losses;
   if (g.is_planned() && o.plan && g.rank() == 0) {
     std::int64_t n = 0;
@@ -228,8 +331,8 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
     if (g.is_planned()) mt::reset_plan(g);  // a plan reports the last step, the optimizer's state made
     for (std::int64_t b = 0; b < o.batch; ++b)
       for (std::int64_t s = start(rng), p = 0; p < o.length; ++p) {
-        ids[b * o.length + p] = static_cast<float>(text[s + p] % o.vocab);
-        labels[b * o.length + p] = static_cast<float>(text[s + p + 1] % o.vocab);
+        ids[b * o.length + p] = static_cast<std::int32_t>(text[s + p] % o.vocab);
+        labels[b * o.length + p] = static_cast<std::int32_t>(text[s + p + 1] % o.vocab);
       }
     const auto batch_ids = mt::from_host<ids_t>(g, {o.batch, o.length}, ids);
     const auto batch_labels = mt::from_host<ids_t>(g, {o.batch, o.length}, labels);
@@ -283,6 +386,28 @@ std::int64_t plan(options o, bool print) {
   return p.peak_bytes;
 }
 
+// --logits-out FILE: the logits of one sequence (--ids) at each position, one line of --vocab
+// numbers per position, written by rank 0 (what a comparison with another implementation reads).
+template <class L>
+int write_logits(const grid& g, const options& o) {
+  if (o.ids.empty()) throw mt::error("--logits-out needs --ids: the token ids of the sequence");
+  for (const auto id : o.ids)
+    if (id < 0 || id >= o.vocab) throw mt::error(fmt::format("--ids: {} is outside the vocabulary [0, {})", id, o.vocab));
+  model<L> m(g, o);
+  if (!o.pretrained.empty()) load_pretrained(m, o.pretrained);
+  const mt::no_grad inference;
+  const auto n = static_cast<std::int64_t>(o.ids.size());
+  const std::vector<std::int32_t> ids(o.ids.begin(), o.ids.end());
+  const auto logits = mt::gather_all(m.logits(mt::from_host<mt::tensor<std::int32_t, L, batch, length>>(g, {1, n}, ids)));
+  if (g.rank() == 0) {
+    std::ofstream out(o.logits_out);
+    for (std::int64_t p = 0; p < n; ++p)
+      for (std::int64_t v = 0; v < o.vocab; ++v) out << fmt::format("{:.9g}{}", logits[p * o.vocab + v], v + 1 < o.vocab ? ' ' : '\n');
+    if (!out) throw mt::io_error(fmt::format("cannot write '{}'", o.logits_out));
+  }
+  return 0;
+}
+
 template <class L>
 int run(const mt::environment& env, const options& o) {
   const bool root = env.world_rank() == 0;
@@ -297,6 +422,7 @@ int run(const mt::environment& env, const options& o) {
     if (o.plan) return 0;
   }
   const grid g(env, {o.mesh[0], o.mesh[1]});
+  if (!o.logits_out.empty()) return write_logits<L>(g, o);
   const auto [first, losses] = train<L>(g, o, read_text(o.text, o.length + 2));
   if (g.rank() == 0 && !o.csv.empty()) {
     std::ofstream csv(o.csv);
@@ -329,6 +455,12 @@ int main(int argc, char** argv) try {
   app.add_option("--lr", o.lr, "Adam's learning rate")->capture_default_str();
   app.add_option("--rope-theta", o.rope_theta, "rotary position embeddings' base (Llama 3: 500000)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--rms-eps", o.rms_eps, "RMSNorm's epsilon")->capture_default_str();
+  app.add_flag("--tie-embeddings", o.tie_embeddings, "the output projection is the embedding table");
+  app.add_option("--from-pretrained", o.pretrained, "a Hugging Face Llama checkpoint's directory (config.json and "
+                 "model.safetensors or its shards): its architecture and weights, in float32");
+  app.add_option("--ids", o.ids, "token ids of one sequence, for --logits-out");
+  app.add_option("--logits-out", o.logits_out, "write the logits of --ids (a line of --vocab numbers per position) and stop");
   app.add_option("--text", o.text, "training text")->capture_default_str();
   app.add_option("--checkpoint", o.checkpoint, "directory of checkpoints, saved every --save-every steps");
   app.add_option("--save-every", o.save_every, "steps between checkpoints");
@@ -350,6 +482,13 @@ int main(int argc, char** argv) try {
   }
   try {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
+    if (!o.pretrained.empty()) {
+      for (const char* flag : {"--d-model", "--layers", "--kv-heads", "--group", "--d-kv", "--d-ff", "--vocab",
+                                "--rope-theta", "--rms-eps", "--tie-embeddings"})
+        if (app.count(flag) > 0)
+          throw mt::error(fmt::format("--from-pretrained takes the architecture from its config.json: drop {}", flag));
+      read_pretrained_config(o);
+    }
     if (!o.calibration.empty() && !o.plan) throw mt::error("--calibration needs --plan: it predicts the planned step's time");
     if (o.attention == "ring" && o.layout.rfind("context", 0) != 0)
       throw mt::error(fmt::format("--attention ring needs a layout that splits the sequence (context or context_tensor), not {}", o.layout));

@@ -203,12 +203,37 @@ inline file_info inspect(const std::string& path, MPI_Comm comm) {
   return detail::info_of(detail::read_header(f.fh, comm, path), path);
 }
 
+// How strictly load compares a file's shapes with the tensors'. merged_dims: a file that records
+// no dim names may hold a tensor with runs of its consecutive dims merged into one (row-major, the
+// bytes are the same): Hugging Face's Linear weights [heads x d_kv, d_model] load into a tensor
+// [kv_heads, group, d_kv, d_model].
+struct load_options {
+  bool merged_dims = false;
+};
+
+namespace detail {
+// Whether `file` is `ours` with runs of consecutive extents merged (each file extent the product
+// of the next run of ours, every extent of ours used once).
+inline bool merges_of(const std::vector<std::int64_t>& file, const std::vector<std::int64_t>& ours) {
+  std::size_t i = 0;
+  for (const std::int64_t want : file) {
+    std::int64_t product = 1;
+    const std::size_t run_start = i;
+    while (i < ours.size() && (i == run_start || product < want)) product *= ours[i++];
+    if (product != want) return false;
+  }
+  while (i < ours.size() && ours[i] == 1) ++i;  // trailing dims of extent 1 merge into the last
+  return i == ours.size();
+}
+}  // namespace detail
+
 // Reads the set's tensors from path into the tensors, each processor only its own box under the
 // tensor's layout (any layout and rank count may have written it). Checks, for every tensor of
-// the set, that the file holds it with the same dtype, global extents and (where recorded) dim
-// names; returns the file's metadata (without meshtensor's own key). Collective over the set's
-// mesh. On any error no tensor is changed.
-inline metadata load(const std::string& path, tensor_set& set) {
+// the set, that the file holds it with the same dtype, global extents (or, with
+// load_options::merged_dims, merged ones) and (where recorded) dim names; returns the file's
+// metadata (without meshtensor's own key). Collective over the set's mesh. On any error no tensor
+// is changed.
+inline metadata load(const std::string& path, tensor_set& set, const load_options& options = {}) {
   using detail::cat;
   const MPI_Comm comm = set.comm();
   detail::check_same_mesh(set, path);
@@ -232,7 +257,7 @@ inline metadata load(const std::string& path, tensor_set& set) {
     if (t.dtype != e.dtype)
       throw io_error(cat("'", path, "': tensor '", e.name, "' is ", t.dtype, " in the file, but the tensor loaded into is ",
                          e.dtype));
-    if (t.shape != e.shape)
+    if (t.shape != e.shape && !(options.merged_dims && t.dims.empty() && detail::merges_of(t.shape, e.shape)))
       throw io_error(cat("'", path, "': tensor '", e.name, "' has shape ", detail::shape_text(t.shape),
                          " in the file, but the tensor loaded into has ", detail::shape_text(e.shape), " (dims ",
                          detail::join(e.dims), ")"));

@@ -83,7 +83,8 @@ inline metadata shard_index_metadata(const std::string& text, const std::string&
 // reading only its own slices (io::load). Returns the metadata of the first file read. Collective
 // over the set's mesh. A tensor the index does not map is an error naming it; on an error in one
 // shard's file, the tensors of the shards read before it are already loaded.
-inline metadata load_sharded(const std::filesystem::path& dir, const std::string& index_text, tensor_set& set) {
+inline metadata load_sharded(const std::filesystem::path& dir, const std::string& index_text, tensor_set& set,
+                             const load_options& options = {}) {
   const std::string index_path = (dir / shard_index_name).string();
   const auto weight_map = parse_shard_index(index_text, index_path);
   std::map<std::string, std::vector<std::string>> by_file;  // the same order on every processor
@@ -98,7 +99,7 @@ inline metadata load_sharded(const std::filesystem::path& dir, const std::string
   bool first = true;
   for (const auto& [file, names] : by_file) {
     tensor_set part = set.only(names);
-    metadata m = load((dir / file).string(), part);
+    metadata m = load((dir / file).string(), part, options);
     if (first) meta = std::move(m);
     first = false;
   }

@@ -1,0 +1,88 @@
+#pragma once
+// A model's weights from a directory as Hugging Face's save_pretrained writes it: model.safetensors,
+// or the shards that model.safetensors.index.json maps (io/shards.hpp), and its config.json.
+//   read_text(path, comm)           a small file (config.json), read on rank 0 and broadcast
+//   pretrained_dtype(dir, comm)     the dtype its tensors are stored in ("F32", "BF16", ...)
+//   load_pretrained(dir, set)       the set's tensors, by name, each processor reading only its own
+//                                   slices under the tensor's layout (io::load)
+// The files record no dim names and hold Linear weights as [out, in] matrices, heads merged: a
+// tensor declared with the file's dims split further (q_proj.weight [heads x d_kv, d_model] as
+// [kv_heads, group, d_kv, d_model]) loads as it is (load_options::merged_dims: the row-major bytes
+// are the same). The dtypes must match: load a BF16 file into bf16 tensors and cast them.
+// Communication: one broadcast per text read on rank 0; load's reads are MPI-IO, every processor
+// its own byte ranges, so a large model never passes through one processor's memory. Collective
+// over the set's mesh (or comm); every error is raised on every processor, naming the file.
+#include <mpi.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "checkpoint.hpp"
+#include "safetensors.hpp"
+#include "shards.hpp"
+#include "tensor_set.hpp"
+
+namespace meshtensor::io {
+
+inline std::string read_text(const std::string& path, MPI_Comm comm) {
+  return detail::on_root(comm, [&] {
+    std::ifstream in(path);
+    if (!in) throw io_error(detail::cat("cannot open '", path, "'"));
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in && !in.eof()) throw io_error(detail::cat("cannot read '", path, "'"));
+    return text.str();
+  });
+}
+
+namespace detail {
+// The index's text, or "" where the directory holds a single model.safetensors; an error naming
+// the directory where it holds neither.
+inline std::string pretrained_index(const std::string& dir, MPI_Comm comm) {
+  namespace fs = std::filesystem;
+  const fs::path index = fs::path(dir) / shard_index_name, single = fs::path(dir) / "model.safetensors";
+  const std::string where = on_root(comm, [&] {
+    if (fs::exists(index)) return std::string("index");
+    if (fs::exists(single)) return std::string("single");
+    throw io_error(cat("'", dir, "' holds neither '", single.filename().string(), "' nor '", shard_index_name,
+                       "' (a directory as Hugging Face's save_pretrained writes it)"));
+  });
+  return where == "index" ? read_text(index.string(), comm) : std::string();
+}
+}  // namespace detail
+
+// The dtype of the directory's tensors; an error naming both where they differ.
+inline std::string pretrained_dtype(const std::string& dir, MPI_Comm comm) {
+  namespace fs = std::filesystem;
+  const std::string index_text = detail::pretrained_index(dir, comm);
+  std::set<std::string> files;
+  if (index_text.empty()) {
+    files.insert("model.safetensors");
+  } else {
+    for (const auto& [name, file] : parse_shard_index(index_text, (fs::path(dir) / shard_index_name).string()))
+      files.insert(file);
+  }
+  std::string dtype, first;
+  for (const auto& file : files)
+    for (const auto& [name, t] : inspect((fs::path(dir) / file).string(), comm).tensors) {
+      if (dtype.empty()) dtype = t.dtype, first = name;
+      if (t.dtype != dtype)
+        throw io_error(detail::cat("'", dir, "' holds tensors of two dtypes: '", first, "' is ", dtype, ", '", name,
+                                   "' is ", t.dtype));
+    }
+  if (dtype.empty()) throw io_error(detail::cat("'", dir, "' holds no tensor"));
+  return dtype;
+}
+
+// Loads the set's tensors from the directory (by name); returns the first file's metadata.
+inline metadata load_pretrained(const std::string& dir, tensor_set& set) {
+  const std::string index_text = detail::pretrained_index(dir, set.comm());
+  const load_options merged{.merged_dims = true};
+  if (index_text.empty()) return load((std::filesystem::path(dir) / "model.safetensors").string(), set, merged);
+  return load_sharded(dir, index_text, set, merged);
+}
+
+}  // namespace meshtensor::io

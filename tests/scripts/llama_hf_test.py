@@ -1,0 +1,87 @@
+"""examples/llama against Hugging Face transformers' LlamaForCausalLM: the same checkpoint, the same
+logits.
+
+llama_hf_test.py LLAMA MPIEXEC WORKDIR
+
+Two tiny Llamas are made with transformers (random weights, norms not all ones), each saved with
+save_pretrained: one untied in float32 as a single model.safetensors, with Llama 3.1's rope
+scaling; one with tied embeddings in bfloat16, sharded (model.safetensors.index.json). The example
+reads each (--from-pretrained) under several layouts and rank counts, the sequence uneven over
+them, and writes the logits of one sequence (--logits-out); they must equal those of transformers'
+from_pretrained of the same directory in float32 (its eager attention; the bf16 weights upcast as
+the example upcasts them) to 1e-5 of their largest magnitude
+(float32 sums in other orders: about 1e-6). Exit 77 (skipped) without torch and transformers.
+"""
+import os
+import subprocess
+import sys
+
+try:
+    import numpy as np
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+except ImportError as e:
+    print(f"SKIPPED: {e} (scripts/install_deps.sh installs transformers into its Python environment)")
+    sys.exit(77)
+
+llama, mpiexec, work = sys.argv[1:4]
+os.makedirs(work, exist_ok=True)
+IDS = [3, 17, 42, 5, 0, 59, 23, 8, 31, 11, 47]  # 11 positions: uneven over 2 and 4 parts
+
+
+def make(name, dtype, **config):
+    torch.manual_seed(len(name))
+    cfg = LlamaConfig(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                      attn_implementation="eager", **config)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, 0.2)
+        for n, p in model.named_parameters():
+            if n.endswith("norm.weight"):
+                p.add_(1.0)
+    model = model.to(dtype)
+    path = os.path.join(work, name)
+    model.save_pretrained(path, safe_serialization=True, max_shard_size="20KB" if dtype == torch.bfloat16 else "1GB")
+    # The reference: transformers loading the directory in float32 (bf16 weights upcast, as the
+    # example upcasts them; its rotary frequencies computed in float32, not kept in bf16).
+    reference = LlamaForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
+    with torch.no_grad():
+        logits = reference(torch.tensor([IDS])).logits[0].numpy()
+    return path, logits
+
+
+cases = [
+    make("untied_f32", torch.float32, rms_norm_eps=1e-5, rope_theta=500.0, tie_word_embeddings=False,
+         rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 2.0,
+                       "original_max_position_embeddings": 16}),
+    make("tied_bf16", torch.bfloat16, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True),
+]
+sharded = os.path.join(cases[1][0], "model.safetensors.index.json")
+if not os.path.exists(sharded):
+    print(f"FAIL: save_pretrained wrote no {sharded}: the sharded case is not tested")
+    sys.exit(1)
+
+runs = [(1, ["--layout", "data", "--mesh", "1", "1"]),
+        (2, ["--layout", "tensor", "--mesh", "1", "2"]),
+        (2, ["--layout", "context", "--mesh", "1", "2"]),
+        (4, ["--layout", "context_tensor", "--attention", "ring", "--mesh", "2", "2"])]
+failed = False
+for path, want in cases:
+    for ranks, layout in runs:
+        out = os.path.join(work, f"{os.path.basename(path)}.{layout[1]}.np{ranks}.txt")
+        cmd = [mpiexec, "-n", str(ranks), llama, "--from-pretrained", path, *layout, "--logits-out", out,
+               "--ids", *map(str, IDS)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"FAIL: {' '.join(cmd)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
+            failed = True
+            continue
+        got = np.loadtxt(out).reshape(want.shape)
+        error = float(np.abs(got - want).max() / np.abs(want).max())
+        ok = error <= 1e-5
+        failed |= not ok
+        print(f"{'ok  ' if ok else 'FAIL'} {os.path.basename(path)} {' '.join(layout)} on {ranks}: "
+              f"largest difference {error:.2e} of the largest logit")
+sys.exit(1 if failed else 0)
