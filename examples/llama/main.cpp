@@ -53,7 +53,7 @@ using context_tensor_layout = mt::layout<grid, mt::zigzag<length, rows>, mt::spl
                                          mt::split<vocab, cols>>;
 
 struct options {
-  std::string layout = "data", attention = "all-to-all", text = "/usr/share/common-licenses/GPL-3", checkpoint, resume, csv;
+  std::string layout = "data", attention = "all-to-all", text, checkpoint, resume, csv;
   std::string dtype = "float32", calibration;
   std::vector<int> mesh{1, 1};
   std::int64_t steps = 100, batch = 8, length = 64, d_model = 64, layers = 2, kv_heads = 2, group = 2, d_kv = 16,
@@ -423,6 +423,7 @@ int run(const mt::environment& env, const options& o) {
   }
   const grid g(env, {o.mesh[0], o.mesh[1]});
   if (!o.logits_out.empty()) return write_logits<L>(g, o);
+  if (o.text.empty()) throw mt::error("--text FILE: the text to train on (any file: its bytes are the tokens)");
   const auto [first, losses] = train<L>(g, o, read_text(o.text, o.length + 2));
   if (g.rank() == 0 && !o.csv.empty()) {
     std::ofstream csv(o.csv);
@@ -461,7 +462,7 @@ int main(int argc, char** argv) try {
                  "model.safetensors or its shards): its architecture and weights, in float32");
   app.add_option("--ids", o.ids, "token ids of one sequence, for --logits-out");
   app.add_option("--logits-out", o.logits_out, "write the logits of --ids (a line of --vocab numbers per position) and stop");
-  app.add_option("--text", o.text, "training text")->capture_default_str();
+  app.add_option("--text", o.text, "the text to train on (any file: its bytes are the tokens)");
   app.add_option("--checkpoint", o.checkpoint, "directory of checkpoints, saved every --save-every steps");
   app.add_option("--save-every", o.save_every, "steps between checkpoints");
   app.add_option("--resume", o.resume, "continue from the latest checkpoint in this directory");

@@ -11,7 +11,7 @@
 #   plan           Llama 3 8B's sizes planned on 8 processors: 8.03 billion parameters (Meta's
 #                  figure) and the all-to-all attention's alltoalls in the table; with
 #                  --calibration, the predicted products' time is the plan's FLOPs at the file's rate,
-#                  and --calibration without --plan is refused
+#                  and --calibration without --plan is refused, and training without --text
 #   bf16           --dtype bf16 (bf16 activations and products, float weights) under the ring's
 #                  zigzag layout on [2 x 2] follows one processor's float32 losses (2e-2, but more
 #                  than 2e-5 apart: float32 layouts differ by about 1e-6) and
@@ -19,7 +19,8 @@
 set -euo pipefail
 case_=$1 llama=$2 dir=$3 mpiexec=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
-run() { local n=$1; shift; "$mpiexec" -n "$n" "$llama" --log-every 1000 "$@" >/dev/null; }
+text=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/README.md  # a text the repository ships
+run() { local n=$1; shift; "$mpiexec" -n "$n" "$llama" --log-every 1000 --text "$text" "$@" >/dev/null; }
 # same A B FROM: every step >= FROM of A is in B, equal to 1e-4 relative
 same() {
   awk -F, -v from="$3" 'NR == FNR { if (FNR > 1) a[$1] = $2; next }
@@ -55,7 +56,7 @@ case $case_ in
     run 4 --mesh 2 2 --layout tensor --steps 60 --csv loss.csv
     awk -F, 'NR == 2 { first = $2 } END { print "loss " first " -> " $2; exit !($2 < 0.75 * first) }' loss.csv ;;
   budget)
-    small=(--layout context --kv-heads 4 --group 1 --batch 1 --length 1024 --memory-budget 0.05 --steps 1)
+    small=(--layout context --kv-heads 4 --group 1 --batch 1 --length 1024 --memory-budget 0.05 --steps 1 --text "$text")
     set +e
     out=$("$mpiexec" -n 1 "$llama" --mesh 1 1 "${small[@]}" 2>&1)
     rc=$?
@@ -87,7 +88,13 @@ case $case_ in
     rc=$?
     set -e
     [ "$rc" != 0 ] && grep -q -- '--calibration needs --plan' <<<"$out" ||
-      { echo "$out"; echo "FAIL: --calibration without --plan not refused (rc $rc)"; exit 1; } ;;
+      { echo "$out"; echo "FAIL: --calibration without --plan not refused (rc $rc)"; exit 1; }
+    set +e
+    out=$("$mpiexec" -n 1 "$llama" --steps 1 2>&1)  # training without --text: no default file
+    rc=$?
+    set -e
+    [ "$rc" != 0 ] && grep -q -- '--text FILE: the text to train on' <<<"$out" ||
+      { echo "$out"; echo "FAIL: training without --text not refused by name (rc $rc)"; exit 1; } ;;
   bf16)
     run 1 --steps 30 --csv float.csv
     run 4 --mesh 2 2 --layout context_tensor --attention ring --dtype bf16 --steps 30 --csv bf16.csv
