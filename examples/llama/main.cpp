@@ -62,7 +62,7 @@ struct options {
   double rope_theta = 500000, rms_eps = 1e-5;  // Llama 3's
   std::optional<nn::rope_llama3_scaling> rope_llama3;  // Llama 3.1's frequency scaling (from a config.json)
   bool plan = false, recompute = false, tie_embeddings = false;
-  std::string pretrained, logits_out;  // --from-pretrained DIR; --logits-out FILE of --ids
+  std::string pretrained, config, logits_out;  // --from-pretrained DIR; --config FILE; --logits-out FILE of --ids
   std::vector<std::int64_t> ids;
 };
 
@@ -206,10 +206,9 @@ std::vector<unsigned char> read_text(const std::string& path, std::int64_t need)
   return bytes;
 }
 
-// --from-pretrained DIR: config.json's architecture into the options (Hugging Face's
-// LlamaConfig keys); anything this model does not compute is refused, naming the key.
-void read_pretrained_config(options& o) {
-  const std::string path = o.pretrained + "/config.json";
+// --config FILE (or --from-pretrained DIR's config.json): the architecture into the options
+// (Hugging Face's LlamaConfig keys); anything this model does not compute is refused, naming the key.
+void read_config(options& o, const std::string& path) {
   nlohmann::json c;
   try {
     c = nlohmann::json::parse(mt::io::read_text(path, MPI_COMM_WORLD));
@@ -460,6 +459,8 @@ int main(int argc, char** argv) try {
   app.add_flag("--tie-embeddings", o.tie_embeddings, "the output projection is the embedding table");
   app.add_option("--from-pretrained", o.pretrained, "a Hugging Face Llama checkpoint's directory (config.json and "
                  "model.safetensors or its shards): its architecture and weights, in float32");
+  app.add_option("--config", o.config, "a Hugging Face Llama config.json: the architecture (with --plan: a published "
+                 "size planned from its card's config alone)");
   app.add_option("--ids", o.ids, "token ids of one sequence, for --logits-out");
   app.add_option("--logits-out", o.logits_out, "write the logits of --ids (a line of --vocab numbers per position) and stop");
   app.add_option("--text", o.text, "the text to train on (any file: its bytes are the tokens)");
@@ -483,12 +484,15 @@ int main(int argc, char** argv) try {
   }
   try {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
-    if (!o.pretrained.empty()) {
+    if (!o.pretrained.empty() && !o.config.empty())
+      throw mt::error("--from-pretrained DIR reads DIR/config.json: drop --config");
+    if (!o.pretrained.empty() || !o.config.empty()) {
+      const char* from = o.pretrained.empty() ? "--config" : "--from-pretrained";
       for (const char* flag : {"--d-model", "--layers", "--kv-heads", "--group", "--d-kv", "--d-ff", "--vocab",
                                 "--rope-theta", "--rms-eps", "--tie-embeddings"})
         if (app.count(flag) > 0)
-          throw mt::error(fmt::format("--from-pretrained takes the architecture from its config.json: drop {}", flag));
-      read_pretrained_config(o);
+          throw mt::error(fmt::format("{} takes the architecture from config.json: drop {}", from, flag));
+      read_config(o, o.pretrained.empty() ? o.config : o.pretrained + "/config.json");
     }
     if (!o.calibration.empty() && !o.plan) throw mt::error("--calibration needs --plan: it predicts the planned step's time");
     if (o.attention == "ring" && o.layout.rfind("context", 0) != 0)

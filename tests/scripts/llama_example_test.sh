@@ -11,7 +11,9 @@
 #   plan           Llama 3 8B's sizes planned on 8 processors: 8.03 billion parameters (Meta's
 #                  figure) and the all-to-all attention's alltoalls in the table; with
 #                  --calibration, the predicted products' time is the plan's FLOPs at the file's rate,
-#                  and --calibration without --plan is refused, and training without --text
+#                  and --calibration without --plan is refused, and training without --text; Llama
+#                  3.1 8B, 70B and 405B planned from their config.json (tests/data/llama3) within
+#                  0.1% of Meta's parameter counts
 #   bf16           --dtype bf16 (bf16 activations and products, float weights) under the ring's
 #                  zigzag layout on [2 x 2] follows one processor's float32 losses (2e-2, but more
 #                  than 2e-5 apart: float32 layouts differ by about 1e-6) and
@@ -89,6 +91,15 @@ case $case_ in
     set -e
     [ "$rc" != 0 ] && grep -q -- '--calibration needs --plan' <<<"$out" ||
       { echo "$out"; echo "FAIL: --calibration without --plan not refused (rc $rc)"; exit 1; }
+    # Llama 3.1 8B, 70B and 405B planned from their published config.json alone: Meta's counts to 0.1%.
+    configs=$(cd "$(dirname "${BASH_SOURCE[0]}")/../data/llama3" && pwd)
+    for size in 8B:8.03 70B:70.6 405B:405.9; do
+      out=$("$mpiexec" -n 1 "$llama" --plan --config "$configs/Llama-3.1-${size%%:*}.config.json" --mesh 1 8 \
+                 --layout tensor --batch 1 --length 256 2>&1) || { echo "$out"; echo "FAIL: ${size%%:*} not planned"; exit 1; }
+      awk -v want="${size#*:}" '/^parameters: / { n = $2 / 1e9; d = (n - want) / want; if (d < 0) d = -d
+             print "planned " n " billion parameters, Meta " want; found = 1; exit !(d <= 1e-3) }
+           END { if (!found) exit 1 }' <<<"$out" || { echo "$out"; echo "FAIL: Llama 3.1 ${size%%:*}'s parameters"; exit 1; }
+    done
     set +e
     out=$("$mpiexec" -n 1 "$llama" --steps 1 2>&1)  # training without --text: no default file
     rc=$?
