@@ -63,6 +63,9 @@ struct options {
   std::optional<nn::rope_llama3_scaling> rope_llama3;  // Llama 3.1's frequency scaling (from a config.json)
   bool plan = false, recompute = false, tie_embeddings = false;
   std::string pretrained, config, logits_out;  // --from-pretrained DIR; --config FILE; --logits-out FILE of --ids
+  std::string config_text;                     // the config.json read, written again by --save-pretrained
+  std::string save_pretrained, save_dtype = "float32";
+  std::int64_t max_shard_bytes = std::int64_t{5} << 30;
   std::vector<std::int64_t> ids;
 };
 
@@ -211,7 +214,8 @@ std::vector<unsigned char> read_text(const std::string& path, std::int64_t need)
 void read_config(options& o, const std::string& path) {
   nlohmann::json c;
   try {
-    c = nlohmann::json::parse(mt::io::read_text(path, MPI_COMM_WORLD));
+    o.config_text = mt::io::read_text(path, MPI_COMM_WORLD);
+    c = nlohmann::json::parse(o.config_text);
   } catch (const nlohmann::json::exception& e) {
     throw mt::io_error(fmt::format("'{}' is not JSON: {}", path, e.what()));
   }
@@ -277,6 +281,58 @@ void load_pretrained(model<L>& m, const std::string& dir) {
   });
   mt::io::load_pretrained(dir, set);
   for (const auto& f : cast_back) f();
+}
+
+// The config.json --save-pretrained writes: the one read (its other keys kept), or one made from
+// the options, its torch_dtype the weights'.
+std::string config_json(const options& o) {
+  nlohmann::json c = o.config_text.empty() ? nlohmann::json::object() : nlohmann::json::parse(o.config_text);
+  if (o.config_text.empty()) {
+    c["architectures"] = {"LlamaForCausalLM"};
+    c["model_type"] = "llama";
+    c["hidden_act"] = "silu";
+    c["attention_bias"] = false;
+    c["mlp_bias"] = false;
+    c["hidden_size"] = o.d_model;
+    c["intermediate_size"] = o.d_ff;
+    c["num_hidden_layers"] = o.layers;
+    c["num_attention_heads"] = o.kv_heads * o.group;
+    c["num_key_value_heads"] = o.kv_heads;
+    c["head_dim"] = o.d_kv;
+    c["vocab_size"] = o.vocab;
+    c["max_position_embeddings"] = o.length;
+    c["rms_norm_eps"] = o.rms_eps;
+    c["rope_theta"] = o.rope_theta;
+    c["tie_word_embeddings"] = o.tie_embeddings;
+  }
+  c["torch_dtype"] = o.save_dtype == "bf16" ? "bfloat16" : "float32";
+  return c.dump(2) + "\n";
+}
+
+// --save-pretrained DIR: the weights and config.json as transformers' save_pretrained writes them
+// (q, k, v and o as [out, in] matrices, their heads merged), in --save-dtype, sharded past
+// --max-shard-bytes; every processor writes its own slices.
+template <class L>
+void save_pretrained(model<L>& m, const options& o) {
+  const mt::no_grad saving;  // the bf16 copies are no steps of the model
+  const std::int64_t heads = o.kv_heads * o.group;
+  const auto file_shape = [&](const std::string& name) -> std::vector<std::int64_t> {
+    if (name.ends_with("q_proj.weight")) return {heads * o.d_kv, o.d_model};
+    if (name.ends_with("k_proj.weight") || name.ends_with("v_proj.weight")) return {o.kv_heads * o.d_kv, o.d_model};
+    if (name.ends_with("o_proj.weight")) return {o.d_model, heads * o.d_kv};
+    return {};
+  };
+  mt::io::tensor_set set;
+  m.each_named([&](const std::string& name, auto& w) {
+    if (o.save_dtype == "bf16") {
+      auto copy = mt::cast<mt::bf16>(w);  // the set keeps its data alive
+      set.add(name, copy);
+    } else {
+      set.add(name, w);
+    }
+    if (const auto merged = file_shape(name); !merged.empty()) set.merge_dims_in_files(name, merged);
+  });
+  mt::io::save_pretrained(o.save_pretrained, set, config_json(o), o.max_shard_bytes);
 }
 
 // Trains (or, on a planned mesh, plans) up to step o.steps; returns the losses from the first step
@@ -353,6 +409,10 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
       t0 = std::chrono::steady_clock::now();
       logged = step + 1;
     }
+  }
+  if (!o.save_pretrained.empty() && !g.is_planned()) {
+    save_pretrained(m, o);
+    if (g.rank() == 0) fmt::print("saved {} (Hugging Face's layout)\n", o.save_pretrained);
   }
   return {step0, losses};
 }
@@ -461,6 +521,12 @@ int main(int argc, char** argv) try {
                  "model.safetensors or its shards): its architecture and weights, in float32");
   app.add_option("--config", o.config, "a Hugging Face Llama config.json: the architecture (with --plan: a published "
                  "size planned from its card's config alone)");
+  app.add_option("--save-pretrained", o.save_pretrained, "after training, write the weights and config.json as "
+                 "transformers' save_pretrained does (LlamaForCausalLM loads the directory)");
+  app.add_option("--save-dtype", o.save_dtype, "--save-pretrained's dtype: float32 or bf16")
+      ->check(CLI::IsMember({"float32", "bf16"}))->capture_default_str();
+  app.add_option("--max-shard-bytes", o.max_shard_bytes, "--save-pretrained: a new file past this many bytes")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--ids", o.ids, "token ids of one sequence, for --logits-out");
   app.add_option("--logits-out", o.logits_out, "write the logits of --ids (a line of --vocab numbers per position) and stop");
   app.add_option("--text", o.text, "the text to train on (any file: its bytes are the tokens)");

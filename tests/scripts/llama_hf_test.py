@@ -10,7 +10,10 @@ reads each (--from-pretrained) under several layouts and rank counts, the sequen
 them, and writes the logits of one sequence (--logits-out); they must equal those of transformers'
 from_pretrained of the same directory in float32 (its eager attention; the bf16 weights upcast as
 the example upcasts them) to 1e-5 of their largest magnitude
-(float32 sums in other orders: about 1e-6). Exit 77 (skipped) without torch and transformers.
+(float32 sums in other orders: about 1e-6). Then the untied one is fine-tuned on 2 ranks for 20
+steps and exported (--save-pretrained, sharded): transformers loads the export and its logits
+equal the example's from it (and differ from the untrained model's); and the bf16 one is loaded and
+exported in bf16 again, every tensor bit for bit. Exit 77 (skipped) without torch and transformers.
 """
 import os
 import subprocess
@@ -84,4 +87,54 @@ for path, want in cases:
         failed |= not ok
         print(f"{'ok  ' if ok else 'FAIL'} {os.path.basename(path)} {' '.join(layout)} on {ranks}: "
               f"largest difference {error:.2e} of the largest logit")
+
+
+def run(ranks, *args):
+    cmd = [mpiexec, "-n", str(ranks), llama, *map(str, args)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"FAIL: {' '.join(cmd)} exited {r.returncode}:\n{r.stdout}{r.stderr}")
+        sys.exit(1)
+
+
+def tensors(path):
+    from safetensors.torch import load_file
+    out = {}
+    for f in sorted(os.listdir(path)):
+        if f.endswith(".safetensors"):
+            out.update(load_file(os.path.join(path, f)))
+    return out
+
+
+# Fine-tuned on 2 ranks (tensor layout) for 20 steps, exported sharded: transformers loads the
+# export unchanged, and its logits are the example's from the same directory (and no longer the
+# untrained model's).
+readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
+export = os.path.join(work, "fine_tuned")
+run(2, "--from-pretrained", cases[0][0], "--layout", "tensor", "--mesh", 1, 2, "--text", readme, "--steps", 20,
+    "--batch", 2, "--length", 16, "--log-every", 100, "--save-pretrained", export, "--max-shard-bytes", 30000)
+shards = [f for f in os.listdir(export) if f.startswith("model-")]
+reference = LlamaForCausalLM.from_pretrained(export, torch_dtype=torch.float32, attn_implementation="eager")
+with torch.no_grad():
+    want = reference(torch.tensor([IDS])).logits[0].numpy()
+out = os.path.join(work, "fine_tuned.txt")
+run(1, "--from-pretrained", export, "--logits-out", out, "--ids", *IDS)
+error = float(np.abs(np.loadtxt(out).reshape(want.shape) - want).max() / np.abs(want).max())
+moved = float(np.abs(want - cases[0][1]).max() / np.abs(cases[0][1]).max())
+ok = error <= 1e-5 and moved > 1e-3 and len(shards) > 1
+failed |= not ok
+print(f"{'ok  ' if ok else 'FAIL'} fine-tuned 20 steps on 2 ranks, exported in {len(shards)} shards: transformers' logits "
+      f"{error:.2e} from the example's, {moved:.2e} from the untrained model's")
+
+# bf16 loaded on 2 ranks (context layout) and exported again in bf16: every tensor bit for bit.
+again = os.path.join(work, "bf16_again")
+run(2, "--from-pretrained", cases[1][0], "--layout", "context", "--mesh", 1, 2, "--text", readme, "--steps", 0,
+    "--save-pretrained", again, "--save-dtype", "bf16", "--max-shard-bytes", 20000)
+original, written = tensors(cases[1][0]), tensors(again)
+same = original.keys() == written.keys() and all(
+    original[k].dtype == written[k].dtype and original[k].shape == written[k].shape and torch.equal(original[k], written[k])
+    for k in original)
+failed |= not same
+print(f"{'ok  ' if same else 'FAIL'} bf16 round trip: {len(written)} tensors of {len(original)}, "
+      f"{'bit for bit' if same else 'NOT equal: ' + ', '.join(sorted(set(original) ^ set(written)) or ['values'])}")
 sys.exit(1 if failed else 0)

@@ -70,8 +70,9 @@ inline std::string header_for(const tensor_set& set, const metadata& meta, std::
   begins.clear();
   for (const auto& e : set.entries()) {
     begins.push_back(at);
-    h[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {at, at + e.global_bytes()}}};
-    dims[e.name] = e.dims;
+    h[e.name] = {{"dtype", e.dtype}, {"shape", e.file_shape.empty() ? e.shape : e.file_shape},
+                 {"data_offsets", {at, at + e.global_bytes()}}};
+    if (e.file_shape.empty()) dims[e.name] = e.dims;  // a merged shape has other dims than the tensor's
     at += e.global_bytes();
   }
   nlohmann::json m(meta);
@@ -211,21 +212,6 @@ struct load_options {
   bool merged_dims = false;
 };
 
-namespace detail {
-// Whether `file` is `ours` with runs of consecutive extents merged (each file extent the product
-// of the next run of ours, every extent of ours used once).
-inline bool merges_of(const std::vector<std::int64_t>& file, const std::vector<std::int64_t>& ours) {
-  std::size_t i = 0;
-  for (const std::int64_t want : file) {
-    std::int64_t product = 1;
-    const std::size_t run_start = i;
-    while (i < ours.size() && (i == run_start || product < want)) product *= ours[i++];
-    if (product != want) return false;
-  }
-  while (i < ours.size() && ours[i] == 1) ++i;  // trailing dims of extent 1 merge into the last
-  return i == ours.size();
-}
-}  // namespace detail
 
 // Reads the set's tensors from path into the tensors, each processor only its own box under the
 // tensor's layout (any layout and rank count may have written it). Checks, for every tensor of

@@ -31,6 +31,7 @@ struct entry {
   std::int64_t elem_size = 0;
   std::vector<std::string> dims;
   std::vector<std::int64_t> shape, extent;  // global extents; this processor's local extents
+  std::vector<std::int64_t> file_shape;     // what a file records, if not shape (merged dims)
   // What this processor holds: its box, or under a zigzag layout several pieces (placement's
   // pieces_at), each a global box and the frame its local array is read through.
   struct held_piece {
@@ -56,6 +57,20 @@ struct entry {
     return n;
   }
 };
+
+// Whether `file` is `ours` with runs of consecutive extents merged (each file extent the product
+// of the next run of ours, every extent of ours used once).
+inline bool merges_of(const std::vector<std::int64_t>& file, const std::vector<std::int64_t>& ours) {
+  std::size_t i = 0;
+  for (const std::int64_t want : file) {
+    std::int64_t product = 1;
+    const std::size_t run_start = i;
+    while (i < ours.size() && (i == run_start || product < want)) product *= ours[i++];
+    if (product != want) return false;
+  }
+  while (i < ours.size() && ours[i] == 1) ++i;  // trailing dims of extent 1 merge into the last
+  return i == ours.size();
+}
 
 }  // namespace detail
 
@@ -111,6 +126,23 @@ class tensor_set {
       };
     entries_.push_back(std::move(e));
     return *this;
+  }
+
+  // Files record tensor `name` with runs of its consecutive dims merged into file_shape (Hugging
+  // Face's [heads x d_kv, d_model] for a [kv_heads, group, d_kv, d_model] tensor): the row-major
+  // bytes are the same. shape_error naming the tensor and both shapes where file_shape is not
+  // such a merge, or no tensor has the name.
+  tensor_set& merge_dims_in_files(const std::string& name, const std::vector<std::int64_t>& file_shape) {
+    for (auto& e : entries_)
+      if (e.name == name) {
+        if (!detail::merges_of(file_shape, e.shape))
+          throw shape_error(detail::cat("tensor_set::merge_dims_in_files: '", name, "' of shape ",
+                                        detail::shape_text(e.shape), " cannot be written as ",
+                                        detail::shape_text(file_shape), " (not its consecutive dims merged)"));
+        e.file_shape = file_shape;
+        return *this;
+      }
+    throw shape_error(detail::cat("tensor_set::merge_dims_in_files: no tensor '", name, "' in the set"));
   }
 
   const std::vector<detail::entry>& entries() const { return entries_; }
