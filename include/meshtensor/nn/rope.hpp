@@ -12,21 +12,22 @@
 // way. Communication: none. Gradient: the rotation by the opposite angle (the rotation is
 // orthogonal), nothing kept for it.
 #include <Kokkos_Core.hpp>
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <numbers>
 #include <optional>
 #include <type_traits>
 #include <vector>
 
+#include "../autodiff/tape.hpp"
 #include "../element/bf16.hpp"
 #include "../element/kokkos_math.hpp"
 #include "../geometry/box.hpp"
 #include "../kernels/launch.hpp"
 #include "../kernels/pool.hpp"
-#include "../ops/detail/op_support.hpp"
 #include "../ops/op_call.hpp"
+#include "../tensor/tensor.hpp"
 
 namespace meshtensor {
 namespace diagnostic {
