@@ -6,14 +6,21 @@
 //   op/<name>/fwd        the op alone: add, exp, exp(x * 0.5), einsum 64^3, softmax, layer_norm
 //   op/<name>/fwd_bwd    y = op(x); the gradient of sum(y) for x (the peer does the same)
 //   op/adam/1024         an Adam update of a 1 K tensor
+//   math/<fn>/<type>/<n>[/fwd_bwd]  one transcendental op per element, where the kernel is the cost:
+//                        exp, log, tanh, sigmoid, gelu (tanh form), silu over n = 4 K (64 x 64)
+//                        and 1 M (1024 x 1024) floats or bf16s, forward, and for float with its
+//                        gradient (issue 59, item 7); the time is per op, the peer divides by n
 //   parts/...            what an op is made of, measured alone: a fresh Kokkos allocation (and its
 //                        free), the pool's, an empty kernel's launch, a fence
 // The peer is benchmarks/peers/torch_op_overhead.py: the same ops, the same chain, PyTorch eager,
 // on the same device (scripts/dev/bench_op_overhead.sh runs both and prints the ratios).
 #include <meshtensor/meshtensor.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "common.hpp"
 
@@ -35,10 +42,9 @@ mt::environment* env_ptr = nullptr;
 constexpr std::int64_t side = 64;
 int chain() { return bench::smoke() ? 2 : 200; }
 
-// Times `chain` calls of f and one fence; the iteration's time is per call.
+// Times n calls of f and one fence; the iteration's time is per call.
 template <class F>
-void per_op(benchmark::State& state, F&& f) {
-  const int n = chain();
+void per_op(benchmark::State& state, F&& f, int n = chain()) {
   for (int i = 0; i < n; ++i) f();  // warm: the pool holds its blocks, caches are set
   Kokkos::fence();
   for (auto _ : state) {
@@ -109,6 +115,48 @@ void adam(benchmark::State& state) {
   per_op(state, [&] { opt.update(w, grad, st, ++t); });
 }
 
+// One transcendental function over a side x side tensor of T, forward alone or with its gradient;
+// inputs in (0.5, 1.5) so that log is defined and every function works in its main range.
+template <class T, class Op>
+void math(benchmark::State& state, std::int64_t n_side, Op op, bool backward) {
+  using X = mt::tensor<T, plain, r, c>;
+  one g(*env_ptr, {1});
+  auto x = mt::random_uniform<X>(g, {n_side, n_side}, 3, 0.5, 1.5);
+  const int chain_here = bench::smoke() ? 2 : std::max<int>(2, static_cast<int>(chain() * (side * side) / (n_side * n_side)));
+  if (!backward) {
+    per_op(state, [&] {
+      X y = op(x);
+      benchmark::DoNotOptimize(y.view().data());
+    }, chain_here);
+    return;
+  }
+  if constexpr (std::is_same_v<T, float>) {  // bf16 parameters train through float masters (optim/)
+    x.requires_grad();
+    per_op(state, [&] {
+      const auto loss = sum_all(op(x));
+      auto grads = mt::gradient(loss, x);
+      benchmark::DoNotOptimize(&grads);
+    }, chain_here);
+  }
+}
+
+template <class T>
+void register_math(const auto& add_bench) {
+  const std::string type = std::is_same_v<T, float> ? "float" : "bf16";
+  using X = mt::tensor<T, plain, r, c>;
+  const std::pair<const char*, X (*)(const X&)> fns[] = {
+      {"exp", [](const X& x) { return mt::exp(x); }},         {"log", [](const X& x) { return mt::log(x); }},
+      {"tanh", [](const X& x) { return mt::tanh(x); }},       {"sigmoid", [](const X& x) { return mt::sigmoid(x); }},
+      {"gelu", [](const X& x) { return mt::gelu(x); }},       {"silu", [](const X& x) { return mt::silu(x); }}};
+  for (const auto& [name, fn] : fns)
+    for (const std::int64_t n_side : {std::int64_t{64}, std::int64_t{1024}})
+      for (const bool bwd : {false, true}) {
+        if (bwd && !std::is_same_v<T, float>) continue;
+        add_bench("math/" + std::string(name) + "/" + type + "/" + std::to_string(n_side * n_side) + (bwd ? "/fwd_bwd" : ""),
+                  [fn = fn, n_side, bwd](benchmark::State& s) { math<T>(s, n_side, fn, bwd); });
+      }
+}
+
 // The parts.
 using mem = Kokkos::DefaultExecutionSpace::memory_space;
 void kokkos_allocation(benchmark::State& state) {
@@ -152,6 +200,8 @@ void register_all() {
     add_bench("op/layer_norm" + pass, [bwd](benchmark::State& s) { layer_norm(s, bwd); });
   }
   add_bench("op/adam/1024", adam);
+  register_math<float>(add_bench);
+  register_math<mt::bf16>(add_bench);
   add_bench("parts/kokkos_allocation", kokkos_allocation);
   add_bench("parts/pool_allocation", pool_allocation);
   add_bench("parts/launch", launch);

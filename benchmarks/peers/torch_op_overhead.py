@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """PyTorch eager's cost of one op on tiny tensors: the peer of benchmarks/bench_op_overhead.cpp.
 
-The same ops on the same 64 x 64 float tensors, each run CHAIN times in a row and the device
+The same ops on the same 64 x 64 float tensors (and the transcendental functions at 4 K and 1 M
+elements, float and bf16: math/...), each run CHAIN times in a row and the device
 waited for once at the end, the median over ROUNDS rounds, in microseconds per op. With --ours
 (bench_op_overhead's --benchmark_out JSON from the same device) it prints both side by side and
 the ratio PyTorch / meshtensor (above 1: meshtensor is faster), and writes both to --out.
@@ -56,6 +57,26 @@ def measure(dev, chain, rounds):
     xg = x.clone().requires_grad_()
     for name, op in ops.items():
         out[f"op/{name}/fwd_bwd"] = per_op(lambda: torch.autograd.grad(op(xg).sum(), xg), chain, rounds, sync)
+    math = {
+        "exp": torch.exp,
+        "log": torch.log,
+        "tanh": torch.tanh,
+        "sigmoid": torch.sigmoid,
+        "gelu": lambda t: F.gelu(t, approximate="tanh"),
+        "silu": F.silu,
+    }
+    for side in (64, 1024):
+        n = side * side
+        chain_here = max(2, chain * SIDE * SIDE // n)
+        for dtype, type_name in ((torch.float32, "float"), (torch.bfloat16, "bf16")):
+            u = (torch.rand(side, side, generator=g) + 0.5).to(dev).to(dtype)
+            for name, op in math.items():
+                with torch.no_grad():
+                    out[f"math/{name}/{type_name}/{n}"] = per_op(lambda: op(u), chain_here, rounds, sync)
+                if dtype == torch.float32:
+                    ug = u.clone().requires_grad_()
+                    out[f"math/{name}/{type_name}/{n}/fwd_bwd"] = per_op(
+                        lambda: torch.autograd.grad(op(ug).sum(), ug), chain_here, rounds, sync)
     p = rand(1024).requires_grad_()
     p.grad = rand(1024)
     opt = torch.optim.Adam([p])
@@ -86,16 +107,16 @@ def main():
                 name = re.sub(r"/(iterations:\d+|manual_time|real_time)", "", b["name"])
                 (parts if name.startswith("parts/") else ours)[name] = us
     print(f"per-op time, microseconds (median of {args.rounds} rounds of {args.chain}); torch {torch.__version__}, {where}")
-    print(f"{'op':24s} {'meshtensor':>11s} {'PyTorch':>9s} {'PyTorch/ours':>13s}")
+    print(f"{'op':36s} {'meshtensor':>11s} {'PyTorch':>9s} {'PyTorch/ours':>13s}")
     rows = []
     for name, t in theirs.items():
         o = ours.get(name)
         ratio = t / o if o else None
         rows.append({"op": name, "meshtensor_us": o, "pytorch_us": t, "pytorch_over_meshtensor": ratio})
-        print(f"{name:24s} {o if o is not None else float('nan'):11.2f} {t:9.2f} "
+        print(f"{name:36s} {o if o is not None else float('nan'):11.2f} {t:9.2f} "
               f"{ratio if ratio is not None else float('nan'):13.2f}")
     for name, t in parts.items():
-        print(f"{name:24s} {t:11.2f}")
+        print(f"{name:36s} {t:11.2f}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"torch": torch.__version__, "device": where, "chain": args.chain, "rounds": args.rounds,

@@ -88,12 +88,12 @@ auto scalar_like(const Like& like, typename Like::value_type v) {
 // Each functor gives f(x) and df(x, y) with y = f(x), the derivative used by the gradient rule.
 namespace fn {
 using kmath::cos;
-using kmath::exp;
 using kmath::fabs;
-using kmath::log;
 using kmath::sin;
 using kmath::sqrt;
-using kmath::tanh;
+using kmath::vectorised::exp;
+using kmath::vectorised::log;
+using kmath::vectorised::tanh;
 #define MESHTENSOR_UNARY(NAME, F, DF)                                          \
   struct NAME##_fn {                                                           \
     static constexpr const char* name = #NAME;                                 \
@@ -185,8 +185,8 @@ MESHTENSOR_UNARY_API(silu)
 // ---- binary ---------------------------------------------------------------------------------
 // Each functor gives f(a, b) and the partials da(a, b), db(a, b).
 namespace fn {
-using kmath::log;
 using kmath::pow;
+using kmath::vectorised::log;
 #define MESHTENSOR_BINARY(NAME, F, DA, DB)                                                  \
   struct NAME##_fn {                                                                        \
     static constexpr const char* name = #NAME;                                              \
