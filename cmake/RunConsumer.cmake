@@ -1,7 +1,7 @@
 # Installs meshtensor into a scratch prefix, then configures, builds and runs a small program that
 # finds it with find_package(meshtensor). -DBUILD_DIR -DSCRATCH -DCONSUMER_SOURCE -DKOKKOS_DIR -DGENERATOR
-# Optional: -DCOPY_MAIN=<file> copied into (a copy of) the project as main.cpp, as a user copies an
-# example; -DBUILD_TYPE (default Release); -DRUN_ARGS (a ;-list); -DEXPECT (a regex of the output,
+# Optional: -DCOPY_EXAMPLE=<dir> an example's sources (its main.cpp and the headers beside it)
+# copied into (a copy of) the project, as a user copies an example; -DBUILD_TYPE (default Release); -DRUN_ARGS (a ;-list); -DEXPECT (a regex of the output,
 # default "consumer ok").
 file(REMOVE_RECURSE ${SCRATCH})
 if(NOT DEFINED BUILD_TYPE)
@@ -10,9 +10,10 @@ endif()
 if(NOT DEFINED EXPECT)
   set(EXPECT "consumer ok")
 endif()
-if(COPY_MAIN)
+if(COPY_EXAMPLE)
   file(COPY ${CONSUMER_SOURCE}/ DESTINATION ${SCRATCH}/src)
-  configure_file(${COPY_MAIN} ${SCRATCH}/src/main.cpp COPYONLY)
+  file(GLOB example_sources ${COPY_EXAMPLE}/*.cpp ${COPY_EXAMPLE}/*.hpp)
+  file(COPY ${example_sources} DESTINATION ${SCRATCH}/src)
   set(CONSUMER_SOURCE ${SCRATCH}/src)
 endif()
 macro(run)

@@ -11,194 +11,22 @@
 // the sequence, which attention runs). --plan prints what a
 // step needs per processor and what it communicates, on a mesh of any size, without running it.
 // Rotary positions (nn/rope.hpp) are global, so they are the same under every layout, the zigzag
-// sequence included.
+// sequence included. --generate N continues --ids greedily, one token at a time through a key-value
+// cache written in place. The model is model.hpp; Hugging Face checkpoints in and out are
+// hugging_face.hpp.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <fmt/core.h>
 #include <fstream>
 #include <iterator>
-#include <functional>
 #include <meshtensor/io/checkpoint.hpp>
-#include <meshtensor/io/pretrained.hpp>
 #include <meshtensor/meshtensor.hpp>
-#include <nlohmann/json.hpp>
 #include <meshtensor/plan/cost_model.hpp>
 #include <optional>
 #include <random>
 
-namespace mt = meshtensor;
-namespace nn = meshtensor::nn;
-
-struct batch : mt::dim<"batch"> {};
-struct length : mt::dim<"length"> {};
-struct memory_length : mt::dim<"memory_length"> {};  // the attended positions
-struct d_model : mt::dim<"d_model"> {};
-struct kv_heads : mt::dim<"kv_heads"> {};  // key and value heads
-struct group : mt::dim<"group"> {};        // query heads per KV head
-struct d_kv : mt::dim<"d_kv"> {};
-struct d_ff : mt::dim<"d_ff"> {};
-struct vocab : mt::dim<"vocab"> {};
-struct rows : mt::axis<"rows"> {};
-struct cols : mt::axis<"cols"> {};
-using grid = mt::mesh<rows, cols>;
-
-using data_layout = mt::layout<grid, mt::split<batch, rows, cols>>;
-using tensor_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
-                                 mt::split<vocab, cols>>;
-using context_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<length, cols>>;
-// The ring's layout cuts the sequence zigzag (chunks q and 2P - 1 - q on part q): under the causal
-// mask every part then computes as many blocks, where a contiguous split leaves the last part P
-// blocks and the first one.
-using context_tensor_layout = mt::layout<grid, mt::zigzag<length, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
-                                         mt::split<vocab, cols>>;
-
-struct options {
-  std::string layout = "data", attention = "all-to-all", text, checkpoint, resume, csv;
-  std::string dtype = "float32", calibration;
-  std::vector<int> mesh{1, 1};
-  std::int64_t steps = 100, batch = 8, length = 64, d_model = 64, layers = 2, kv_heads = 2, group = 2, d_kv = 16,
-               d_ff = 172, vocab = 256, save_every = 0, log_every = 10;
-  double lr = 3e-3, memory_budget = 0;  // GiB per processor; 0: unchecked
-  double rope_theta = 500000, rms_eps = 1e-5;  // Llama 3's
-  std::optional<nn::rope_llama3_scaling> rope_llama3;  // Llama 3.1's frequency scaling (from a config.json)
-  bool plan = false, recompute = false, tie_embeddings = false;
-  std::string pretrained, config, logits_out;  // --from-pretrained DIR; --config FILE; --logits-out FILE of --ids
-  std::string config_text;                     // the config.json read, written again by --save-pretrained
-  std::string save_pretrained, save_dtype = "float32";
-  std::int64_t max_shard_bytes = std::int64_t{5} << 30;
-  std::vector<std::int64_t> ids;
-};
-
-template <class T>
-constexpr bool is_vector = false;
-template <class T>
-constexpr bool is_vector<std::vector<T>> = true;
-
-template <class L>
-struct model {
-  template <class... D>
-  using t = mt::tensor<float, L, D...>;
-  template <class... D>
-  using per_block = std::vector<t<D...>>;  // one entry per block: gradient() and adam take a vector as one
-  // Each weight's dims in the order of Hugging Face's tensor ([out, in] for a Linear, its heads
-  // split into kv_heads x group), so that its checkpoints load as they are (the einsums do not
-  // care about the order).
-  t<vocab, d_model> embedding;
-  per_block<d_model> attention_norm, feed_forward_norm;
-  per_block<kv_heads, group, d_kv, d_model> wq;
-  per_block<kv_heads, d_kv, d_model> wk, wv;
-  per_block<d_model, kv_heads, group, d_kv> wo;
-  per_block<d_ff, d_model> w_gate, w_up;
-  per_block<d_model, d_ff> w_down;
-  t<d_model> final_norm;
-  std::vector<t<vocab, d_model>> output;  // none where tied to the embedding (--tie-embeddings)
-
-  auto tie() { return std::tie(embedding, attention_norm, feed_forward_norm, wq, wk, wv, wo, w_gate, w_up, w_down, final_norm, output); }
-  // Hugging Face's names (LlamaForCausalLM's state dict): its checkpoints and this model's name the
-  // same tensors. "{}" is the block.
-  static constexpr const char* names[] = {
-      "model.embed_tokens.weight", "model.layers.{}.input_layernorm.weight",
-      "model.layers.{}.post_attention_layernorm.weight", "model.layers.{}.self_attn.q_proj.weight",
-      "model.layers.{}.self_attn.k_proj.weight", "model.layers.{}.self_attn.v_proj.weight",
-      "model.layers.{}.self_attn.o_proj.weight", "model.layers.{}.mlp.gate_proj.weight",
-      "model.layers.{}.mlp.up_proj.weight", "model.layers.{}.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight"};
-  // f(name, tensor) for every weight.
-  template <class F>
-  void each_named(F&& f) {
-    std::size_t kind = 0;
-    const auto visit = [&]<class P>(P& p) {
-      if constexpr (is_vector<P>)
-        for (std::size_t b = 0; b < p.size(); ++b) f(fmt::format(fmt::runtime(names[kind]), b), p[b]);
-      else
-        f(std::string(names[kind]), p);
-      ++kind;
-    };
-    std::apply([&](auto&... p) { (visit(p), ...); }, tie());
-  }
-
-  model(const grid& g, const options& o) {
-    const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);  // what a plan counts them as
-    const std::int64_t dm = o.d_model, kv = o.kv_heads, gr = o.group, dk = o.d_kv, ff = o.d_ff;
-    std::uint64_t seed = 1;
-    const auto init = [&]<class W, class FanIn>(std::vector<W>& ws, const typename W::extents_type& e, FanIn) {
-      ws.push_back(nn::normal_fan_in<W, FanIn>(g, e, seed++));
-    };
-    embedding = mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, seed++, 0, 1);
-    for (std::int64_t b = 0; b < o.layers; ++b) {
-      attention_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
-      feed_forward_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
-      init(wq, {kv, gr, dk, dm}, d_model{});
-      init(wk, {kv, dk, dm}, d_model{});
-      init(wv, {kv, dk, dm}, d_model{});
-      wo.push_back(nn::normal_fan_in<t<d_model, kv_heads, group, d_kv>, kv_heads, group, d_kv>(g, {dm, kv, gr, dk}, seed++));
-      init(w_gate, {ff, dm}, d_model{});
-      init(w_up, {ff, dm}, d_model{});
-      init(w_down, {dm, ff}, d_ff{});
-    }
-    ring = o.attention == "ring";
-    rope = {.theta = o.rope_theta, .llama3 = o.rope_llama3};
-    rms_eps = static_cast<float>(o.rms_eps);
-    recompute = o.recompute;
-    final_norm = mt::full<t<d_model>>(g, {dm}, 1.0f);
-    if (!o.tie_embeddings) output.push_back(nn::normal_fan_in<t<vocab, d_model>, d_model>(g, {o.vocab, dm}, seed++));
-    std::apply([](auto&... p) { (mt::for_each_tensor(p, [](auto& w) { w.requires_grad(); }), ...); }, tie());
-  }
-
-  bool recompute = false;
-  bool ring = false;  // --attention ring: where the layout splits the sequence, attention by a ring
-  nn::rope_config rope;  // q and k rotated at their positions (--rope-theta)
-  float rms_eps = 1e-5f;
-
-  // A weight as the computation in C uses it: itself (float32), or a bf16 copy whose gradient flows
-  // back to the float weight, which Adam updates (--dtype bf16: mixed precision).
-  template <class C, class W>
-  static auto as(const W& w) {
-    if constexpr (std::is_same_v<C, float>) return w;
-    else return mt::cast<C>(w);
-  }
-
-  // Grouped-query attention: where the layout splits the sequence, by all-to-all or by a ring.
-  template <class C, class X>
-  X attention(const X& x, std::size_t b) const {
-    const auto q = as<C>(wq[b]);  // one declaration each: an auto declaration deduces one type, and these differ
-    const auto k = as<C>(wk[b]);
-    const auto v = as<C>(wv[b]);
-    const auto o = as<C>(wo[b]);
-    if constexpr (std::is_same_v<L, context_tensor_layout>)
-      return nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o, rope);
-    else if constexpr (std::is_same_v<L, context_layout>)
-      return ring ? nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o, rope)
-                  : nn::all_to_all_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(
-                        x, q, k, v, o, rope);
-    else
-      return nn::grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o, rope);
-  }
-
-  // The next token's logits [batch, length, vocab] at each position of a batch of token ids,
-  // computed in C (float, or bf16: the activations and products in bf16, their sums in float).
-  template <class C = float>
-  auto logits(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
-    using X = mt::tensor<C, L, batch, length, d_model>;
-    X x = nn::embedding<vocab>(as<C>(embedding), ids);
-    for (std::size_t b = 0; b < wq.size(); ++b) {
-      const auto block = [this, b](const X& in) {
-        const X a = in + attention<C>(nn::rms_norm<d_model>(in, as<C>(attention_norm[b]), rms_eps), b);
-        return X(a + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(a, as<C>(feed_forward_norm[b]), rms_eps),
-                                                           as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
-      };
-      // --recompute: only each block's input is kept; the backward pass runs the block again
-      x = recompute ? mt::recompute(block, x) : block(x);
-    }
-    return nn::dense<d_model, vocab>(nn::rms_norm<d_model>(x, as<C>(final_norm), rms_eps),
-                                     as<C>(output.empty() ? embedding : output[0]));
-  }
-
-  // Mean next-token cross-entropy of a batch of token ids, computed in C (the loss in float).
-  template <class C = float>
-  t<> loss(const mt::tensor<std::int32_t, L, batch, length>& ids, const mt::tensor<std::int32_t, L, batch, length>& labels) const {
-    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(mt::cast<float>(logits<C>(ids)), labels));
-  }
-};
+#include "hugging_face.hpp"
+#include "model.hpp"
 
 std::vector<unsigned char> read_text(const std::string& path, std::int64_t need) {
   std::ifstream in(path, std::ios::binary);
@@ -207,132 +35,6 @@ std::vector<unsigned char> read_text(const std::string& path, std::int64_t need)
   if (static_cast<std::int64_t>(bytes.size()) < need)
     throw mt::io_error(fmt::format("'{}' has {} bytes; sequences of this length need {}", path, bytes.size(), need));
   return bytes;
-}
-
-// --config FILE (or --from-pretrained DIR's config.json): the architecture into the options
-// (Hugging Face's LlamaConfig keys); anything this model does not compute is refused, naming the key.
-void read_config(options& o, const std::string& path) {
-  nlohmann::json c;
-  try {
-    o.config_text = mt::io::read_text(path, MPI_COMM_WORLD);
-    c = nlohmann::json::parse(o.config_text);
-  } catch (const nlohmann::json::exception& e) {
-    throw mt::io_error(fmt::format("'{}' is not JSON: {}", path, e.what()));
-  }
-  const auto need = [&](const char* key) -> const nlohmann::json& {
-    if (!c.contains(key) || c[key].is_null()) throw mt::io_error(fmt::format("'{}' has no '{}'", path, key));
-    return c[key];
-  };
-  const auto refuse = [&](const char* key, const std::string& value, const char* why) {
-    throw mt::io_error(fmt::format("'{}': {} is {}; {}", path, key, value, why));
-  };
-  if (c.value("model_type", std::string()) != "llama") refuse("model_type", c.value("model_type", std::string("(none)")), "this model reads llama");
-  if (c.value("hidden_act", std::string("silu")) != "silu") refuse("hidden_act", c["hidden_act"].dump(), "Llama's feed-forward is SwiGLU (silu)");
-  if (c.value("attention_bias", false) || c.value("mlp_bias", false)) refuse("attention_bias or mlp_bias", "true", "this model has no biases");
-  try {
-    o.d_model = need("hidden_size").get<std::int64_t>();
-    o.layers = need("num_hidden_layers").get<std::int64_t>();
-    const auto heads = need("num_attention_heads").get<std::int64_t>();
-    o.kv_heads = c.value("num_key_value_heads", heads);
-    if (o.kv_heads <= 0 || heads % o.kv_heads != 0)
-      refuse("num_key_value_heads", std::to_string(o.kv_heads), fmt::format("it must divide num_attention_heads ({})", heads).c_str());
-    o.group = heads / o.kv_heads;
-    o.d_kv = c.contains("head_dim") && !c["head_dim"].is_null() ? c["head_dim"].get<std::int64_t>() : o.d_model / heads;
-    o.d_ff = need("intermediate_size").get<std::int64_t>();
-    o.vocab = need("vocab_size").get<std::int64_t>();
-    o.rms_eps = c.value("rms_norm_eps", 1e-6);
-    o.rope_theta = c.value("rope_theta", 10000.0);
-    o.tie_embeddings = c.value("tie_word_embeddings", false);
-    if (c.contains("rope_scaling") && !c["rope_scaling"].is_null()) {
-      const auto& r = c["rope_scaling"];
-      const std::string type = r.value("rope_type", r.value("type", std::string()));
-      if (type != "llama3") refuse("rope_scaling's rope_type", type, "the default and llama3 are read");
-      o.rope_llama3 = nn::rope_llama3_scaling{r.at("factor").get<double>(), r.at("low_freq_factor").get<double>(),
-                                              r.at("high_freq_factor").get<double>(),
-                                              r.at("original_max_position_embeddings").get<double>()};
-    }
-  } catch (const nlohmann::json::exception& e) {
-    throw mt::io_error(fmt::format("'{}': {}", path, e.what()));
-  }
-}
-
-// --from-pretrained DIR: the model's weights from a Hugging Face checkpoint (save_pretrained's
-// model.safetensors or shards), each processor reading its own slices; F32 files loaded as they
-// are, BF16 ones into bf16 copies then cast to the float weights.
-template <class L>
-void load_pretrained(model<L>& m, const std::string& dir) {
-  const mt::no_grad loading;  // the casts below are no steps of the model
-  const std::string dtype = mt::io::pretrained_dtype(dir, MPI_COMM_WORLD);
-  mt::io::tensor_set set;
-  std::vector<std::function<void()>> cast_back;
-  m.each_named([&]<class W>(const std::string& name, W& w) {
-    if (dtype == "F32") {
-      set.add(name, w);
-    } else if (dtype == "BF16") {
-      auto copy = mt::cast<mt::bf16>(w);  // its values come from the file
-      set.add(name, copy);
-      cast_back.push_back([&w, copy] {
-        w = mt::cast<float>(copy);
-        w.requires_grad();
-      });
-    } else {
-      throw mt::io_error(fmt::format("'{}' holds {} tensors; F32 and BF16 are read", dir, dtype));
-    }
-  });
-  mt::io::load_pretrained(dir, set);
-  for (const auto& f : cast_back) f();
-}
-
-// The config.json --save-pretrained writes: the one read (its other keys kept), or one made from
-// the options, its torch_dtype the weights'.
-std::string config_json(const options& o) {
-  nlohmann::json c = o.config_text.empty() ? nlohmann::json::object() : nlohmann::json::parse(o.config_text);
-  if (o.config_text.empty()) {
-    c["architectures"] = {"LlamaForCausalLM"};
-    c["model_type"] = "llama";
-    c["hidden_act"] = "silu";
-    c["attention_bias"] = false;
-    c["mlp_bias"] = false;
-    c["hidden_size"] = o.d_model;
-    c["intermediate_size"] = o.d_ff;
-    c["num_hidden_layers"] = o.layers;
-    c["num_attention_heads"] = o.kv_heads * o.group;
-    c["num_key_value_heads"] = o.kv_heads;
-    c["head_dim"] = o.d_kv;
-    c["vocab_size"] = o.vocab;
-    c["max_position_embeddings"] = o.length;
-    c["rms_norm_eps"] = o.rms_eps;
-    c["rope_theta"] = o.rope_theta;
-    c["tie_word_embeddings"] = o.tie_embeddings;
-  }
-  c["torch_dtype"] = o.save_dtype == "bf16" ? "bfloat16" : "float32";
-  return c.dump(2) + "\n";
-}
-
-// --save-pretrained DIR: the weights and config.json as transformers' save_pretrained writes them
-// (q, k, v and o as [out, in] matrices, their heads merged), in --save-dtype, sharded past
-// --max-shard-bytes; every processor writes its own slices.
-template <class L>
-void save_pretrained(model<L>& m, const options& o) {
-  const mt::no_grad saving;  // the bf16 copies are no steps of the model
-  const std::int64_t heads = o.kv_heads * o.group;
-  const auto file_shape = [&](const std::string& name) -> std::vector<std::int64_t> {
-    if (name.ends_with("q_proj.weight")) return {heads * o.d_kv, o.d_model};
-    if (name.ends_with("k_proj.weight") || name.ends_with("v_proj.weight")) return {o.kv_heads * o.d_kv, o.d_model};
-    if (name.ends_with("o_proj.weight")) return {o.d_model, heads * o.d_kv};
-    return {};
-  };
-  mt::io::tensor_set set;
-  m.each_named([&](const std::string& name, auto& w) {
-    if (o.save_dtype == "bf16") {
-      auto copy = mt::cast<mt::bf16>(w);  // the set keeps its data alive
-      set.add(name, copy);
-    } else {
-      set.add(name, w);
-    }
-    if (const auto merged = file_shape(name); !merged.empty()) set.merge_dims_in_files(name, merged);
-  });
-  mt::io::save_pretrained(o.save_pretrained, set, config_json(o), o.max_shard_bytes);
 }
 
 // Trains (or, on a planned mesh, plans) up to step o.steps; returns the losses from the first step
@@ -467,6 +169,45 @@ int write_logits(const grid& g, const options& o) {
   return 0;
 }
 
+// --generate N: N tokens after the prompt --ids, each the argmax of the next token's logits (greedy,
+// as transformers' generate(do_sample=False)), through the key-value cache: the prompt's positions
+// one at a time, then each generated token. Rank 0 prints them (and writes --generate-out).
+template <class L>
+int generate(const grid& g, const options& o) {
+  if (o.ids.empty()) throw mt::error("--generate needs --ids: the prompt's token ids");
+  const auto n_prompt = static_cast<std::int64_t>(o.ids.size());
+  for (const auto id : o.ids)
+    if (id < 0 || id >= o.vocab) throw mt::error(fmt::format("--ids: {} is outside the vocabulary [0, {})", id, o.vocab));
+  model<L> m(g, o);
+  if (!o.pretrained.empty()) load_pretrained(m, o.pretrained);
+  const mt::no_grad inference;
+  using ids_t = mt::tensor<std::int32_t, L, batch, length>;
+  auto cache = m.start_cache(g, 1, n_prompt + o.generate);
+  std::vector<std::int64_t> out;
+  std::int32_t token = static_cast<std::int32_t>(o.ids[0]);
+  for (std::int64_t p = 0; p + 1 < n_prompt + o.generate; ++p) {
+    const auto logits = mt::gather_all(m.next_logits(mt::from_host<ids_t>(g, {1, 1}, std::vector<std::int32_t>{token}), p, cache));
+    if (p + 1 < n_prompt) {
+      token = static_cast<std::int32_t>(o.ids[static_cast<std::size_t>(p + 1)]);
+      continue;
+    }
+    // every rank holds the gathered logits: each takes the same argmax (the first of equal ones)
+    token = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    out.push_back(token);
+  }
+  if (g.rank() == 0) {
+    fmt::print("generated:");
+    for (const auto id : out) fmt::print(" {}", id);
+    fmt::print("\n");
+    if (!o.generate_out.empty()) {
+      std::ofstream f(o.generate_out);
+      for (std::size_t i = 0; i < out.size(); ++i) f << out[i] << (i + 1 < out.size() ? ' ' : '\n');
+      if (!f) throw mt::io_error(fmt::format("cannot write '{}'", o.generate_out));
+    }
+  }
+  return 0;
+}
+
 template <class L>
 int run(const mt::environment& env, const options& o) {
   const bool root = env.world_rank() == 0;
@@ -482,6 +223,14 @@ int run(const mt::environment& env, const options& o) {
   }
   const grid g(env, {o.mesh[0], o.mesh[1]});
   if (!o.logits_out.empty()) return write_logits<L>(g, o);
+  if (o.generate > 0) {
+    // one token has no sequence to split: decoding runs where the sequence is whole
+    if constexpr (std::is_same_v<L, context_layout> || std::is_same_v<L, context_tensor_layout>)
+      throw mt::error(fmt::format("--generate decodes one token at a time, which has no sequence to split: use --layout "
+                                  "data or tensor, not {}", o.layout));
+    else
+      return generate<L>(g, o);
+  }
   if (o.text.empty()) throw mt::error("--text FILE: the text to train on (any file: its bytes are the tokens)");
   const auto [first, losses] = train<L>(g, o, read_text(o.text, o.length + 2));
   if (g.rank() == 0 && !o.csv.empty()) {
@@ -528,6 +277,9 @@ int main(int argc, char** argv) try {
   app.add_option("--max-shard-bytes", o.max_shard_bytes, "--save-pretrained: a new file past this many bytes")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--ids", o.ids, "token ids of one sequence, for --logits-out");
+  app.add_option("--generate", o.generate, "continue --ids by this many tokens, greedily, through a key-value cache, "
+                 "and stop")->check(CLI::PositiveNumber);
+  app.add_option("--generate-out", o.generate_out, "with --generate: also write the generated ids to this file");
   app.add_option("--logits-out", o.logits_out, "write the logits of --ids (a line of --vocab numbers per position) and stop");
   app.add_option("--text", o.text, "the text to train on (any file: its bytes are the tokens)");
   app.add_option("--checkpoint", o.checkpoint, "directory of checkpoints, saved every --save-every steps");

@@ -4,18 +4,21 @@ logits.
 llama_hf_test.py LLAMA MPIEXEC WORKDIR
 
 Two tiny Llamas are made with transformers (random weights, norms not all ones), each saved with
-save_pretrained: one untied in float32 as a single model.safetensors, with Llama 3.1's rope
-scaling; one with tied embeddings in bfloat16, sharded (model.safetensors.index.json). The example
+save_pretrained in shards (model.safetensors.index.json): one untied in float32 with 8 query heads
+over 2 KV heads, a vocabulary of 300 and Llama 3.1's rope scaling; one with tied embeddings in
+bfloat16. The example
 reads each (--from-pretrained) under several layouts and rank counts, the sequence uneven over
 them, and writes the logits of one sequence (--logits-out); they must equal those of transformers'
 from_pretrained of the same directory in float32 (its eager attention; the bf16 weights upcast as
 the example upcasts them) to 1e-5 of their largest magnitude
-(float32 sums in other orders: about 1e-6). Then the untied one is fine-tuned on 2 ranks for 20
+(float32 sums in other orders: about 1e-6). Its greedy generation of 32 tokens through its key-value
+cache gives transformers' generate's tokens. Then the untied one is fine-tuned on 2 ranks for 20
 steps and exported (--save-pretrained, sharded): transformers loads the export and its logits
 equal the example's from it (and differ from the untrained model's); and the bf16 one is loaded and
 exported in bf16 again, every tensor bit for bit. Exit 77 (skipped) without torch and transformers.
 """
 import os
+import shutil
 import subprocess
 import sys
 
@@ -28,15 +31,14 @@ except ImportError as e:
     sys.exit(77)
 
 llama, mpiexec, work = sys.argv[1:4]
-os.makedirs(work, exist_ok=True)
+shutil.rmtree(work, ignore_errors=True)  # nothing from an earlier run (a stale model.safetensors beside new shards)
+os.makedirs(work)
 IDS = [3, 17, 42, 5, 0, 59, 23, 8, 31, 11, 47]  # 11 positions: uneven over 2 and 4 parts
 
 
-def make(name, dtype, **config):
+def make(name, dtype, shard="1GB", **config):
     torch.manual_seed(len(name))
-    cfg = LlamaConfig(vocab_size=61, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      attn_implementation="eager", **config)
+    cfg = LlamaConfig(max_position_embeddings=64, attn_implementation="eager", **config)
     model = LlamaForCausalLM(cfg)
     with torch.no_grad():
         for p in model.parameters():
@@ -46,7 +48,7 @@ def make(name, dtype, **config):
                 p.add_(1.0)
     model = model.to(dtype)
     path = os.path.join(work, name)
-    model.save_pretrained(path, safe_serialization=True, max_shard_size="20KB" if dtype == torch.bfloat16 else "1GB")
+    model.save_pretrained(path, safe_serialization=True, max_shard_size=shard)
     # The reference: transformers loading the directory in float32 (bf16 weights upcast, as the
     # example upcasts them; its rotary frequencies computed in float32, not kept in bf16).
     reference = LlamaForCausalLM.from_pretrained(path, torch_dtype=torch.float32, attn_implementation="eager")
@@ -55,16 +57,24 @@ def make(name, dtype, **config):
     return path, logits
 
 
+# Llama 3's shape in small: 8 query heads over 2 KV heads, a vocabulary of 300, rope_theta 500000
+# with Llama 3.1's frequency scaling (its original context short enough that every branch of the
+# scaling applies to some frequency), untied, float32 in three shards. And a second one, tied, in
+# bf16, with transformers' default rope.
 cases = [
-    make("untied_f32", torch.float32, rms_norm_eps=1e-5, rope_theta=500.0, tie_word_embeddings=False,
+    make("untied_f32", torch.float32, shard="200KB", vocab_size=300, hidden_size=64, intermediate_size=96,
+         num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=2, rms_norm_eps=1e-5, rope_theta=500000.0,
+         tie_word_embeddings=False,
          rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0, "high_freq_factor": 2.0,
                        "original_max_position_embeddings": 16}),
-    make("tied_bf16", torch.bfloat16, rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True),
+    make("tied_bf16", torch.bfloat16, shard="20KB", vocab_size=61, hidden_size=32, intermediate_size=48,
+         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=10000.0,
+         tie_word_embeddings=True),
 ]
-sharded = os.path.join(cases[1][0], "model.safetensors.index.json")
-if not os.path.exists(sharded):
-    print(f"FAIL: save_pretrained wrote no {sharded}: the sharded case is not tested")
-    sys.exit(1)
+for path, _ in cases:
+    if not os.path.exists(os.path.join(path, "model.safetensors.index.json")):
+        print(f"FAIL: save_pretrained wrote no shards into {path}: the sharded case is not tested")
+        sys.exit(1)
 
 runs = [(1, ["--layout", "data", "--mesh", "1", "1"]),
         (2, ["--layout", "tensor", "--mesh", "1", "2"]),
@@ -87,6 +97,28 @@ for path, want in cases:
         failed |= not ok
         print(f"{'ok  ' if ok else 'FAIL'} {os.path.basename(path)} {' '.join(layout)} on {ranks}: "
               f"largest difference {error:.2e} of the largest logit")
+
+
+# Greedy generation of 32 tokens after IDS: transformers' generate(do_sample=False) against the
+# example's --generate (its key-value cache written in place), on 1 rank and on 2 (KV heads split).
+reference = LlamaForCausalLM.from_pretrained(cases[0][0], torch_dtype=torch.float32, attn_implementation="eager")
+reference.generation_config.eos_token_id = None  # 32 tokens whatever they are
+with torch.no_grad():
+    prompt = torch.tensor([IDS])  # its mask given: token 0 of IDS is no padding
+    generated = reference.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=32, do_sample=False,
+                                   pad_token_id=0)
+want_tokens = generated[0, len(IDS):].tolist()
+for ranks, layout in runs[:2]:
+    out = os.path.join(work, f"generated.{layout[1]}.np{ranks}.txt")
+    cmd = [mpiexec, "-n", str(ranks), llama, "--from-pretrained", cases[0][0], *layout, "--generate", "32",
+           "--generate-out", out, "--ids", *map(str, IDS)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    got_tokens = [int(t) for t in open(out).read().split()] if r.returncode == 0 else []
+    ok = r.returncode == 0 and got_tokens == want_tokens
+    failed |= not ok
+    print(f"{'ok  ' if ok else 'FAIL'} greedy generation of 32 tokens, {' '.join(layout)} on {ranks}: "
+          + ("the same tokens as transformers' generate" if ok else
+             f"exit {r.returncode}, {got_tokens} against transformers' {want_tokens}\n{r.stdout}{r.stderr}"))
 
 
 def run(ranks, *args):
@@ -112,7 +144,7 @@ def tensors(path):
 readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
 export = os.path.join(work, "fine_tuned")
 run(2, "--from-pretrained", cases[0][0], "--layout", "tensor", "--mesh", 1, 2, "--text", readme, "--steps", 20,
-    "--batch", 2, "--length", 16, "--log-every", 100, "--save-pretrained", export, "--max-shard-bytes", 30000)
+    "--batch", 2, "--length", 16, "--log-every", 100, "--save-pretrained", export, "--max-shard-bytes", 200000)
 shards = [f for f in os.listdir(export) if f.startswith("model-")]
 reference = LlamaForCausalLM.from_pretrained(export, torch_dtype=torch.float32, attn_implementation="eager")
 with torch.no_grad():

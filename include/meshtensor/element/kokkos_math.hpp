@@ -34,7 +34,7 @@ namespace vectorised {
   KOKKOS_INLINE_FUNCTION float NAME(float x) { return kokkos_math::NAME(x); }
 #else
 #define MESHTENSOR_KMATH_FLOAT(NAME) \
-  KOKKOS_FORCEINLINE_FUNCTION float NAME(float x) { return detail::vector_math::NAME(x); }
+  KOKKOS_FORCEINLINE_FUNCTION float NAME(float x) { return detail::vector_math::NAME##_float(x); }
 #endif
 #define MESHTENSOR_KMATH(NAME)                                                                   \
   MESHTENSOR_KMATH_FLOAT(NAME)                                                                   \

@@ -37,7 +37,7 @@ KOKKOS_FORCEINLINE_FUNCTION float select(bool c, float a, float b) {
 // 2^n for n in [-126, 127], from its exponent bits.
 KOKKOS_FORCEINLINE_FUNCTION float pow2(std::int32_t n) { return float_of(static_cast<std::uint32_t>(n + 127) << 23); }
 
-KOKKOS_FORCEINLINE_FUNCTION float exp(float x) {
+KOKKOS_FORCEINLINE_FUNCTION float exp_float(float x) {
   constexpr float overflow = 88.72283935546875f;  // above: inf
   constexpr float underflow = -103.97208f;        // below: 0 (under half the smallest subnormal, 2^-150)
   const float xc = select(x > overflow, overflow, select(x >= underflow, x, underflow));  // NaN: a number (replaced below)
@@ -59,7 +59,7 @@ KOKKOS_FORCEINLINE_FUNCTION float exp(float x) {
   return select(x != x, x, select(x > overflow, float_of(0x7f800000u), select(x < underflow, 0.0f, y)));
 }
 
-KOKKOS_FORCEINLINE_FUNCTION float log(float x) {
+KOKKOS_FORCEINLINE_FUNCTION float log_float(float x) {
   // Subnormals scaled into the normal range first (2^23), the exponent corrected after.
   const bool tiny = x < 1.17549435e-38f;
   const float xs = select(tiny, x * 8388608.0f, x);
@@ -90,7 +90,7 @@ KOKKOS_FORCEINLINE_FUNCTION float log(float x) {
                 select(x < 0.0f, nan, select(x == 0.0f, float_of(0xff800000u), select(x == float_of(0x7f800000u), x, result))));
 }
 
-KOKKOS_FORCEINLINE_FUNCTION float tanh(float x) {
+KOKKOS_FORCEINLINE_FUNCTION float tanh_float(float x) {
   const float ax = float_of(bits_of(x) & 0x7fffffffu);
   // Small |x|: an odd polynomial (1 - 2 / (e^2x + 1) would lose the low bits to cancellation).
   const float z = x * x;
@@ -100,7 +100,7 @@ KOKKOS_FORCEINLINE_FUNCTION float tanh(float x) {
   p = p * z + 1.33314422036e-1f;
   p = p * z - 3.33332819422e-1f;
   const float small = select(x == 0.0f, x, p * z * x + x);  // tanh(-0) is -0
-  const float large = 1.0f - 2.0f / (exp(ax + ax) + 1.0f);  // e^2|x| = inf past 44: gives 1
+  const float large = 1.0f - 2.0f / (exp_float(ax + ax) + 1.0f);  // e^2|x| = inf past 44: gives 1
   const float signed_large = float_of(bits_of(large) | (bits_of(x) & 0x80000000u));
   return select(ax < 0.625f, small, signed_large);  // NaN: the large form, NaN through exp
 }

@@ -1,0 +1,236 @@
+#pragma once
+// examples/llama's model: its dims, the four layouts, its options and the model itself (Llama 3's
+// blocks), the same code under every layout. main.cpp trains, plans and generates with it;
+// hugging_face.hpp maps it to and from Hugging Face checkpoints.
+#include <fmt/core.h>
+#include <meshtensor/meshtensor.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace mt = meshtensor;
+namespace nn = meshtensor::nn;
+
+struct batch : mt::dim<"batch"> {};
+struct length : mt::dim<"length"> {};
+struct memory_length : mt::dim<"memory_length"> {};  // the attended positions
+struct d_model : mt::dim<"d_model"> {};
+struct kv_heads : mt::dim<"kv_heads"> {};  // key and value heads
+struct group : mt::dim<"group"> {};        // query heads per KV head
+struct d_kv : mt::dim<"d_kv"> {};
+struct d_ff : mt::dim<"d_ff"> {};
+struct vocab : mt::dim<"vocab"> {};
+struct rows : mt::axis<"rows"> {};
+struct cols : mt::axis<"cols"> {};
+using grid = mt::mesh<rows, cols>;
+
+using data_layout = mt::layout<grid, mt::split<batch, rows, cols>>;
+using tensor_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
+                                 mt::split<vocab, cols>>;
+using context_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<length, cols>>;
+// The ring's layout cuts the sequence zigzag (chunks q and 2P - 1 - q on part q): under the causal
+// mask every part then computes as many blocks, where a contiguous split leaves the last part P
+// blocks and the first one.
+using context_tensor_layout = mt::layout<grid, mt::zigzag<length, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
+                                         mt::split<vocab, cols>>;
+
+struct options {
+  std::string layout = "data", attention = "all-to-all", text, checkpoint, resume, csv;
+  std::string dtype = "float32", calibration;
+  std::vector<int> mesh{1, 1};
+  std::int64_t steps = 100, batch = 8, length = 64, d_model = 64, layers = 2, kv_heads = 2, group = 2, d_kv = 16,
+               d_ff = 172, vocab = 256, save_every = 0, log_every = 10;
+  double lr = 3e-3, memory_budget = 0;  // GiB per processor; 0: unchecked
+  double rope_theta = 500000, rms_eps = 1e-5;  // Llama 3's
+  std::optional<nn::rope_llama3_scaling> rope_llama3;  // Llama 3.1's frequency scaling (from a config.json)
+  bool plan = false, recompute = false, tie_embeddings = false;
+  std::string pretrained, config, logits_out;  // --from-pretrained DIR; --config FILE; --logits-out FILE of --ids
+  std::string config_text;                     // the config.json read, written again by --save-pretrained
+  std::string save_pretrained, save_dtype = "float32";
+  std::int64_t max_shard_bytes = std::int64_t{5} << 30;
+  std::vector<std::int64_t> ids;
+  std::int64_t generate = 0;  // --generate N: N tokens after --ids, greedily
+  std::string generate_out;   // --generate-out FILE: the generated ids, one line
+};
+
+template <class T>
+constexpr bool is_vector = false;
+template <class T>
+constexpr bool is_vector<std::vector<T>> = true;
+
+template <class L>
+struct model {
+  template <class... D>
+  using t = mt::tensor<float, L, D...>;
+  template <class... D>
+  using per_block = std::vector<t<D...>>;  // one entry per block: gradient() and adam take a vector as one
+  // Each weight's dims in the order of Hugging Face's tensor ([out, in] for a Linear, its heads
+  // split into kv_heads x group), so that its checkpoints load as they are (the einsums do not
+  // care about the order).
+  t<vocab, d_model> embedding;
+  per_block<d_model> attention_norm, feed_forward_norm;
+  per_block<kv_heads, group, d_kv, d_model> wq;
+  per_block<kv_heads, d_kv, d_model> wk, wv;
+  per_block<d_model, kv_heads, group, d_kv> wo;
+  per_block<d_ff, d_model> w_gate, w_up;
+  per_block<d_model, d_ff> w_down;
+  t<d_model> final_norm;
+  std::vector<t<vocab, d_model>> output;  // none where tied to the embedding (--tie-embeddings)
+
+  auto tie() { return std::tie(embedding, attention_norm, feed_forward_norm, wq, wk, wv, wo, w_gate, w_up, w_down, final_norm, output); }
+  // Hugging Face's names (LlamaForCausalLM's state dict): its checkpoints and this model's name the
+  // same tensors. "{}" is the block.
+  static constexpr const char* names[] = {
+      "model.embed_tokens.weight", "model.layers.{}.input_layernorm.weight",
+      "model.layers.{}.post_attention_layernorm.weight", "model.layers.{}.self_attn.q_proj.weight",
+      "model.layers.{}.self_attn.k_proj.weight", "model.layers.{}.self_attn.v_proj.weight",
+      "model.layers.{}.self_attn.o_proj.weight", "model.layers.{}.mlp.gate_proj.weight",
+      "model.layers.{}.mlp.up_proj.weight", "model.layers.{}.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight"};
+  // f(name, tensor) for every weight.
+  template <class F>
+  void each_named(F&& f) {
+    std::size_t kind = 0;
+    const auto visit = [&]<class P>(P& p) {
+      if constexpr (is_vector<P>)
+        for (std::size_t b = 0; b < p.size(); ++b) f(fmt::format(fmt::runtime(names[kind]), b), p[b]);
+      else
+        f(std::string(names[kind]), p);
+      ++kind;
+    };
+    std::apply([&](auto&... p) { (visit(p), ...); }, tie());
+  }
+
+  model(const grid& g, const options& o) {
+    const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);  // what a plan counts them as
+    const std::int64_t dm = o.d_model, kv = o.kv_heads, gr = o.group, dk = o.d_kv, ff = o.d_ff;
+    std::uint64_t seed = 1;
+    const auto init = [&]<class W, class FanIn>(std::vector<W>& ws, const typename W::extents_type& e, FanIn) {
+      ws.push_back(nn::normal_fan_in<W, FanIn>(g, e, seed++));
+    };
+    embedding = mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, seed++, 0, 1);
+    for (std::int64_t b = 0; b < o.layers; ++b) {
+      attention_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
+      feed_forward_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
+      init(wq, {kv, gr, dk, dm}, d_model{});
+      init(wk, {kv, dk, dm}, d_model{});
+      init(wv, {kv, dk, dm}, d_model{});
+      wo.push_back(nn::normal_fan_in<t<d_model, kv_heads, group, d_kv>, kv_heads, group, d_kv>(g, {dm, kv, gr, dk}, seed++));
+      init(w_gate, {ff, dm}, d_model{});
+      init(w_up, {ff, dm}, d_model{});
+      init(w_down, {dm, ff}, d_ff{});
+    }
+    ring = o.attention == "ring";
+    rope = {.theta = o.rope_theta, .llama3 = o.rope_llama3};
+    rms_eps = static_cast<float>(o.rms_eps);
+    recompute = o.recompute;
+    final_norm = mt::full<t<d_model>>(g, {dm}, 1.0f);
+    if (!o.tie_embeddings) output.push_back(nn::normal_fan_in<t<vocab, d_model>, d_model>(g, {o.vocab, dm}, seed++));
+    std::apply([](auto&... p) { (mt::for_each_tensor(p, [](auto& w) { w.requires_grad(); }), ...); }, tie());
+  }
+
+  bool recompute = false;
+  bool ring = false;  // --attention ring: where the layout splits the sequence, attention by a ring
+  nn::rope_config rope;  // q and k rotated at their positions (--rope-theta)
+  float rms_eps = 1e-5f;
+
+  // A weight as the computation in C uses it: itself (float32), or a bf16 copy whose gradient flows
+  // back to the float weight, which Adam updates (--dtype bf16: mixed precision).
+  template <class C, class W>
+  static auto as(const W& w) {
+    if constexpr (std::is_same_v<C, float>) return w;
+    else return mt::cast<C>(w);
+  }
+
+  // Grouped-query attention: where the layout splits the sequence, by all-to-all or by a ring.
+  template <class C, class X>
+  X attention(const X& x, std::size_t b) const {
+    const auto q = as<C>(wq[b]);  // one declaration each: an auto declaration deduces one type, and these differ
+    const auto k = as<C>(wk[b]);
+    const auto v = as<C>(wv[b]);
+    const auto o = as<C>(wo[b]);
+    if constexpr (std::is_same_v<L, context_tensor_layout>)
+      return nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o, rope);
+    else if constexpr (std::is_same_v<L, context_layout>)
+      return ring ? nn::ring_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o, rope)
+                  : nn::all_to_all_grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(
+                        x, q, k, v, o, rope);
+    else
+      return nn::grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o, rope);
+  }
+
+  // The next token's logits [batch, length, vocab] at each position of a batch of token ids,
+  // computed in C (float, or bf16: the activations and products in bf16, their sums in float).
+  template <class C = float>
+  auto logits(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
+    using X = mt::tensor<C, L, batch, length, d_model>;
+    X x = nn::embedding<vocab>(as<C>(embedding), ids);
+    for (std::size_t b = 0; b < wq.size(); ++b) {
+      const auto block = [this, b](const X& in) {
+        const X a = in + attention<C>(nn::rms_norm<d_model>(in, as<C>(attention_norm[b]), rms_eps), b);
+        return X(a + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(a, as<C>(feed_forward_norm[b]), rms_eps),
+                                                           as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
+      };
+      // --recompute: only each block's input is kept; the backward pass runs the block again
+      x = recompute ? mt::recompute(block, x) : block(x);
+    }
+    return nn::dense<d_model, vocab>(nn::rms_norm<d_model>(x, as<C>(final_norm), rms_eps),
+                                     as<C>(output.empty() ? embedding : output[0]));
+  }
+
+  // Inference with a key-value cache: each block's keys (rotated at their positions) and values,
+  // allocated once for `capacity` positions and written in place, one position per token.
+  struct kv_cache {
+    std::vector<t<batch, memory_length, kv_heads, d_kv>> k, v;
+  };
+  kv_cache start_cache(const grid& g, std::int64_t sequences, std::int64_t capacity) const {
+    kv_cache c;
+    for (std::size_t b = 0; b < wk.size(); ++b) {
+      const std::array<std::int64_t, 4> e{sequences, capacity, wk[b].template extent<kv_heads>(), wk[b].template extent<d_kv>()};
+      c.k.emplace_back(g, e);
+      c.v.emplace_back(g, e);
+    }
+    return c;
+  }
+
+  // Logits [batch, length = 1, vocab] after the tokens at position p (ids [batch, length = 1]); the
+  // cache gains position p. logits()'s arithmetic at position p, with the cache in place of the
+  // earlier positions' keys and values: positions after p get a bias of -1e9 (weight exactly 0),
+  // so the attention reads the cache where it lies instead of a copy of its first p + 1 positions.
+  auto next_logits(const mt::tensor<std::int32_t, L, batch, length>& token, std::int64_t p, kv_cache& cache) const {
+    using X = t<batch, length, d_model>;
+    X x = nn::embedding<vocab>(embedding, token);
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(wk[0].template extent<d_kv>())));
+    const std::int64_t capacity = cache.k[0].template extent<memory_length>();
+    std::vector<float> mask(static_cast<std::size_t>(capacity), 0.0f);
+    std::fill(mask.begin() + p + 1, mask.end(), -1e9f);
+    const auto bias = mt::from_host<t<memory_length>>(token.mesh(), {capacity}, mask);
+    nn::rope_config at = rope;
+    at.position_offset = p;  // the one token's global position
+    for (std::size_t b = 0; b < wq.size(); ++b) {
+      const auto h = nn::rms_norm<d_model>(x, attention_norm[b], rms_eps);
+      const auto q = nn::rope<length, d_kv>(mt::einsum<batch, length, kv_heads, group, d_kv>(h, wq[b]), at);
+      const auto k = nn::rope<length, d_kv>(mt::einsum<batch, length, kv_heads, d_kv>(h, wk[b]), at);
+      mt::update_slice<memory_length>(cache.k[b], mt::rename<length, memory_length>(k), p);
+      mt::update_slice<memory_length>(cache.v[b], mt::rename<length, memory_length>(mt::einsum<batch, length, kv_heads, d_kv>(h, wv[b])), p);
+      const auto w = mt::softmax<memory_length>(
+          mt::einsum<batch, length, kv_heads, group, memory_length>(q, cache.k[b]) * scale + bias);
+      const auto o = mt::einsum<batch, length, kv_heads, group, d_kv>(w, cache.v[b]);
+      const X a = x + mt::einsum<batch, length, d_model>(o, wo[b]);
+      x = a + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(a, feed_forward_norm[b], rms_eps), w_gate[b],
+                                                    w_up[b], w_down[b]);
+    }
+    return nn::dense<d_model, vocab>(nn::rms_norm<d_model>(x, final_norm, rms_eps), output.empty() ? embedding : output[0]);
+  }
+
+  // Mean next-token cross-entropy of a batch of token ids, computed in C (the loss in float).
+  template <class C = float>
+  t<> loss(const mt::tensor<std::int32_t, L, batch, length>& ids, const mt::tensor<std::int32_t, L, batch, length>& labels) const {
+    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(mt::cast<float>(logits<C>(ids)), labels));
+  }
+};
+
