@@ -8,6 +8,9 @@
 #include <meshtensor/io/pretrained.hpp>
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
 #include <vector>
@@ -84,8 +87,21 @@ void load_pretrained(model<L>& m, const std::string& dir) {
       throw mt::io_error(fmt::format("'{}' holds {} tensors; F32 and BF16 are read", dir, dtype));
     }
   });
+  MPI_Barrier(MPI_COMM_WORLD);  // the time of the slowest rank's read, from a common start
+  const auto start = std::chrono::steady_clock::now();
   mt::io::load_pretrained(dir, set);
   for (const auto& f : cast_back) f();
+  MPI_Barrier(MPI_COMM_WORLD);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (rank == 0) {
+    std::uintmax_t bytes = 0;
+    for (const auto& f : std::filesystem::directory_iterator(dir))
+      if (f.path().extension() == ".safetensors") bytes += f.file_size();
+    fmt::print("loaded {}: {:.3f} GiB of {} weights in {:.2f} s ({:.2f} GiB/s)\n", dir, bytes / 1073741824.0, dtype,
+               seconds, bytes / 1073741824.0 / seconds);
+  }
 }
 
 // The config.json --save-pretrained writes: the one read (its other keys kept), or one made from

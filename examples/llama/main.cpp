@@ -47,8 +47,9 @@ struct losses_from {
 template <class L>
 losses_from train(const grid& g, const options& o, const std::vector<unsigned char>& text) {
   using ids_t = mt::tensor<std::int32_t, L, batch, length>;
-  model<L> m(g, o);
-  if (!o.pretrained.empty() && !g.is_planned() && o.resume.empty()) load_pretrained(m, o.pretrained);
+  const bool load = !o.pretrained.empty() && !g.is_planned() && o.resume.empty();
+  model<L> m(g, o, !load && o.resume.empty());  // weights a checkpoint fills are not drawn first
+  if (load) load_pretrained(m, o.pretrained);
   mt::optim::adam adam({.lr = o.lr});
   auto params = m.tie();
   const auto state = [&] {  // what a checkpoint holds: the weights and adam's moments
@@ -154,7 +155,7 @@ int write_logits(const grid& g, const options& o) {
   if (o.ids.empty()) throw mt::error("--logits-out needs --ids: the token ids of the sequence");
   for (const auto id : o.ids)
     if (id < 0 || id >= o.vocab) throw mt::error(fmt::format("--ids: {} is outside the vocabulary [0, {})", id, o.vocab));
-  model<L> m(g, o);
+  model<L> m(g, o, o.pretrained.empty());
   if (!o.pretrained.empty()) load_pretrained(m, o.pretrained);
   const mt::no_grad inference;
   const auto n = static_cast<std::int64_t>(o.ids.size());
@@ -178,7 +179,7 @@ int generate(const grid& g, const options& o) {
   const auto n_prompt = static_cast<std::int64_t>(o.ids.size());
   for (const auto id : o.ids)
     if (id < 0 || id >= o.vocab) throw mt::error(fmt::format("--ids: {} is outside the vocabulary [0, {})", id, o.vocab));
-  model<L> m(g, o);
+  model<L> m(g, o, o.pretrained.empty());
   if (!o.pretrained.empty()) load_pretrained(m, o.pretrained);
   const mt::no_grad inference;
   using ids_t = mt::tensor<std::int32_t, L, batch, length>;

@@ -105,31 +105,37 @@ struct model {
     std::apply([&](auto&... p) { (visit(p), ...); }, tie());
   }
 
-  model(const grid& g, const options& o) {
+  // random: drawn as for training from scratch; else zeros, for weights a checkpoint fills (drawing
+  // 8 billion normal numbers only to overwrite them took longer than reading them).
+  model(const grid& g, const options& o, bool random = true) {
     const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);  // what a plan counts them as
     const std::int64_t dm = o.d_model, kv = o.kv_heads, gr = o.group, dk = o.d_kv, ff = o.d_ff;
     std::uint64_t seed = 1;
-    const auto init = [&]<class W, class FanIn>(std::vector<W>& ws, const typename W::extents_type& e, FanIn) {
-      ws.push_back(nn::normal_fan_in<W, FanIn>(g, e, seed++));
+    // A weight of extents e: normal with the fan-in's variance (FanIn... its dims), or zeros.
+    const auto make = [&]<class W, class... FanIn>(const typename W::extents_type& e, mt::type_list<FanIn...>) {
+      const std::uint64_t s = seed++;  // drawn either way: the seeds stay those of a random model
+      return random ? nn::normal_fan_in<W, FanIn...>(g, e, s) : W(g, e);
     };
-    embedding = mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, seed++, 0, 1);
+    embedding = random ? mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, seed, 0, 1) : decltype(embedding)(g, {o.vocab, dm});
+    ++seed;
     for (std::int64_t b = 0; b < o.layers; ++b) {
       attention_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
       feed_forward_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
-      init(wq, {kv, gr, dk, dm}, d_model{});
-      init(wk, {kv, dk, dm}, d_model{});
-      init(wv, {kv, dk, dm}, d_model{});
-      wo.push_back(nn::normal_fan_in<t<d_model, kv_heads, group, d_kv>, kv_heads, group, d_kv>(g, {dm, kv, gr, dk}, seed++));
-      init(w_gate, {ff, dm}, d_model{});
-      init(w_up, {ff, dm}, d_model{});
-      init(w_down, {dm, ff}, d_ff{});
+      wq.push_back(make.template operator()<t<kv_heads, group, d_kv, d_model>>({kv, gr, dk, dm}, mt::type_list<d_model>{}));
+      wk.push_back(make.template operator()<t<kv_heads, d_kv, d_model>>({kv, dk, dm}, mt::type_list<d_model>{}));
+      wv.push_back(make.template operator()<t<kv_heads, d_kv, d_model>>({kv, dk, dm}, mt::type_list<d_model>{}));
+      wo.push_back(make.template operator()<t<d_model, kv_heads, group, d_kv>>({dm, kv, gr, dk},
+                                                                          mt::type_list<kv_heads, group, d_kv>{}));
+      w_gate.push_back(make.template operator()<t<d_ff, d_model>>({ff, dm}, mt::type_list<d_model>{}));
+      w_up.push_back(make.template operator()<t<d_ff, d_model>>({ff, dm}, mt::type_list<d_model>{}));
+      w_down.push_back(make.template operator()<t<d_model, d_ff>>({dm, ff}, mt::type_list<d_ff>{}));
     }
     ring = o.attention == "ring";
     rope = {.theta = o.rope_theta, .llama3 = o.rope_llama3};
     rms_eps = static_cast<float>(o.rms_eps);
     recompute = o.recompute;
     final_norm = mt::full<t<d_model>>(g, {dm}, 1.0f);
-    if (!o.tie_embeddings) output.push_back(nn::normal_fan_in<t<vocab, d_model>, d_model>(g, {o.vocab, dm}, seed++));
+    if (!o.tie_embeddings) output.push_back(make.template operator()<t<vocab, d_model>>({o.vocab, dm}, mt::type_list<d_model>{}));
     std::apply([](auto&... p) { (mt::for_each_tensor(p, [](auto& w) { w.requires_grad(); }), ...); }, tie());
   }
 
