@@ -6,6 +6,7 @@
 //   op/<name>/fwd        the op alone: add, exp, exp(x * 0.5), einsum 64^3, softmax, layer_norm
 //   op/<name>/fwd_bwd    y = op(x); the gradient of sum(y) for x (the peer does the same)
 //   op/adam/1024         an Adam update of a 1 K tensor
+//   op/adam_step/64x1024 an Adam step over 64 tensors of 1 K (one kernel; PyTorch: foreach=True)
 //   math/<fn>/<type>/<n>[/fwd_bwd]  one transcendental op per element, where the kernel is the cost:
 //                        exp, log, tanh, sigmoid, gelu (tanh form), silu over n = 4 K (64 x 64)
 //                        and 1 M (1024 x 1024) floats or bf16s, forward, and for float with its
@@ -157,6 +158,20 @@ void register_math(const auto& add_bench) {
       }
 }
 
+// One Adam step over 64 tensors of 1 K (a model's parameters): one kernel for all of them.
+void adam_step(benchmark::State& state) {
+  using W = mt::tensor<float, plain, e>;
+  one g(*env_ptr, {1});
+  std::vector<W> ws, gs;
+  for (std::uint64_t k = 0; k < 64; ++k) {
+    ws.push_back(mt::random_normal<W>(g, {1024}, 1 + k));
+    gs.push_back(mt::random_normal<W>(g, {1024}, 100 + k));
+  }
+  mt::optim::adam opt;
+  const std::tuple<std::vector<W>> grads{gs};
+  per_op(state, [&] { opt.step(std::tie(ws), grads); }, bench::smoke() ? 2 : 20);
+}
+
 // The parts.
 using mem = Kokkos::DefaultExecutionSpace::memory_space;
 void kokkos_allocation(benchmark::State& state) {
@@ -200,6 +215,7 @@ void register_all() {
     add_bench("op/layer_norm" + pass, [bwd](benchmark::State& s) { layer_norm(s, bwd); });
   }
   add_bench("op/adam/1024", adam);
+  add_bench("op/adam_step/64x1024", adam_step);
   register_math<float>(add_bench);
   register_math<mt::bf16>(add_bench);
   add_bench("parts/kokkos_allocation", kokkos_allocation);

@@ -77,6 +77,11 @@ def measure(dev, chain, rounds):
                     ug = u.clone().requires_grad_()
                     out[f"math/{name}/{type_name}/{n}/fwd_bwd"] = per_op(
                         lambda: torch.autograd.grad(op(ug).sum(), ug), chain_here, rounds, sync)
+    ps = [rand(1024).requires_grad_() for _ in range(64)]
+    for q in ps:
+        q.grad = rand(1024)
+    step_opt = torch.optim.Adam(ps, foreach=True)
+    out["op/adam_step/64x1024"] = per_op(step_opt.step, max(2, chain // 10), rounds, sync)
     p = rand(1024).requires_grad_()
     p.grad = rand(1024)
     opt = torch.optim.Adam([p])

@@ -1,6 +1,7 @@
 // Optimizers: three steps of sgd (momentum, nesterov, weight decay), adam, adamw and adafactor
 // (factored for a matrix, unfactored for a vector, with momentum) equal the update computed here on
-// the host from the published formulas, under replicated and split layouts. And a training step in
+// the host from the published formulas, under replicated and split layouts; Adam's step updates
+// every parameter in one kernel, bit for bit as update() does each. And a training step in
 // steady state allocates nothing: the second of two identical steps makes no Kokkos allocation.
 #include <meshtensor/optim/adafactor.hpp>
 #include <meshtensor/optim/adam.hpp>
@@ -9,7 +10,9 @@
 
 #include "planned_run.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 
 using namespace tst;
@@ -289,6 +292,62 @@ TEST_CASE("a training step in steady state makes no allocation", "[optim][memory
         },
         [&] { return mt::local_bytes(params) + adam.state_bytes(params) + adafactor.state_bytes(params); });
   }
+}
+
+namespace {
+// Kernels launched by name, through Kokkos Tools' parallel_for callback.
+struct kokkos_kernels {
+  static inline std::vector<std::string> names;
+  static void on_begin(const char* name, std::uint32_t, std::uint64_t* id) {
+    names.emplace_back(name);
+    *id = 0;
+  }
+  kokkos_kernels() {
+    names.clear();
+    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(&on_begin);
+  }
+  ~kokkos_kernels() { Kokkos::Tools::Experimental::set_begin_parallel_for_callback(nullptr); }
+  static long count(const std::string& name) { return std::count(names.begin(), names.end(), name); }
+};
+}  // namespace
+
+TEST_CASE("adam updates every parameter of a step in one kernel, as update() does each", "[optim]") {
+  // A matrix and a vector param of 5110 and 9000 elements (several runs of 4096 each, the last one
+  // partial), uneven over the mesh, and a small one: step() against update() on copies, bit for bit.
+  using L = mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>;
+  using M = mt::tensor<float, L, i_, j_>;
+  using V = mt::tensor<float, L, j_>;
+  const auto g = world_grid();
+  const auto w0 = mt::random_normal<M>(g, {70, 73}, 1);
+  const std::vector<V> v0{mt::random_normal<V>(g, {9000}, 2), mt::random_normal<V>(g, {3}, 3)};
+  const bool decoupled = GENERATE(false, true);
+  const optim::adam::config c{.lr = 1e-2, .beta1 = 0.9, .beta2 = 0.99, .eps = 1e-8, .weight_decay = 0.1, .decoupled = decoupled};
+  // Copies (step() and update() write in place), from the gathered values.
+  const auto copy = [&]<class T>(const T& x) { return mt::from_host<T>(x.mesh(), x.extents(), mt::gather_all(x)); };
+  auto w = copy(w0), w_each = copy(w0);
+  std::vector<V> v{copy(v0[0]), copy(v0[1])}, v_each{copy(v0[0]), copy(v0[1])};
+  optim::adam fused(c), each(c);
+  auto s_w = each.init(w_each);
+  std::vector<optim::adam::state<V>> s_v{each.init(v_each[0]), each.init(v_each[1])};
+  for (int t = 1; t <= 3; ++t) {
+    const auto gw = mt::random_normal<M>(g, {70, 73}, 10 + t);
+    const std::vector<V> gv{mt::random_normal<V>(g, {9000}, 20 + t), mt::random_normal<V>(g, {3}, 30 + t)};
+    {
+      const kokkos_kernels seen;
+      fused.step(std::tie(w, v), std::tuple{gw, gv});
+      CHECK(kokkos_kernels::count("meshtensor::optim::adam") == 1);
+    }
+    each.update(w_each, gw, s_w, t);
+    for (std::size_t k = 0; k < v.size(); ++k) each.update(v_each[k], gv[k], s_v[k], t);
+  }
+  const auto same = [](const auto& a, const auto& b) {
+    const auto x = mt::gather_all(a), y = mt::gather_all(b);
+    return std::memcmp(x.data(), y.data(), x.size() * sizeof(x[0])) == 0;
+  };
+  CHECK(same(w, w_each));
+  CHECK(same(v[0], v_each[0]));
+  CHECK(same(v[1], v_each[1]));
+  CHECK_FALSE(same(w, w0));  // the steps did something
 }
 
 TEST_CASE("the pool reuses a block by size class, never while a View of it lives", "[memory]") {

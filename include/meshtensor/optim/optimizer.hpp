@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <tuple>
+#include <type_traits>
 #include <typeinfo>
 #include <utility>
 #include <vector>
@@ -63,9 +64,25 @@ class optimizer {
     check_count(params, "step");
     ++t_;
     std::size_t i = 0;
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      (apply_all(std::get<I>(params), std::get<I>(grads), i), ...);
-    }(std::index_sequence_for<Ps...>{});
+    if constexpr (in_runs<Ps...>()) {
+      // Every tensor's elements in one kernel (Derived::update_runs), the plan's bytes and the
+      // states' types checked per tensor as apply_one does.
+      using P0 = tensor_of_t<std::tuple_element_t<0, std::tuple<Ps...>>>;
+      std::vector<typename Derived::template run<typename P0::value_type>> runs;
+      const auto collect = [&]<class P>(P& p, const P& g, std::size_t k) {
+        Derived::add_runs(runs, p, g, checked_state(p, k, "step"));
+        plan_bytes(p);
+      };
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (apply_all(std::get<I>(params), std::get<I>(grads), i, collect), ...);
+      }(std::index_sequence_for<Ps...>{});
+      derived().template update_runs<typename P0::execution_space>(runs, t_);
+    } else {
+      const auto one = [&]<class P>(P& p, const P& g, std::size_t k) { apply_one(p, g, k); };
+      [&]<std::size_t... I>(std::index_sequence<I...>) {
+        (apply_all(std::get<I>(params), std::get<I>(grads), i, one), ...);
+      }(std::index_sequence_for<Ps...>{});
+    }
   }
   // Steps taken so far.
   std::int64_t steps() const { return t_; }
@@ -125,26 +142,60 @@ class optimizer {
     Derived::visit_state(*static_cast<S*>(states_[i].second.get()),
                          [&](const char* name, auto& tensor) { f(i, name, tensor); });
   }
+  // The tensor type of a param (a tensor, or a vector's element).
   template <class P>
-  void apply_all(P& p, const P& g, std::size_t& i) {
+  struct tensor_of {
+    using type = P;
+  };
+  template <class T>
+  struct tensor_of<std::vector<T>> {
+    using type = T;
+  };
+  template <class P>
+  using tensor_of_t = typename tensor_of<P>::type;
+  // Whether one kernel updates every param: the optimizer updates runs of elements, and the params
+  // share an element type and an execution space (else a kernel per tensor).
+  template <class... Ps>
+  static constexpr bool in_runs() {
+    if constexpr (requires { Derived::updates_in_runs; }) {
+      using P0 = tensor_of_t<std::tuple_element_t<0, std::tuple<Ps...>>>;
+      return ((std::is_same_v<typename tensor_of_t<Ps>::value_type, typename P0::value_type> &&
+               std::is_same_v<typename tensor_of_t<Ps>::execution_space, typename P0::execution_space>) &&
+              ...);
+    } else {
+      return false;
+    }
+  }
+  // f(p, g, index) for every tensor of param p (a vector's one after another).
+  template <class P, class F>
+  void apply_all(P& p, const P& g, std::size_t& i, F&& f) {
     if constexpr (Tensor<P>) {
-      apply_one(p, g, i++);
+      f(p, g, i++);
     } else {
       if (g.size() != p.size())
         throw error(detail::cat("optimizer::step: a vector of ", p.size(), " params was given ", g.size(), " gradients"));
-      for (std::size_t k = 0; k < p.size(); ++k) apply_one(p[k], g[k], i++);
+      for (std::size_t k = 0; k < p.size(); ++k) f(p[k], g[k], i++);
     }
   }
   template <class P>
-  void apply_one(P& p, const P& g, std::size_t i) {
+  auto& checked_state(P& p, std::size_t i, const char* what) {
     if (*states_[i].first != typeid(P))
-      throw error(detail::cat("optimizer::step: param ", i, " is a ", P::type_name(),
+      throw error(detail::cat("optimizer::", what, ": param ", i, " is a ", P::type_name(),
                               ", but the optimizer's state there was made for another type"));
     using S = decltype(derived().init(p));
+    return *static_cast<S*>(states_[i].second.get());
+  }
+  template <class P>
+  static void plan_bytes(const P& p) {
     if (meshtensor::detail::planning())
       meshtensor::detail::plan_ledger::get().add_optimizer_bytes(
           elements_to_update(p) * static_cast<std::int64_t>(sizeof(typename P::value_type)));
-    derived().update(p, g, *static_cast<S*>(states_[i].second.get()), t_);
+  }
+  template <class P>
+  void apply_one(P& p, const P& g, std::size_t i) {
+    auto& s = checked_state(p, i, "step");
+    plan_bytes(p);
+    derived().update(p, g, s, t_);
   }
   // The elements of p this processor updates: its slice, unless the optimizer says otherwise
   // (sharded.hpp updates a part of it).
