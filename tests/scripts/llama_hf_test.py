@@ -79,6 +79,7 @@ for path, _ in cases:
 runs = [(1, ["--layout", "data", "--mesh", "1", "1"]),
         (2, ["--layout", "tensor", "--mesh", "1", "2"]),
         (2, ["--layout", "context", "--mesh", "1", "2"]),
+        (4, ["--layout", "context", "--attention", "ring", "--mesh", "1", "4"]),
         (4, ["--layout", "context_tensor", "--attention", "ring", "--mesh", "2", "2"])]
 failed = False
 for path, want in cases:

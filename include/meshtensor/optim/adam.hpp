@@ -66,6 +66,7 @@ class adam : public optimizer<adam> {
   static constexpr bool updates_in_runs = true;
   template <Tensor P>
   static void add_runs(std::vector<run<typename P::value_type>>& runs, P& p, const P& g, state<P>& s) {
+    if (meshtensor::detail::planning()) return;  // a plan counts the kernel (update_runs), not its runs
     constexpr std::int64_t run_length = 4096;  // a work item's elements: long enough to vectorise, short enough to share out
     const std::int64_t n = p.local_size();
     for (std::int64_t at = 0; at < n; at += run_length)
@@ -94,7 +95,7 @@ class adam : public optimizer<adam> {
   // Every run of a step in one kernel: the same arithmetic per element as update().
   template <class Exec, class T>
   void update_runs(const std::vector<run<T>>& runs, std::int64_t t) const {
-    if (runs.empty()) return;
+    if (kernels::planned_away() || runs.empty()) return;
     const auto k = constants<T>(t);
     auto host = detail::host_table<run<T>>(runs.size());
     std::copy(runs.begin(), runs.end(), host.data());
@@ -110,7 +111,7 @@ class adam : public optimizer<adam> {
         });
   }
 
- private:
+  // Public: nvcc's extended lambdas may not name a private member type.
   template <class T>
   struct step_constants {
     T lr, b1, b2, eps, wd, inv_c1, inv_c2;
@@ -139,6 +140,7 @@ class adam : public optimizer<adam> {
     p = pi - k.lr * step;
   }
 
+ private:
   config c_{};
 };
 
