@@ -187,11 +187,12 @@ int generate(const grid& g, const options& o) {
   std::vector<std::int64_t> out;
   std::int32_t token = static_cast<std::int32_t>(o.ids[0]);
   for (std::int64_t p = 0; p + 1 < n_prompt + o.generate; ++p) {
-    const auto logits = mt::gather_all(m.next_logits(mt::from_host<ids_t>(g, {1, 1}, std::vector<std::int32_t>{token}), p, cache));
-    if (p + 1 < n_prompt) {
+    const auto next = m.next_logits(mt::from_host<ids_t>(g, {1, 1}, std::vector<std::int32_t>{token}), p, cache);
+    if (p + 1 < n_prompt) {  // a prompt position only fills the cache: its logits are not read (nor gathered)
       token = static_cast<std::int32_t>(o.ids[static_cast<std::size_t>(p + 1)]);
       continue;
     }
+    const auto logits = mt::gather_all(next);
     // every rank holds the gathered logits: each takes the same argmax (the first of equal ones)
     token = static_cast<std::int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     out.push_back(token);

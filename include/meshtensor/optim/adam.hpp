@@ -67,7 +67,7 @@ class adam : public optimizer<adam> {
   template <Tensor P>
   static void add_runs(std::vector<run<typename P::value_type>>& runs, P& p, const P& g, state<P>& s) {
     if (meshtensor::detail::planning()) return;  // a plan counts the kernel (update_runs), not its runs
-    constexpr std::int64_t run_length = 4096;  // a work item's elements: long enough to vectorise, short enough to share out
+    constexpr std::int64_t run_length = 4096;  // a work item's elements: long enough that the table stays small, short enough to share out
     const std::int64_t n = p.local_size();
     for (std::int64_t at = 0; at < n; at += run_length)
       runs.push_back({p.view().data() + at, g.view().data() + at, s.m.view().data() + at, s.v.view().data() + at,
