@@ -46,7 +46,7 @@ macro(meshtensor_use_optimization)
   endif()
 endmacro()
 
-# meshtensor_share_example_pch(<target>...): in a tree built to be tested (MESHTENSOR_EXAMPLE_OPTIMIZATION
+# meshtensor_reuse_lm_pch(<target>...): in a tree built to be tested (MESHTENSOR_EXAMPLE_OPTIMIZATION
 # set, so every example and benchmark compiles with the same flags), these targets reuse meshtensor-lm's
 # (tools/lm) precompiled header instead of each parsing the library again (about 2.5 s per TU). Other
 # trees keep their own parse: there `scripts/run_example.sh`'s matmul alone would otherwise wait for
@@ -54,9 +54,9 @@ endmacro()
 # flags match its own: the targets get meshtensor-lm's definitions, those of its libraries included
 # ({fmt}'s FMT_SHARED). REUSE_FROM wants its target defined already, and the examples are added before
 # tools/: targets named before meshtensor-lm exists wait in a global list that tools/lm applies
-# (meshtensor_share_example_pch_pending); without tools (MESHTENSOR_BUILD_TOOLS off) they keep their
+# (meshtensor_reuse_lm_pch_pending); without tools (MESHTENSOR_BUILD_TOOLS off) they keep their
 # own parse.
-function(meshtensor_share_example_pch)
+function(meshtensor_reuse_lm_pch)
   if(NOT "${MESHTENSOR_EXAMPLE_OPTIMIZATION}" STREQUAL "" AND NOT Kokkos_ENABLE_CUDA)
     if(TARGET meshtensor-lm)
       foreach(target IN LISTS ARGN)
@@ -64,16 +64,16 @@ function(meshtensor_share_example_pch)
         target_compile_definitions(${target} PRIVATE $<TARGET_PROPERTY:meshtensor-lm,COMPILE_DEFINITIONS>)
       endforeach()
     else()
-      set_property(GLOBAL APPEND PROPERTY MESHTENSOR_EXAMPLE_PCH_PENDING ${ARGN})
+      set_property(GLOBAL APPEND PROPERTY MESHTENSOR_LM_PCH_PENDING ${ARGN})
     endif()
   endif()
 endfunction()
 # Called by tools/lm once meshtensor-lm is defined: the targets that asked before.
-function(meshtensor_share_example_pch_pending)
-  get_property(pending GLOBAL PROPERTY MESHTENSOR_EXAMPLE_PCH_PENDING)
-  set_property(GLOBAL PROPERTY MESHTENSOR_EXAMPLE_PCH_PENDING "")
+function(meshtensor_reuse_lm_pch_pending)
+  get_property(pending GLOBAL PROPERTY MESHTENSOR_LM_PCH_PENDING)
+  set_property(GLOBAL PROPERTY MESHTENSOR_LM_PCH_PENDING "")
   if(pending)
-    meshtensor_share_example_pch(${pending})
+    meshtensor_reuse_lm_pch(${pending})
   endif()
 endfunction()
 

@@ -90,9 +90,8 @@ TEST_CASE("ring attention equals causal attention on the whole sequence", "[grad
          wv = mt::random_normal<W>(g, ew, 33, 0, 0.5);
     auto wo = mt::random_normal<WO>(g, {H, K, M}, 34, 0, 0.5);
     auto x0 = mt::random_normal<X>(g, ex, 35);
-    const auto att = [](const X& x, const W& q, const W& k, const W& v, const WO& o,
-                        nn::attention_memory mem = nn::attention_memory::keep_all) {
-      return nn::ring_causal_attention<length, mlen, d_model, heads, d_kv>(x, q, k, v, o, mem);
+    const auto att = [](const X& x, const W& q, const W& k, const W& v, const WO& o) {
+      return nn::ring_causal_attention<length, mlen, d_model, heads, d_kv>(x, q, k, v, o);
     };
     const auto whole = nn::causal_attention<length, mlen, d_model, heads, d_kv>(
         mt::from_host<X0>(g, ex, mt::gather_all(x0)), mt::from_host<W0>(g, ew, mt::gather_all(wq)),
@@ -102,8 +101,6 @@ TEST_CASE("ring attention equals causal attention on the whole sequence", "[grad
     const auto split = att(x0, wq, wk, wv, wo);
     const auto counted = g.counters();
     REQUIRE(max_rel_error(mt::gather_all(split), mt::gather_all(whole)) < 1e-12);
-    REQUIRE(max_rel_error(mt::gather_all(att(x0, wq, wk, wv, wo, nn::attention_memory::recompute_core)),
-                          mt::gather_all(whole)) < 1e-12);
     REQUIRE(max_rel_error(mt::gather_all(split), mt::gather_all(nn::all_to_all_causal_attention<length, mlen, d_model,
                                                                                                heads, d_kv>(
                                                      x0, wq, wk, wv, wo))) < 1e-12);
@@ -181,7 +178,7 @@ TEST_CASE("ring attention equals causal attention on the whole sequence", "[grad
       check_grad<W>(g, ew, 3, [&](const W& w) { return weighted_sum(att(x0, w, wk, wv, wo), 2); }, 4);
       check_grad<W>(g, ew, 4, [&](const W& w) { return weighted_sum(att(x0, wq, w, wv, wo), 2); }, 4);
       check_grad<W>(g, ew, 5,
-                    [&](const W& w) { return weighted_sum(att(x0, wq, wk, w, wo, nn::attention_memory::recompute_core), 2); }, 4);
+                    [&](const W& w) { return weighted_sum(att(x0, wq, wk, w, wo), 2); }, 4);
       check_grad<WO>(g, {H, K, M}, 6, [&](const WO& w) { return weighted_sum(att(x0, wq, wk, wv, w), 2); }, 4);
     }
   });

@@ -248,7 +248,7 @@ X transformer_block(const X& in, const S& ln1_scale, const S& ln1_bias, const Q&
       (void)ring;
       return nn::causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory);
     } else {  // the sequence split: context parallelism
-      if (ring) return nn::ring_causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory);
+      if (ring) return nn::ring_causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo);
       return nn::all_to_all_causal_attention<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory);
     }
   };
@@ -784,12 +784,12 @@ mt::tensor<float, L> bf16_loss(const model<L, PL>& m, const ids_of<L>& ids, cons
                                std::uint64_t step) {
   return m.template loss<mt::bf16>(ids, labels, o, step);
 }
-#define MESHTENSOR_EXAMPLE_BF16_LOSS(L)                                                                      \
+#define MESHTENSOR_LM_BF16_LOSS(L)                                                                      \
   mt::tensor<float, L> bf16_loss(const model<L>&, const ids_of<L>&, const ids_of<L>&, const options&, \
                                  std::uint64_t)
-extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_data);
-extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_model);
-extern template MESHTENSOR_EXAMPLE_BF16_LOSS(layout_2d);
+extern template MESHTENSOR_LM_BF16_LOSS(layout_data);
+extern template MESHTENSOR_LM_BF16_LOSS(layout_model);
+extern template MESHTENSOR_LM_BF16_LOSS(layout_2d);
 
 // The loss with --sequence-parallel, in float32 or bf16 (--dtype), compiled in train_<layout>_sp.cpp
 // (layout_data's, which only refuses, in train_data.cpp).
@@ -803,12 +803,12 @@ mt::tensor<float, L> sequence_parallel_loss(const model<L, PL>& m, const ids_of<
   } else
     throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
 }
-#define MESHTENSOR_EXAMPLE_SP_LOSS(L)                                                                               \
+#define MESHTENSOR_LM_SP_LOSS(L)                                                                               \
   mt::tensor<float, L> sequence_parallel_loss(const model<L>&, const ids_of<L>&, const ids_of<L>&, const options&, \
                                               std::uint64_t)
-extern template MESHTENSOR_EXAMPLE_SP_LOSS(layout_data);
-extern template MESHTENSOR_EXAMPLE_SP_LOSS(layout_model);
-extern template MESHTENSOR_EXAMPLE_SP_LOSS(layout_2d);
+extern template MESHTENSOR_LM_SP_LOSS(layout_data);
+extern template MESHTENSOR_LM_SP_LOSS(layout_model);
+extern template MESHTENSOR_LM_SP_LOSS(layout_2d);
 
 // The next batch of --batch sequences of --length tokens (ids) and the tokens after them (labels),
 // from random starts in text: the same on every rank, in every layout and in the pipeline. The token

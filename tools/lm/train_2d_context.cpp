@@ -3,4 +3,4 @@
 
 template train_result train<layout_2d_context>(const grid&, const options&, const std::vector<unsigned char>&, bool);
 
-template MESHTENSOR_EXAMPLE_SP_LOSS(layout_2d_context);  // refuses: nothing to compile
+template MESHTENSOR_LM_SP_LOSS(layout_2d_context);  // refuses: nothing to compile

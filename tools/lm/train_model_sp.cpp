@@ -1,4 +1,4 @@
 // sequence_parallel_loss<layout_model>, in a file of its own: see model.hpp.
 #include "model.hpp"
 
-template MESHTENSOR_EXAMPLE_SP_LOSS(layout_model);
+template MESHTENSOR_LM_SP_LOSS(layout_model);

@@ -38,13 +38,14 @@
 // the whole sequence, and the scores of one tile of keys at a time: each block is computed in
 // tiles of at most 512 keys (ring_tile_keys), each tile's scores [local query rows, tile] one batched
 // product (kernels::product) in the accumulator type, then the online softmax's row kernel, then
-// the product with the tile's values (flash attention's way; the detail kernels' comment).
+// the product with the tile's values (flash attention's way: kernels/attention_tiles.hpp).
 // The backward pass runs the ring again (recomputing each block's scores from q, k, v and the
 // per-row log-sum-exp kept by the forward pass): dq accumulates where it is, dk and dv travel with
-// their block, summed over the group's query heads that share each KV head. attention_memory has
-// no effect: the ring keeps q, k, v, the heads' output and the log-sum-exp under both (never the
-// softmax's weights). ring_grouped_causal_attention's rope form rotates q and k (nn/rope.hpp) at
-// their global positions before the ring starts: the blocks travel rotated.
+// their block, summed over the group's query heads that share each KV head. The ring keeps q, k, v,
+// the heads' output and the log-sum-exp per row for the backward pass, never the softmax's weights
+// (so it takes no attention_memory: recomputing the core is what it does already).
+// ring_grouped_causal_attention's rope form rotates q and k (nn/rope.hpp) at their global positions
+// before the ring starts: the blocks travel rotated.
 // Gradient: through x and every weight.
 #include <Kokkos_Core.hpp>
 #include <array>
@@ -61,6 +62,7 @@
 #include "../element/bf16.hpp"
 #include "../element/kokkos_math.hpp"
 #include "../geometry/placement.hpp"
+#include "../kernels/attention_tiles.hpp"
 #include "../kernels/launch.hpp"
 #include "../kernels/pool.hpp"
 #include "../ops/einsum.hpp"
@@ -69,6 +71,8 @@
 #include "../runtime/collectives.hpp"
 #include "../tensor/mpi_buffer.hpp"
 #include "attention.hpp"
+#include "detail/ring_geometry.hpp"
+#include "ring_attention_traffic.hpp"
 
 namespace meshtensor {
 
@@ -119,120 +123,7 @@ struct ring_attention_key_bias_batch_split {
 };
 }  // namespace diagnostic
 
-// The ring's collectives over the axes A that split Length into `parts` blocks: P - 1 shifts
-// forward; P backward (none on one processor), then, for grouped-query attention with Group split
-// over axes G that do not split KvHeads (k and v replicated over G), one allreduce of dk and dv
-// over G (group_axes: G, empty otherwise).
-inline comm_plan ring_attention_plan(axis_set axes, std::int64_t parts) {
-  return comm_plan{}.then(collective::shift, axes, parts - 1);
-}
-inline comm_plan ring_attention_backward_plan(axis_set axes, std::int64_t parts, axis_set group_axes = {}) {
-  return comm_plan{}.then(collective::shift, axes, parts > 1 ? parts : 0).then(collective::allreduce, group_axes);
-}
-
-// What one processor of the ring sends, before any run: the plans' calls with their bytes. From
-// the parts' extents along Length (in part order), this processor's part, the local elements of k
-// (or v) per position (local batch x local KV heads x |DKv|: the heads of k and v, not q's, so
-// grouped-query attention's blocks are Group times smaller than q's), and the bytes of an element
-// of x and of its accumulator (compute_t: the backward message is [k; v; dk; dv] in it). The
-// shifts over A: forward_*, backward_*; group_split (Group split over axes that do not split
-// KvHeads): the backward allreduce of this part's [dk; dv] over them, group_allreduce_*. A
-// planned run counts the same (tests/mpi/ring_attention_gradient_test.cpp checks both against a
-// real one).
-struct ring_attention_traffic {
-  std::int64_t forward_calls = 0, forward_bytes = 0, backward_calls = 0, backward_bytes = 0;
-  std::int64_t group_allreduce_calls = 0, group_allreduce_bytes = 0;
-};
-inline ring_attention_traffic ring_attention_traffic_of(const std::vector<std::int64_t>& part_extents, int me,
-                                                        std::int64_t per_position, std::int64_t value_bytes,
-                                                        std::int64_t accumulator_bytes, bool group_split = false) {
-  const int P = static_cast<int>(part_extents.size());
-  const auto block = [&](int p) { return per_position * part_extents[static_cast<std::size_t>(((p % P) + P) % P)]; };
-  ring_attention_traffic t;
-  for (int s = 0; s + 1 < P; ++s) {
-    t.forward_bytes += 2 * block(me - s) * value_bytes;
-    t.backward_bytes += 4 * block(me - s) * accumulator_bytes;
-  }
-  if (P > 1) t.backward_bytes += 2 * block(me + 1) * accumulator_bytes;
-  t.forward_calls = P - 1;
-  t.backward_calls = P > 1 ? P : 0;
-  if (group_split) {
-    t.group_allreduce_calls = 1;
-    t.group_allreduce_bytes = 2 * block(me) * accumulator_bytes;
-  }
-  return t;
-}
-
 namespace detail {
-
-// Where the blocks are: this processor's part along the ring, its neighbours' sub-communicator
-// ranks, every part's offset and extent along Length, and the local [outer, n, inner] of k and v
-// (kv_outer: the local batch and KV heads), q's outer being kv_outer x group (the local query
-// heads per KV head; 1 under multi-head attention).
-// Under zigzag<Length, ...> a part is two chunks (placement's ranges: chunk p, then chunk
-// 2P - 1 - p), its block their concatenation; under split<> one chunk (the second empty). The
-// blocks are computed chunk pair by chunk pair (q's chunk, k's and v's), each at its own global
-// positions, so pairs wholly in the future of a q chunk are skipped: with zigzag chunks every
-// part then computes the same (the ring's load balance, docs/training.md).
-struct ring_geometry {
-  axis_set axes;
-  int parts = 1, me = 0, to = 0, from = 0;  // to: the next part's processor, from: the previous'
-  std::vector<std::int64_t> offset, extent;  // per part (offset: its first chunk's)
-  std::vector<std::array<std::int64_t, 2>> chunk_offset, chunk_extent;  // per part, its chunks
-  std::int64_t kv_outer = 1, group = 1, inner = 1;
-  int part(int steps_back) const { return ((me - steps_back) % parts + parts) % parts; }
-  // The elements of part p's k (or v) block: what travels.
-  std::int64_t block(int p) const { return kv_outer * extent[p] * inner; }
-  // Where chunk c of part p starts in the part's block (along Length).
-  std::int64_t chunk_start(int p, int c) const { return c == 0 ? 0 : chunk_extent[static_cast<std::size_t>(p)][0]; }
-  // Whether keys chunk e of part k hold a position at or before the last query of this part's
-  // chunk c: else that pair is in the future of every query (or a chunk is empty), not computed.
-  bool visible(int c, int k, int e) const {
-    const auto& q = chunk_extent[static_cast<std::size_t>(me)];
-    const auto& kk = chunk_extent[static_cast<std::size_t>(k)];
-    return q[c] > 0 && kk[e] > 0 &&
-           chunk_offset[static_cast<std::size_t>(k)][e] <= chunk_offset[static_cast<std::size_t>(me)][c] + q[c] - 1;
-  }
-};
-
-template <Dim Length, Tensor Q, Tensor K>
-ring_geometry ring_geometry_of(const Q& q, const K& k) {
-  constexpr dim_split s = Q::layout_type::template split_of<Length>();
-  const communicator& comm = q.mesh().communicator();
-  ring_geometry g;
-  g.axes = axis_set(s.mask());
-  const auto by_subrank = parts_by_subrank(s, comm.shape(), comm.coords());
-  g.parts = static_cast<int>(by_subrank.size());
-  std::vector<int> subrank_of(by_subrank.size());
-  for (std::size_t r = 0; r < by_subrank.size(); ++r) subrank_of[static_cast<std::size_t>(by_subrank[r])] = static_cast<int>(r);
-  g.me = static_cast<int>(s.part_at(comm.sizes(), comm.coords()));
-  g.to = subrank_of[static_cast<std::size_t>((g.me + 1) % g.parts)];
-  g.from = subrank_of[static_cast<std::size_t>(g.part(1))];
-  const placement<1> p({s}, comm.shape(), {q.template extent<Length>()});
-  for (int k = 0; k < g.parts; ++k) {
-    const auto r = p.ranges(0, k);
-    g.offset.push_back(r[0].offset[0]);
-    g.extent.push_back(p.part_extent(0, k));
-    g.chunk_offset.push_back({r[0].offset[0], r[1].offset[0]});
-    g.chunk_extent.push_back({r[0].extent[0], r[1].extent[0]});
-  }
-  // q's and k's local data as [outer, Length's local extent, inner] (ops/detail/along.hpp's
-  // view, private to ops/)
-  const auto outer_inner = [](const auto& t) {
-    using T = std::remove_cvref_t<decltype(t)>;
-    constexpr std::size_t at = T::template index_of<Length>();
-    const auto ext = t.local_extents();
-    std::pair<std::int64_t, std::int64_t> oi{1, 1};
-    for (std::size_t d = 0; d < T::rank; ++d)
-      if (d != at) (d < at ? oi.first : oi.second) *= ext[d];
-    return oi;
-  };
-  const auto [q_outer, q_inner] = outer_inner(q);
-  g.kv_outer = outer_inner(k).first;
-  g.group = g.kv_outer > 0 ? q_outer / g.kv_outer : 1;  // no k rows: no q rows either
-  g.inner = q_inner;
-  return g;
-}
 
 // The ring's step: its plan is ring_attention_plan of the run's number of parts.
 struct ring_op {
@@ -241,257 +132,6 @@ struct ring_op {
   std::int64_t parts;
   comm_plan plan() const { return ring_attention_plan(axes, parts); }
 };
-
-// The blockwise kernels, flash attention's way: a block's keys are taken in tiles of at most
-// ring_tile_keys positions, and per tile the scores S = q . k_tile^T are one batched product
-// (kernels::product: oneDNN, OpenBLAS, cuBLAS), a row kernel applies the causal mask in global
-// positions and the scale, updates the online softmax's running max and sum per row and turns S
-// into the weights P in place, and a second product gives P . v_tile. The running statistics carry
-// from tile to tile and block to block, so that only one tile's scores are ever in memory:
-// [outer, nq, tile] in the accumulator type (the backward pass two of them, S and dP), besides
-// tiles of k and v gathered contiguous where a block is longer than a tile, or its elements are
-// not the accumulator's. A tile wholly in the future of every query of the block is not computed
-// (tiles partly in the future are, with the masked weights 0).
-//
-// The heads: q's rows are [kv_outer, group, nq] (kv_outer: the batch and the KV heads, local;
-// group: the local query heads sharing each KV head, 1 under multi-head attention), k's and v's
-// [kv_outer, nk]: q's outer index o attends with k's and v's o / group. So q is [kv_outer, group x
-// nq, inner] as it lies, and one product per KV head covers its group's query heads (the backward
-// products over group x nq rows sum dk and dv over the group).
-//
-// Every product and kernel runs in the accumulator type C (compute_t: float for bf16, float, double):
-// q (and the output's gradient) are passed in C (for bf16 a widened copy, q's size in float), the
-// tiles of k and v gathered into C. Why products: the first version looped per query row over
-// the block's keys and DKv in scalar code (the scores twice per row, to keep nothing of size
-// keys), and trained about 20x slower than the all-to-all (whose core is products) at 4096 positions on
-// two ranks (examples/llama, 2 cores: 113 against 2134 tokens/s); in tiles it is on a par with
-// the all-to-all there (~2100-2800 against ~2100-2900 tokens/s, noisy). Why 512: the products
-// are then large enough for the providers, and the scratch stays small: with 8192 local query
-// rows (4 heads of 2048 positions) one tile's scores are 16 MiB in float (backward 32 MiB), not
-// a block's [rows, nk].
-inline constexpr std::int64_t ring_tile_keys = 512;
-
-// Keys (at = 0) or values (at = the block's elements) of positions t0 .. t0 + tn of a block
-// [kv_outer, nk, inner] held in `from` (the ring's message), as a contiguous [kv_outer, tn,
-// inner] in C: the message's own memory where the tile is the whole block and already in C, else
-// gathered (and widened) into scratch.
-template <class Exec, class C, class V>
-Kokkos::View<C*, typename Exec::memory_space> ring_tile(const V& from, std::int64_t at, std::int64_t kv_outer,
-                                                        std::int64_t nk, std::int64_t inner, std::int64_t t0,
-                                                        std::int64_t tn) {
-  using Mem = typename Exec::memory_space;
-  using CView = Kokkos::View<C*, Mem>;
-  if constexpr (std::is_same_v<typename V::value_type, C>)
-    if (t0 == 0 && tn == nk) return CView(from.data() + at, static_cast<std::size_t>(kv_outer * nk * inner));
-  const CView to = view_pool<C, Mem>::get().allocate(static_cast<std::size_t>(kv_outer * tn * inner));
-  const std::int64_t per = tn * inner;
-  kernels::parallel_for(
-      "meshtensor::ring_attention_tile", Kokkos::RangePolicy<Exec>(0, kv_outer * per), KOKKOS_LAMBDA(std::int64_t e) {
-        const std::int64_t ok = e / per, r = e % per;
-        to(e) = static_cast<C>(from(at + (ok * nk + t0) * inner + r));
-      });
-  return to;
-}
-
-// x in C: x's own memory where its elements are C's, else a widened copy (scratch).
-template <class Exec, class C, class V>
-Kokkos::View<C*, typename Exec::memory_space> ring_in_compute_type(const V& x) {
-  using Mem = typename Exec::memory_space;
-  if constexpr (std::is_same_v<typename V::value_type, C>) {
-    return Kokkos::View<C*, Mem>(x.data(), x.extent(0));
-  } else {
-    const auto to = view_pool<C, Mem>::get().allocate(x.extent(0));
-    kernels::parallel_for(
-        "meshtensor::ring_attention_widen", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(x.extent(0))),
-        KOKKOS_LAMBDA(std::int64_t e) { to(e) = static_cast<C>(x(e)); });
-    return to;
-  }
-}
-
-// Rows begin .. begin + count of each of `outer` runs of n rows of `inner` elements, as a contiguous
-// [outer, count, inner] (a query chunk's rows; scratch), and back (written over dst's rows: a
-// block's two chunks tile it).
-template <class Exec, class CV>
-CV ring_chunk_rows(const CV& x, std::int64_t outer, std::int64_t n, std::int64_t inner, std::int64_t begin,
-                   std::int64_t count) {
-  const CV to = view_pool<typename CV::value_type, typename Exec::memory_space>::get().allocate(
-      static_cast<std::size_t>(outer * count * inner));
-  const std::int64_t per = count * inner;
-  kernels::parallel_for(
-      "meshtensor::ring_attention_chunk_rows", Kokkos::RangePolicy<Exec>(0, outer * per),
-      KOKKOS_LAMBDA(std::int64_t e) { to(e) = x((e / per * n + begin) * inner + e % per); });
-  return to;
-}
-template <class Exec, class CV>
-void ring_put_chunk_rows(const CV& chunk, std::int64_t outer, std::int64_t n, std::int64_t inner, std::int64_t begin,
-                         std::int64_t count, const CV& dst) {
-  const std::int64_t per = count * inner;
-  kernels::parallel_for(
-      "meshtensor::ring_attention_put_chunk_rows", Kokkos::RangePolicy<Exec>(0, outer * per),
-      KOKKOS_LAMBDA(std::int64_t e) { dst((e / per * n + begin) * inner + e % per) = chunk(e); });
-}
-
-// A key bias in the ring: the whole bias [local batch, S] in C (every key's: the bias's layout
-// does not split MemLength), read at the travelling block's global key positions; the rows of
-// kv_outer are batch x `heads` (the local KV heads), so a row of the bias serves `heads` of them.
-// values empty: no bias.
-template <class CV>
-struct ring_key_bias {
-  CV values;
-  std::int64_t length = 0, heads = 1;
-  bool biased() const { return values.extent(0) > 0; }
-};
-
-// Forward, one block: q [kv_outer x group, nq, inner] (in C) at global positions q0.., keys and
-// values kv = [k; v], each [kv_outer, nk, inner] at global positions k0..; m, l [kv_outer x group,
-// nq] the running max and sum, acc (q's shape) the running sum of weights times values (rescaled
-// as the max grows).
-// Only the block's keys tb .. te (a chunk; 0 .. nk: all), at global positions k0.. . With a key
-// bias (ring_key_bias), each score is (q . k + bias at the key's global position) * scale.
-template <class Exec, class CV, class KV>
-void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, const CV& acc, std::int64_t kv_outer,
-                        std::int64_t group, std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0,
-                        std::int64_t k0, typename CV::value_type scale, std::int64_t tb, std::int64_t te,
-                        const ring_key_bias<CV>& kb) {
-  using C = typename CV::value_type;
-  const CV bias = kb.values;
-  const bool biased = kb.biased();
-  const std::int64_t bias_len = kb.length, bias_heads = kb.heads;
-  using Mem = typename Exec::memory_space;
-  using CPool = view_pool<C, Mem>;
-  const std::int64_t blk = kv_outer * nk * inner, gq = group * nq, rows = kv_outer * gq;
-  const std::int64_t tile = te - tb < ring_tile_keys ? te - tb : ring_tile_keys;
-  const CV scores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
-  const CV alpha = CPool::get().allocate(static_cast<std::size_t>(rows));
-  const CV pv = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
-  for (std::int64_t t0 = tb; t0 < te; t0 += tile) {
-    const std::int64_t kg = k0 + (t0 - tb);  // the tile's first key's global position
-    const std::int64_t kq = kg - q0;         // the same, counted from the block's first query
-    if (kq > nq - 1) break;                  // this tile and the next in the future of every query
-    const std::int64_t tn = te - t0 < tile ? te - t0 : tile;
-    const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
-    const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
-    const CV s(scores.data(), static_cast<std::size_t>(rows * tn));
-    kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, q, kt, s);
-    kernels::parallel_for(
-        "meshtensor::ring_attention_forward", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
-          const std::int64_t i = row % nq, sa = row * tn;
-          const std::int64_t last = i - kq + 1 < tn ? i - kq + 1 : tn;  // keys at or before the query
-          if (last <= 0) {
-            for (std::int64_t t = 0; t < tn; ++t) s(sa + t) = C(0);
-            alpha(row) = C(1);
-            return;
-          }
-          // The row's bias: its sequence's (row / gq: the KV outer index, batch then KV heads).
-          const std::int64_t ba = biased ? row / gq / bias_heads * bias_len + kg : 0;
-          C tile_max = (s(sa) + (biased ? bias(ba) : C(0))) * scale;
-          for (std::int64_t t = 1; t < last; ++t) {
-            const C x = (s(sa + t) + (biased ? bias(ba + t) : C(0))) * scale;
-            tile_max = x > tile_max ? x : tile_max;
-          }
-          const C m_old = m(row), m_new = m_old > tile_max ? m_old : tile_max;
-          const C a = kmath::exp(m_old - m_new);  // 0 for the first tile (m_old the lowest value)
-          C sum = l(row) * a;
-          for (std::int64_t t = 0; t < last; ++t) {
-            const C p = kmath::exp((s(sa + t) + (biased ? bias(ba + t) : C(0))) * scale - m_new);
-            s(sa + t) = p;
-            sum += p;
-          }
-          for (std::int64_t t = last; t < tn; ++t) s(sa + t) = C(0);
-          m(row) = m_new;
-          l(row) = sum;
-          alpha(row) = a;
-        });
-    kernels::product<Exec, C>(kv_outer, gq, inner, tn, false, false, s, vt, pv);
-    kernels::parallel_for(
-        "meshtensor::ring_attention_forward_accumulate", Kokkos::RangePolicy<Exec>(0, rows * inner),
-        KOKKOS_LAMBDA(std::int64_t e) { acc(e) = acc(e) * alpha(e / inner) + pv(e); });
-  }
-}
-
-// Backward, one block: dq [outer, nq, inner] += the block's contribution, and the block's dk, dv
-// (in kv after k and v: [k; v; dk; dv], all in C) += this processor's queries' contributions,
-// summed over the group's query heads that share each key's head; from the weights P = exp(S
-// scale - lse) and dS = P (dO . v - delta) scale, delta = dO . O per row. Per tile: S = q . k^T,
-// dP = dO . v^T, the row kernel (P into S, dS into dP), then dq += dS . k, dk += dS^T . q, dv +=
-// P^T . dO. No atomics: the products' sums come out the same on every run.
-template <class Exec, class CV>
-void ring_backward_block(const CV& q, const CV& dout, const CV& lse, const CV& delta, const CV& kv, const CV& dq,
-                         std::int64_t kv_outer, std::int64_t group, std::int64_t nq, std::int64_t nk,
-                         std::int64_t inner, std::int64_t q0, std::int64_t k0, typename CV::value_type scale,
-                         std::int64_t tb, std::int64_t te, const ring_key_bias<CV>& kb) {
-  using C = typename CV::value_type;
-  const CV bias = kb.values;
-  const bool biased = kb.biased();
-  const std::int64_t bias_len = kb.length, bias_heads = kb.heads;
-  using Mem = typename Exec::memory_space;
-  using CPool = view_pool<C, Mem>;
-  const std::int64_t blk = kv_outer * nk * inner, gq = group * nq, rows = kv_outer * gq;
-  const std::int64_t tile = te - tb < ring_tile_keys ? te - tb : ring_tile_keys;
-  const CV scores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
-  const CV dscores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
-  const CV dq_tile = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
-  const CV dk_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
-  const CV dv_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
-  for (std::int64_t t0 = tb; t0 < te; t0 += tile) {
-    const std::int64_t kg = k0 + (t0 - tb), kq = kg - q0;
-    if (kq > nq - 1) break;
-    const std::int64_t tn = te - t0 < tile ? te - t0 : tile;
-    const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
-    const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
-    const CV s(scores.data(), static_cast<std::size_t>(rows * tn)), ds(dscores.data(), static_cast<std::size_t>(rows * tn));
-    kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, q, kt, s);
-    kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, dout, vt, ds);
-    kernels::parallel_for(
-        "meshtensor::ring_attention_backward", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
-          const std::int64_t i = row % nq, sa = row * tn;
-          std::int64_t last = i - kq + 1 < tn ? i - kq + 1 : tn;
-          if (last < 0) last = 0;
-          const C lr = lse(row), dr = delta(row);
-          const std::int64_t ba = biased ? row / gq / bias_heads * bias_len + kg : 0;
-          for (std::int64_t t = 0; t < last; ++t) {
-            const C p = kmath::exp((s(sa + t) + (biased ? bias(ba + t) : C(0))) * scale - lr);
-            s(sa + t) = p;
-            ds(sa + t) = p * (ds(sa + t) - dr) * scale;
-          }
-          for (std::int64_t t = last; t < tn; ++t) {
-            s(sa + t) = C(0);
-            ds(sa + t) = C(0);
-          }
-        });
-    const CV dkt(dk_tile.data(), static_cast<std::size_t>(kv_outer * tn * inner)),
-        dvt(dv_tile.data(), static_cast<std::size_t>(kv_outer * tn * inner));
-    kernels::product<Exec, C>(kv_outer, gq, inner, tn, false, false, ds, kt, dq_tile);
-    kernels::product<Exec, C>(kv_outer, tn, inner, gq, true, false, ds, q, dkt);
-    kernels::product<Exec, C>(kv_outer, tn, inner, gq, true, false, s, dout, dvt);
-    kernels::parallel_for(
-        "meshtensor::ring_attention_backward_dq", Kokkos::RangePolicy<Exec>(0, rows * inner),
-        KOKKOS_LAMBDA(std::int64_t e) { dq(e) += dq_tile(e); });
-    const std::int64_t per = tn * inner;
-    kernels::parallel_for(
-        "meshtensor::ring_attention_backward_dkv", Kokkos::RangePolicy<Exec>(0, kv_outer * per),
-        KOKKOS_LAMBDA(std::int64_t e) {
-          const std::int64_t at = (e / per * nk + t0) * inner + e % per;
-          kv(2 * blk + at) += dkt(e);
-          kv(3 * blk + at) += dvt(e);
-        });
-  }
-}
-
-// The axes over which k and v are replicated while q is split: those of q's head dims that k and
-// v lack (Group's), less any that split k. Each processor there holds some of the query heads
-// that share a KV head, so its dk and dv are partial sums over them.
-template <Tensor Q, Tensor K>
-constexpr axis_set ring_group_axes() {
-  const auto axes_of = []<class... Ds>(type_list<Ds...>, auto layout) {
-    using L = typename decltype(layout)::type;
-    return (0u | ... | L::template split_of<Ds>().mask());
-  };
-  const unsigned q_only =
-      axes_of(difference_t<typename Q::dims, typename K::dims>{}, std::type_identity<typename Q::layout_type>{});
-  const unsigned of_k = axes_of(typename K::dims{}, std::type_identity<typename K::layout_type>{});
-  return axis_set(q_only & ~of_k);
-}
 
 // The key bias in C (ring_key_bias) for a ring of geometry `ring` over `length` positions: none
 // for no_key_bias; else the bias tensor's local array (its own memory where its elements are
@@ -866,20 +506,15 @@ X ring_attention_of(const char* name, const X& x, const WQ& wq, const WK& wk, co
 
 namespace nn {
 
-template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
-X ring_causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo,
-                        attention_memory memory = attention_memory::keep_all) {
-  (void)memory;  // the ring keeps the same under both (the header's comment)
-  return meshtensor::detail::ring_attention_of<Length, MemLength, DModel, type_list<Heads>, type_list<Heads>, DKv>(
-      "ring_causal_attention", x, wq, wk, wv, wo);
-}
+// A key bias for the ring: none (no_key_bias, the default) or a tensor [x's dims but Length and
+// DModel..., MemLength] (padding_bias), added to the logits before the scale as
+// causal_attention's; its layout must not split MemLength (the header).
+template <class Bias>
+concept ring_key_bias_arg = std::is_same_v<Bias, meshtensor::detail::no_key_bias> || Tensor<Bias>;
 
-// With a key bias [x's dims but Length and DModel..., MemLength] (padding_bias), added to the
-// logits before the scale as causal_attention's; its layout must not split MemLength (the header).
-template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO, Tensor Bias>
-X ring_causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo, const Bias& key_bias,
-                        attention_memory memory = attention_memory::keep_all) {
-  (void)memory;
+template <Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO,
+          ring_key_bias_arg Bias = meshtensor::detail::no_key_bias>
+X ring_causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo, const Bias& key_bias = {}) {
   return meshtensor::detail::ring_attention_of<Length, MemLength, DModel, type_list<Heads>, type_list<Heads>, DKv>(
       "ring_causal_attention", x, wq, wk, wv, wo, key_bias);
 }
@@ -888,34 +523,21 @@ X ring_causal_attention(const X& x, const W& wq, const W& wk, const W& wv, const
 // Group, DKv], wk and wv[DModel, KvHeads, DKv], wo[KvHeads, Group, DKv, DModel]) by the ring: k
 // and v travel at KvHeads, Group times fewer bytes than q's heads would.
 template <Dim Length, Dim MemLength, Dim DModel, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK,
-          Tensor WO>
+          Tensor WO, ring_key_bias_arg Bias = meshtensor::detail::no_key_bias>
 X ring_grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo,
-                                attention_memory memory = attention_memory::keep_all) {
-  (void)memory;
+                                const Bias& key_bias = {}) {
   return meshtensor::detail::ring_attention_of<Length, MemLength, DModel, type_list<KvHeads, Group>, type_list<KvHeads>,
-                                               DKv>("ring_grouped_causal_attention", x, wq, wk, wv, wo);
+                                               DKv>("ring_grouped_causal_attention", x, wq, wk, wv, wo, key_bias);
 }
 
 // With rotary position embeddings (grouped_causal_attention's rope form): q and k rotated at their
 // global positions before the ring starts, so the blocks that travel are already rotated.
 template <Dim Length, Dim MemLength, Dim DModel, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK,
-          Tensor WO>
+          Tensor WO, ring_key_bias_arg Bias = meshtensor::detail::no_key_bias>
 X ring_grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo,
-                                const rope_config& rope, attention_memory memory = attention_memory::keep_all) {
-  (void)memory;
+                                const rope_config& rope, const Bias& key_bias = {}) {
   return meshtensor::detail::ring_attention_of<Length, MemLength, DModel, type_list<KvHeads, Group>, type_list<KvHeads>,
-                                               DKv>("ring_grouped_causal_attention", x, wq, wk, wv, wo,
-                                                    meshtensor::detail::no_key_bias{}, &rope);
-}
-
-// With a key bias, as ring_causal_attention's.
-template <Dim Length, Dim MemLength, Dim DModel, Dim KvHeads, Dim Group, Dim DKv, Tensor X, Tensor WQ, Tensor WK,
-          Tensor WO, Tensor Bias>
-X ring_grouped_causal_attention(const X& x, const WQ& wq, const WK& wk, const WK& wv, const WO& wo,
-                                const Bias& key_bias, attention_memory memory = attention_memory::keep_all) {
-  (void)memory;
-  return meshtensor::detail::ring_attention_of<Length, MemLength, DModel, type_list<KvHeads, Group>, type_list<KvHeads>,
-                                               DKv>("ring_grouped_causal_attention", x, wq, wk, wv, wo, key_bias);
+                                               DKv>("ring_grouped_causal_attention", x, wq, wk, wv, wo, key_bias, &rope);
 }
 
 }  // namespace nn

@@ -1,0 +1,273 @@
+#pragma once
+// The tiled attention kernels of ring attention (nn/ring_attention.hpp drives them over the ring):
+// Views and extents, no tensor type. A block of queries [outer, nq, inner] attends to a block of
+// keys and values [kv_outer, nk, inner] tile by tile, flash attention's way: per tile of keys one
+// batched product for the scores, a row kernel for the causal mask in global positions, the scale
+// and the online softmax, a second product with the values; the backward pass recomputes the
+// weights from the log-sum-exp per row. The products go through kernels::product (oneDNN,
+// OpenBLAS, cuBLAS); scratch comes from the caching allocator (kernels/pool.hpp). While planning
+// nothing runs.
+#include <Kokkos_Core.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include "../element/kokkos_math.hpp"
+#include "launch.hpp"
+#include "pool.hpp"
+#include "product.hpp"
+
+namespace meshtensor::detail {
+
+// The blockwise kernels, flash attention's way: a block's keys are taken in tiles of at most
+// ring_tile_keys positions, and per tile the scores S = q . k_tile^T are one batched product
+// (kernels::product: oneDNN, OpenBLAS, cuBLAS), a row kernel applies the causal mask in global
+// positions and the scale, updates the online softmax's running max and sum per row and turns S
+// into the weights P in place, and a second product gives P . v_tile. The running statistics carry
+// from tile to tile and block to block, so that only one tile's scores are ever in memory:
+// [outer, nq, tile] in the accumulator type (the backward pass two of them, S and dP), besides
+// tiles of k and v gathered contiguous where a block is longer than a tile, or its elements are
+// not the accumulator's. A tile wholly in the future of every query of the block is not computed
+// (tiles partly in the future are, with the masked weights 0).
+//
+// The heads: q's rows are [kv_outer, group, nq] (kv_outer: the batch and the KV heads, local;
+// group: the local query heads sharing each KV head, 1 under multi-head attention), k's and v's
+// [kv_outer, nk]: q's outer index o attends with k's and v's o / group. So q is [kv_outer, group x
+// nq, inner] as it lies, and one product per KV head covers its group's query heads (the backward
+// products over group x nq rows sum dk and dv over the group).
+//
+// Every product and kernel runs in the accumulator type C (compute_t: float for bf16, float, double):
+// q (and the output's gradient) are passed in C (for bf16 a widened copy, q's size in float), the
+// tiles of k and v gathered into C. Why products: scalar loops over keys and DKv per query row
+// trained about 20x slower than the all-to-all attention, whose core is products
+// (docs/performance.md). Why 512: the products are then large enough for the providers, and the
+// scratch stays small: with 8192 local query rows (4 heads of 2048 positions) one tile's scores
+// are 16 MiB in float (backward 32 MiB), not a block's [rows, nk].
+inline constexpr std::int64_t ring_tile_keys = 512;
+
+// The tiles of a block's keys tb .. te (global positions from k0) against its nq queries (global
+// positions from q0): at most ring_tile_keys keys each, in order, ending before the first tile
+// wholly in the future of every query. Both passes walk them.
+struct ring_key_tile {
+  std::int64_t t0, tn;  // the tile's first key in the block, and its number of keys
+  std::int64_t kg, kq;  // its first key's global position, and the same counted from the first query
+};
+inline std::int64_t ring_tile_length(std::int64_t tb, std::int64_t te) {
+  return te - tb < ring_tile_keys ? te - tb : ring_tile_keys;
+}
+inline std::vector<ring_key_tile> ring_key_tiles(std::int64_t nq, std::int64_t q0, std::int64_t k0, std::int64_t tb,
+                                                 std::int64_t te) {
+  std::vector<ring_key_tile> tiles;
+  const std::int64_t tile = ring_tile_length(tb, te);
+  for (std::int64_t t0 = tb; t0 < te; t0 += tile) {
+    const std::int64_t kg = k0 + (t0 - tb), kq = kg - q0;
+    if (kq > nq - 1) break;
+    tiles.push_back({t0, te - t0 < tile ? te - t0 : tile, kg, kq});
+  }
+  return tiles;
+}
+
+// Keys (at = 0) or values (at = the block's elements) of positions t0 .. t0 + tn of a block
+// [kv_outer, nk, inner] held in `from` (the ring's message), as a contiguous [kv_outer, tn,
+// inner] in C: the message's own memory where the tile is the whole block and already in C, else
+// gathered (and widened) into scratch.
+template <class Exec, class C, class V>
+Kokkos::View<C*, typename Exec::memory_space> ring_tile(const V& from, std::int64_t at, std::int64_t kv_outer,
+                                                        std::int64_t nk, std::int64_t inner, std::int64_t t0,
+                                                        std::int64_t tn) {
+  using Mem = typename Exec::memory_space;
+  using CView = Kokkos::View<C*, Mem>;
+  if constexpr (std::is_same_v<typename V::value_type, C>)
+    if (t0 == 0 && tn == nk) return CView(from.data() + at, static_cast<std::size_t>(kv_outer * nk * inner));
+  const CView to = view_pool<C, Mem>::get().allocate(static_cast<std::size_t>(kv_outer * tn * inner));
+  const std::int64_t per = tn * inner;
+  kernels::parallel_for(
+      "meshtensor::ring_attention_tile", Kokkos::RangePolicy<Exec>(0, kv_outer * per), KOKKOS_LAMBDA(std::int64_t e) {
+        const std::int64_t ok = e / per, r = e % per;
+        to(e) = static_cast<C>(from(at + (ok * nk + t0) * inner + r));
+      });
+  return to;
+}
+
+// x in C: x's own memory where its elements are C's, else a widened copy (scratch).
+template <class Exec, class C, class V>
+Kokkos::View<C*, typename Exec::memory_space> ring_in_compute_type(const V& x) {
+  using Mem = typename Exec::memory_space;
+  if constexpr (std::is_same_v<typename V::value_type, C>) {
+    return Kokkos::View<C*, Mem>(x.data(), x.extent(0));
+  } else {
+    const auto to = view_pool<C, Mem>::get().allocate(x.extent(0));
+    kernels::parallel_for(
+        "meshtensor::ring_attention_widen", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(x.extent(0))),
+        KOKKOS_LAMBDA(std::int64_t e) { to(e) = static_cast<C>(x(e)); });
+    return to;
+  }
+}
+
+// Rows begin .. begin + count of each of `outer` runs of n rows of `inner` elements, as a contiguous
+// [outer, count, inner] (a query chunk's rows; scratch), and back (written over dst's rows: a
+// block's two chunks tile it).
+template <class Exec, class CV>
+CV ring_chunk_rows(const CV& x, std::int64_t outer, std::int64_t n, std::int64_t inner, std::int64_t begin,
+                   std::int64_t count) {
+  const CV to = view_pool<typename CV::value_type, typename Exec::memory_space>::get().allocate(
+      static_cast<std::size_t>(outer * count * inner));
+  const std::int64_t per = count * inner;
+  kernels::parallel_for(
+      "meshtensor::ring_attention_chunk_rows", Kokkos::RangePolicy<Exec>(0, outer * per),
+      KOKKOS_LAMBDA(std::int64_t e) { to(e) = x((e / per * n + begin) * inner + e % per); });
+  return to;
+}
+template <class Exec, class CV>
+void ring_put_chunk_rows(const CV& chunk, std::int64_t outer, std::int64_t n, std::int64_t inner, std::int64_t begin,
+                         std::int64_t count, const CV& dst) {
+  const std::int64_t per = count * inner;
+  kernels::parallel_for(
+      "meshtensor::ring_attention_put_chunk_rows", Kokkos::RangePolicy<Exec>(0, outer * per),
+      KOKKOS_LAMBDA(std::int64_t e) { dst((e / per * n + begin) * inner + e % per) = chunk(e); });
+}
+
+// A key bias in the ring: the whole bias [local batch, S] in C (every key's: the bias's layout
+// does not split MemLength), read at the travelling block's global key positions; the rows of
+// kv_outer are batch x `heads` (the local KV heads), so a row of the bias serves `heads` of them.
+// values empty: no bias.
+template <class CV>
+struct ring_key_bias {
+  CV values;
+  std::int64_t length = 0, heads = 1;
+  bool biased() const { return values.extent(0) > 0; }
+};
+
+// Forward, one block: q [kv_outer x group, nq, inner] (in C) at global positions q0.., keys and
+// values kv = [k; v], each [kv_outer, nk, inner] at global positions k0..; m, l [kv_outer x group,
+// nq] the running max and sum, acc (q's shape) the running sum of weights times values (rescaled
+// as the max grows).
+// Only the block's keys tb .. te (a chunk; 0 .. nk: all), at global positions k0.. . With a key
+// bias (ring_key_bias), each score is (q . k + bias at the key's global position) * scale.
+template <class Exec, class CV, class KV>
+void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, const CV& acc, std::int64_t kv_outer,
+                        std::int64_t group, std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0,
+                        std::int64_t k0, typename CV::value_type scale, std::int64_t tb, std::int64_t te,
+                        const ring_key_bias<CV>& kb) {
+  using C = typename CV::value_type;
+  const CV bias = kb.values;
+  const bool biased = kb.biased();
+  const std::int64_t bias_len = kb.length, bias_heads = kb.heads;
+  using Mem = typename Exec::memory_space;
+  using CPool = view_pool<C, Mem>;
+  const std::int64_t blk = kv_outer * nk * inner, gq = group * nq, rows = kv_outer * gq;
+  const std::int64_t tile = ring_tile_length(tb, te);
+  const CV scores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
+  const CV alpha = CPool::get().allocate(static_cast<std::size_t>(rows));
+  const CV pv = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
+  for (const ring_key_tile& t : ring_key_tiles(nq, q0, k0, tb, te)) {
+    const std::int64_t t0 = t.t0, tn = t.tn, kg = t.kg, kq = t.kq;
+    const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
+    const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
+    const CV s(scores.data(), static_cast<std::size_t>(rows * tn));
+    kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, q, kt, s);
+    kernels::parallel_for(
+        "meshtensor::ring_attention_forward", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
+          const std::int64_t i = row % nq, sa = row * tn;
+          const std::int64_t last = i - kq + 1 < tn ? i - kq + 1 : tn;  // keys at or before the query
+          if (last <= 0) {
+            for (std::int64_t t = 0; t < tn; ++t) s(sa + t) = C(0);
+            alpha(row) = C(1);
+            return;
+          }
+          // The row's bias: its sequence's (row / gq: the KV outer index, batch then KV heads).
+          const std::int64_t ba = biased ? row / gq / bias_heads * bias_len + kg : 0;
+          C tile_max = (s(sa) + (biased ? bias(ba) : C(0))) * scale;
+          for (std::int64_t t = 1; t < last; ++t) {
+            const C x = (s(sa + t) + (biased ? bias(ba + t) : C(0))) * scale;
+            tile_max = x > tile_max ? x : tile_max;
+          }
+          const C m_old = m(row), m_new = m_old > tile_max ? m_old : tile_max;
+          const C a = kmath::exp(m_old - m_new);  // 0 for the first tile (m_old the lowest value)
+          C sum = l(row) * a;
+          for (std::int64_t t = 0; t < last; ++t) {
+            const C p = kmath::exp((s(sa + t) + (biased ? bias(ba + t) : C(0))) * scale - m_new);
+            s(sa + t) = p;
+            sum += p;
+          }
+          for (std::int64_t t = last; t < tn; ++t) s(sa + t) = C(0);
+          m(row) = m_new;
+          l(row) = sum;
+          alpha(row) = a;
+        });
+    kernels::product<Exec, C>(kv_outer, gq, inner, tn, false, false, s, vt, pv);
+    kernels::parallel_for(
+        "meshtensor::ring_attention_forward_accumulate", Kokkos::RangePolicy<Exec>(0, rows * inner),
+        KOKKOS_LAMBDA(std::int64_t e) { acc(e) = acc(e) * alpha(e / inner) + pv(e); });
+  }
+}
+
+// Backward, one block: dq [outer, nq, inner] += the block's contribution, and the block's dk, dv
+// (in kv after k and v: [k; v; dk; dv], all in C) += this processor's queries' contributions,
+// summed over the group's query heads that share each key's head; from the weights P = exp(S
+// scale - lse) and dS = P (dO . v - delta) scale, delta = dO . O per row. Per tile: S = q . k^T,
+// dP = dO . v^T, the row kernel (P into S, dS into dP), then dq += dS . k, dk += dS^T . q, dv +=
+// P^T . dO. No atomics: the products' sums come out the same on every run.
+template <class Exec, class CV>
+void ring_backward_block(const CV& q, const CV& dout, const CV& lse, const CV& delta, const CV& kv, const CV& dq,
+                         std::int64_t kv_outer, std::int64_t group, std::int64_t nq, std::int64_t nk,
+                         std::int64_t inner, std::int64_t q0, std::int64_t k0, typename CV::value_type scale,
+                         std::int64_t tb, std::int64_t te, const ring_key_bias<CV>& kb) {
+  using C = typename CV::value_type;
+  const CV bias = kb.values;
+  const bool biased = kb.biased();
+  const std::int64_t bias_len = kb.length, bias_heads = kb.heads;
+  using Mem = typename Exec::memory_space;
+  using CPool = view_pool<C, Mem>;
+  const std::int64_t blk = kv_outer * nk * inner, gq = group * nq, rows = kv_outer * gq;
+  const std::int64_t tile = ring_tile_length(tb, te);
+  const CV scores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
+  const CV dscores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
+  const CV dq_tile = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
+  const CV dk_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
+  const CV dv_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
+  for (const ring_key_tile& t : ring_key_tiles(nq, q0, k0, tb, te)) {
+    const std::int64_t t0 = t.t0, tn = t.tn, kg = t.kg, kq = t.kq;
+    const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
+    const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
+    const CV s(scores.data(), static_cast<std::size_t>(rows * tn)), ds(dscores.data(), static_cast<std::size_t>(rows * tn));
+    kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, q, kt, s);
+    kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, dout, vt, ds);
+    kernels::parallel_for(
+        "meshtensor::ring_attention_backward", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
+          const std::int64_t i = row % nq, sa = row * tn;
+          std::int64_t last = i - kq + 1 < tn ? i - kq + 1 : tn;
+          if (last < 0) last = 0;
+          const C lr = lse(row), dr = delta(row);
+          const std::int64_t ba = biased ? row / gq / bias_heads * bias_len + kg : 0;
+          for (std::int64_t t = 0; t < last; ++t) {
+            const C p = kmath::exp((s(sa + t) + (biased ? bias(ba + t) : C(0))) * scale - lr);
+            s(sa + t) = p;
+            ds(sa + t) = p * (ds(sa + t) - dr) * scale;
+          }
+          for (std::int64_t t = last; t < tn; ++t) {
+            s(sa + t) = C(0);
+            ds(sa + t) = C(0);
+          }
+        });
+    const CV dkt(dk_tile.data(), static_cast<std::size_t>(kv_outer * tn * inner)),
+        dvt(dv_tile.data(), static_cast<std::size_t>(kv_outer * tn * inner));
+    kernels::product<Exec, C>(kv_outer, gq, inner, tn, false, false, ds, kt, dq_tile);
+    kernels::product<Exec, C>(kv_outer, tn, inner, gq, true, false, ds, q, dkt);
+    kernels::product<Exec, C>(kv_outer, tn, inner, gq, true, false, s, dout, dvt);
+    kernels::parallel_for(
+        "meshtensor::ring_attention_backward_dq", Kokkos::RangePolicy<Exec>(0, rows * inner),
+        KOKKOS_LAMBDA(std::int64_t e) { dq(e) += dq_tile(e); });
+    const std::int64_t per = tn * inner;
+    kernels::parallel_for(
+        "meshtensor::ring_attention_backward_dkv", Kokkos::RangePolicy<Exec>(0, kv_outer * per),
+        KOKKOS_LAMBDA(std::int64_t e) {
+          const std::int64_t at = (e / per * nk + t0) * inner + e % per;
+          kv(2 * blk + at) += dkt(e);
+          kv(3 * blk + at) += dvt(e);
+        });
+  }
+}
+
+}  // namespace meshtensor::detail
