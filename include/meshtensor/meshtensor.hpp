@@ -38,6 +38,7 @@
 #include "ops/reductions.hpp"
 #include "ops/softmax.hpp"
 #include "ops/relayout.hpp"
+#include "ops/relayout_regathered.hpp"
 #include "ops/rename.hpp"
 #include "ops/cast.hpp"
 #include "ops/partial_sum.hpp"

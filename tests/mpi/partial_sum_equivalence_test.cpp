@@ -114,17 +114,23 @@ TEST_CASE("a bf16 partial sum") {
   for (const auto v : mt::gather_all(p)) REQUIRE(float(v) == 0.625f);  // 5 x 0.125, exact
 }
 
+// Sequence parallelism's shapes: the products contract j, split over both axes; the stream between
+// them, x [i, m], has i split over the same axes (LS) or is whole (L).
+namespace sequence_parallel {
+using L = mt::layout<grid, mt::split<j_, r_, c_>>;
+using LS = mt::layout<grid, mt::split<j_, r_, c_>, mt::split<i_, r_, c_>>;
+using X = ten<L, i_, m_>;
+using XS = ten<LS, i_, m_>;
+using W = ten<L, m_, j_>;
+constexpr std::int64_t M = 3;
+}  // namespace sequence_parallel
+
 // The backward of an allgather (relayout to a replicated dim) whose incoming gradient is a partial
 // sum over the axes the relayout gathers over: the tape hands the partial to relayout's rule,
 // which reduce_scatters it (sequence parallelism's backward) instead of allreducing and slicing.
 TEST_CASE("relayout's gradient reduce_scatters a partial gradient") {
   const auto g = world_grid();
-  using L = mt::layout<grid, mt::split<j_, r_, c_>>;
-  using LS = mt::layout<grid, mt::split<j_, r_, c_>, mt::split<i_, r_, c_>>;
-  using X = ten<L, i_, m_>;
-  using XS = ten<LS, i_, m_>;
-  using W = ten<L, m_, j_>;
-  constexpr std::int64_t M = 3;
+  using namespace sequence_parallel;
   const auto w = mt::random_normal<W>(g, {M, J}, 21);
   const auto loss_of = [&](const XS& v) { return weighted_sum(mt::einsum<i_, j_>(mt::relayout<X>(v), w), 22); };
   check_grad_at_normal<XS>("relayout to replicated, then a product contracting split j", g, {I, M}, 23, loss_of);
@@ -143,4 +149,45 @@ TEST_CASE("relayout's gradient reduce_scatters a partial gradient") {
   REQUIRE(scatters == 1);  // counted at one processor too, as every collective is
   REQUIRE(gathers_or_sums_of_dv == 0);
   REQUIRE(dv.local_extents() == v.local_extents());
+}
+
+// relayout_regathered (sequence parallelism's stored input): the products that read the gathered
+// input, one of them through a rename (attention's keys), keep the split input instead of the
+// gathered one between the passes, and the backward pass gathers it again once for both; the
+// gradient is relayout's.
+TEST_CASE("relayout_regathered: the products keep the split input and gather it once more") {
+  const auto g = world_grid();
+  using namespace sequence_parallel;
+  using WN = ten<L, n_, j_>;
+  const auto w = mt::random_normal<W>(g, {M, J}, 31);
+  const auto wn = mt::random_normal<WN>(g, {M, J}, 32);
+  const auto loss_of = [&](const XS& v, bool regathered) {
+    const X h = regathered ? mt::relayout_regathered<X>(v) : mt::relayout<X>(v);
+    return weighted_sum(mt::einsum<i_, j_>(h, w) + mt::einsum<i_, j_>(mt::rename<m_, n_>(h), wn), 33);
+  };
+  check_grad_at_normal<XS>("relayout_regathered, then two products", g, {I, M}, 34,
+                           [&](const XS& v) { return loss_of(v, true); });
+
+  const bool gathers = g.communicator().size_over(mt::detail::axes_mask_of<X, mt::type_list<j_>>()) > 1;
+  const auto step = [&](bool regathered) {
+    auto v = mt::random_normal<XS>(g, {I, M}, 35);
+    v.requires_grad();
+    const auto before = mt::memory_stats().bytes_in_use;
+    auto loss = loss_of(v, regathered);
+    const auto kept = mt::memory_stats().bytes_in_use - before;
+    g.reset_counters();
+    auto [dv] = mt::gradient(std::move(loss), v);
+    std::int64_t gathers_run = 0;
+    for (const auto& [key, count] : g.counters())
+      if (key.first == mt::collective::allgather) gathers_run += count.calls;
+    return std::tuple(kept, gathers_run, mt::gather_all(dv));
+  };
+  const auto [kept_whole, gathers_whole, dv_whole] = step(false);
+  const auto [kept_split, gathers_split, dv_split] = step(true);
+  require_close(dv_split, dv_whole, 1e-12);
+  // Kept between the passes: the gathered slice less (the split one is the test's own v).
+  const std::int64_t gathered_bytes = X(g, {I, M}).local_size() * 8;
+  if (gathers) REQUIRE(kept_whole - kept_split >= gathered_bytes);
+  REQUIRE(gathers_whole == 0);
+  REQUIRE(gathers_split == 1);  // once for both products (counted at one processor too, as every collective is)
 }

@@ -698,8 +698,9 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   app.add_option("--layers", o.layers, "number of Transformer blocks")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--sequence-parallel", o.sequence_parallel,
-               "layouts model and 2d: split the residual stream along length over the axes of heads, so that the "
-               "blocks' sums arrive by reduce_scatter and the layer norms run on a part of the sequence "
+               "layouts model and 2d (and --pipeline's 2d stages): split the residual stream along length over the "
+               "axes of heads, so that the blocks' sums arrive by reduce_scatter, the layer norms run on a part of the "
+               "sequence and the products keep a part of their input for the backward pass "
                "(with --compare-layouts: the data layout runs without it, as the reference)");
   app.add_flag("--tie-embeddings", o.tie_embeddings,
                "compute the logits with the embedding (GPT-2's and GPT-3's weight tying): no output projection");

@@ -84,7 +84,9 @@ using decode_layout_t = typename decode_layout<L>::type;
 // by reduce_scatter (each processor receives the sum of its part of the sequence: half an
 // allreduce's traffic), the layer norms, residual adds and dropout run on 1/P of the tokens, and an
 // allgather brings each block's normalised input back whole for the next products (Megatron-LM's
-// sequence parallelism, written with ops/partial_sum.hpp). Layouts that split heads only.
+// sequence parallelism, written with ops/partial_sum.hpp); the products keep only its 1/P part for
+// the backward pass, which gathers it again (ops/relayout_regathered.hpp). Layouts that split heads
+// only.
 template <class L>
 struct sequence_layout {};
 template <>
@@ -255,6 +257,26 @@ X transformer_block(const X& in, const S& ln1_scale, const S& ln1_bias, const Q&
   const X a = nn::residual_dropout(in, attended(), rate, site, step);
   const auto f = nn::layer_norm<d_model>(a, ln2_scale, ln2_bias);
   return nn::residual_dropout(a, nn::feed_forward<d_model, d_ff>(f, w_in, w_out), rate, site + 1, step);
+}
+
+// transformer_block under sequence parallelism (--sequence-parallel): the residual stream `in` is
+// XS (length split over the axes that split heads and d_ff), the products run on X (the same dims
+// whole along length). Each sublayer: the layer norm on this processor's tokens; an allgather of
+// its result, whose 1/P part alone the products keep for the backward pass, which gathers it again
+// (relayout_regathered); the products; their pending sum by reduce_scatter back to XS. The layer
+// norms take the [d_model] parameters as they are (replicated under both layouts).
+template <class X, class XS, class S, class Q, class O, class Wi, class Wo>
+XS sequence_parallel_block(const XS& in, const S& ln1_scale, const S& ln1_bias, const Q& wq, const Q& wk, const Q& wv,
+                           const O& wo, const S& ln2_scale, const S& ln2_bias, const Wi& w_in, const Wo& w_out,
+                           double rate, std::uint64_t site, std::uint64_t step, nn::attention_memory memory) {
+  const X h = mt::relayout_regathered<X>(nn::layer_norm<d_model>(in, ln1_scale, ln1_bias));
+  const XS a = nn::residual_dropout(
+      in,
+      mt::relayout<XS>(nn::causal_attention_partial<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory)),
+      rate, site, step);
+  const X f = mt::relayout_regathered<X>(nn::layer_norm<d_model>(a, ln2_scale, ln2_bias));
+  return nn::residual_dropout(a, mt::relayout<XS>(nn::feed_forward_partial<d_model, d_ff>(f, w_in, w_out)), rate, site + 1,
+                              step);
 }
 
 // One block's weights, appended to the vectors of its kinds, drawn with model<L>'s seeds for block b
@@ -465,18 +487,9 @@ struct model {
       const double rate = o.dropout;
       const auto memory = o.attention_memory();
       const auto block = [this, b, site, rate, step, memory](const XS& in) {
-        // allgather; the products; their sum by reduce_scatter. The layer norms take the [d_model]
-        // parameters as they are (replicated under both layouts).
-        const X h = mt::relayout<X>(nn::layer_norm<d_model>(in, as<C>(ln1_scale[b]), as<C>(ln1_bias[b])));
-        const XS a = nn::residual_dropout(
-            in,
-            mt::relayout<XS>(nn::causal_attention_partial<length, memory_length, d_model, heads, d_kv>(
-                h, as<C>(wq[b]), as<C>(wk[b]), as<C>(wv[b]), as<C>(wo[b]), memory)),
-            rate, site, step);
-        const X f = mt::relayout<X>(nn::layer_norm<d_model>(a, as<C>(ln2_scale[b]), as<C>(ln2_bias[b])));
-        return nn::residual_dropout(
-            a, mt::relayout<XS>(nn::feed_forward_partial<d_model, d_ff>(f, as<C>(w_in[b]), as<C>(w_out[b]))), rate,
-            site + 1, step);
+        return sequence_parallel_block<X>(in, as<C>(ln1_scale[b]), as<C>(ln1_bias[b]), as<C>(wq[b]), as<C>(wk[b]),
+                                          as<C>(wv[b]), as<C>(wo[b]), as<C>(ln2_scale[b]), as<C>(ln2_bias[b]),
+                                          as<C>(w_in[b]), as<C>(w_out[b]), rate, site, step, memory);
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }

@@ -16,9 +16,12 @@
 
 #include "model.hpp"
 
-// The stages of the context layouts (pipeline_context.cpp).
+// The stages of the context layouts (pipeline_context.cpp), and of layout_2d with
+// --sequence-parallel (pipeline_sp.cpp).
 pipeline_result train_pipelined_context(const mt::pipeline::stages<grid>& st, const options& o,
                                         const std::vector<unsigned char>& text);
+pipeline_result train_pipelined_sequence_parallel(const mt::pipeline::stages<grid>& st, const options& o,
+                                                  const std::vector<unsigned char>& text);
 
 namespace lm_pipeline {
 
@@ -26,14 +29,18 @@ namespace pl = meshtensor::pipeline;
 
 // C: the element type of activations and products (float, or bf16 with --dtype bf16: a bf16 copy
 // of each float weight per step, whose gradient flows back to the float weight, as model<L>
-// computes).
-template <class L, class C>
+// computes). A: the layout of the residual stream between the blocks and between the stages: L, or
+// with --sequence-parallel sequence_layout<L> (length split over the axes of heads and d_ff; the
+// blocks are sequence_parallel_block, and a stage sends its neighbour 1/P of the activation).
+template <class L, class C, class A = L>
 struct pipeline_stage {
   template <class... D>
   using t = mt::tensor<float, L, D...>;
   template <class... D>
   using some = std::vector<t<D...>>;  // a stage's tensors of one kind: per block, or none or one
-  using activation = mt::tensor<C, L, batch, length, d_model>;
+  using activation = mt::tensor<C, A, batch, length, d_model>;
+  using whole_activation = mt::tensor<C, L, batch, length, d_model>;  // the products' operand
+  static constexpr bool sequence_parallel = !std::is_same_v<A, L>;
   const pl::stages<grid>& st;
   const options& o;
   const pl::step_schedule& schedule;
@@ -127,10 +134,20 @@ struct pipeline_stage {
     return working[k];
   }
 
+  // Under sequence parallelism the stream is split along length: each processor keeps its part.
+  static activation as_activation(const whole_activation& x) {
+    if constexpr (sequence_parallel) return mt::relayout<activation>(x);
+    else return x;
+  }
+  static whole_activation as_whole(const activation& x) {
+    if constexpr (sequence_parallel) return mt::relayout<whole_activation>(x);
+    else return x;
+  }
+
   activation forward(int chunk, int mb, const activation* in) const {
     // The rows looked up and the positions added in float, then cast: a bf16 copy of the whole table
     // per microbatch would be held by the lookup's gradient rule until that microbatch's backward.
-    activation x = in ? *in : as_c(t<batch, length, d_model>(nn::embedding<vocab>(embedding[0], ids[mb]) + positions[0]));
+    activation x = in ? *in : as_activation(as_c(t<batch, length, d_model>(nn::embedding<vocab>(embedding[0], ids[mb]) + positions[0])));
     const std::uint64_t dseed = o.seed * 7919;
     // Made here, outside any block: made inside a recomputed block's first run, the copies would be
     // that block's own nodes, which its recompute replaces (their gradients would never reach the
@@ -144,8 +161,14 @@ struct pipeline_stage {
       const auto memory = o.attention_memory();
       const bool ring = o.ring();
       const auto block = [this, k, site, at, rate, memory, ring](const activation& in) {
-        return std::apply([&](const auto&... w) { return transformer_block(in, w..., rate, site, at, memory, ring); },
-                          weights_of(k));
+        return std::apply(
+            [&](const auto&... w) {
+              if constexpr (sequence_parallel)
+                return sequence_parallel_block<whole_activation>(in, w..., rate, site, at, memory);
+              else
+                return transformer_block(in, w..., rate, site, at, memory, ring);
+            },
+            weights_of(k));
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
@@ -154,7 +177,8 @@ struct pipeline_stage {
   // This microbatch's share of the step's mean loss.
   t<> loss(int mb, const activation& out) const {
     const auto logits = mt::cast<float>(nn::dense<d_model, vocab>(
-        nn::layer_norm<d_model>(out, as_c(lnf_scale[0]), as_c(lnf_bias[0])), as_c(softmax_weights[0])));
+        as_whole(nn::layer_norm<d_model>(out, as_c(lnf_scale[0]), as_c(lnf_bias[0]))),
+        as_c(softmax_weights[0])));
     const t<> share = mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(logits, labels[mb])) *
                       static_cast<float>(1.0 / o.microbatches);
     if (!st.mesh().is_planned()) step_loss += mt::item(share);
@@ -177,8 +201,8 @@ struct pipeline_stage {
 // --check-pipeline: the largest difference, relative to each tensor's largest element, between this
 // stage's gradients of the first step and the unpipelined model's (model<L> on this stage's mesh,
 // the whole batch at once) for the same parameters.
-template <class L, class C>
-double compare_gradients(pipeline_stage<L, C>& stage, const grid& g, const options& o, const std::vector<float>& ids,
+template <class L, class C, class A>
+double compare_gradients(pipeline_stage<L, C, A>& stage, const grid& g, const options& o, const std::vector<float>& ids,
                          const std::vector<float>& labels) {
   using ids_t = mt::tensor<float, L, batch, length>;
   model<L> whole(g, o);
@@ -211,20 +235,20 @@ double compare_gradients(pipeline_stage<L, C>& stage, const grid& g, const optio
           }
         }(),
         ...);
-  }(std::make_index_sequence<std::tuple_size_v<typename pipeline_stage<L, C>::grads_type>>{});
+  }(std::make_index_sequence<std::tuple_size_v<typename pipeline_stage<L, C, A>::grads_type>>{});
   return worst;
 }
 
-template <class L, class C>
+template <class L, class C, class A = L>
 pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const options& o, const std::vector<unsigned char>& text) {
   auto& st = const_cast<pl::stages<grid>&>(st_const);
   const grid& g = st.mesh();
   if (o.batch % o.microbatches != 0)
     throw mt::error(fmt::format("--pipeline: --batch {} does not divide into --microbatches {} equal microbatches",
                                 o.batch, o.microbatches));
-  if (o.tie_embeddings || o.sequence_parallel || o.fsdp())
+  if (o.tie_embeddings || o.fsdp())
     throw mt::error("--pipeline's stages run the 2d layout (or --layout context, 2d_context), without "
-                    "--tie-embeddings, --sequence-parallel or fsdp");
+                    "--tie-embeddings or fsdp");
   if (o.check_pipeline && !std::is_same_v<C, float>)
     throw mt::error("--check-pipeline compares gradients to 1e-5, which bf16's 8 bits cannot: use --dtype float32");
   if (o.check_pipeline && !o.resume.empty())
@@ -236,7 +260,7 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
   pipeline_result result;
   const auto schedule = pl::named_schedule(o.schedule, st.count(), o.microbatches, o.chunks);
   using ids_t = mt::tensor<float, L, batch, length>;
-  pipeline_stage<L, C> stage(st, o, schedule);
+  pipeline_stage<L, C, A> stage(st, o, schedule);
   result.holds_loss = stage.holds_loss;
   optimizers<L, L> opt(o);
   std::mt19937_64 rng(o.seed);  // train()'s batches
@@ -306,7 +330,7 @@ pipeline_result train_pipelined_as(const pl::stages<grid>& st_const, const optio
     stage.step_loss = 0;
     const auto stats = pl::run(schedule, st, stage);
     if constexpr (std::is_same_v<C, float>)
-      if (step == 0 && o.check_pipeline) result.gradient_error = compare_gradients<L>(stage, g, o, ids, labels);
+      if (step == 0 && o.check_pipeline) result.gradient_error = compare_gradients(stage, g, o, ids, labels);
     auto params = stage.params();
     opt.visit(o, [&](auto& chosen) { chosen.step(params, *stage.grads); });
     result.stats.push_back(stats);
@@ -357,6 +381,14 @@ template <class L>
 pipeline_result train_pipelined_in(const pl::stages<grid>& st, const options& o, const std::vector<unsigned char>& text) {
   if (o.dtype == "bf16") return train_pipelined_as<L, mt::bf16>(st, o, text);
   return train_pipelined_as<L, float>(st, o, text);
+}
+// The same with the residual stream under sequence_layout<L> (--sequence-parallel).
+template <class L>
+pipeline_result train_pipelined_sequence_parallel_in(const pl::stages<grid>& st, const options& o,
+                                                     const std::vector<unsigned char>& text) {
+  using A = typename sequence_layout<L>::type;
+  if (o.dtype == "bf16") return train_pipelined_as<L, mt::bf16, A>(st, o, text);
+  return train_pipelined_as<L, float, A>(st, o, text);
 }
 
 }  // namespace lm_pipeline

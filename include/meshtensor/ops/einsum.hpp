@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 
+#include "../autodiff/saved_operand.hpp"
 #include "../kernels/product.hpp"
 #include "elementwise.hpp"
 #include "sum_broadcast.hpp"
@@ -197,14 +198,15 @@ with_dims_t<A, OutList> contract_recorded(const A& a, const B& b) {
   R out = contract<OutList, sum_partials>(a, b);
   record<R>(
       out,
-      [a, b](const R& g) {
+      [a = kept_for_backward(a), b = kept_for_backward(b)](const R& g) {
         // Rules call the kernel, not einsum, so no gradient-of-gradient code is instantiated.
         // Partial sums over the contracted dims' axes: the tape reduces them (autodiff/tape.hpp).
-        // Either operand may be a weight, whose product an input-gradient pass defers.
-        push_weight_grad(a, [a, b = without_node(b), g = without_node(g)] {
+        // Either operand may be a weight, whose product an input-gradient pass defers. An operand
+        // kept as its source is made again here (autodiff/saved_operand.hpp).
+        push_weight_grad(a, [a, b = without_node(made_again(b)), g = without_node(g)] {
           push_partial_grad(a, contract<Ad, false>(g, b), contracted_axes<Ad, R, B>());
         });
-        push_weight_grad(b, [b, a = without_node(a), g = without_node(g)] {
+        push_weight_grad(b, [b, a = without_node(made_again(a)), g = without_node(g)] {
           push_partial_grad(b, contract<Bd, false>(a, g), contracted_axes<Bd, A, R>());
         });
       },

@@ -11,9 +11,11 @@
 #include <Kokkos_Core.hpp>
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 
+#include "../autodiff/saved_operand.hpp"
 #include "../plan/comm_plan.hpp"
 #include "detail/op_support.hpp"
 #include "relayout.hpp"
@@ -221,12 +223,24 @@ Out reshape_kernel(const X& x, const typename Out::extents_type& out_ext, const 
   return Out(x.mesh(), out_ext, std::move(sliced));
 }
 
+// The rename of a tensor whose slice a source makes again (relayout_regathered's result, renamed
+// for attention's keys): renamed from that source's slice, so a product keeps neither whole.
+template <Tensor Out, Tensor X>
+struct renamed_source final : slice_source<typename Out::value_type, Out::rank, typename Out::execution_space> {
+  X kept;
+  explicit renamed_source(const X& x) : kept(kept_for_backward(x)) {}
+  typename Out::storage_type make() const override { return relayout_kernel<Out>(made_again(kept), "rename").storage(); }
+};
+
 // rename / replace_dimensions without extents: Out's dims are X's, renamed in place.
 template <Tensor Out, Tensor X>
 Out renamed(const X& x) {
   Out out = relayout_kernel<Out>(x, "rename");
   record<Out>(out, relayout_rule<Out, X>{node_only(x)}, x);
-  return out;
+  if (!x.storage().source || !out.tracks_grad()) return out;
+  auto st = std::move(out).storage();
+  st.source = std::make_shared<renamed_source<Out, X>>(x);
+  return Out(from_storage, x.mesh().shared_communicator(), st);
 }
 
 template <Tensor X, class OldList, class NewList>

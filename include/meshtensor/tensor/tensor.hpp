@@ -60,6 +60,21 @@ inline std::string tensor_shape_string(std::span<const std::string_view> names, 
 // type, rank and space only, so they are compiled once for all the tensor types that share them,
 // not once per layout and dim list (compile time). basic_tensor is a typed shell around it.
 template <class T, std::size_t R, class ExecSpace>
+struct tensor_storage;
+
+// A way to make a tensor's slice again from a smaller one that it keeps (relayout_regathered's
+// source: the slices gathered), so that a product's gradient rule keeps that instead of the slice
+// (autodiff/saved_operand.hpp). Made once for all the rules that keep it: `users` counts them, and
+// the made slice is cached until the last of them has asked for it.
+template <class T, std::size_t R, class ExecSpace>
+struct slice_source {
+  int users = 0;
+  std::shared_ptr<tensor_storage<T, R, ExecSpace>> made;
+  virtual ~slice_source() = default;
+  virtual tensor_storage<T, R, ExecSpace> make() const = 0;
+};
+
+template <class T, std::size_t R, class ExecSpace>
 struct tensor_storage {
   using memory_space = typename ExecSpace::memory_space;
   using view_type = Kokkos::View<T*, memory_space>;
@@ -70,6 +85,8 @@ struct tensor_storage {
   view_type data{};
   std::shared_ptr<tape_node> node{};  // a grad_node of the tensor's (T, R, ExecSpace), when it tracks gradients
   std::shared_ptr<void> planned_bytes{};
+  // Where the slice can be made again from (slice_source), or none: most tensors have none.
+  std::shared_ptr<slice_source<T, R, ExecSpace>> source{};
 
   tensor_storage() = default;
   // Checks the extents and places this processor's slice, unallocated; names and type_name are the
