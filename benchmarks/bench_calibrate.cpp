@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
       const double rest = mt::predict(r, c).total();
       c.seconds_per_kernel = std::max(0.0, t - rest) / static_cast<double>(std::max<std::int64_t>(1, r.kernels));
     }
+    c.bf16_products_widened = mt::kernels::widens_to_float<Kokkos::DefaultExecutionSpace, mt::bf16>();
     // Collectives over groups of q ranks (q dividing the rank count, q > 1): a [ranks/q x q] mesh,
     // over its second axis, so every group runs at once.
     for (int q = 2; q <= ranks; ++q) {

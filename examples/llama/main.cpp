@@ -127,6 +127,7 @@ std::int64_t plan(options o, bool print) {
   // read first: a file that cannot be read fails before the planning, not after it
   const auto machine = o.calibration.empty() ? std::optional<mt::machine_calibration>()
                                              : std::optional(mt::machine_calibration::load(o.calibration));
+  if (machine) mt::plan_for(*machine);  // the plan is for the calibrated machine
   o.steps = 2;
   o.resume.clear();  // a plan has no data to load or save
   o.save_every = 0;

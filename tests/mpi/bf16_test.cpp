@@ -197,3 +197,36 @@ TEST_CASE("bf16 tensors under every layout of a grid") {
   const auto g = world_grid();
   for_each_type(grid_layouts<i_, j_>{}, [&]<class L>() { check_layout<grid, L>(g); });
 }
+
+// A plan holds at a bf16 product's peak what the run holds. Where the product widens its operands
+// and result to float in pool buffers (a CPU without oneDNN's bf16 kernels: this program's
+// isa_avx2 run, or any AVX2 CPU), the plan counts those buffers too.
+TEST_CASE("a bf16 product's planned peak is the run's") {
+  const auto g = world_grid();
+  using L = mt::layout<grid, mt::split<i_, r_>, mt::split<k_, c_>>;
+  using A = mt::tensor<bf16, L, i_, j_>;
+  using B = mt::tensor<bf16, L, j_, k_>;
+  constexpr std::int64_t I = 40, J = 24, K = 36;
+  std::int64_t measured = 0, planned = 0, result_bytes = 0;
+  {
+    const A a(g, {I, J});
+    const B b(g, {J, K});
+    const auto before = mt::memory_stats().bytes_in_use;
+    mt::reset_peak_memory();
+    const auto c = mt::einsum<i_, k_>(a, b);
+    measured = mt::memory_stats().peak_bytes_in_use - before;
+    result_bytes = c.local_size() * static_cast<std::int64_t>(sizeof(bf16));
+  }
+  {
+    const auto pm = grid::planned(g.sizes(), {g.coord<r_>(), g.coord<c_>()});
+    const A a(pm, {I, J});
+    const B b(pm, {J, K});
+    const auto before = mt::plan_report_of(pm).peak_bytes;
+    const auto c = mt::einsum<i_, k_>(a, b);
+    planned = mt::plan_report_of(pm).peak_bytes - before;
+  }
+  const bool widened = mt::kernels::widens_to_float<Kokkos::DefaultExecutionSpace, bf16>();
+  INFO("widened to float: " << widened);
+  REQUIRE(measured >= result_bytes);
+  REQUIRE(planned == measured);
+}

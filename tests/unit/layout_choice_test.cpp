@@ -102,6 +102,12 @@ TEST_CASE("a calibration file round-trips and bad lines are named", "[planned]")
   c.save(path);
   const auto d = mt::machine_calibration::load(path);
   CHECK(d.gemm_flops_per_s == c.gemm_flops_per_s);
+  CHECK(!d.bf16_products_widened);
+  auto widened = round_machine();
+  widened.bf16_products_widened = true;
+  widened.save(path);
+  CHECK(mt::machine_calibration::load(path).bf16_products_widened);
+  c.save(path);
   CHECK(d.coefficients(mt::collective::allreduce, 4).alpha == Catch::Approx(4e-5));
   CHECK(d.coefficients(mt::collective::allreduce, 3).alpha == Catch::Approx(2e-5));  // nearest measured: 2 (ties: first)
   CHECK_THROWS_WITH(d.coefficients(mt::collective::shift, 2), Catch::Matchers::ContainsSubstring("no figures for shift"));
@@ -111,7 +117,7 @@ TEST_CASE("a calibration file round-trips and bad lines are named", "[planned]")
     std::fclose(f);
   }
   CHECK_THROWS_WITH(mt::machine_calibration::load(path),
-                    Catch::Matchers::ContainsSubstring("line 17: cannot read 'collective allreduce two 1 2'"));
+                    Catch::Matchers::ContainsSubstring("line 18: cannot read 'collective allreduce two 1 2'"));
   CHECK_THROWS_WITH(mt::machine_calibration::load("no-such-calibration.txt"),
                     Catch::Matchers::ContainsSubstring("cannot open the calibration 'no-such-calibration.txt'"));
   std::remove(path.c_str());

@@ -698,7 +698,7 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   app.add_option("--layers", o.layers, "number of Transformer blocks")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--sequence-parallel", o.sequence_parallel,
-               "layouts model and 2d (and --pipeline's 2d stages): split the residual stream along length over the "
+               "layouts model, 2d and fsdp_2d (and --pipeline's 2d stages): split the residual stream along length over the "
                "axes of heads, so that the blocks' sums arrive by reduce_scatter, the layer norms run on a part of the "
                "sequence and the products keep a part of their input for the backward pass "
                "(with --compare-layouts: the data layout runs without it, as the reference)");
@@ -779,6 +779,8 @@ int main(int argc, char** argv) try {
   try {
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
     if (o.async_save && o.checkpoint.empty()) throw mt::error("--async-save needs --checkpoint DIR");
+    // A calibrated plan is for the calibrated machine (cost_model.hpp, plan_for).
+    if (!o.calibration.empty()) mt::plan_for(mt::machine_calibration::load(o.calibration));
     if (o.compare && (!o.checkpoint.empty() || !o.resume.empty()))
       throw mt::error("--compare-layouts trains every layout from scratch; it takes no --checkpoint or --resume");
     if (o.prefetch && (!o.fsdp() || o.zero != 3 || o.recompute || o.dtype != "float32") && !o.compare)
@@ -799,8 +801,11 @@ int main(int argc, char** argv) try {
       throw mt::error("--sequence-parallel splits the residual stream along length outside attention; --layout "
                       "context and 2d_context already split length everywhere (layer norms, dropout and residual "
                       "adds included): they are sequence parallelism, and take no --sequence-parallel");
-    if (o.sequence_parallel && !o.compare && (o.layout == "data" || o.fsdp()))
-      throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
+    if (o.sequence_parallel && !o.compare && (o.layout == "data" || o.layout == "fsdp"))
+      throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model, 2d or fsdp_2d)");
+    if (o.sequence_parallel && o.prefetch && !o.compare)
+      throw mt::error("--prefetch starts the gathers of the unsplit blocks; --sequence-parallel's blocks gather at "
+                      "each use: use one of the two");
     if (o.zero != 3 && !o.fsdp() && !o.compare && !o.rank_layouts)
       throw mt::error(fmt::format("--zero {} applies to --layout fsdp and fsdp_2d, not {}", o.zero, o.layout));
     if (o.chunks == 0) o.chunks = o.schedule == "interleaved" || o.schedule == "zb-v" ? 2 : 1;
@@ -857,7 +862,7 @@ int main(int argc, char** argv) try {
     for (const auto& n : names) {
       options on = o;
       on.layout = n;
-      on.sequence_parallel = o.sequence_parallel && (n == "model" || n == "2d");
+      on.sequence_parallel = o.sequence_parallel && (n == "model" || n == "2d" || n == "fsdp_2d");
       runs.push_back(train_layout(n, g, on, text, false).losses);
     }
     double worst = 0;

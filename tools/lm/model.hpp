@@ -805,16 +805,17 @@ extern template MESHTENSOR_LM_BF16_LOSS(layout_model);
 extern template MESHTENSOR_LM_BF16_LOSS(layout_2d);
 
 // The loss with --sequence-parallel, in float32 or bf16 (--dtype), compiled in train_<layout>_sp.cpp
-// (layout_data's, which only refuses, in train_data.cpp).
+// (layout_data's, which only refuses, in train_data.cpp; fsdp_2d's, whose parameters are gathered
+// at each use, in train_fsdp_2d.cpp).
 template <class L, class PL>
 mt::tensor<float, L> sequence_parallel_loss(const model<L, PL>& m, const ids_of<L>& ids, const ids_of<L>& labels,
                                             const options& o, std::uint64_t step) {
-  if constexpr (std::is_same_v<L, PL> && requires { typename sequence_layout<L>::type; }) {
+  if constexpr (requires { typename sequence_layout<L>::type; }) {
     using LS = typename sequence_layout<L>::type;
     if (o.dtype == "bf16") return m.template loss_sequence_parallel<LS, mt::bf16>(ids, labels, o, step);
     return m.template loss_sequence_parallel<LS>(ids, labels, o, step);
   } else
-    throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model or 2d)");
+    throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model, 2d or fsdp_2d)");
 }
 #define MESHTENSOR_LM_SP_LOSS(L)                                                                               \
   mt::tensor<float, L> sequence_parallel_loss(const model<L>&, const ids_of<L>&, const ids_of<L>&, const options&, \
@@ -893,7 +894,9 @@ train_result train(const grid& g, const options& o, const std::vector<unsigned c
       if constexpr (!std::is_same_v<L, PL>) {
         if (o.zero == 2) {
           whole.emplace(m.gathered());
-          return o.dtype == "bf16" ? bf16_loss(*whole, x, y, o, s) : whole->loss(x, y, o, s);
+          return o.sequence_parallel ? sequence_parallel_loss(*whole, x, y, o, s)
+                 : o.dtype == "bf16" ? bf16_loss(*whole, x, y, o, s)
+                                     : whole->loss(x, y, o, s);
         }
       }
       return o.sequence_parallel   ? sequence_parallel_loss(m, x, y, o, s)

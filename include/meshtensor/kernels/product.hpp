@@ -46,10 +46,34 @@ void convert(const Kokkos::View<From*, typename Exec::memory_space>& from, const
 }
 }  // namespace detail
 
+// Whether a bf16 product on Exec widens its operands to float (the portable path below): on the
+// host without oneDNN's bf16 kernels (a CPU without AVX512_BF16 or AMX, or a build without oneDNN).
+template <class Exec, class T>
+bool widens_to_float() {
+  if constexpr (host_space_v<Exec> && std::is_same_v<T, bf16>) {
+#if MESHTENSOR_HAVE_DNNL
+    return !dnnl_provider::has_bf16();
+#else
+    return true;
+#endif
+  } else {
+    return false;
+  }
+}
+
 template <class Exec, class T>
 void product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,
              const Kokkos::View<T*, typename Exec::memory_space>& a, const Kokkos::View<T*, typename Exec::memory_space>& b,
              const Kokkos::View<T*, typename Exec::memory_space>& c) {
+  // A plan of this machine's run counts the widened operands and result while the product runs,
+  // as the run holds them.
+  if (meshtensor::detail::planning() && widens_to_float<Exec, T>() &&
+      meshtensor::detail::plan_ledger::get().counts_host_scratch) {
+    using Mem = typename Exec::memory_space;
+    const meshtensor::detail::temporary_view<float, Mem> wa(a.extent(0)), wb(b.extent(0)), wc(c.extent(0));
+    planned_away({{nb, m, n, k, true}});
+    return;
+  }
   // a multiply and an add per (batch, row, column, contracted index)
   if (planned_away({{nb, m, n, k, std::is_same_v<T, bf16>}})) return;
   if (nb == 0 || m == 0 || n == 0) return;

@@ -38,6 +38,10 @@ struct machine_calibration {
   double optimizer_bytes_per_s = 1e10;  // bytes of parameters an Adam step updates per second
   double host_bytes_per_s = 1e10;       // bytes from_host copies into a tensor per second
   double seconds_per_kernel = 5e-6;   // an op's fixed cost (host work and launch)
+  // Whether the calibrated machine's bf16 products widen their operands to float in scratch
+  // (kernels/product.hpp's portable path): a plan for it counts that scratch (plan_ledger's
+  // counts_host_scratch). Written by bench_calibrate; a device's file (a GPU's) has none.
+  bool bf16_products_widened = false;
   struct alpha_beta {
     double alpha = 0;  // seconds per call
     double beta = 0;   // seconds per byte sent
@@ -76,7 +80,8 @@ struct machine_calibration {
     out.precision(6);
     out << "ranks " << ranks << "\ngemm_flops_per_s " << gemm_flops_per_s << "\nbytes_per_s " << bytes_per_s
         << "\noptimizer_bytes_per_s " << optimizer_bytes_per_s << "\nhost_bytes_per_s " << host_bytes_per_s
-        << "\nseconds_per_kernel " << seconds_per_kernel << "\n";
+        << "\nseconds_per_kernel " << seconds_per_kernel << "\nbf16_products_widened " << bf16_products_widened
+        << "\n";
     for (const auto& [mnk, rate] : gemm_rates) out << "gemm " << mnk << ' ' << rate << "\n";
     for (const auto& [mnk, rate] : bf16_gemm_rates) out << "gemm_bf16 " << mnk << ' ' << rate << "\n";
     for (const auto& [key, ab] : collectives)
@@ -102,6 +107,7 @@ struct machine_calibration {
       else if (key == "optimizer_bytes_per_s") ok = static_cast<bool>(s >> c.optimizer_bytes_per_s);
       else if (key == "host_bytes_per_s") ok = static_cast<bool>(s >> c.host_bytes_per_s);
       else if (key == "seconds_per_kernel") ok = static_cast<bool>(s >> c.seconds_per_kernel);
+      else if (key == "bf16_products_widened") ok = static_cast<bool>(s >> c.bf16_products_widened);
       else if (key == "gemm" || key == "gemm_bf16") {
         double mnk = 0, rate = 0;
         ok = static_cast<bool>(s >> mnk >> rate) && mnk > 0 && rate > 0;
@@ -153,6 +159,13 @@ inline std::string to_string(const step_time& t) {
   s << 1e3 * t.total() << " ms: kernels " << 1e3 * t.kernels << ", memory " << 1e3 * t.memory << ", products "
     << 1e3 * t.products << ", communication " << 1e3 * t.communication;
   return s.str();
+}
+
+// Plans made from now on describe a run on the machine c was measured on: they count this host's
+// kernel scratch (the portable bf16 product's widened operands) only where c's products widen too,
+// so a plan for a GPU's calibration made on a CPU without bf16 kernels holds what the GPU would.
+inline void plan_for(const machine_calibration& c) {
+  detail::plan_ledger::get().counts_host_scratch = c.bf16_products_widened;
 }
 
 // The predicted time of what a plan recorded, on the calibrated machine.

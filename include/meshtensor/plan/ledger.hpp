@@ -52,6 +52,10 @@ class plan_ledger {
 
   // Planned communicators alive (runtime/mesh.hpp); planning() is true while there is one.
   int planned_meshes = 0;
+  // Whether plans count the scratch of this host's own kernel paths (the portable bf16 product's
+  // operands widened to float, kernels/product.hpp): a plan of a run on this machine holds what the
+  // run holds; a plan for another device (a calibration's, such as an A100's) turns it off.
+  bool counts_host_scratch = true;
 
   // A distinct fake address per planned allocation (never dereferenced: no kernel runs), so that
   // tensors sharing a slice share its bytes in the count.
