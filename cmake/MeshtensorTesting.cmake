@@ -13,6 +13,10 @@ set(MESHTENSOR_MPI_ENV
     # is the transport. Open MPI's default picks UCX, whose start-up idles 0.2 s in every process:
     # MPI_Init and MPI_Finalize 0.25 s against 0.03 as a singleton, mpiexec -n 4 0.43 s against 0.22.
     OMPI_MCA_pml=ob1
+    # ctest runs several jobs at once on few cores: a rank waiting in a collective yields its core
+    # to the other jobs' ranks instead of polling through its time slice (Open MPI turns this on by
+    # itself only when one job holds more ranks than cores).
+    OMPI_MCA_mpi_yield_when_idle=1
     # Every op compares the collectives it ran with its static plan (ops/op_call.hpp).
     MESHTENSOR_CHECK_PLANS=1)
 set(MESHTENSOR_MPI_TIMEOUT 300 CACHE STRING "Seconds before an MPI test counts as hung")

@@ -59,23 +59,26 @@ def layer_of(unit):
     return None
 
 
-def read_graph(root):
-    graph, calls = {}, {}
+def headers(root):
+    """Each header under root: its path relative to root (with /) and its text."""
     for folder, _, names in os.walk(root):
         for name in names:
-            if not name.endswith(".hpp"):
-                continue
-            path = os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/")
-            with open(os.path.join(folder, name), encoding="utf-8") as f:
-                text = f.read()
-            graph[path] = [os.path.normpath(os.path.join(os.path.dirname(path), inc)).replace(os.sep, "/")
-                           for inc in INCLUDE.findall(text)]
-            if unit_of(path) != KERNELS:
-                code = COMMENT.sub("", text)
-                calls[path] = sorted({m.group(0) for m in KOKKOS_CALL.finditer(code)})
-            if unit_of(path) in PURE:
-                graph[path] += [f"<{inc}>" for inc in SYSTEM_INCLUDE.findall(text)
-                                if inc.startswith("mpi") or unit_of(path) not in KOKKOS_ALLOWED]
+            if name.endswith(".hpp"):
+                with open(os.path.join(folder, name), encoding="utf-8") as f:
+                    yield os.path.relpath(os.path.join(folder, name), root).replace(os.sep, "/"), f.read()
+
+
+def read_graph(root):
+    graph, calls = {}, {}
+    for path, text in headers(root):
+        graph[path] = [os.path.normpath(os.path.join(os.path.dirname(path), inc)).replace(os.sep, "/")
+                       for inc in INCLUDE.findall(text)]
+        if unit_of(path) != KERNELS:
+            code = COMMENT.sub("", text)
+            calls[path] = sorted({m.group(0) for m in KOKKOS_CALL.finditer(code)})
+        if unit_of(path) in PURE:
+            graph[path] += [f"<{inc}>" for inc in SYSTEM_INCLUDE.findall(text)
+                            if inc.startswith("mpi") or unit_of(path) not in KOKKOS_ALLOWED]
     return graph, calls
 
 
