@@ -11,6 +11,8 @@
 #include <meshtensor/meshtensor.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace tst {
@@ -69,8 +71,11 @@ using ten = mt::basic_tensor<double, L, Kokkos::DefaultExecutionSpace, Ds...>;
 template <class M, class... Ds>
 using line_layouts = list<mt::layout<M>, mt::layout<M, mt::split<Ds, x_>>...>;
 
-// Layouts of the 2-D mesh over dims Ds: every assignment of r and c to a dim or to none,
-// including one dim over both axes in either order.
+// Layouts of the 2-D mesh over dims Ds, a cover of every kind of split rather than every
+// assignment of r and c (those were 19 for three dims, and half again the sweeps' compile time
+// for no kind more): replicated; each dim over r; each dim over both axes; the first over both
+// in the other order; each dim over r with the next (cyclically) over c, so that every dim is split
+// over c and every dim pair is split over both axes.
 namespace detail {
 template <class D1, class D2>
 struct grid_layout {
@@ -81,16 +86,8 @@ struct grid_layout<D, D> {
   using type = mt::layout<grid, mt::split<D, r_, c_>>;
 };
 template <class D>
-struct grid_layout<void, D> {
-  using type = mt::layout<grid, mt::split<D, c_>>;
-};
-template <class D>
 struct grid_layout<D, void> {
   using type = mt::layout<grid, mt::split<D, r_>>;
-};
-template <>
-struct grid_layout<void, void> {
-  using type = mt::layout<grid>;
 };
 template <class... L>
 struct concat;
@@ -102,12 +99,24 @@ template <class... A, class... B, class... Rest>
 struct concat<list<A...>, list<B...>, Rest...> {
   using type = typename concat<list<A..., B...>, Rest...>::type;
 };
-template <class R, class... Cs>
-using row = list<typename grid_layout<R, Cs>::type...>;
+template <class Tuple, class Positions>
+struct cyclic_pairs;
+template <class Tuple, std::size_t... K>
+struct cyclic_pairs<Tuple, std::index_sequence<K...>> {
+  using type = list<typename grid_layout<std::tuple_element_t<K, Tuple>,
+                                         std::tuple_element_t<(K + 1) % sizeof...(K), Tuple>>::type...>;
+};
+template <class First, class... Ds>
+struct first_over_c_then_r {
+  using type = list<mt::layout<grid, mt::split<First, c_, r_>>>;
+};
 }  // namespace detail
 template <class... Ds>
-using grid_layouts = typename detail::concat<detail::row<void, void, Ds...>, detail::row<Ds, void, Ds...>...,
-                                             list<mt::layout<grid, mt::split<Ds, c_, r_>>...>>::type;
+using grid_layouts =
+    typename detail::concat<list<mt::layout<grid>>, list<typename detail::grid_layout<Ds, void>::type...>,
+                            list<typename detail::grid_layout<Ds, Ds>::type...>, typename detail::first_over_c_then_r<Ds...>::type,
+                            typename detail::cyclic_pairs<std::tuple<Ds...>,
+                                                          std::make_index_sequence<sizeof...(Ds)>>::type>::type;
 
 template <class... Ts, class F>
 void for_each_type(list<Ts...>, F&& f) {
