@@ -2,7 +2,7 @@
 """Prints, one per line, the library's headers whose include closure holds every given system
 header (each reached through the header's own includes, the library's included).
 
-    python3 scripts/dev/headers_including.py include Kokkos_Core.hpp mpi.h boost/hana.hpp
+    python3 scripts/dev/headers_including.py include Kokkos_Core.hpp mpi.h
 
 header.self_contained (tests/CMakeLists.txt) parses these from a precompiled header of the given
 system headers: for such a header the precompiled ones are what its own includes bring in anyway,

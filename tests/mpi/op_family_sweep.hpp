@@ -28,7 +28,8 @@ void check_all_layouts(const M& g, Layouts layouts, Op op) {
 }  // namespace tst::op_family
 
 // The test cases of one family of ops, RUN<Exec>(mesh, layouts): every layout of mesh [P] and the
-// cover of [2x2]'s (grid_layouts) on the default space, and one split layout on every space (the same kernels per space).
+// cover of [2x2]'s (grid_layouts) on the default space, and one split layout on every space (the
+// same kernels per space).
 #define MESHTENSOR_OP_FAMILY_SWEEP(FAMILY, RUN)                                                                  \
   TEMPLATE_TEST_CASE(FAMILY " are layout-transparent", "[equivalence]", Kokkos::DefaultExecutionSpace) {        \
     choose_extents(GENERATE(false, true));                                                                      \
