@@ -1,12 +1,15 @@
 // Distributed products on 2 or 4 ranks (the mesh follows the world size: [2] or [2x2]).
 //   dist_matmul_<layout>/ours/<n>     C[m,n] = A[m,k] B[k,n], n^3, float, with meshtensor's einsum
 //   dist_matmul_<layout>/psgemm/<n>   ScaLAPACK psgemm on a 2x1 or 2x2 BLACS grid, block 64, same ranks
+//   dist_matmul_<layout>/ours_f64/<n>, .../pdgemm/<n>: the same in double
 //   mlp/ours/<batch>                  two-layer MLP (relu), forward and backward, batch over rows,
 //                                     hidden over cols (4 ranks only); JAX and Mesh-TensorFlow run
 //                                     the same step in benchmarks/peers/
 // Layouts: on [2] "msplit" (m:x, no communication; B replicated) and "ksplit" (k:x, one allreduce
 // of C); on [2x2] "2d" (m:rows, k:cols, one allreduce over cols: examples/matmul).
 #include <meshtensor/meshtensor.hpp>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "common.hpp"
@@ -46,6 +49,10 @@ void psgemm_(const char* transa, const char* transb, const int* m, const int* n,
              const float* a, const int* ia, const int* ja, const int* desca, const float* b, const int* ib,
              const int* jb, const int* descb, const float* beta, float* c, const int* ic, const int* jc,
              const int* descc);
+void pdgemm_(const char* transa, const char* transb, const int* m, const int* n, const int* k, const double* alpha,
+             const double* a, const int* ia, const int* ja, const int* desca, const double* b, const int* ib,
+             const int* jb, const int* descb, const double* beta, double* c, const int* ic, const int* jc,
+             const int* descc);
 }
 #endif
 
@@ -61,14 +68,14 @@ void set_flops(benchmark::State& state, double flops, const char* label) {
   state.SetLabel(label);
 }
 
-template <class Mesh, class Layout>
+template <class Mesh, class Layout, class T = float>
 void matmul_ours(benchmark::State& state, Mesh g) {
   const std::int64_t s = state.range(0);
-  using A = mt::tensor<float, Layout, m, k>;
-  using Bm = mt::tensor<float, Layout, k, n>;
+  using A = mt::tensor<T, Layout, m, k>;
+  using Bm = mt::tensor<T, Layout, k, n>;
   auto a = mt::random_normal<A>(g, {s, s}, 1);
   auto bm = mt::random_normal<Bm>(g, {s, s}, 2);
-  mt::tensor<float, Layout, m, n> c;
+  mt::tensor<T, Layout, m, n> c;
   bench::run(state, [&] {
     c = mt::einsum<m, n>(a, bm);
     benchmark::DoNotOptimize(c.view().data());
@@ -78,6 +85,16 @@ void matmul_ours(benchmark::State& state, Mesh g) {
 }
 
 #if MESHTENSOR_BENCH_SCALAPACK
+void pgemm(const int* s, const float* alpha, const float* a, const int* one, const int* desc, const float* b,
+           const float* beta, float* c) {
+  psgemm_("N", "N", s, s, s, alpha, a, one, one, desc, b, one, one, desc, beta, c, one, one, desc);
+}
+void pgemm(const int* s, const double* alpha, const double* a, const int* one, const int* desc, const double* b,
+           const double* beta, double* c) {
+  pdgemm_("N", "N", s, s, s, alpha, a, one, one, desc, b, one, one, desc, beta, c, one, one, desc);
+}
+
+template <class T = float>
 void matmul_psgemm(benchmark::State& state, int prow, int pcol) {
   const int s = static_cast<int>(state.range(0)), nb = 64, zero = 0, one_i = 1;
   int ctxt = 0, me = 0, np = 0, nprow = 0, npcol = 0, myrow = 0, mycol = 0, info = 0;
@@ -89,21 +106,21 @@ void matmul_psgemm(benchmark::State& state, int prow, int pcol) {
   const int lld = std::max(1, lr);
   int desc[9];
   descinit_(desc, &s, &s, &nb, &nb, &zero, &zero, &ctxt, &lld, &info);
-  std::vector<float> a(static_cast<std::size_t>(lr) * lc), b(a.size()), c(a.size());
+  std::vector<T> a(static_cast<std::size_t>(lr) * lc), b(a.size()), c(a.size());
   for (std::size_t i = 0; i < a.size(); ++i) {
-    a[i] = static_cast<float>((i * 7919 + me) % 1000) * 1e-3f - 0.5f;
-    b[i] = static_cast<float>((i * 104729 + me) % 1000) * 1e-3f - 0.5f;
+    a[i] = static_cast<T>((i * 7919 + me) % 1000) * T(1e-3) - T(0.5);
+    b[i] = static_cast<T>((i * 104729 + me) % 1000) * T(1e-3) - T(0.5);
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  const T alpha = 1, beta = 0;
   bench::run(state, [&] {
-    psgemm_("N", "N", &s, &s, &s, &alpha, a.data(), &one_i, &one_i, desc, b.data(), &one_i, &one_i, desc, &beta,
-            c.data(), &one_i, &one_i, desc);
+    pgemm(&s, &alpha, a.data(), &one_i, desc, b.data(), &beta, c.data());
     benchmark::DoNotOptimize(c.data());
   });
   Cblacs_gridexit(ctxt);
-  set_flops(state, 2.0 * s * s * s, "ScaLAPACK psgemm");
+  set_flops(state, 2.0 * s * s * s, std::is_same_v<T, double> ? "ScaLAPACK pdgemm" : "ScaLAPACK psgemm");
 }
 #else
+template <class T = float>
 void matmul_psgemm(benchmark::State& state, int, int) { state.SkipWithError("built without ScaLAPACK"); }
 #endif
 
@@ -134,32 +151,40 @@ void register_all() {
   const int p = bench::world_size();
   const bool smoke = bench::smoke();
   const std::vector<std::int64_t> sizes = smoke ? std::vector<std::int64_t>{64} : std::vector<std::int64_t>{1024, 2048};
+  // One product of each layout and element type, with ScaLAPACK's beside it where it is built in.
+  const auto add = [](const std::string& name, std::int64_t s, int it, auto&& f) {
+    benchmark::RegisterBenchmark(name.c_str(), f)->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+  };
   for (auto s : sizes) {
     const auto name = std::to_string(s);
     const int it = mm_iters(s);
     if (p == 2) {
-      benchmark::RegisterBenchmark(("dist_matmul_msplit/ours/" + name).c_str(), [](benchmark::State& st) {
+      add("dist_matmul_msplit/ours/" + name, s, it, [](benchmark::State& st) {
         matmul_ours<line, mt::layout<line, mt::split<m, x>>>(st, line(*env_ptr, {2}));
-      })->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+      });
       if (MESHTENSOR_BENCH_SCALAPACK)
-        benchmark::RegisterBenchmark(("dist_matmul_msplit/psgemm/" + name).c_str(),
-                                   [](benchmark::State& st) { matmul_psgemm(st, 2, 1); })
-          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
-      benchmark::RegisterBenchmark(("dist_matmul_ksplit/ours/" + name).c_str(), [](benchmark::State& st) {
+        add("dist_matmul_msplit/psgemm/" + name, s, it, [](benchmark::State& st) { matmul_psgemm(st, 2, 1); });
+      add("dist_matmul_ksplit/ours/" + name, s, it, [](benchmark::State& st) {
         matmul_ours<line, mt::layout<line, mt::split<k, x>>>(st, line(*env_ptr, {2}));
-      })->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+      });
       if (MESHTENSOR_BENCH_SCALAPACK)
-        benchmark::RegisterBenchmark(("dist_matmul_ksplit/psgemm/" + name).c_str(),
-                                   [](benchmark::State& st) { matmul_psgemm(st, 2, 1); })
-          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+        add("dist_matmul_ksplit/psgemm/" + name, s, it, [](benchmark::State& st) { matmul_psgemm(st, 2, 1); });
+      add("dist_matmul_msplit/ours_f64/" + name, s, it, [](benchmark::State& st) {
+        matmul_ours<line, mt::layout<line, mt::split<m, x>>, double>(st, line(*env_ptr, {2}));
+      });
+      if (MESHTENSOR_BENCH_SCALAPACK)
+        add("dist_matmul_msplit/pdgemm/" + name, s, it, [](benchmark::State& st) { matmul_psgemm<double>(st, 2, 1); });
     } else if (p == 4) {
-      benchmark::RegisterBenchmark(("dist_matmul_2d/ours/" + name).c_str(), [](benchmark::State& st) {
+      add("dist_matmul_2d/ours/" + name, s, it, [](benchmark::State& st) {
         matmul_ours<grid, mt::layout<grid, mt::split<m, rows>, mt::split<k, cols>>>(st, grid(*env_ptr, {2, 2}));
-      })->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+      });
       if (MESHTENSOR_BENCH_SCALAPACK)
-        benchmark::RegisterBenchmark(("dist_matmul_2d/psgemm/" + name).c_str(),
-                                   [](benchmark::State& st) { matmul_psgemm(st, 2, 2); })
-          ->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
+        add("dist_matmul_2d/psgemm/" + name, s, it, [](benchmark::State& st) { matmul_psgemm(st, 2, 2); });
+      add("dist_matmul_2d/ours_f64/" + name, s, it, [](benchmark::State& st) {
+        matmul_ours<grid, mt::layout<grid, mt::split<m, rows>, mt::split<k, cols>>, double>(st, grid(*env_ptr, {2, 2}));
+      });
+      if (MESHTENSOR_BENCH_SCALAPACK)
+        add("dist_matmul_2d/pdgemm/" + name, s, it, [](benchmark::State& st) { matmul_psgemm<double>(st, 2, 2); });
     }
   }
   if (p == 4) {

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# resume_test.sh EXAMPLE MPIEXEC WORKDIR [ARGS...]: for meshtensor-lm (tools/lm) or fashion_mnist (any
-# example with --layout 2d|data, --mesh, --steps, --csv, --checkpoint, --save-every, --resume),
+# resume_test.sh EXAMPLE MPIEXEC WORKDIR [ARGS...]: for meshtensor-lm (tools/lm), fashion_mnist or
+# jacobi (any program with --layout, --mesh, --steps, --csv, --checkpoint, --save-every, --resume),
 # a run of 40 steps equals, bit for bit, a run of 20 steps that saves a checkpoint and a run resumed
 # from it for 20 more (same layout, 4 ranks); resumed on 2 ranks under another layout, the losses
-# agree to 1e-5 relative. ARGS go to every run (meshtensor-lm's test turns dropout on, so the
-# resumed run must also continue the dropout masks, besides the data position). The layouts and rank
-# counts come from the environment: RESUME_RANKS and RESUME_LAYOUT (default 4, --layout 2d),
-# OTHER_RANKS and OTHER_LAYOUT (default 2, --layout data --mesh 2 1; several: rank counts apart by
-# spaces, layouts by " | ", each resumed and compared). SAVE_EVERY (default 20) and
-# SAVE_ARGS (e.g. --async-save) go to the saving run of 20 steps; the runs resume from its last save.
+# (jacobi: residuals) agree to 1e-5 relative. ARGS go to every run (meshtensor-lm's test turns
+# dropout on, so the resumed run must also continue the dropout masks, besides the data position).
+# The layouts and rank counts come from the environment: RESUME_RANKS and RESUME_LAYOUT (default 4,
+# --layout 2d), OTHER_RANKS and OTHER_LAYOUT (default 2, --layout data --mesh 2 1; several: rank
+# counts apart by spaces, layouts by " | ", each resumed and compared), OTHER_TOLERANCE. SAVE_EVERY
+# (default 20) and SAVE_ARGS (e.g. --async-save) go to the saving run of 20 steps; the runs resume
+# from its last save.
 set -euo pipefail
 lm=$1 mpiexec=$2 work=$3
 shift 3

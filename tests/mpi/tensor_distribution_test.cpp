@@ -1,7 +1,7 @@
 // A tensor distributed over a mesh, at 1, 2 and 4 ranks: gather(scatter(x)) == x under every layout
 // of a 3-D tensor on meshes [P] and [2x2]; random tensors equal across layouts, and statistically
-// sane; slices tile the tensor; uneven extents split in balanced parts; describe(); errors raised
-// on every rank.
+// sane; generate() of the global multi-index the same under every layout; slices tile the tensor;
+// uneven extents split in balanced parts; describe(); errors raised on every rank.
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <algorithm>
@@ -13,11 +13,22 @@ namespace mt = meshtensor;
 using Catch::Matchers::ContainsSubstring;
 
 namespace {
+// generate's function: distinct digits per index, so that a transposed or shifted index shows.
+struct digits_of_index {
+  KOKKOS_INLINE_FUNCTION double operator()(const Kokkos::Array<std::int64_t, 3>& i) const {
+    return double(i[0] * 1000 + i[1] * 100 + i[2]) + 0.5;
+  }
+};
+
 template <class Exec, class M, class Layouts>
 void check_roundtrip_and_random(const M& g, Layouts layouts) {
   const std::array<std::int64_t, 3> ext{4, 8, 12};
   std::vector<double> host(4 * 8 * 12);
   std::iota(host.begin(), host.end(), 0.5);
+  std::vector<double> digits;
+  for (std::int64_t i = 0; i < 4; ++i)
+    for (std::int64_t j = 0; j < 8; ++j)
+      for (std::int64_t k = 0; k < 12; ++k) digits.push_back(double(i * 1000 + j * 100 + k) + 0.5);
   using ref_t = mt::basic_tensor<double, mt::layout<M>, Exec, i_, j_, k_>;
   const auto ref_normal = mt::gather_all(mt::random_normal<ref_t>(g, ext, 42));
   const auto ref_uniform = mt::gather_all(mt::random_uniform<ref_t>(g, ext, 7, -1.0, 1.0));
@@ -35,6 +46,7 @@ void check_roundtrip_and_random(const M& g, Layouts layouts) {
     REQUIRE(mt::gather_all(mt::random_uniform<T>(g, ext, 7, -1.0, 1.0)) == ref_uniform);
     const auto io = mt::gather_all(mt::iota<T>(g, ext, 0.5, 1.0));
     REQUIRE(io == host);
+    REQUIRE(mt::gather_all(mt::generate<T>(g, ext, digits_of_index{})) == digits);
     // item(): a rank-0 result (allreduced over every split axis) on every processor; the elements
     // are halves, so any order of summation is exact.
     REQUIRE(mt::item(mt::reduce_sum<i_, j_, k_>(mt::from_host<T>(g, ext, host))) ==

@@ -84,6 +84,21 @@ struct normal_fn {
                                      kmath::cos(6.283185307179586 * u2));
   }
 };
+// f of the global multi-index, from the global row-major index (Kokkos::Array: std::array's
+// operator[] is not callable on the device without nvcc's relaxed constexpr).
+template <std::size_t R, class F>
+struct at_multi_index {
+  Kokkos::Array<std::int64_t, R> extents;
+  F f;
+  KOKKOS_INLINE_FUNCTION auto operator()(std::int64_t g) const {
+    Kokkos::Array<std::int64_t, R> index;
+    for (std::size_t d = R; d-- > 0;) {
+      index[d] = g % extents[d];
+      g /= extents[d];
+    }
+    return f(index);
+  }
+};
 }  // namespace detail
 
 template <Tensor TT>
@@ -103,6 +118,19 @@ template <Tensor TT>
 TT iota(const typename TT::mesh_type& m, const typename TT::extents_type& extents,
         typename TT::value_type start = 0, typename TT::value_type step = 1) {
   return detail::fill_by_global_index<TT>(m, extents, detail::iota_fn<typename TT::value_type>{start, step});
+}
+
+// Element (i0, i1, ...) holds f(index), index a Kokkos::Array of the global indices in the tensor's
+// dims' order: a field from its coordinates (a simulation's initial state or source term), the same
+// global tensor under every layout. f runs in the tensor's execution space: a functor whose call
+// operator is KOKKOS_INLINE_FUNCTION, or a KOKKOS_LAMBDA.
+//   auto f = mt::generate<field>(g, {nx, ny}, KOKKOS_LAMBDA(const Kokkos::Array<std::int64_t, 2>& i) {
+//     return std::sin(pi * double(i[0]) / nx) * std::sin(pi * double(i[1]) / ny); });
+template <Tensor TT, class F>
+TT generate(const typename TT::mesh_type& m, const typename TT::extents_type& extents, F f) {
+  detail::at_multi_index<TT::rank, F> at{{}, f};
+  for (std::size_t d = 0; d < TT::rank; ++d) at.extents[d] = extents[d];
+  return detail::fill_by_global_index<TT>(m, extents, at);
 }
 
 template <Tensor TT>

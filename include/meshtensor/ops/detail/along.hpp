@@ -46,6 +46,25 @@ struct along_view {
   }
 };
 
+// The range (outer, n, inner) of an along_view, for kernels indexed (o, l, i) rather than by a flat
+// index they would divide back into the three. On the host a tile is a whole inner run, or where
+// runs are short (a shift along the last dim) a whole [n, inner] block: Kokkos's default host tiles
+// of 2 x 2 cost more than a short run's copy. Devices keep Kokkos's tiles (a tile is a block of
+// threads there, whose size is bounded).
+template <class Exec, class View>
+Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>> along_range(const along_view<View>& a) {
+  using policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>>;
+  using index = typename policy::index_type;
+  const index outer = a.outer, n = a.n, inner = a.inner;
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible) {
+    constexpr index long_run = 64;
+    const index one = 1, tile_n = inner >= long_run ? one : std::max(n, one);
+    return policy({0, 0, 0}, {outer, n, inner}, {one, tile_n, std::max(inner, one)});
+  } else {
+    return policy({0, 0, 0}, {outer, n, inner});
+  }
+}
+
 // Outer and inner products of the local extents of X around dim position a.
 template <std::size_t R>
 std::pair<std::int64_t, std::int64_t> outer_inner(const std::array<std::int64_t, R>& ext, std::size_t a) {
