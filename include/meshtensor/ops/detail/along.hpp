@@ -51,10 +51,13 @@ struct along_view {
 // runs are short (a shift along the last dim) a whole [n, inner] block: Kokkos's default host tiles
 // of 2 x 2 cost more than a short run's copy. Devices keep Kokkos's tiles (a tile is a block of
 // threads there, whose size is bounded).
+// 64-bit indices: the default is the space's size_type, 32 bits on CUDA.
+template <class Exec>
+using along_policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
 template <class Exec, class View>
-Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>> along_range(const along_view<View>& a) {
-  using policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>>;
-  using index = typename policy::index_type;
+along_policy<Exec> along_range(const along_view<View>& a) {
+  using policy = along_policy<Exec>;
+  using index = std::int64_t;
   const index outer = a.outer, n = a.n, inner = a.inner;
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible) {
     constexpr index long_run = 64;
