@@ -14,7 +14,7 @@
 #include <mpi.h>
 #include <fmt/core.h>
 
-#include "model.hpp"
+#include "training.hpp"
 
 // The stages of the context layouts (pipeline_context.cpp), and of layout_2d with
 // --sequence-parallel (pipeline_sp.cpp).

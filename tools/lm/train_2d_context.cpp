@@ -1,5 +1,5 @@
-// train<layout_2d_context>, in a file of its own: see model.hpp.
-#include "model.hpp"
+// train<layout_2d_context>, in a file of its own: see training.hpp.
+#include "training.hpp"
 
 template train_result train<layout_2d_context>(const grid&, const options&, const std::vector<unsigned char>&, bool);
 

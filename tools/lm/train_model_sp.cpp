@@ -1,4 +1,4 @@
-// sequence_parallel_loss<layout_model>, in a file of its own: see model.hpp.
-#include "model.hpp"
+// sequence_parallel_loss<layout_model>, in a file of its own: see training.hpp.
+#include "training.hpp"
 
 template MESHTENSOR_LM_SP_LOSS(layout_model);
