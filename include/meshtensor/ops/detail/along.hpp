@@ -48,10 +48,11 @@ struct along_view {
 
 // The range (outer, n, inner) of an along_view, for kernels indexed (o, l, i) rather than by a flat
 // index they would divide back into the three. On the host a tile is a whole inner run, or where
-// runs are short (a shift along the last dim) a whole [n, inner] block: Kokkos's default host tiles
-// of 2 x 2 cost more than a short run's copy. Devices keep Kokkos's tiles (a tile is a block of
-// threads there, whose size is bounded).
-// 64-bit indices: the default is the space's size_type, 32 bits on CUDA.
+// runs are short (a shift along the last dim) up to 4096 elements of [n, inner]: Kokkos's default
+// host tiles of 2 x 2 cost more than a short run's copy, and a whole [n, inner] block would leave a
+// long 1-D shift one tile for every thread. Devices keep Kokkos's tiles (a tile is a block of threads
+// there, whose size is bounded). 64-bit indices: the default is the space's size_type, 32 bits on
+// CUDA.
 template <class Exec>
 using along_policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<3>, Kokkos::IndexType<std::int64_t>>;
 template <class Exec, class View>
@@ -60,8 +61,9 @@ along_policy<Exec> along_range(const along_view<View>& a) {
   using index = std::int64_t;
   const index outer = a.outer, n = a.n, inner = a.inner;
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible) {
-    constexpr index long_run = 64;
-    const index one = 1, tile_n = inner >= long_run ? one : std::max(n, one);
+    constexpr index long_run = 64, tile_elements = 4096;
+    const index one = 1, short_runs = std::clamp(tile_elements / std::max(inner, one), one, std::max(n, one));
+    const index tile_n = inner >= long_run ? one : short_runs;
     return policy({0, 0, 0}, {outer, n, inner}, {one, tile_n, std::max(inner, one)});
   } else {
     return policy({0, 0, 0}, {outer, n, inner});
