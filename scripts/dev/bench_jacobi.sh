@@ -3,9 +3,9 @@
 # (benchmarks/peers/petsc_jacobi.cpp), side by side at 1, 2 and 4 ranks on the same process grids
 # ([1 x 1], [2 x 1], [2 x 2]; x over rows, y over cols, z whole).
 #
-#   scripts/dev/bench_jacobi.sh [--rounds N] [--size "NX NY NZ"] [--steps N] [BUILD_DIR]
+#   scripts/dev/bench_jacobi.sh [--rounds N] [--size "NX NY NZ"] [--steps N] [--build DIR]
 #
-# BUILD_DIR (default $MESHTENSOR_BUILD_DIR or build/bench) is configured where it is not yet, and
+# DIR (default $MESHTENSOR_BUILD_DIR or build/bench) is configured where it is not yet, and
 # jacobi and petsc_jacobi are built there (petsc_jacobi only where PETSc is installed: Debian's
 # libpetsc-real-dev). Rounds interleave the two; each figure is the median over the rounds. Both
 # print the residual after the iterations, which must agree (the same problem, the same arithmetic).
@@ -15,15 +15,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=bench_common.sh
 source "$root/scripts/dev/bench_common.sh"
 rounds=5 size="96 96 96" steps=100 build=${MESHTENSOR_BUILD_DIR:-$root/build/bench}
-while [ $# -gt 0 ]; do
-  case $1 in
-    --rounds) rounds=$2; shift 2 ;;
-    --size) size=$2; shift 2 ;;
-    --steps) steps=$2; shift 2 ;;
-    -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
-    *) build=$1; shift ;;
-  esac
-done
+bench_args "$0" 2,12 --rounds:rounds --size:size --steps:steps --build:build -- "$@"
 log() { echo "[bench_jacobi] $*" >&2; }
 bench_build_target "$build" jacobi -- -DMESHTENSOR_BUILD_TESTS=OFF
 cmake --build "$build" --target petsc_jacobi >&2 2>/dev/null ||
