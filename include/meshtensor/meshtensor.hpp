@@ -1,6 +1,7 @@
 #pragma once
 // meshtensor: Mesh-TensorFlow's named, distributed tensors as C++20 types.
 #include "error.hpp"
+#include "element/complex.hpp"
 #include "names/fixed_string.hpp"
 #include "names/names.hpp"
 #include "runtime/environment.hpp"
@@ -23,6 +24,7 @@
 #include "autodiff/gradient.hpp"
 #include "autodiff/recompute.hpp"
 #include "ops/elementwise.hpp"
+#include "ops/complex_parts.hpp"
 #include "ops/fused.hpp"
 #include "ops/sum_broadcast.hpp"
 #include "ops/einsum.hpp"

@@ -163,8 +163,13 @@ TEST_CASE("several tensors and dtypes in one file; scalars and empty tensors", "
   std::vector<mt::bf16> hv;
   for (int n = 0; n < 35; ++n) hv.push_back(0.1f * float(n) - 1.7f);  // not exact in bf16: rounded bits
   auto h = mt::from_host<mt::tensor<mt::bf16, L, i_, j_>>(g, {5, 7}, hv);
+  std::vector<mt::complex<double>> zv;
+  std::vector<mt::complex<float>> cv;
+  for (int n = 0; n < 35; ++n) zv.emplace_back(0.1 * n - 1.7, 1.0 / (n + 3)), cv.emplace_back(0.3f * float(n), -1.0f / float(n + 1));
+  auto z = mt::from_host<mt::tensor<mt::complex<double>, L, i_, j_>>(g, {5, 7}, zv);
+  auto c = mt::from_host<mt::tensor<mt::complex<float>, L, j_, i_>>(g, {7, 5}, cv);
   io::tensor_set out;
-  out.add("a", a).add("b", b).add("scalar", s).add("empty", e).add("h", h);
+  out.add("a", a).add("b", b).add("scalar", s).add("empty", e).add("h", h).add("z", z).add("c", c);
   io::save(dir + "/m.safetensors", out);
 
   using L2 = mt::layout<grid, mt::split<j_, r_, c_>>;
@@ -173,10 +178,20 @@ TEST_CASE("several tensors and dtypes in one file; scalars and empty tensors", "
   mt::tensor<float, L2> s2(g, {});
   mt::tensor<float, L2, i_, k_> e2(g, {0, 3});
   mt::tensor<mt::bf16, L2, i_, j_> h2(g, {5, 7});
+  mt::tensor<mt::complex<double>, L2, i_, j_> z2(g, {5, 7});
+  mt::tensor<mt::complex<float>, L2, j_, i_> c2(g, {7, 5});
   io::tensor_set in;
-  in.add("scalar", s2).add("b", b2).add("a", a2).add("empty", e2).add("h", h2);  // any order
+  in.add("scalar", s2).add("b", b2).add("a", a2).add("empty", e2).add("h", h2).add("c", c2).add("z", z2);  // any order
   io::load(dir + "/m.safetensors", in);
-  REQUIRE(io::inspect(dir + "/m.safetensors", MPI_COMM_WORLD).tensors.at("h").dtype == "BF16");
+  const auto info = io::inspect(dir + "/m.safetensors", MPI_COMM_WORLD);
+  REQUIRE(info.tensors.at("h").dtype == "BF16");
+  REQUIRE((info.tensors.at("z").dtype == "C128" && info.tensors.at("c").dtype == "C64"));
+  const auto z_back = mt::gather_all(z2);
+  const auto c_back = mt::gather_all(c2);
+  for (int n = 0; n < 35; ++n) {
+    REQUIRE((z_back[n].real() == zv[n].real() && z_back[n].imag() == zv[n].imag()));
+    REQUIRE((c_back[n].real() == cv[n].real() && c_back[n].imag() == cv[n].imag()));
+  }
   const auto h_back = mt::gather_all(h2);
   for (int n = 0; n < 35; ++n) REQUIRE(h_back[n].bits() == hv[n].bits());
   REQUIRE(mt::gather_all(a2) == values<double>(35));

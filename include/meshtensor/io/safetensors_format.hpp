@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../element/bf16.hpp"
+#include "../element/complex.hpp"
 #include "../error.hpp"
 
 namespace meshtensor::io {
@@ -37,10 +38,15 @@ constexpr const char* dtype_of() {
   else if constexpr (std::is_same_v<T, std::int8_t>) return "I8";
   else if constexpr (std::is_same_v<T, bool>) return "BOOL";
   else if constexpr (std::is_same_v<T, bf16>) return "BF16";  // the same 16 bits, little-endian
+  // Real part then imaginary part, each little-endian. C64 is safetensors' own (0.6); safetensors has
+  // no complex of doubles, so C128 is read by meshtensor and refused by readers that lack it.
+  else if constexpr (std::is_same_v<T, complex<float>>) return "C64";
+  else if constexpr (std::is_same_v<T, complex<double>>) return "C128";
   else static_assert(sizeof(T) == 0, "meshtensor: no safetensors dtype for this element type");
 }
 inline std::int64_t dtype_size(const std::string& d) {
-  if (d == "F64" || d == "I64" || d == "U64") return 8;
+  if (d == "C128") return 16;
+  if (d == "F64" || d == "I64" || d == "U64" || d == "C64") return 8;
   if (d == "F32" || d == "I32" || d == "U32") return 4;
   if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
   if (d == "I8" || d == "U8" || d == "BOOL" || d == "F8_E4M3" || d == "F8_E5M2") return 1;

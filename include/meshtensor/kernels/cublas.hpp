@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "../element/bf16.hpp"
+#include "../element/complex.hpp"
 #include "../error.hpp"
 
 namespace meshtensor::detail {
@@ -34,7 +35,8 @@ inline cublasHandle_t cublas_handle() {
 }
 
 template <class T>
-constexpr bool cublas_type_v = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16>;
+constexpr bool cublas_type_v = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16> ||
+                                std::is_same_v<T, complex<float>> || std::is_same_v<T, complex<double>>;
 
 // C[b] (m x n) = op(A[b]) * op(B[b]) for every batch b, all row-major and contiguous in device
 // memory. cuBLAS is column-major: a row-major buffer read column-major is its transpose, so this
@@ -61,10 +63,24 @@ void cublas_batched_gemm(cudaStream_t stream, std::int64_t nb, std::int64_t m, s
     check_cublas(cublasSgemmStridedBatched(h, op_b, op_a, i(n), i(m), i(k), &one, b, i(ld_b), k * n, a, i(ld_a),
                                            m * k, &zero, c, i(n), m * n, i(nb)),
                  "cublasSgemmStridedBatched", nb, m, n, k);
-  else
+  else if constexpr (std::is_same_v<T, double>)
     check_cublas(cublasDgemmStridedBatched(h, op_b, op_a, i(n), i(m), i(k), &one, b, i(ld_b), k * n, a, i(ld_a),
                                            m * k, &zero, c, i(n), m * n, i(nb)),
                  "cublasDgemmStridedBatched", nb, m, n, k);
+  else if constexpr (std::is_same_v<T, complex<float>>)  // cuComplex: re, im, as Kokkos::complex
+    check_cublas(cublasCgemmStridedBatched(h, op_b, op_a, i(n), i(m), i(k), reinterpret_cast<const cuComplex*>(&one),
+                                           reinterpret_cast<const cuComplex*>(b), i(ld_b), k * n,
+                                           reinterpret_cast<const cuComplex*>(a), i(ld_a), m * k,
+                                           reinterpret_cast<const cuComplex*>(&zero), reinterpret_cast<cuComplex*>(c),
+                                           i(n), m * n, i(nb)),
+                 "cublasCgemmStridedBatched", nb, m, n, k);
+  else
+    check_cublas(cublasZgemmStridedBatched(
+                     h, op_b, op_a, i(n), i(m), i(k), reinterpret_cast<const cuDoubleComplex*>(&one),
+                     reinterpret_cast<const cuDoubleComplex*>(b), i(ld_b), k * n, reinterpret_cast<const cuDoubleComplex*>(a),
+                     i(ld_a), m * k, reinterpret_cast<const cuDoubleComplex*>(&zero), reinterpret_cast<cuDoubleComplex*>(c),
+                     i(n), m * n, i(nb)),
+                 "cublasZgemmStridedBatched", nb, m, n, k);
 }
 
 }  // namespace meshtensor::detail

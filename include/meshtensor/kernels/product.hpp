@@ -11,6 +11,7 @@
 //   A shape oneDNN cannot make a primitive for takes the other path, decided when it is first asked
 //   for and cached (dnnl_provider::matmul), never tried and caught per call.
 //   host, double    OpenBLAS (cblas dgemm)
+//   host, complex   OpenBLAS (cblas cgemm, zgemm): element/complex.hpp's layout is BLAS's
 //   CUDA            cuBLAS's strided batched gemm (kernels/cublas.hpp)
 //   elsewhere       a Kokkos loop
 // MESHTENSOR_KERNELS=portable (read once) turns oneDNN off at run time, for comparisons and tests.
@@ -24,6 +25,7 @@
 #include <type_traits>
 
 #include "../element/bf16.hpp"
+#include "../element/complex.hpp"
 #include "../error.hpp"
 #include "pool.hpp"
 #include "cublas.hpp"
@@ -33,7 +35,8 @@
 namespace meshtensor::kernels {
 
 template <class T>
-constexpr bool blas_type_v = std::is_same_v<T, float> || std::is_same_v<T, double>;
+constexpr bool blas_type_v = std::is_same_v<T, float> || std::is_same_v<T, double> ||
+                              std::is_same_v<T, complex<float>> || std::is_same_v<T, complex<double>>;
 
 template <class Exec>
 constexpr bool host_space_v = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename Exec::memory_space>::accessible;
@@ -114,9 +117,18 @@ void product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bo
       if constexpr (std::is_same_v<T, float>)
         cblas_sgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f, pa,
                     lda, pb, ldb, 0.0f, pc, static_cast<int>(n));
-      else
+      else if constexpr (std::is_same_v<T, double>)
         cblas_dgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0, pa,
                     lda, pb, ldb, 0.0, pc, static_cast<int>(n));
+      else {  // complex: alpha and beta by address
+        const T one(1), zero(0);
+        if constexpr (std::is_same_v<T, complex<float>>)
+          cblas_cgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &one, pa,
+                      lda, pb, ldb, &zero, pc, static_cast<int>(n));
+        else
+          cblas_zgemm(CblasRowMajor, ta, tb, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), &one, pa,
+                      lda, pb, ldb, &zero, pc, static_cast<int>(n));
+      }
     }
   }
 #if defined(KOKKOS_ENABLE_CUDA)

@@ -9,6 +9,7 @@
 #include <span>
 
 #include "../element/bf16.hpp"
+#include "../element/complex.hpp"
 #include "../element/nan.hpp"
 #include "../error.hpp"
 #include "../names/names.hpp"
@@ -89,8 +90,10 @@ struct reduce_runs_functor {
     const std::int64_t len = run - j0 < tile_len ? run - j0 : tile_len;
     const std::int64_t base = operand_offset(q, out_ext, base_stride, outer) + j0 * last_stride;
     T* o = out + q * run + j0;
-    if (op == reduce_op::sum)
+    if (op == reduce_op::sum || is_complex_v<T>)  // complex: sums only (reduce_kernel refuses the rest)
       tile<reduce_op::sum>(base, o, len);
+    else if constexpr (is_complex_v<T>)
+      return;
     else if (op == reduce_op::max)
       tile<reduce_op::max>(base, o, len);
     else
@@ -110,11 +113,13 @@ struct reduce_team_functor {
     const auto at = [&](std::int64_t r) { return xq[f.reduced_offset(r)]; };
     T acc = 0;
     const auto range = Kokkos::TeamThreadRange(team, f.red_count);
-    if (f.op == reduce_op::sum) {
+    if (f.op == reduce_op::sum || is_complex_v<T>) {  // complex: sums only (reduce_kernel refuses the rest)
       compute_t<T> sum = 0;
       Kokkos::parallel_reduce(range, [&](std::int64_t r, compute_t<T>& a) { a += at(r); }, sum);
       acc = sum;
-    } else if (f.op == reduce_op::max)
+    } else if constexpr (is_complex_v<T>)
+      return;
+    else if (f.op == reduce_op::max)
       Kokkos::parallel_reduce(range, [&](std::int64_t r, T& m) { m = nan_max(m, at(r)); }, nan_extremum_reducer<T, true>(acc));
     else
       Kokkos::parallel_reduce(range, [&](std::int64_t r, T& m) { m = nan_min(m, at(r)); }, nan_extremum_reducer<T, false>(acc));
@@ -127,6 +132,8 @@ void reduce_kernel(const Kokkos::View<T*, typename Exec::memory_space>& xv,
                    const Kokkos::View<T*, typename Exec::memory_space>& ov, std::int64_t n, const kidx& out_ext,
                    int rout, const kidx& base_stride, const kidx& red_ext, const kidx& red_stride, int nred,
                    std::int64_t red_count, reduce_op op) {
+  if constexpr (is_complex_v<T>)
+    if (op != reduce_op::sum) throw error("meshtensor: a max or min of complex elements: complex numbers have no order");
   if (n == 0) return;
   // Adjacent reduced dims that lie contiguously in x become one: the same positions in the same
   // order (the same result, bit for bit) with fewer 64-bit divisions each. A whole-tensor sum (a

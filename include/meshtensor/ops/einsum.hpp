@@ -9,7 +9,9 @@
 #include <optional>
 
 #include "../autodiff/saved_operand.hpp"
+#include "../element/complex.hpp"
 #include "../kernels/product.hpp"
+#include "detail/map_to.hpp"
 #include "elementwise.hpp"
 #include "sum_broadcast.hpp"
 
@@ -187,6 +189,16 @@ auto contract(const A& a, const B& b) {
   }
 }
 
+// The operand a gradient product reads: conj(x) for complex elements (the rule multiplies g by the
+// conjugate partial, element/complex.hpp), x itself for real ones.
+template <Tensor X>
+X conjugated_for_gradient(const X& x) {
+  if constexpr (is_complex_v<typename X::value_type>)
+    return map_to<X>(x.extents(), conj_fn{}, x);
+  else
+    return x;
+}
+
 // contract, with einsum's gradient rule. With sum_partials false, the result is this processor's
 // partial sum (einsum_partial, ops/partial_sum.hpp): its gradient is the gradient of the sum, so
 // the rule is the same.
@@ -204,10 +216,10 @@ with_dims_t<A, OutList> contract_recorded(const A& a, const B& b) {
         // Either operand may be a weight, whose product an input-gradient pass defers. An operand
         // kept as its source is made again here (autodiff/saved_operand.hpp).
         push_weight_grad(a, [a, b = without_node(made_again(b)), g = without_node(g)] {
-          push_partial_grad(a, contract<Ad, false>(g, b), contracted_axes<Ad, R, B>());
+          push_partial_grad(a, contract<Ad, false>(g, conjugated_for_gradient(b)), contracted_axes<Ad, R, B>());
         });
         push_weight_grad(b, [b, a = without_node(made_again(a)), g = without_node(g)] {
-          push_partial_grad(b, contract<Bd, false>(a, g), contracted_axes<Bd, A, R>());
+          push_partial_grad(b, contract<Bd, false>(conjugated_for_gradient(a), g), contracted_axes<Bd, A, R>());
         });
       },
       a, b);

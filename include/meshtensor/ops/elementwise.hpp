@@ -10,6 +10,7 @@
 #include "detail/op_support.hpp"
 #include "detail/map_to.hpp"
 #include "sum_broadcast.hpp"
+#include "../element/complex.hpp"
 #include "../element/kokkos_math.hpp"
 #include "op_call.hpp"
 
@@ -27,7 +28,9 @@ Out map_broadcast(const typename Out::extents_type& extents, F f, const Ops&... 
   return map_to<Out>(extents, f, ops...);
 }
 
-// Functors that adapt the op tables below to map_to.
+// Functors that adapt the op tables below to map_to. The gradient rules multiply by the
+// conjugate of the partial (the conjugate Wirtinger convention of element/complex.hpp; the partial
+// itself for real types).
 template <class Fn>
 struct apply_fn {
   template <class... T>
@@ -42,21 +45,21 @@ struct unary_grad_fn {
     if constexpr (requires { Fn::grad(g, x, y); })
       return Fn::grad(g, x, y);
     else
-      return g * Fn::df(x, y);
+      return g * conj_value(Fn::df(x, y));
   }
 };
 template <class Fn>
 struct binary_grad_a_fn {
   template <class T>
   KOKKOS_INLINE_FUNCTION T operator()(T g, T a, T b) const {
-    return g * Fn::da(a, b);
+    return g * conj_value(Fn::da(a, b));
   }
 };
 template <class Fn>
 struct binary_grad_b_fn {
   template <class T>
   KOKKOS_INLINE_FUNCTION T operator()(T g, T a, T b) const {
-    return g * Fn::db(a, b);
+    return g * conj_value(Fn::db(a, b));
   }
 };
 struct select_fn {
@@ -86,6 +89,8 @@ auto scalar_like(const Like& like, typename Like::value_type v) {
 
 // ---- unary ----------------------------------------------------------------------------------
 // Each functor gives f(x) and df(x, y) with y = f(x), the derivative used by the gradient rule.
+// COMPLEX says whether it takes complex values: the holomorphic ones do; the others refuse them at
+// compile time, naming the op (an order, as relu's, or a function that is not holomorphic, as abs).
 namespace fn {
 using kmath::cos;
 using kmath::fabs;
@@ -94,11 +99,12 @@ using kmath::sqrt;
 using kmath::vectorised::exp;
 using kmath::vectorised::log;
 using kmath::vectorised::tanh;
-#define MESHTENSOR_UNARY(NAME, F, DF)                                          \
+#define MESHTENSOR_UNARY(NAME, COMPLEX, F, DF)                                 \
   struct NAME##_fn {                                                           \
     static constexpr const char* name = #NAME;                                 \
     template <class T>                                                         \
     KOKKOS_INLINE_FUNCTION static T f(T x) {                                   \
+      static_assert(COMPLEX || !is_complex_v<T>, "meshtensor: " #NAME " takes real values, not complex ones"); \
       return F;                                                                \
     }                                                                          \
     template <class T>                                                         \
@@ -106,22 +112,23 @@ using kmath::vectorised::tanh;
       return DF;                                                               \
     }                                                                          \
   };
-MESHTENSOR_UNARY(negative, -x, T(-1))
-MESHTENSOR_UNARY(abs, fabs(x), (x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0))))
-MESHTENSOR_UNARY(exp, exp(x), y)
-MESHTENSOR_UNARY(log, log(x), T(1) / x)
-MESHTENSOR_UNARY(sqrt, sqrt(x), T(0.5) / y)
-MESHTENSOR_UNARY(rsqrt, T(1) / sqrt(x), T(-0.5) * y * y * y)
-MESHTENSOR_UNARY(square, x* x, T(2) * x)
-MESHTENSOR_UNARY(reciprocal, T(1) / x, -y * y)
-MESHTENSOR_UNARY(sigmoid, T(1) / (T(1) + exp(-x)), y*(T(1) - y))
-MESHTENSOR_UNARY(tanh, tanh(x), T(1) - y * y)
+MESHTENSOR_UNARY(negative, true, -x, T(-1))
+MESHTENSOR_UNARY(abs, false, fabs(x), (x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0))))
+MESHTENSOR_UNARY(exp, true, exp(x), y)
+MESHTENSOR_UNARY(log, true, log(x), T(1) / x)
+MESHTENSOR_UNARY(sqrt, true, sqrt(x), T(0.5) / y)
+MESHTENSOR_UNARY(rsqrt, false, T(1) / sqrt(x), T(-0.5) * y * y * y)
+MESHTENSOR_UNARY(square, true, x* x, T(2) * x)
+MESHTENSOR_UNARY(reciprocal, true, T(1) / x, -y * y)
+MESHTENSOR_UNARY(sigmoid, false, T(1) / (T(1) + exp(-x)), y*(T(1) - y))
+MESHTENSOR_UNARY(tanh, false, tanh(x), T(1) - y * y)
 // relu's gradient is a select, g where x > 0 (as PyTorch's threshold_backward): g * df is a
 // multiply by a branch, which g++ neither vectorises nor predicts on a relu's random signs.
 struct relu_fn {
   static constexpr const char* name = "relu";
   template <class T>
   KOKKOS_INLINE_FUNCTION static T f(T x) {
+    static_assert(!is_complex_v<T>, "meshtensor: relu takes real values, not complex ones");
     return x > T(0) ? x : T(0);
   }
   template <class T>
@@ -133,17 +140,17 @@ struct relu_fn {
     return x > T(0) ? g : T(0);
   }
 };
-MESHTENSOR_UNARY(sin, sin(x), cos(x))
-MESHTENSOR_UNARY(cos, cos(x), -sin(x))
+MESHTENSOR_UNARY(sin, true, sin(x), cos(x))
+MESHTENSOR_UNARY(cos, true, cos(x), -sin(x))
 // gelu, tanh approximation (as in BERT and Mesh-TensorFlow).
-MESHTENSOR_UNARY(gelu, T(0.5) * x * (T(1) + tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x))),
+MESHTENSOR_UNARY(gelu, false, T(0.5) * x * (T(1) + tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x))),
                  (T(0.5) * (T(1) + tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x))) +
                   T(0.5) * x * (T(1) - tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x)) *
                                            tanh(T(0.7978845608028654) * (x + T(0.044715) * x * x * x))) *
                       T(0.7978845608028654) * (T(1) + T(3) * T(0.044715) * x * x)))
 // silu (swish), x * sigmoid(x): the gate of Llama's SwiGLU feed-forward. Its derivative,
 // s (1 + x (1 - s)) with s = sigmoid(x), is s (1 + x - y) since x s = y.
-MESHTENSOR_UNARY(silu, x / (T(1) + exp(-x)), (T(1) / (T(1) + exp(-x))) * (T(1) + x - y))
+MESHTENSOR_UNARY(silu, false, x / (T(1) + exp(-x)), (T(1) / (T(1) + exp(-x))) * (T(1) + x - y))
 #undef MESHTENSOR_UNARY
 }  // namespace fn
 
@@ -187,11 +194,12 @@ MESHTENSOR_UNARY_API(silu)
 namespace fn {
 using kmath::pow;
 using kmath::vectorised::log;
-#define MESHTENSOR_BINARY(NAME, F, DA, DB)                                                  \
+#define MESHTENSOR_BINARY(NAME, COMPLEX, F, DA, DB)                                         \
   struct NAME##_fn {                                                                        \
     static constexpr const char* name = #NAME;                                              \
     template <class T>                                                                      \
     KOKKOS_INLINE_FUNCTION static T f(T a, T b) {                                           \
+      static_assert(COMPLEX || !is_complex_v<T>, "meshtensor: " #NAME " takes real values, not complex ones"); \
       return F;                                                                             \
     }                                                                                       \
     template <class T>                                                                      \
@@ -203,23 +211,23 @@ using kmath::vectorised::log;
       return DB;                                                                            \
     }                                                                                       \
   };
-MESHTENSOR_BINARY(add, a + b, T(1), T(1))
-MESHTENSOR_BINARY(subtract, a - b, T(1), T(-1))
-MESHTENSOR_BINARY(multiply, a* b, b, a)
-MESHTENSOR_BINARY(divide, a / b, T(1) / b, -a / (b * b))
+MESHTENSOR_BINARY(add, true, a + b, T(1), T(1))
+MESHTENSOR_BINARY(subtract, true, a - b, T(1), T(-1))
+MESHTENSOR_BINARY(multiply, true, a* b, b, a)
+MESHTENSOR_BINARY(divide, true, a / b, T(1) / b, -a / (b * b))
 // Ties send the gradient to the first operand, as a subgradient must pick one. NaN propagates
 // (detail::nan_min / nan_max, element/nan.hpp): NaN if either operand is, and the gradient
 // goes to the NaN operand (the first if both are).
-MESHTENSOR_BINARY(minimum, detail::nan_min(a, b), (a <= b || a != a ? T(1) : T(0)), (a <= b || a != a ? T(0) : T(1)))
-MESHTENSOR_BINARY(maximum, detail::nan_max(a, b), (a >= b || a != a ? T(1) : T(0)), (a >= b || a != a ? T(0) : T(1)))
-MESHTENSOR_BINARY(pow, pow(a, b), b* pow(a, b - T(1)), (a > T(0) ? pow(a, b) * log(a) : T(0)))
+MESHTENSOR_BINARY(minimum, false, detail::nan_min(a, b), (a <= b || a != a ? T(1) : T(0)), (a <= b || a != a ? T(0) : T(1)))
+MESHTENSOR_BINARY(maximum, false, detail::nan_max(a, b), (a >= b || a != a ? T(1) : T(0)), (a >= b || a != a ? T(0) : T(1)))
+MESHTENSOR_BINARY(pow, false, pow(a, b), b* pow(a, b - T(1)), (a > T(0) ? pow(a, b) * log(a) : T(0)))
 // Comparisons give 1 or 0 in the element type and pass no gradient.
-MESHTENSOR_BINARY(equal, (a == b ? T(1) : T(0)), T(0), T(0))
-MESHTENSOR_BINARY(not_equal, (a != b ? T(1) : T(0)), T(0), T(0))
-MESHTENSOR_BINARY(less, (a < b ? T(1) : T(0)), T(0), T(0))
-MESHTENSOR_BINARY(less_equal, (a <= b ? T(1) : T(0)), T(0), T(0))
-MESHTENSOR_BINARY(greater, (a > b ? T(1) : T(0)), T(0), T(0))
-MESHTENSOR_BINARY(greater_equal, (a >= b ? T(1) : T(0)), T(0), T(0))
+MESHTENSOR_BINARY(equal, true, (a == b ? T(1) : T(0)), T(0), T(0))
+MESHTENSOR_BINARY(not_equal, true, (a != b ? T(1) : T(0)), T(0), T(0))
+MESHTENSOR_BINARY(less, false, (a < b ? T(1) : T(0)), T(0), T(0))
+MESHTENSOR_BINARY(less_equal, false, (a <= b ? T(1) : T(0)), T(0), T(0))
+MESHTENSOR_BINARY(greater, false, (a > b ? T(1) : T(0)), T(0), T(0))
+MESHTENSOR_BINARY(greater_equal, false, (a >= b ? T(1) : T(0)), T(0), T(0))
 #undef MESHTENSOR_BINARY
 }  // namespace fn
 

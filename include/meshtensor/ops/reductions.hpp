@@ -16,6 +16,7 @@
 #include "elementwise.hpp"
 #include "sum_broadcast.hpp"
 #include "../element/kokkos_math.hpp"
+#include "../element/complex.hpp"
 
 namespace meshtensor {
 
@@ -151,6 +152,7 @@ Out extremum(const X& x) {
 
 template <Dim... Ds, Tensor X>
 auto reduce_max(const X& x) {
+  static_assert(!is_complex_v<typename X::value_type>, "meshtensor: reduce_max takes real values: complex ones have no order");
   const detail::op_call call(detail::planned_op{"reduce_max", reduce_max_plan<X, Ds...>()}, x);
   detail::check_reduced_dims<X, Ds...>();
   return detail::extremum<reduce_op::max, detail::reduced_t<X, Ds...>>(x);
@@ -158,6 +160,7 @@ auto reduce_max(const X& x) {
 
 template <Dim... Ds, Tensor X>
 auto reduce_min(const X& x) {
+  static_assert(!is_complex_v<typename X::value_type>, "meshtensor: reduce_min takes real values: complex ones have no order");
   const detail::op_call call(detail::planned_op{"reduce_min", reduce_min_plan<X, Ds...>()}, x);
   detail::check_reduced_dims<X, Ds...>();
   return detail::extremum<reduce_op::min, detail::reduced_t<X, Ds...>>(x);
@@ -166,6 +169,7 @@ auto reduce_min(const X& x) {
 // log(sum(exp(x))) over the named dims. Gradient: g * exp(x - result), broadcast back.
 template <Dim... Ds, Tensor X>
 auto logsumexp(const X& x) {
+  static_assert(!is_complex_v<typename X::value_type>, "meshtensor: logsumexp takes real values, not complex ones");
   const detail::op_call call(detail::planned_op{"logsumexp", logsumexp_plan<X, Ds...>()}, x);
   detail::check_reduced_dims<X, Ds...>();
   using Out = detail::reduced_t<X, Ds...>;

@@ -16,6 +16,7 @@
 #include "sum_broadcast.hpp"
 #include "reductions.hpp"
 #include "../element/kokkos_math.hpp"
+#include "../element/complex.hpp"
 
 namespace meshtensor {
 
@@ -106,6 +107,7 @@ constexpr comm_plan softmax_gradient_plan() {
 // Gradient: dx = y * (g - sum_Ds(g * y)).
 template <Dim... Ds, Tensor X>
 X softmax(const X& x) {
+  static_assert(!is_complex_v<typename X::value_type>, "meshtensor: softmax takes real values: complex ones have no order");
   const detail::op_call call(detail::planned_op{"softmax", softmax_plan<X, Ds...>()}, x);
   static_assert(sizeof...(Ds) > 0, "meshtensor: softmax<Dims...> needs the dims to normalise over");
   detail::check_reduced_dims<X, Ds...>();
@@ -134,6 +136,7 @@ X softmax(const X& x) {
 // Gradient: dx = scale * y * (g - sum_D(g * y)), 0 where masked.
 template <Dim Q, Dim D, Tensor X>
 X causal_softmax(const X& x, double scale = 1.0) {
+  static_assert(!is_complex_v<typename X::value_type>, "meshtensor: causal_softmax takes real values: complex ones have no order");
   const detail::op_call call(detail::planned_op{"causal_softmax", softmax_plan<X, D>()}, x);
   static_assert(!std::is_same_v<Q, D>, "meshtensor: causal_softmax<Q, D> needs two different dims");
   static_assert(contains_v<Q, typename X::dims>, "meshtensor: causal_softmax<Q, D>: x has no dim Q");
@@ -149,6 +152,7 @@ constexpr comm_plan causal_softmax_plan() {
 // Gradient: dx = g - exp(y) * sum_Ds(g).
 template <Dim... Ds, Tensor X>
 X log_softmax(const X& x) {
+  static_assert(!is_complex_v<typename X::value_type>, "meshtensor: log_softmax takes real values: complex ones have no order");
   const detail::op_call call(detail::planned_op{"log_softmax", log_softmax_plan<X, Ds...>()}, x);
   static_assert(sizeof...(Ds) > 0, "meshtensor: log_softmax<Dims...> needs the dims to normalise over");
   detail::check_reduced_dims<X, Ds...>();

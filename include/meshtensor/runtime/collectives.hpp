@@ -6,13 +6,13 @@
 // Buffers are host-accessible pointers; tensor code stages device memory through host mirrors.
 #include <mpi.h>
 
-#include <complex>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
 
 #include "../element/bf16.hpp"
+#include "../element/complex.hpp"
 #include "../geometry/exchange.hpp"
 #include "communicator.hpp"
 
@@ -30,6 +30,8 @@ MPI_Datatype mpi_type() {
   else if constexpr (std::is_same_v<T, std::uint8_t>) return MPI_UINT8_T;
   else if constexpr (std::is_same_v<T, bool>) return MPI_CXX_BOOL;
   else if constexpr (std::is_same_v<T, bf16>) return MPI_UINT16_T;  // moved as bits; never reduced as such
+  else if constexpr (std::is_same_v<T, complex<float>>) return MPI_C_FLOAT_COMPLEX;  // re, im: as Kokkos::complex
+  else if constexpr (std::is_same_v<T, complex<double>>) return MPI_C_DOUBLE_COMPLEX;
   else static_assert(sizeof(T) == 0, "meshtensor: no MPI datatype for this element type");
 }
 inline MPI_Op mpi_op(reduce_op op) {
