@@ -128,6 +128,7 @@ main() {
   local packages=(g++ cmake make pkg-config libopenmpi-dev openmpi-bin libboost1.81-dev libopenblas-dev
             dataset-fashion-mnist zlib1g-dev gnuplot-nox libbenchmark-dev libcli11-dev libfmt-dev nlohmann-json3-dev
             python3-torch python3-numpy python3-venv libdnnl-dev   # oneDNN: local kernels (MESHTENSOR_DNNL); PyTorch: the meshtensor-lm cross-check (tools/lm) (ctest label crosscheck)
+            libfftw3-dev           # FFTW 3: the local transforms of include/meshtensor/fft/ (meshtensor::fft)
             libsentencepiece-dev   # examples/translation's tokenizer; the packages below install its corpus's French catalogs (corpus.hpp)
             sentencepiece          # spm_decode and spm_export_vocab: the PyTorch translation peer's detokenizer in any Python (scripts/dev/bench_translation.sh)
             libc-l10n git gettext gettext-base libdpkg-perl libglib2.0-data gnupg-l10n iso-codes
@@ -135,9 +136,10 @@ main() {
             "${DOCS_PACKAGES[@]}" chromium     # the site (scripts/docs.sh) and its test in a browser (ctest label docs)
             slurmctld slurmd slurm-client)   # a two-node Slurm started by the tests (ctest label slurm; tests/slurm)
   local backports_packages=(catch2)
-  # Optional (--bench): Eigen and ScaLAPACK (C++ peers), matplotlib (plots),
-  # venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/dev/bench_venv.sh).
-  local bench_packages=(libeigen3-dev libscalapack-openmpi-dev python3-matplotlib python3-venv python3-pip)
+  # Optional (--bench): Eigen, ScaLAPACK, FFTW's MPI transforms and PETSc (C++ peers), matplotlib
+  # (plots), venv and pip (the JAX and Mesh-TensorFlow venvs of scripts/dev/bench_venv.sh).
+  local bench_packages=(libeigen3-dev libscalapack-openmpi-dev libfftw3-mpi-dev libpetsc-real-dev python3-matplotlib
+                        python3-venv python3-pip)
   if [ "$bench" = 1 ]; then packages+=("${bench_packages[@]}"); fi
   if [ "$cuda" = 1 ]; then packages+=(patch); fi   # applies the CUDA 13 patch to Kokkos
 

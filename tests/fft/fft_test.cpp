@@ -1,0 +1,195 @@
+// The Fourier transforms of fft/fft.hpp over distributed tensors, against FFTW's serial transform
+// of the gathered array (fftw_plan_dft_3d, fftw_plan_dft_r2c_1d): 3-D transforms over slabs
+// (a line) and pencils (a grid) with uneven extents, the inverse back to the input, real
+// transforms of odd and even lengths, and gradients against central differences.
+#include <fftw3.h>
+
+#include <catch2/matchers/catch_matchers_string.hpp>
+
+#include <complex>
+#include <meshtensor/fft/fft.hpp>
+#include <random>
+#include <test_support.hpp>
+
+using namespace tst;
+namespace mt = meshtensor;
+using zd = mt::complex<double>;
+
+namespace {
+struct x_d : mt::dim<"x"> {};
+struct y_d : mt::dim<"y"> {};
+struct z_d : mt::dim<"z"> {};
+constexpr std::int64_t NX = 5, NY = 6, NZ = 7;  // uneven over 2 and 4 processors
+
+std::vector<zd> random_field(std::int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<zd> v(n);
+  for (auto& z : v) z = zd(u(rng), u(rng));
+  return v;
+}
+
+// FFTW's serial 3-D transform of the whole array (row-major x, y, z).
+std::vector<zd> serial_fft3(std::vector<zd> v, int sign) {
+  std::vector<zd> out(v.size());
+  const fftw_plan p = fftw_plan_dft_3d(NX, NY, NZ, reinterpret_cast<fftw_complex*>(v.data()),
+                                       reinterpret_cast<fftw_complex*>(out.data()), sign, FFTW_ESTIMATE);
+  fftw_execute(p);
+  fftw_destroy_plan(p);
+  return out;
+}
+
+double largest_difference(const std::vector<zd>& a, const std::vector<zd>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (std::size_t n = 0; n < a.size(); ++n) d = std::max(d, Kokkos::abs(a[n] - b[n]));
+  return d;
+}
+
+// Transforms along z, then y, then x, with a relayout before each step that needs one: Lz keeps z
+// whole, Ly y, Lx x.
+template <class Lz, class Ly, class Lx, class M>
+void check_3d(const M& g, const char* what) {
+  INFO(what);
+  using Uz = mt::tensor<zd, Lz, x_d, y_d, z_d>;
+  using Uy = mt::tensor<zd, Ly, x_d, y_d, z_d>;
+  using Ux = mt::tensor<zd, Lx, x_d, y_d, z_d>;
+  const auto h = random_field(NX * NY * NZ, 11);
+  const auto u = mt::from_host<Uz>(g, {NX, NY, NZ}, std::span<const zd>(h));
+  const auto spectrum = mt::fft<x_d>(mt::relayout<Ux>(mt::fft<y_d>(mt::relayout<Uy>(mt::fft<z_d>(u)))));
+  const auto want = serial_fft3(h, FFTW_FORWARD);
+  CHECK(largest_difference(mt::gather_all(spectrum), want) < 1e-12 * NX * NY * NZ);
+  // And back: ifft in the reverse order returns the input.
+  const auto back = mt::ifft<z_d>(mt::relayout<Uz>(mt::ifft<y_d>(mt::relayout<Uy>(mt::ifft<x_d>(spectrum)))));
+  CHECK(largest_difference(mt::gather_all(back), h) < 1e-13);
+}
+
+// rfft along z of a real tensor, against FFTW's 1-D r2c of each gathered line, and irfft back.
+template <class L, class M>
+void check_real(const M& g, std::int64_t nz) {
+  INFO("real transforms of length " << nz << " under " << layout_name<L>());
+  using X = mt::tensor<double, L, x_d, z_d>;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(-1, 1);
+  std::vector<double> h(NX * nz);
+  for (auto& v : h) v = u(rng);
+  const auto x = mt::from_host<X>(g, {NX, nz}, std::span<const double>(h));
+  const auto s = mt::rfft<z_d>(x);
+  REQUIRE(s.extents()[1] == nz / 2 + 1);
+  const auto got = mt::gather_all(s);
+  for (std::int64_t i = 0; i < NX; ++i) {
+    std::vector<double> line(h.begin() + i * nz, h.begin() + (i + 1) * nz);
+    std::vector<zd> want(nz / 2 + 1);
+    const fftw_plan p = fftw_plan_dft_r2c_1d(static_cast<int>(nz), line.data(), reinterpret_cast<fftw_complex*>(want.data()),
+                                             FFTW_ESTIMATE);
+    fftw_execute(p);
+    fftw_destroy_plan(p);
+    for (std::int64_t k = 0; k <= nz / 2; ++k) REQUIRE(Kokkos::abs(got[i * (nz / 2 + 1) + k] - want[k]) < 1e-13 * nz);
+  }
+  const auto back = mt::gather_all(mt::irfft<z_d>(s, nz));
+  for (std::size_t n = 0; n < h.size(); ++n) REQUIRE(std::abs(back[n] - h[n]) < 1e-14);
+  REQUIRE_THROWS_WITH(mt::irfft<z_d>(s, nz + 2), Catch::Matchers::ContainsSubstring("irfft<z> to a length of"));
+}
+
+// A real loss through every transform (a rank-0 tensor); its gradient against central differences.
+template <class Z, class X>
+auto loss(const Z& z, const X& x, const Z& half, std::int64_t nz) {
+  using R = typename Z::template rebind<double>;
+  const auto w = mt::make_complex(mt::cos(mt::real(z)), mt::sin(mt::imag(z)));  // weights that vary
+  const auto a = mt::reduce_sum<x_d, z_d>(mt::real(mt::fft<z_d>(z) * w));
+  const auto b = mt::reduce_sum<x_d, z_d>(mt::imag(mt::ifft<z_d>(z * z)));
+  const auto c = mt::reduce_sum<x_d, z_d>(mt::real(mt::rfft<z_d>(x * x)) + mt::imag(mt::rfft<z_d>(x)));
+  const R r = mt::irfft<z_d>(half, nz);
+  const auto d = mt::reduce_sum<x_d, z_d>(r * r * mt::real(z));
+  return a + b + c + d;
+}
+
+template <class L, class M>
+void check_gradients(const M& g, std::int64_t nz) {
+  INFO("gradients, length " << nz << " under " << layout_name<L>());
+  using Z = mt::tensor<zd, L, x_d, z_d>;
+  using X = mt::tensor<double, L, x_d, z_d>;
+  const std::int64_t nh = nz / 2 + 1;
+  auto zh = random_field(NX * nz, 21), hh = random_field(NX * nh, 22);
+  std::vector<double> xh(NX * nz);
+  for (std::size_t n = 0; n < xh.size(); ++n) xh[n] = zh[n].real() - zh[n].imag();
+  const auto make = [&](const std::vector<zd>& zv, const std::vector<double>& xv, const std::vector<zd>& hv) {
+    return std::make_tuple(mt::from_host<Z>(g, {NX, nz}, std::span<const zd>(zv)),
+                           mt::from_host<X>(g, {NX, nz}, std::span<const double>(xv)),
+                           mt::from_host<Z>(g, {NX, nh}, std::span<const zd>(hv)));
+  };
+  auto [z, x, half] = make(zh, xh, hh);
+  z.requires_grad();
+  x.requires_grad();
+  half.requires_grad();
+  const auto total = loss(z, x, half, nz);
+  const auto [dz, dx, dhalf] = mt::gradient(total, z, x, half);
+  const auto dzh = mt::gather_all(dz), dhh = mt::gather_all(dhalf);
+  const auto dxh = mt::gather_all(dx);
+  const double h = 1e-6;
+  const auto at = [&](auto zv, auto xv, auto hv) {
+    const auto [a, b, c] = make(zv, xv, hv);
+    return mt::item(loss(a, b, c, nz));
+  };
+  const auto complex_difference = [&](int which, std::int64_t n) {
+    double parts[2];
+    for (int part = 0; part < 2; ++part) {
+      double f[2];
+      for (int side = 0; side < 2; ++side) {
+        auto zv = zh, hv = hh;
+        auto& v = which == 0 ? zv[n] : hv[n];
+        const double step = side == 0 ? h : -h;
+        v = part == 0 ? zd(v.real() + step, v.imag()) : zd(v.real(), v.imag() + step);
+        f[side] = at(zv, xh, hv);
+      }
+      parts[part] = (f[0] - f[1]) / (2 * h);
+    }
+    return zd(parts[0], parts[1]);
+  };
+  for (const std::int64_t n : {std::int64_t{0}, nz + 2, NX * nz - 1}) {
+    INFO("dz at " << n);
+    CHECK(Kokkos::abs(dzh[n] - complex_difference(0, n)) < 1e-5);
+  }
+  // The first bin, the middle one (n even: it stands for itself alone) and one between.
+  for (const std::int64_t n : {std::int64_t{0}, std::int64_t{1}, nh - 1, 2 * nh + 1}) {
+    INFO("d half at " << n);
+    CHECK(Kokkos::abs(dhh[n] - complex_difference(1, n)) < 1e-5);
+  }
+  for (const std::int64_t n : {std::int64_t{1}, NX * nz - 2}) {
+    INFO("dx at " << n);
+    auto up = xh, down = xh;
+    up[n] += h;
+    down[n] -= h;
+    CHECK(std::abs(dxh[n] - (at(zh, up, hh) - at(zh, down, hh)) / (2 * h)) < 1e-5);
+  }
+}
+}  // namespace
+
+TEST_CASE("3-D transforms over slabs and pencils equal FFTW's serial transform", "[equivalence]") {
+  {
+    const auto g = world_line();
+    using slab_x = mt::layout<line, mt::split<x_d, x_>>;  // y and z whole
+    using slab_y = mt::layout<line, mt::split<y_d, x_>>;  // x whole
+    check_3d<slab_x, slab_x, slab_y>(g, "slabs over a line");
+  }
+  {
+    const auto g = world_grid();
+    using pencil_z = mt::layout<grid, mt::split<x_d, r_>, mt::split<y_d, c_>>;
+    using pencil_y = mt::layout<grid, mt::split<x_d, r_>, mt::split<z_d, c_>>;
+    using pencil_x = mt::layout<grid, mt::split<y_d, r_>, mt::split<z_d, c_>>;
+    check_3d<pencil_z, pencil_y, pencil_x>(g, "pencils over a grid");
+  }
+}
+
+TEST_CASE("real transforms of odd and even lengths", "[equivalence]") {
+  const auto g = world_line();
+  for (const std::int64_t nz : {std::int64_t{8}, std::int64_t{9}}) {
+    check_real<mt::layout<line, mt::split<x_d, x_>>>(g, nz);
+    check_real<mt::layout<line>>(g, nz);
+  }
+}
+
+TEST_CASE("gradients of fft, ifft, rfft and irfft against central differences", "[gradient]") {
+  const auto g = world_line();
+  for (const std::int64_t nz : {std::int64_t{6}, std::int64_t{7}}) check_gradients<mt::layout<line, mt::split<x_d, x_>>>(g, nz);
+}
