@@ -47,3 +47,17 @@ bench_build_target() {
   fi
   cmake --build "$build" -j "${MESHTENSOR_BUILD_JOBS:-$(nproc)}" --target "${targets[@]}" >&2
 }
+
+# bench_side_by_side NAME DIR OURS PEER WHY: builds meshtensor's program OURS and the peer PEER in
+# DIR (exits 1 where PEER was not configured there, saying WHY: the package that brings it), sets
+# the environment of a timed MPI run (root allowed, more ranks than cores, one thread per rank) and
+# logs the CPU and the load average on stderr as "[NAME] ...".
+bench_side_by_side() {
+  local name=$1 build=$2 ours=$3 peer=$4 why=$5
+  bench_build_target "$build" "$ours" -- -DMESHTENSOR_BUILD_TESTS=OFF
+  cmake --build "$build" --target "$peer" >&2 2>/dev/null ||
+    { echo "[$name] no $peer in $build ($why not found when it was configured: install it, then reconfigure)" >&2; exit 1; }
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+  export OMP_NUM_THREADS=1 OMP_PROC_BIND=false
+  echo "[$name] CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+}

@@ -17,12 +17,7 @@ source "$root/scripts/dev/bench_common.sh"
 rounds=5 size="96 96 96" steps=100 build=${MESHTENSOR_BUILD_DIR:-$root/build/bench}
 bench_args "$0" 2,12 --rounds:rounds --size:size --steps:steps --build:build -- "$@"
 log() { echo "[bench_jacobi] $*" >&2; }
-bench_build_target "$build" jacobi -- -DMESHTENSOR_BUILD_TESTS=OFF
-cmake --build "$build" --target petsc_jacobi >&2 2>/dev/null ||
-  { log "no petsc_jacobi in $build (PETSc not found when it was configured: libpetsc-real-dev, then reconfigure)"; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMP_NUM_THREADS=1 OMP_PROC_BIND=false
-log "CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+bench_side_by_side bench_jacobi "$build" jacobi petsc_jacobi "PETSc: libpetsc-real-dev"
 read -r nx ny nz <<<"$size"
 raw=$(mktemp -d)
 for r in $(seq 1 "$rounds"); do
