@@ -1,13 +1,19 @@
-// Distributed products on 2 or 4 ranks (the mesh follows the world size: [2] or [2x2]).
+// Distributed products on 1, 2 or 4 ranks (the mesh follows the world size: [1], [2] or [2x2]).
 //   dist_matmul_<layout>/ours/<n>     C[m,n] = A[m,k] B[k,n], n^3, float, with meshtensor's einsum
 //   dist_matmul_<layout>/psgemm/<n>   ScaLAPACK psgemm on a 2x1 or 2x2 BLACS grid, block 64, same ranks
 //   dist_matmul_<layout>/ours_f64/<n>, .../pdgemm/<n>: the same in double
 //   mlp/ours/<batch>                  two-layer MLP (relu), forward and backward, batch over rows,
 //                                     hidden over cols (4 ranks only); JAX and Mesh-TensorFlow run
 //                                     the same step in benchmarks/peers/
-// Layouts: on [2] "msplit" (m:x, no communication; B replicated) and "ksplit" (k:x, one allreduce
-// of C); on [2x2] "2d" (m:rows, k:cols, one allreduce over cols: examples/matmul).
+// Layouts: on [1] "local" (the products alone, beside ScaLAPACK's on a 1 x 1 grid); on [2] "msplit"
+// (m:x, no communication; B replicated) and "ksplit" (k:x, one allreduce of C); on [2x2] "2d"
+// (m:rows, k:cols, one allreduce over cols: examples/matmul).
+// Each reports "bytes/rank": what each rank hands to collectives per product, as meshtensor's
+// communicator counts it, and for ScaLAPACK SUMMA's panels (a model: each rank receives the row
+// panels of A and the column panels of B that it does not hold).
+// Sizes: 1024 and 2048, or MESHTENSOR_BENCH_SIZES (e.g. "1024 2048 4096 8192").
 #include <meshtensor/meshtensor.hpp>
+#include <sstream>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -76,12 +82,19 @@ void matmul_ours(benchmark::State& state, Mesh g) {
   auto a = mt::random_normal<A>(g, {s, s}, 1);
   auto bm = mt::random_normal<Bm>(g, {s, s}, 2);
   mt::tensor<T, Layout, m, n> c;
-  bench::run(state, [&] {
+  const auto product = [&] {
     c = mt::einsum<m, n>(a, bm);
     benchmark::DoNotOptimize(c.view().data());
     Kokkos::fence();  // kernels are asynchronous on a GPU
-  });
+  };
+  product();
+  g.reset_counters();
+  product();
+  std::int64_t bytes = 0;
+  for (const auto& [key, counted] : g.counters()) bytes += counted.bytes;
+  bench::run(state, product);
   set_flops(state, 2.0 * s * s * s, "meshtensor einsum");
+  state.counters["bytes/rank"] = double(bytes);
 }
 
 #if MESHTENSOR_BENCH_SCALAPACK
@@ -118,6 +131,10 @@ void matmul_psgemm(benchmark::State& state, int prow, int pcol) {
   });
   Cblacs_gridexit(ctxt);
   set_flops(state, 2.0 * s * s * s, std::is_same_v<T, double> ? "ScaLAPACK pdgemm" : "ScaLAPACK psgemm");
+  // SUMMA: A's row panels (s / prow x s) and B's column panels (s x s / pcol), less this rank's blocks.
+  const double rows_part = double(s) / prow, cols_part = double(s) / pcol;
+  state.counters["bytes/rank"] =
+      double(sizeof(T)) * (rows_part * (s - cols_part) + cols_part * (s - rows_part));
 }
 #else
 template <class T = float>
@@ -150,7 +167,12 @@ void mlp_ours(benchmark::State& state) {
 void register_all() {
   const int p = bench::world_size();
   const bool smoke = bench::smoke();
-  const std::vector<std::int64_t> sizes = smoke ? std::vector<std::int64_t>{64} : std::vector<std::int64_t>{1024, 2048};
+  std::vector<std::int64_t> sizes = smoke ? std::vector<std::int64_t>{64} : std::vector<std::int64_t>{1024, 2048};
+  if (const char* chosen = std::getenv("MESHTENSOR_BENCH_SIZES"); chosen && !smoke) {
+    sizes.clear();
+    std::istringstream in(chosen);
+    for (std::int64_t v; in >> v;) sizes.push_back(v);
+  }
   // One product of each layout and element type, with ScaLAPACK's beside it where it is built in.
   const auto add = [](const std::string& name, std::int64_t s, int it, auto&& f) {
     benchmark::RegisterBenchmark(name.c_str(), f)->Arg(s)->Iterations(it)->UseManualTime()->Unit(benchmark::kMillisecond);
@@ -158,7 +180,18 @@ void register_all() {
   for (auto s : sizes) {
     const auto name = std::to_string(s);
     const int it = mm_iters(s);
-    if (p == 2) {
+    if (p == 1) {
+      add("dist_matmul_local/ours/" + name, s, it, [](benchmark::State& st) {
+        matmul_ours<line, mt::layout<line>>(st, line(*env_ptr, {1}));
+      });
+      if (MESHTENSOR_BENCH_SCALAPACK)
+        add("dist_matmul_local/psgemm/" + name, s, it, [](benchmark::State& st) { matmul_psgemm(st, 1, 1); });
+      add("dist_matmul_local/ours_f64/" + name, s, it, [](benchmark::State& st) {
+        matmul_ours<line, mt::layout<line>, double>(st, line(*env_ptr, {1}));
+      });
+      if (MESHTENSOR_BENCH_SCALAPACK)
+        add("dist_matmul_local/pdgemm/" + name, s, it, [](benchmark::State& st) { matmul_psgemm<double>(st, 1, 1); });
+    } else if (p == 2) {
       add("dist_matmul_msplit/ours/" + name, s, it, [](benchmark::State& st) {
         matmul_ours<line, mt::layout<line, mt::split<m, x>>>(st, line(*env_ptr, {2}));
       });

@@ -42,15 +42,16 @@ void check_layout(const M& g) {
     for (std::int64_t n = 0; n < I * J; ++n) REQUIRE((back[n].real() == xh[n].real() && back[n].imag() == xh[n].imag()));
   }
   {
-    INFO("elementwise: x * x + exp(x) / x, conj, real and imag");
+    INFO("elementwise: x * x + exp(x) / x, conj, real, imag and abs");
     const auto e = mt::gather_all(x * x + mt::exp(x) / x);
     const auto c = mt::gather_all(mt::conj(x));
-    const auto re = mt::gather_all(mt::real(x)), im = mt::gather_all(mt::imag(x));
+    const auto re = mt::gather_all(mt::real(x)), im = mt::gather_all(mt::imag(x)), magnitude = mt::gather_all(mt::abs(x));
     for (std::int64_t n = 0; n < I * J; ++n) {
       const auto v = s(xh[n]);
       REQUIRE(distance(e[n], v * v + std::exp(v) / v) < 1e-13);
       REQUIRE(distance(c[n], std::conj(v)) == 0);
       REQUIRE((re[n] == v.real() && im[n] == v.imag()));
+      REQUIRE(std::abs(magnitude[n] - std::abs(v)) < 1e-15);
     }
   }
   {
@@ -74,12 +75,12 @@ void check_layout(const M& g) {
 }
 
 // A real loss of complex tensors through every differentiable op here: products, exp, division,
-// conj, real, imag and make_complex.
+// conj, real, imag, abs and make_complex.
 template <class X, class Y>
 auto loss_of(const X& x, const Y& y) {
   const auto p = mt::einsum<i_, k_>(mt::exp(x) * mt::conj(x), y);
   const auto q = p / (mt::make_complex(mt::imag(p), mt::real(p)) + zd(3, 0));
-  return mt::reduce_sum<i_, k_>(mt::real(q * q) + mt::imag(q));
+  return mt::reduce_sum<i_, k_>(mt::real(q * q) + mt::imag(q) + mt::abs(q));
 }
 
 template <class M, class L>

@@ -11,8 +11,8 @@
 // Gradients follow PyTorch's convention (the conjugate Wirtinger derivative): for a real loss L of
 // z = x + iy, the gradient held for z is dL/dx + i dL/dy, and a holomorphic f passes back
 // g * conj(f'(z)) (docs/design/types.md, "Element types"). Ops that are not defined on complex
-// values (an order: max, softmax, relu; or not holomorphic: abs) refuse them at compile time,
-// naming the op.
+// values (an order: max, softmax, relu; or without a complex form here: sigmoid, tanh) refuse
+// them at compile time, naming the op.
 #include <Kokkos_Core.hpp>
 #include <complex>
 #include <type_traits>

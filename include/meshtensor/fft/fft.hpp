@@ -29,6 +29,7 @@
 // gradient, irfft's rfft / n, doubled at the bins that stand for themselves and their conjugates.
 #include <Kokkos_Core.hpp>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 #include <utility>
@@ -40,6 +41,7 @@
 #include "../ops/complex_parts.hpp"
 #include "../ops/detail/map_to.hpp"
 #include "../ops/op_call.hpp"
+#include "../plan/ledger.hpp"
 #include "../plan/comm_plan.hpp"
 #include "../tensor/tensor.hpp"
 #include "fftw_plans.hpp"
@@ -96,10 +98,24 @@ std::pair<std::vector<fftw::dim>, std::vector<fftw::dim>> fftw_shape(const typen
   return {dims, loops};
 }
 
-// FFTW on host arrays; a device slice goes through host copies.
+// The conventional count of a transform's floating-point operations: 5 N log2 N for a complex one
+// of N points (all its dims), half that for a real one; times the loops.
+inline std::int64_t transform_flops(kind k, const std::pair<std::vector<fftw::dim>, std::vector<fftw::dim>>& shape) {
+  double points = 1, loops = 1;
+  for (const auto& d : shape.first) points *= double(d.n);
+  for (const auto& d : shape.second) loops *= double(d.n);
+  const double per = points > 1 ? 5 * points * std::log2(points) : 0;
+  const bool real = k == kind::real_to_complex || k == kind::complex_to_real;
+  return static_cast<std::int64_t>((real ? per / 2 : per) * loops);
+}
+
+// FFTW on host arrays; a device slice goes through host copies. A plan counts the FLOPs instead.
 template <class R, class In, class Out>
 void run(kind k, const std::pair<std::vector<fftw::dim>, std::vector<fftw::dim>>& shape, const In& in, const Out& out) {
-  if (planning()) return;
+  if (planning()) {
+    plan_ledger::get().add_flops(transform_flops(k, shape));
+    return;
+  }
   typename In::execution_space().fence();
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename In::memory_space>::accessible) {
     fftw::execute<R>(k, shape.first, shape.second, in.data(), out.data());

@@ -1,8 +1,8 @@
 #pragma once
-// The parts of complex tensors: real(z), imag(z), conj(z), and make_complex(re, im) from two real
-// tensors of the same dims. Gradients in the conjugate Wirtinger convention of element/complex.hpp
+// The parts of complex tensors: real(z), imag(z), conj(z), abs(z), and make_complex(re, im) from
+// two real tensors of the same dims. Gradients in the conjugate Wirtinger convention of element/complex.hpp
 // (the gradient held for z = x + iy is dL/dx + i dL/dy):
-//   real(z): g -> g + 0i;  imag(z): g -> 0 + gi;  conj(z): g -> conj(g);
+//   real(z): g -> g + 0i;  imag(z): g -> 0 + gi;  conj(z): g -> conj(g);  abs(z): g -> g z / |z|;
 //   make_complex(re, im): g -> real(g) to re, imag(g) to im.
 // Communication: none, forward or gradient.
 #include <Kokkos_Core.hpp>
@@ -42,6 +42,19 @@ struct as_imag_part {  // g -> 0 + gi
     return {T(0), g};
   }
 };
+struct magnitude {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(Kokkos::complex<T> z) const {
+    return Kokkos::abs(z);
+  }
+};
+struct magnitude_grad {  // g z / |z|: dL/dx + i dL/dy of |z| (0 at z = 0, a subgradient)
+  template <class T>
+  KOKKOS_INLINE_FUNCTION Kokkos::complex<T> operator()(T g, Kokkos::complex<T> z) const {
+    const T r = Kokkos::abs(z);
+    return r == T(0) ? Kokkos::complex<T>(T(0), T(0)) : z * (g / r);
+  }
+};
 struct compose {
   template <class T>
   KOKKOS_INLINE_FUNCTION Kokkos::complex<T> operator()(T re, T im) const {
@@ -78,6 +91,20 @@ template <Tensor Z>
 detail::real_tensor_t<Z> imag(const Z& z) {
   static_assert(is_complex_v<typename Z::value_type>, "meshtensor: imag takes a complex tensor (meshtensor::complex<float> or <double>)");
   return detail::complex_part<detail::complex_fn::imag_part, detail::complex_fn::as_imag_part>("imag", z);
+}
+
+// |z|, a real tensor (the real types' abs is elementwise.hpp's). Gradient: g z / |z|.
+template <Tensor Z>
+  requires is_complex_v<typename Z::value_type>
+detail::real_tensor_t<Z> abs(const Z& z) {
+  using R = detail::real_tensor_t<Z>;
+  const detail::op_call call(detail::planned_op{"abs", elementwise_plan()}, z);
+  R out = detail::map_to<R>(z.extents(), detail::complex_fn::magnitude{}, z);
+  detail::record<R>(
+      out,
+      [z](const R& g) { detail::push_fresh_grad(z, detail::map_to<Z>(z.extents(), detail::complex_fn::magnitude_grad{}, g, z)); },
+      z);
+  return out;
 }
 
 template <Tensor Z>

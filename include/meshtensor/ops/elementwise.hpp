@@ -90,7 +90,8 @@ auto scalar_like(const Like& like, typename Like::value_type v) {
 // ---- unary ----------------------------------------------------------------------------------
 // Each functor gives f(x) and df(x, y) with y = f(x), the derivative used by the gradient rule.
 // COMPLEX says whether it takes complex values: the holomorphic ones do; the others refuse them at
-// compile time, naming the op (an order, as relu's, or a function that is not holomorphic, as abs).
+// compile time, naming the op (an order, as relu's, or no complex form here, as sigmoid's; abs of a
+// complex tensor is ops/complex_parts.hpp's, a real magnitude).
 namespace fn {
 using kmath::cos;
 using kmath::fabs;
