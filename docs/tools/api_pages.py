@@ -38,7 +38,10 @@ FOLDERS = [
      'providers: oneDNN, OpenBLAS, cuBLAS and portable Kokkos kernels.'),
     ('geometry', 'geometry/: slices and exchanges', 'The arithmetic of slices: axis sets, mesh shapes, '
      'splits and placement, boxes, exchanges, windows and the halo schedule. No MPI.'),
-    ('element', 'element/: element types', 'bf16, device-callable math, NaN-propagating max and min.'),
+    ('element', 'element/: element types', 'bf16, complex numbers, device-callable math, NaN-propagating max and '
+     'min.'),
+    ('fft', 'fft/: Fourier transforms', 'Transforms along dims a layout keeps whole, by FFTW (meshtensor::fft, '
+     'opt-in: not in meshtensor.hpp); distributed ones are these and relayouts.'),
 ]
 
 def drop_private_subclasses(xml):
