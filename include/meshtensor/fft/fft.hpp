@@ -228,6 +228,12 @@ constexpr bool checked() {
   if constexpr (sizeof...(Ds) == 0) {
     static_assert(sizeof...(Ds) > 0, "meshtensor: fft<Dims...> and ifft<Dims...> need the dims to transform");
     return false;
+  } else if constexpr (!(contains_v<Ds, typename X::dims> && ...)) {
+    static_assert((contains_v<Ds, typename X::dims> && ...), "meshtensor: fft's dims must be dims of the tensor");
+    return false;
+  } else if constexpr (((count_v<Ds, type_list<Ds...>> != 1) || ...)) {
+    static_assert(((count_v<Ds, type_list<Ds...>> == 1) && ...), "meshtensor: fft<Dims...> names a dim twice");
+    return false;
   } else if constexpr (!whole_along<X, Ds...>()) {
     ((void)sizeof(std::conditional_t<X::layout_type::template split_of<Ds>().count == 0, int,
                                      diagnostic::fft_dim_is_split<Ds>>), ...);
