@@ -72,31 +72,39 @@ void check_3d(const M& g, const char* what) {
   }
 }
 
-// rfft along z of a real tensor, against FFTW's 1-D r2c of each gathered line, and irfft back.
-template <class L, class M>
-void check_real(const M& g, std::int64_t nz) {
-  INFO("real transforms of length " << nz << " under " << layout_name<L>());
+// rfft along Along (z, the innermost dim, or x, the outer one) of a real [nx, nz] tensor, against
+// FFTW's 1-D r2c of each gathered line, and irfft back.
+template <class Along, class L, class M>
+void check_real(const M& g, std::int64_t nx, std::int64_t nz) {
+  constexpr bool along_z = std::is_same_v<Along, z_d>;
+  const std::int64_t n = along_z ? nz : nx, lines = along_z ? nx : nz, half = n / 2 + 1;
+  INFO("real transforms of length " << n << " along " << Along::name() << ", " << nx << " x " << nz << " under "
+                                    << layout_name<L>());
   using X = mt::tensor<double, L, x_d, z_d>;
   std::mt19937 rng(5);
   std::uniform_real_distribution<double> u(-1, 1);
-  std::vector<double> h(NX * nz);
+  std::vector<double> h(nx * nz);
   for (auto& v : h) v = u(rng);
-  const auto x = mt::from_host<X>(g, {NX, nz}, std::span<const double>(h));
-  const auto s = mt::rfft<z_d>(x);
-  REQUIRE(s.extents()[1] == nz / 2 + 1);
+  const auto x = mt::from_host<X>(g, {nx, nz}, std::span<const double>(h));
+  const auto s = mt::rfft<Along>(x);
+  REQUIRE(s.extents()[along_z ? 1 : 0] == half);
   const auto got = mt::gather_all(s);
-  for (std::int64_t i = 0; i < NX; ++i) {
-    std::vector<double> line(h.begin() + i * nz, h.begin() + (i + 1) * nz);
-    std::vector<zd> want(nz / 2 + 1);
-    const fftw_plan p = fftw_plan_dft_r2c_1d(static_cast<int>(nz), line.data(), reinterpret_cast<fftw_complex*>(want.data()),
+  // Element j of line l, in the gathered arrays of extent n (h) or half (got) along Along.
+  const auto at = [&](std::int64_t l, std::int64_t j, std::int64_t extent) { return along_z ? l * extent + j : j * nz + l; };
+  for (std::int64_t l = 0; l < lines; ++l) {
+    std::vector<double> line(n);
+    for (std::int64_t j = 0; j < n; ++j) line[j] = h[at(l, j, n)];
+    std::vector<zd> want(half);
+    const fftw_plan p = fftw_plan_dft_r2c_1d(static_cast<int>(n), line.data(), reinterpret_cast<fftw_complex*>(want.data()),
                                              FFTW_ESTIMATE);
     fftw_execute(p);
     fftw_destroy_plan(p);
-    for (std::int64_t k = 0; k <= nz / 2; ++k) REQUIRE(Kokkos::abs(got[i * (nz / 2 + 1) + k] - want[k]) < 1e-13 * nz);
+    for (std::int64_t k = 0; k < half; ++k) REQUIRE(Kokkos::abs(got[at(l, k, half)] - want[k]) < 1e-13 * n);
   }
-  const auto back = mt::gather_all(mt::irfft<z_d>(s, nz));
-  for (std::size_t n = 0; n < h.size(); ++n) REQUIRE(std::abs(back[n] - h[n]) < 1e-14);
-  REQUIRE_THROWS_WITH(mt::irfft<z_d>(s, nz + 2), Catch::Matchers::ContainsSubstring("irfft<z> to a length of"));
+  const auto back = mt::gather_all(mt::irfft<Along>(s, n));
+  for (std::size_t e = 0; e < h.size(); ++e) REQUIRE(std::abs(back[e] - h[e]) < 1e-14);
+  REQUIRE_THROWS_WITH(mt::irfft<Along>(s, n + 2),
+                      Catch::Matchers::ContainsSubstring(std::string("irfft<") + std::string(Along::name()) + "> to a length of"));
 }
 
 // A real loss through every transform (a rank-0 tensor); its gradient against central differences.
@@ -112,11 +120,18 @@ auto loss(const Z& z, const X& x, const Z& half, std::int64_t nz) {
       return decltype(inverse)::value ? mt::ifft<z_d>(v) : mt::fft<z_d>(v);
   };
   const auto a = mt::reduce_sum<x_d, z_d>(mt::real(transformed(z, std::false_type{}) * w));
-  const auto b = mt::reduce_sum<x_d, z_d>(mt::imag(transformed(z * z, std::true_type{})));
+  const auto b = mt::reduce_sum<x_d, z_d>(mt::imag(transformed(z * z, std::true_type{}) * w));
   const auto c = mt::reduce_sum<x_d, z_d>(mt::real(mt::rfft<z_d>(x * x)) + mt::imag(mt::rfft<z_d>(x)));
   const R r = mt::irfft<z_d>(half, nz);
   const auto d = mt::reduce_sum<x_d, z_d>(r * r * mt::real(z));
-  return a + b + c + d;
+  if constexpr (Z::layout_type::template split_of<x_d>().count == 0) {
+    // Real transforms along the outer dim too (lines nz apart), of an odd length: irfft of a
+    // product of half spectra, weighted.
+    const auto e = mt::irfft<x_d>(mt::rfft<x_d>(x) * mt::rfft<x_d>(x * x), NX);
+    return a + b + c + d + mt::reduce_sum<x_d, z_d>(e * x);
+  } else {
+    return a + b + c + d;
+  }
 }
 
 template <class L, class M>
@@ -199,8 +214,14 @@ TEST_CASE("3-D transforms over slabs and pencils equal FFTW's serial transform",
 TEST_CASE("real transforms of odd and even lengths", "[equivalence]") {
   const auto g = world_line();
   for (const std::int64_t nz : {std::int64_t{8}, std::int64_t{9}}) {
-    check_real<mt::layout<line, mt::split<x_d, x_>>>(g, nz);
-    check_real<mt::layout<line>>(g, nz);
+    check_real<z_d, mt::layout<line, mt::split<x_d, x_>>>(g, NX, nz);
+    check_real<z_d, mt::layout<line>>(g, NX, nz);
+    check_real<x_d, mt::layout<line, mt::split<z_d, x_>>>(g, nz, 5);  // lines along the outer dim, 5 apart
+  }
+  // Three lines over up to four processors: one holds none (an empty slice, nothing to transform).
+  for (const std::int64_t nz : {std::int64_t{8}, std::int64_t{9}}) {
+    check_real<z_d, mt::layout<line, mt::split<x_d, x_>>>(g, 3, nz);
+    check_real<x_d, mt::layout<line, mt::split<z_d, x_>>>(g, nz, 3);
   }
 }
 

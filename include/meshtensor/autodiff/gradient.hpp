@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "../element/complex.hpp"
 #include "../tensor/init.hpp"
 #include "tape.hpp"
 #include "../kernels/launch.hpp"
@@ -242,6 +243,8 @@ void run_backward(const Loss& loss, grad_node_of<Loss>* seed, const node_order& 
 template <Tensor Loss>
 void check_differentiable(const Loss& loss, const char* who) {
   static_assert(Loss::rank == 0, "meshtensor: gradient() needs a scalar loss; reduce it with reduce_sum first");
+  static_assert(!is_complex_v<typename Loss::value_type>,
+                "meshtensor: gradient() needs a real loss: take real(), imag() or abs() of a complex one");
   if (!loss.tracks_grad()) throw error(cat(who, ": the loss does not depend on any tensor that requires gradients"));
 }
 

@@ -173,6 +173,9 @@ template <Dim D, Tensor X>
 typename X::template rebind<complex<typename X::value_type>> r2c(const X& x) {
   using Z = typename X::template rebind<complex<typename X::value_type>>;
   constexpr std::size_t p = index_of_v<D, typename X::dims>;
+  if (x.extents()[p] < 1)
+    throw shape_error(cat("meshtensor: rfft<", D::name(), "> of ", X::type_name(), ", whose extent along ", D::name(),
+                          " is 0: a spectrum needs at least one point"));
   auto extents = x.extents();
   extents[p] = extents[p] / 2 + 1;
   Z out(x.mesh(), extents, uninitialized);

@@ -6,7 +6,8 @@
 // are made once per (kind, transform dims, loop dims) with FFTW_ESTIMATE (no timing runs: the same
 // plan on every rank and every run, so results are reproducible) and FFTW_UNALIGNED, then executed
 // on any arrays by FFTW's new-array interface. FFTW's planner is not thread-safe: plans are made
-// under a mutex. They live until exit.
+// under a mutex. They live until exit: a program that calls fftw_cleanup() itself must do so only
+// after its last transform.
 #include <fftw3.h>
 
 #include <cstdint>

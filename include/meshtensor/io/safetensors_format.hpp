@@ -39,7 +39,7 @@ constexpr const char* dtype_of() {
   else if constexpr (std::is_same_v<T, bool>) return "BOOL";
   else if constexpr (std::is_same_v<T, bf16>) return "BF16";  // the same 16 bits, little-endian
   // Real part then imaginary part, each little-endian. C64 is safetensors' own (0.6); safetensors has
-  // no complex of doubles, so C128 is read by meshtensor and refused by readers that lack it.
+  // no complex of doubles: C128 is meshtensor's, and safetensors' own readers refuse a file with it.
   else if constexpr (std::is_same_v<T, complex<float>>) return "C64";
   else if constexpr (std::is_same_v<T, complex<double>>) return "C128";
   else static_assert(sizeof(T) == 0, "meshtensor: no safetensors dtype for this element type");

@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 #include <type_traits>
 
+#include "../element/complex.hpp"
 #include "../plan/comm_plan.hpp"
 #include "detail/op_support.hpp"
 #include "detail/map_to.hpp"
@@ -30,6 +31,12 @@ struct convert {
     return static_cast<U>(v);
   }
 };
+struct real_part_of {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(Kokkos::complex<T> v) const {
+    return v.real();
+  }
+};
 }  // namespace opsa_fn
 template <class U, Tensor X>
 typename X::template rebind<U> cast_local(const X& x) {
@@ -49,8 +56,10 @@ struct cast_rule {
 };
 }  // namespace detail
 
-// Gradient: the result's gradient cast back to x's element type, when both are floating point;
-// casts to or from integers pass no gradient.
+// Gradient: the result's gradient cast back to x's element type, when both are floating point or
+// both complex; from real to complex, the real part of the result's gradient (element/complex.hpp's
+// convention). Casts to or from integers pass no gradient; complex to real does not compile
+// (static_cast has no such conversion: take real(), imag() or abs()).
 template <class U, Tensor X>
 typename X::template rebind<U> cast(const X& x) {
   using T = typename X::value_type;
@@ -60,8 +69,15 @@ typename X::template rebind<U> cast(const X& x) {
   } else {
     const detail::op_call call(detail::planned_op{"cast", cast_plan<U, X>()}, x);
     Out out = detail::cast_local<U>(x);
-    if constexpr (is_real_v<T> && is_real_v<U>)
+    if constexpr ((is_real_v<T> && is_real_v<U>) || (is_complex_v<T> && is_complex_v<U>))
       detail::record<Out>(out, detail::cast_rule<X, Out>{detail::node_only(x)}, x);
+    else if constexpr (is_real_v<T> && is_complex_v<U>)
+      detail::record<Out>(
+          out,
+          [x = detail::node_only(x)](const Out& g) {
+            detail::push_fresh_grad(x, detail::map_to<X>(x.extents(), detail::opsa_fn::real_part_of{}, g));
+          },
+          x);
     return out;
   }
 }

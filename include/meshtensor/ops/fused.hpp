@@ -30,6 +30,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../element/complex.hpp"
 #include "elementwise.hpp"
 #include "../kernels/indexing.hpp"
 #include "../tensor/init.hpp"
@@ -504,6 +505,9 @@ template <class F, Tensor X0, Tensor... Xs>
 auto fuse(F f, const X0& x0, const Xs&... xs) {
   constexpr std::size_t N = 1 + sizeof...(Xs);
   static_assert(N <= 64, "meshtensor::fuse: at most 64 tensors");
+  // Its backward kernel multiplies by the plain derivative: complex tensors would need its conjugate.
+  static_assert(!is_complex_v<typename X0::value_type> && (!is_complex_v<typename Xs::value_type> && ...),
+                "meshtensor::fuse takes real tensors, not complex ones: write the expression with the ops");
   if constexpr (!detail::fuse_operands_agree<X0, Xs...>()) {
     return x0;
   } else {

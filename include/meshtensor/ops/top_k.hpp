@@ -100,7 +100,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
   using T = typename X::value_type;
   using Exec = typename X::execution_space;
   using Mem = typename X::memory_space;
-  static_assert(is_real_v<T>, "meshtensor: top_k needs floating-point values");
+  static_assert(is_real_v<T>, "meshtensor: top_k needs real floating-point values (complex ones have no order)");
   static_assert(!contains_v<KDim, typename X::dims>, "meshtensor: top_k's new dim KDim is already a dim of x");
   constexpr auto s = X::layout_type::template split_of<D>();
   const std::int64_t n_global = x.template extent<D>();
