@@ -28,7 +28,7 @@ LAYERS = [
     ["tensor"],     # the distributed tensor and its host I/O
     ["autodiff"],   # the tape and gradient()
     ["ops"],        # every op: forward, communication plan and gradient rule
-    ["io", "nn", "optim", "pipeline"],  # checkpoints, layers, optimizers, pipeline stages
+    ["io", "nn", "optim", "pipeline", "fft"],  # checkpoints, layers, optimizers, pipeline stages, transforms
 ]
 UMBRELLA = "meshtensor.hpp"
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

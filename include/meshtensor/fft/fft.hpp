@@ -39,7 +39,6 @@
 #include "../element/complex.hpp"
 #include "../kernels/launch.hpp"
 #include "../ops/complex_parts.hpp"
-#include "../ops/detail/map_to.hpp"
 #include "../ops/op_call.hpp"
 #include "../plan/ledger.hpp"
 #include "../plan/comm_plan.hpp"
@@ -116,14 +115,14 @@ void run(kind k, const std::pair<std::vector<fftw::dim>, std::vector<fftw::dim>>
     plan_ledger::get().add_flops(transform_flops(k, shape));
     return;
   }
-  typename In::execution_space().fence();
+  kernels::fence(typename In::execution_space{});
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename In::memory_space>::accessible) {
     fftw::execute<R>(k, shape.first, shape.second, in.data(), out.data());
   } else {
-    const auto hin = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, in);
-    const auto hout = Kokkos::create_mirror_view(Kokkos::HostSpace{}, out);
+    const auto hin = kernels::copy_to(Kokkos::HostSpace{}, in);
+    const auto hout = kernels::host_mirror(out);
     fftw::execute<R>(k, shape.first, shape.second, hin.data(), hout.data());
-    Kokkos::deep_copy(out, hout);
+    kernels::deep_copy(out, hout);
   }
 }
 
@@ -198,7 +197,7 @@ typename Z::template rebind<real_of_t<typename Z::value_type>> c2r(const Z& z, s
   X out(z.mesh(), extents, uninitialized);
   // FFTW's c2r overwrites its input.
   const Z scratch(z.mesh(), z.extents(), uninitialized);
-  if (!planning()) Kokkos::deep_copy(typename Z::execution_space{}, scratch.view(), z.view());
+  kernels::deep_copy(typename Z::execution_space{}, scratch.view(), z.view());
   const auto& e = out.local_extents();
   run<real_of_t<typename Z::value_type>>(kind::complex_to_real, fftw_shape<Z, D>(z.local_extents(), e, e), scratch.view(),
                                          out.view());
@@ -304,7 +303,7 @@ auto rfft(const X& x) {
         out,
         [x = detail::node_only(x), n](const Z& g) {
           const Z full = detail::fft_impl::c2c<D>(detail::fft_impl::padded<D>(g, n), kind::backward, 1);
-          detail::push_fresh_grad(x, detail::map_to<X>(x.extents(), detail::complex_fn::real_part{}, full));
+          detail::push_fresh_grad(x, real(full));  // rules run with the tape paused: real records nothing
         },
         x);
     return out;
