@@ -43,7 +43,11 @@ echo "[docs] Doxygen: the public headers' comments into $work/xml" >&2
 # and a page no longer in docs/ must not stay on the site.
 rm -rf "$work/xml" "$work/doctrees" "$site"
 mkdir -p "$work"
-MESHTENSOR_DOXYGEN_OUT=$work doxygen docs/Doxyfile || {
+# The headers as Doxygen is shown them (docs/tools/doxygen_filter.py), in one process: Doxygen's
+# INPUT_FILTER (docs/tools/doxygen_cached_filter.sh) reads these copies.
+rm -rf "$work/filtered"
+find include/meshtensor -name '*.hpp' -print0 | xargs -0 "$python" docs/tools/doxygen_filter.py --into "$work/filtered"
+MESHTENSOR_DOXYGEN_FILTERED=$work/filtered MESHTENSOR_DOXYGEN_OUT=$work doxygen docs/Doxyfile || {
   echo "docs.sh: Doxygen failed or warned ($work/warnings.log):" >&2; cat "$work/warnings.log" >&2; exit 1; }
 "$python" docs/tools/api_pages.py include docs/api "$work/xml"
 echo "[docs] Sphinx: docs/ into $site" >&2

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Doxygen's INPUT_FILTER for meshtensor's headers, which document with plain `//` comments.
+"""What Doxygen is shown of meshtensor's headers, which document with plain `//` comments
+(scripts/docs.sh writes every header's copy with --into; Doxygen's INPUT_FILTER reads them).
 
 The headers are not rewritten for Doxygen; this filter shows Doxygen what a reader sees:
 - each header is a group (ops/einsum.hpp: ops_einsum) holding its declarations, and the comment
@@ -118,7 +119,8 @@ def group_of(path):
     return re.sub(r'\W', '_', header[:-len('.hpp')]), header
 
 
-def main(path):
+def filtered(path):
+    """The header at path as Doxygen is shown it."""
     group, header = group_of(path)
     with open(path, encoding='utf-8') as f:
         lines = f.read().split('\n')
@@ -167,8 +169,22 @@ def main(path):
     for i, line in enumerate(lines):
         if re.match(r'(class|struct) \w+;\s*$', line) and i > 0 and lines[i - 1].startswith('template <'):
             out[i - 1] = out[i] = ''
-    sys.stdout.write('\n'.join(out))
+    return '\n'.join(out)
+
+
+def filter_into(cache, paths):
+    """Writes each header's filtered text to cache + its absolute path, in one process: Doxygen
+    starts its INPUT_FILTER twice per file, and a Python start per call was most of its time
+    (docs/tools/doxygen_cached_filter.sh reads these copies instead)."""
+    for path in paths:
+        target = cache + os.path.abspath(path)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, 'w', encoding='utf-8') as f:
+            f.write(filtered(path))
 
 
 if __name__ == '__main__':
-    main(sys.argv[1])
+    if sys.argv[1] == '--into':
+        filter_into(sys.argv[2], sys.argv[3:])
+    else:
+        sys.stdout.write(filtered(sys.argv[1]))

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Prints, one per line, the library's headers whose include closure holds every given system
-header (each reached through the header's own includes, the library's included).
+"""Prints, one per line, the library's headers whose include closure holds every given header, a
+system header or one of the library's (each reached through the header's own includes, the
+library's included).
 
     python3 scripts/dev/headers_including.py include Kokkos_Core.hpp mpi.h
 
 header.self_contained (tests/CMakeLists.txt) parses these from a precompiled header of the given
-system headers: for such a header the precompiled ones are what its own includes bring in anyway,
+headers: for such a header the precompiled ones are what its own includes bring in anyway,
 so a missing include still fails. The others are parsed from scratch.
 """
 import os
@@ -38,7 +39,7 @@ def closure_of(path, found, memo):
         return memo[path]
     memo[path] = set()  # a cycle contributes nothing twice
     own, other = found.get(path, ([], []))
-    reached = set(other)
+    reached = set(other) | set(own)
     for inc in own:
         reached |= closure_of(inc, found, memo)
     memo[path] = reached

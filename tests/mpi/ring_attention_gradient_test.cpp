@@ -555,40 +555,43 @@ TEST_CASE("ring attention takes long blocks in tiles of keys", "[gradient]") {
   using L0 = mt::layout<grid>;
   constexpr std::int64_t KV = 2, G = 2, S = 2309;
   const auto g = world_grid();
+  using X0 = mt::tensor<double, L0, batch, length, d_model>;
+  using WQ0 = mt::tensor<double, L0, d_model, kv_heads, group, d_kv>;
+  using WK0 = mt::tensor<double, L0, d_model, kv_heads, d_kv>;
+  using WO0 = mt::tensor<double, L0, kv_heads, group, d_kv, d_model>;
+  using B0 = mt::tensor<double, L0, batch, mlen>;
+  const typename X0::extents_type ex{1, S, M};  // one sequence: the whole one's scores are S x S
+  const typename WQ0::extents_type eq{M, KV, G, K};
+  const typename WK0::extents_type ek{M, KV, K};
+  const typename WO0::extents_type eo{KV, G, K, M};
+  // The whole sequence's attention and gradients, once: every layout below holds the same values.
+  auto x1 = mt::random_normal<X0>(g, ex, 55);
+  auto wq1 = mt::random_normal<WQ0>(g, eq, 51, 0, 0.5);
+  auto wk1 = mt::random_normal<WK0>(g, ek, 52, 0, 0.5), wv1 = mt::random_normal<WK0>(g, ek, 53, 0, 0.5);
+  auto wo1 = mt::random_normal<WO0>(g, eo, 54, 0, 0.5);
+  // A bias on every key, so that each tile's keys read theirs at the tile's own positions.
+  const auto bias1 = mt::random_uniform<B0>(g, {1, S}, 56, -2.0, 2.0);
+  x1.requires_grad(), wq1.requires_grad(), wk1.requires_grad(), wv1.requires_grad(), wo1.requires_grad();
+  const auto whole =
+      nn::grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(x1, wq1, wk1, wv1, wo1, bias1);
+  const auto [gx1, gq1, gk1, gv1, go1] = mt::gradient(weighted_sum(whole, 2), x1, wq1, wk1, wv1, wo1);
+  const auto whole_h = mt::gather_all(whole);
   for_each_type(list<LA, LK, LZ>{}, [&]<class L>() {
     INFO(layout_name<L>() << ", rank " << g.rank());
     using X = mt::tensor<double, L, batch, length, d_model>;
     using WQ = mt::tensor<double, L, d_model, kv_heads, group, d_kv>;
     using WK = mt::tensor<double, L, d_model, kv_heads, d_kv>;
     using WO = mt::tensor<double, L, kv_heads, group, d_kv, d_model>;
-    using X0 = mt::tensor<double, L0, batch, length, d_model>;
-    using WQ0 = mt::tensor<double, L0, d_model, kv_heads, group, d_kv>;
-    using WK0 = mt::tensor<double, L0, d_model, kv_heads, d_kv>;
-    using WO0 = mt::tensor<double, L0, kv_heads, group, d_kv, d_model>;
-    const typename X::extents_type ex{1, S, M};  // one sequence: the whole one's scores are S x S
-    const typename WQ::extents_type eq{M, KV, G, K};
-    const typename WK::extents_type ek{M, KV, K};
-    const typename WO::extents_type eo{KV, G, K, M};
-    auto x = mt::random_normal<X>(g, ex, 55);
-    auto wq = mt::random_normal<WQ>(g, eq, 51, 0, 0.5);
-    auto wk = mt::random_normal<WK>(g, ek, 52, 0, 0.5), wv = mt::random_normal<WK>(g, ek, 53, 0, 0.5);
-    auto wo = mt::random_normal<WO>(g, eo, 54, 0, 0.5);
-    auto x1 = mt::from_host<X0>(g, ex, mt::gather_all(x));
-    auto wq1 = mt::from_host<WQ0>(g, eq, mt::gather_all(wq));
-    auto wk1 = mt::from_host<WK0>(g, ek, mt::gather_all(wk)), wv1 = mt::from_host<WK0>(g, ek, mt::gather_all(wv));
-    auto wo1 = mt::from_host<WO0>(g, eo, mt::gather_all(wo));
+    auto x = mt::from_host<X>(g, ex, mt::gather_all(x1));
+    auto wq = mt::from_host<WQ>(g, eq, mt::gather_all(wq1));
+    auto wk = mt::from_host<WK>(g, ek, mt::gather_all(wk1)), wv = mt::from_host<WK>(g, ek, mt::gather_all(wv1));
+    auto wo = mt::from_host<WO>(g, eo, mt::gather_all(wo1));
     x.requires_grad(), wq.requires_grad(), wk.requires_grad(), wv.requires_grad(), wo.requires_grad();
-    x1.requires_grad(), wq1.requires_grad(), wk1.requires_grad(), wv1.requires_grad(), wo1.requires_grad();
-    // A bias on every key, so that each tile's keys read theirs at the tile's own positions.
-    const auto bias = mt::random_uniform<mt::tensor<double, L, batch, mlen>>(g, {1, S}, 56, -2.0, 2.0);
-    const auto bias1 = mt::from_host<mt::tensor<double, L0, batch, mlen>>(g, {1, S}, mt::gather_all(bias));
+    const auto bias = mt::from_host<mt::tensor<double, L, batch, mlen>>(g, {1, S}, mt::gather_all(bias1));
     const auto split =
         nn::ring_grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(x, wq, wk, wv, wo, bias);
-    const auto whole =
-        nn::grouped_causal_attention<length, mlen, d_model, kv_heads, group, d_kv>(x1, wq1, wk1, wv1, wo1, bias1);
-    REQUIRE(max_rel_error(mt::gather_all(split), mt::gather_all(whole)) < 1e-12);
+    REQUIRE(max_rel_error(mt::gather_all(split), whole_h) < 1e-12);
     const auto [gx, gq, gk, gv, go] = mt::gradient(weighted_sum(split, 2), x, wq, wk, wv, wo);
-    const auto [gx1, gq1, gk1, gv1, go1] = mt::gradient(weighted_sum(whole, 2), x1, wq1, wk1, wv1, wo1);
     CHECK(max_rel_error(mt::gather_all(gx), mt::gather_all(gx1)) < 1e-10);
     CHECK(max_rel_error(mt::gather_all(gq), mt::gather_all(gq1)) < 1e-10);
     CHECK(max_rel_error(mt::gather_all(gk), mt::gather_all(gk1)) < 1e-10);
