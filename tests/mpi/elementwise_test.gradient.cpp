@@ -81,8 +81,22 @@ TEST_CASE("the gradient check can fail", "[gradient]") {
   const auto wrong = gradient_error<X>(g, e, x0, [](const X& x) {
     return weighted_sum(x, 2) + weighted_sum(mt::stop_gradient(x), 3);
   });
-  REQUIRE(wrong.checked == x0.size());
+  const bool one_processor = g.size<r_>() * g.size<c_>() == 1;
+  // Every element at one processor; at more, 8 of the 32 (0, 4, 8, ...) and 2 random directions.
+  REQUIRE(wrong.checked == (one_processor ? x0.size() : 8));
+  REQUIRE(wrong.directions == (one_processor ? 0 : 2));
   REQUIRE(wrong.worst > 1e-2);
+  // Wrong at element 1 alone, which the spread processors' sample skips: their directions find it.
+  std::vector<double> at_one(x0.size(), 0.0);
+  at_one[1] = 1;
+  const auto mask = mt::from_host<X>(g, e, at_one);
+  const auto one_wrong = gradient_error<X>(g, e, x0, [&](const X& x) {
+    return weighted_sum(x, 2) + sum_all(mt::stop_gradient(x) * mask);
+  });
+  INFO("worst at " << one_wrong.element << ": relative error " << one_wrong.worst);
+  REQUIRE(one_wrong.worst > 1e-2);
+  if (one_processor) REQUIRE(one_wrong.element == 1);
+  else REQUIRE(one_wrong.element >= x0.size());  // a direction, not an element
   // A loss that does not vary with x: the comparison passes, the norm of the gradient does not.
   const auto flat = gradient_error<X>(g, e, x0, [](const X& x) { return weighted_sum(x * 0.0, 3); });
   REQUIRE(flat.worst <= 1e-6);
