@@ -342,8 +342,8 @@ int main(int argc, char** argv) try {
     } else if constexpr (built("data")) {
       return run<data_layout>(env, o);
     }
-    throw mt::error(fmt::format("--layout {}: this build holds --layout {} alone (configured with "
-                                "-DMESHTENSOR_LLAMA_LAYOUT={}): configure without it for all four",
+    throw mt::error(fmt::format("--layout {}: this build holds --layout {} alone (compiled with LLAMA_ONLY_LAYOUT={}, "
+                                "which CMake's MESHTENSOR_LLAMA_LAYOUT sets): build without it for all four",
                                 o.layout, only_layout, only_layout));
   } catch (const std::exception& e) {
     return env.fail(e, "llama: ");  // one rank's error ends the job with its message
