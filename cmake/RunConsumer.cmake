@@ -2,7 +2,7 @@
 # finds it with find_package(meshtensor). -DBUILD_DIR -DSCRATCH -DCONSUMER_SOURCE -DKOKKOS_DIR -DGENERATOR
 # Optional: -DCOPY_EXAMPLE=<dir> an example's sources (its main.cpp and the headers beside it)
 # copied into (a copy of) the project, as a user copies an example; -DBUILD_TYPE (default Release);
-# -DCXX_FLAGS (the project's CMAKE_CXX_FLAGS); -DRUN_ARGS (a ;-list); -DEXPECT (a regex of the output,
+# -DCXX_FLAGS (the consumer project's CMAKE_CXX_FLAGS); -DRUN_ARGS (a ;-list); -DEXPECT (a regex of the output,
 # default "consumer ok"); -DREFUSED_ARGS (a ;-list) with -DREFUSED_EXPECT: a second run that must
 # fail with that message.
 file(REMOVE_RECURSE ${SCRATCH})
@@ -24,10 +24,13 @@ macro(run)
     message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
   endif()
 endmacro()
+set(cxx_flags)
+if(DEFINED CXX_FLAGS)  # else the environment's CXXFLAGS, as for any project
+  set(cxx_flags "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
+endif()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${SCRATCH}/prefix)
 run(${CMAKE_COMMAND} -S ${CONSUMER_SOURCE} -B ${SCRATCH}/build -G "${GENERATOR}"
-    -DCMAKE_PREFIX_PATH=${SCRATCH}/prefix -DKokkos_DIR=${KOKKOS_DIR} -DCMAKE_BUILD_TYPE=${BUILD_TYPE}
-    "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}")
+    -DCMAKE_PREFIX_PATH=${SCRATCH}/prefix -DKokkos_DIR=${KOKKOS_DIR} -DCMAKE_BUILD_TYPE=${BUILD_TYPE} ${cxx_flags})
 run(${CMAKE_COMMAND} --build ${SCRATCH}/build)
 run(${SCRATCH}/build/consumer ${RUN_ARGS})
 message(STATUS "${out}")

@@ -39,6 +39,9 @@ constexpr std::string_view only_layout = LLAMA_QUOTE(LLAMA_ONLY_LAYOUT);
 #else
 constexpr std::string_view only_layout;
 #endif
+static_assert(only_layout.empty() || only_layout == "data" || only_layout == "tensor" || only_layout == "context" ||
+                  only_layout == "context_tensor",
+              "LLAMA_ONLY_LAYOUT names one of the layouts: data, tensor, context or context_tensor");
 constexpr bool built(std::string_view layout) { return only_layout.empty() || layout == only_layout; }
 
 std::vector<unsigned char> read_text(const std::string& path, std::int64_t need) {
@@ -331,20 +334,21 @@ int main(int argc, char** argv) try {
     if (!o.calibration.empty() && !o.plan) throw mt::error("--calibration needs --plan: it predicts the planned step's time");
     if (o.attention == "ring" && o.layout.rfind("context", 0) != 0)
       throw mt::error(fmt::format("--attention ring needs a layout that splits the sequence (context or context_tensor), not {}", o.layout));
-    if (o.layout == "tensor") {
-      if constexpr (built("tensor")) return run<tensor_layout>(env, o);
-    } else if (o.layout == "context") {
-      if constexpr (built("context")) return run<context_layout>(env, o);
-    } else if (o.layout == "context_tensor") {
-      // the KV heads are split over cols already: the all-to-all has no heads left to move the sequence to
-      if (o.attention != "ring") throw mt::error("--layout context_tensor attends by the ring: add --attention ring");
-      if constexpr (built("context_tensor")) return run<context_tensor_layout>(env, o);
-    } else if constexpr (built("data")) {
-      return run<data_layout>(env, o);
-    }
-    throw mt::error(fmt::format("--layout {}: this build holds --layout {} alone (compiled with LLAMA_ONLY_LAYOUT={}, "
-                                "which CMake's MESHTENSOR_LLAMA_LAYOUT sets): build without it for all four",
-                                o.layout, only_layout, only_layout));
+    if (!built(o.layout))
+      throw mt::error(fmt::format("--layout {}: this build holds --layout {} alone (compiled with LLAMA_ONLY_LAYOUT={}, "
+                                  "which CMake's MESHTENSOR_LLAMA_LAYOUT sets): build without it for all four",
+                                  o.layout, only_layout, only_layout));
+    // the KV heads are split over cols already: the all-to-all has no heads left to move the sequence to
+    if (o.layout == "context_tensor" && o.attention != "ring")
+      throw mt::error("--layout context_tensor attends by the ring: add --attention ring");
+    if constexpr (built("tensor"))
+      if (o.layout == "tensor") return run<tensor_layout>(env, o);
+    if constexpr (built("context"))
+      if (o.layout == "context") return run<context_layout>(env, o);
+    if constexpr (built("context_tensor"))
+      if (o.layout == "context_tensor") return run<context_tensor_layout>(env, o);
+    if constexpr (built("data")) return run<data_layout>(env, o);
+    throw mt::error(fmt::format("--layout {}: not among the layouts built", o.layout));  // refused above
   } catch (const std::exception& e) {
     return env.fail(e, "llama: ");  // one rank's error ends the job with its message
   }

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <meshtensor/meshtensor.hpp>
 #include <numeric>
 #include <random>
@@ -205,8 +204,8 @@ struct gradient_check_options {
   double h = 1e-6;         // the central difference's step
   double tol = 1e-6;       // on |analytic - numeric| / max(1, |numeric|), every checked element or direction
   std::size_t stride = 1;  // at one processor: check elements 0, stride, 2 stride, ... (1: all)
-  // At more than one processor: about this many elements (every stride-th, stride widened to reach
-  // it) and this many random unit directions (below).
+  // At more than one processor: at most this many elements (an odd stride, widened to reach it) and
+  // this many random directions (gradient_error).
   std::size_t spread_elements = 8, spread_directions = 2;
 };
 struct gradient_check_result {
@@ -222,10 +221,10 @@ struct gradient_check_result {
 // At one processor every layout holds the whole tensor and v is each checked element's unit vector:
 // that proves the op's local rule element by element. At more, what can go wrong is the
 // distribution (a missing reduction, a shard's offset or halo), and each evaluation is a distributed
-// run whose collectives wait for their peers' turn on a shared core (the Llama blocks' test took
-// 1.5 s at one rank, 26 s at two under ctest's jobs): there a sample of elements and a few random
-// unit directions v (the same on every rank), where one element's gradient off by e moves the
-// directional derivative by e |v_n|, about e / sqrt(x's size).
+// run whose collectives wait for their peers' turn on a shared core: there a sample of elements (an
+// odd stride, so that it does not fall on every shard's first element) and a few random directions
+// v of entries +-1/sqrt(N) (the same on every rank and standard library), where one element's
+// gradient off by e moves the directional derivative by exactly e / sqrt(N).
 template <class X, class F>
 gradient_check_result gradient_error(const typename X::mesh_type& m, const typename X::extents_type& ext,
                                      const std::vector<double>& x0, F loss_of, gradient_check_options o = {}) {
@@ -251,10 +250,12 @@ gradient_check_result gradient_error(const typename X::mesh_type& m, const typen
     }
   };
   for (double v : analytic) r.norm2 += v * v;
-  const auto sizes = m.sizes();
-  const bool spread = std::accumulate(sizes.begin(), sizes.end(), 1, std::multiplies<>{}) > 1;
+  const bool spread = m.nprocs() > 1;
   std::size_t stride = std::max<std::size_t>(o.stride, 1);
-  if (spread) stride = std::max(stride, x0.size() / std::max<std::size_t>(o.spread_elements, 1));
+  if (spread) {
+    const std::size_t k = std::max<std::size_t>(o.spread_elements, 1);
+    stride = std::max(stride, (x0.size() + k - 1) / k) | 1;
+  }
   for (std::size_t n = 0; n < x0.size(); n += stride) {
     auto plus = x0, minus = x0;
     plus[n] += o.h;
@@ -262,15 +263,13 @@ gradient_check_result gradient_error(const typename X::mesh_type& m, const typen
     record(n, analytic[n], (loss_at(plus) - loss_at(minus)) / (2 * o.h));
     ++r.checked;
   }
-  std::mt19937_64 directions(0x5eed);  // the same on every rank
-  std::normal_distribution<double> normal;
+  std::mt19937_64 signs(0x5eed);  // its sequence is the standard's: the same on every rank and library
+  const double entry = 1 / std::sqrt(static_cast<double>(x0.size()));
   for (std::size_t d = 0; spread && d < o.spread_directions; ++d) {
     std::vector<double> v(x0.size());
-    for (auto& e : v) e = normal(directions);
-    const double length = std::sqrt(std::inner_product(v.begin(), v.end(), v.begin(), 0.0));
     auto plus = x0, minus = x0;
     for (std::size_t n = 0; n < v.size(); ++n) {
-      v[n] /= length;
+      v[n] = (signs() >> 63) ? entry : -entry;
       plus[n] += o.h * v[n];
       minus[n] -= o.h * v[n];
     }
