@@ -1,8 +1,9 @@
 #pragma once
 // train<L>: the model trained under one layout (batches, checkpoints and --resume, --plan and
-// --check-plan, dumps), and a pipeline stage's result. train<L> is compiled once per layout in a
-// file of its own (train_data.cpp, train_model.cpp, train_2d.cpp, ...), so the layouts compile in
-// parallel and no compiler process holds them all (docs/performance.md, "Build time").
+// --check-plan, dumps), and a pipeline stage's result. train<L> is instantiated once per layout in a
+// file of its own (train_data.cpp, train_model.cpp, train_2d.cpp, ...); the build compiles those
+// files in a few groups (MESHTENSOR_LM_UNITY, tools/lm/CMakeLists.txt), so no compiler process
+// holds them all and what a group's layouts share is compiled once.
 #include <array>
 #include <algorithm>
 #include <chrono>
