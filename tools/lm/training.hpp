@@ -2,7 +2,7 @@
 // train<L>: the model trained under one layout (batches, checkpoints and --resume, --plan and
 // --check-plan, dumps), and a pipeline stage's result. train<L> is instantiated once per layout in a
 // file of its own (train_data.cpp, train_model.cpp, train_2d.cpp, ...); the build compiles those
-// files in a few groups (MESHTENSOR_LM_UNITY, tools/lm/CMakeLists.txt), so no compiler process
+// files in a few groups (MESHTENSOR_UNITY_BUILD, CMakeLists.txt), so no compiler process
 // holds them all and what a group's layouts share is compiled once.
 #include <array>
 #include <algorithm>
