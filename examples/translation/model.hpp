@@ -1,9 +1,10 @@
 #pragma once
 // The encoder-decoder Transformer of examples/translation (main.cpp says what it does and how to run
 // it): its dims and layouts, the model, training under one layout, and decoding (greedy and beam
-// search with a key-value cache). train<L> and run<L> are compiled once per layout in a file of their
-// own (train_data.cpp, train_model_parallel.cpp, train_dp_mp.cpp), so the layouts compile in
-// parallel, and once for the example and its checks (tests/examples/translation_checks.cpp).
+// search with a key-value cache). train<L> and run<L> are instantiated once per layout in a file of
+// their own (train_data.cpp, train_model_parallel.cpp, train_dp_mp.cpp; MESHTENSOR_LAYOUT_UNITY
+// compiles the three as one TU), and once for the example and its checks
+// (tests/examples/translation_checks.cpp).
 #include <algorithm>
 #include <chrono>
 #include <cmath>

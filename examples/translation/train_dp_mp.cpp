@@ -1,4 +1,4 @@
-// train<layout_dp_mp> and run<layout_dp_mp> (model.hpp), in a file of their own (a build with MESHTENSOR_UNITY_BUILD compiles the three as one TU).
+// train<layout_dp_mp> and run<layout_dp_mp> (model.hpp), in a file of their own (MESHTENSOR_LAYOUT_UNITY compiles the three as one TU).
 #include "model.hpp"
 
 namespace translation {

@@ -1,6 +1,6 @@
 // --pipeline's stages under layout_2d (pipeline.hpp), and the dispatch to the context layouts'
 // (pipeline_context.cpp) and to sequence parallelism's (pipeline_sp.cpp): files of their own, one
-// instantiation each (grouped into one TU by MESHTENSOR_UNITY_BUILD, tools/lm/CMakeLists.txt).
+// instantiation each (grouped into one TU by MESHTENSOR_LAYOUT_UNITY, tools/lm/CMakeLists.txt).
 #include "pipeline.hpp"
 
 pipeline_result train_pipelined(const mt::pipeline::stages<grid>& st, const options& o,

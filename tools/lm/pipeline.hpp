@@ -3,8 +3,8 @@
 // mesh computing under a layout L: layout_2d (data parallelism over rows, model parallelism over
 // cols: a 3-D mesh [stage x rows x cols]), or with --layout context or 2d_context that layout
 // (context parallelism inside each stage, the blocks' attention as --attention says). pipeline.cpp
-// compiles the stages of layout_2d, pipeline_context.cpp those of the two context layouts (in
-// parallel). The model is cut into P v parts (v = --chunks: 2 for zb-v, 1 but for interleaved)
+// instantiates the stages of layout_2d, pipeline_context.cpp those of the two context layouts (one
+// TU with MESHTENSOR_LAYOUT_UNITY). The model is cut into P v parts (v = --chunks: 2 for zb-v, 1 but for interleaved)
 // and stage s holds the parts the schedule gives it (pipeline/schedules.hpp: chunk c
 // is part c P + s, or the V of zb-v); part k holds blocks [k L / (P v), (k + 1) L / (P v)), part 0
 // also the embedding and positions, the last part the final layer norm and the output projection.

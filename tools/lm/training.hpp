@@ -2,7 +2,7 @@
 // train<L>: the model trained under one layout (batches, checkpoints and --resume, --plan and
 // --check-plan, dumps), and a pipeline stage's result. train<L> is instantiated once per layout in a
 // file of its own (train_data.cpp, train_model.cpp, train_2d.cpp, ...); the build compiles those
-// files in a few groups (MESHTENSOR_UNITY_BUILD, CMakeLists.txt), so no compiler process
+// files in a few groups (MESHTENSOR_LAYOUT_UNITY, tools/lm/CMakeLists.txt), so no compiler process
 // holds them all and what a group's layouts share is compiled once.
 #include <array>
 #include <algorithm>
@@ -170,8 +170,9 @@ struct train_result {
   int stopped = 0;                            // the stop signal the ranks agreed on, 0 if none
 };
 
-// The bf16 loss of each layout, compiled in train_<layout>_bf16.cpp (beside train_<layout>.cpp:
-// the two computations are the largest part of the tool's build, and build in parallel).
+// The bf16 loss of each layout, instantiated in train_<layout>_bf16.cpp (beside train_<layout>.cpp:
+// the two computations are the largest part of the tool's build; MESHTENSOR_LAYOUT_UNITY compiles a
+// layout's files as one TU).
 template <class L>
 using ids_of = mt::tensor<float, L, batch, length>;
 template <class L, class PL>
