@@ -73,7 +73,9 @@
 //
 // --check-plan runs one step for real, then plans it for this rank's coordinates, and checks on
 // every rank that the planned collectives (calls and bytes per collective and axis set) and the
-// bytes of the parameters and optimizer state equal the real step's.
+// bytes of the parameters and optimizer state equal the real step's, and that the planned peak
+// lies within --memory-tolerance of the caching allocator's measured one (with --pipeline, on
+// every rank of every stage).
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 #include <meshtensor/layout/candidates.hpp>
@@ -186,6 +188,27 @@ int plan(const mt::environment& env, const options& o) {
   return 0;
 }
 
+// The planned peak against the measured one on every rank: the smallest and largest ratio, agreed by
+// one collective, so that every rank returns the same verdict.
+struct peak_agreement {
+  double smallest = 0, largest = 0;
+  bool close = false;
+  void print(const char* whose, std::int64_t planned, std::int64_t measured, double tolerance) const {
+    std::printf("check-plan memory: %s peak planned %lld bytes, measured %lld (the caching allocator's); "
+                "planned / measured on every rank from %.4f to %.4f (tolerance %g): %s\n",
+                whose, (long long)planned, (long long)measured, smallest, largest, tolerance, close ? "close" : "APART");
+  }
+};
+
+peak_agreement agree_on_peak(MPI_Comm comm, std::int64_t planned, std::int64_t measured, double tolerance) {
+  const double ratio = measured > 0 ? static_cast<double>(planned) / static_cast<double>(measured) : 0.0;
+  double worst[2] = {-ratio, ratio};  // the smallest and the largest, by one MAX
+  MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_DOUBLE, MPI_MAX, comm);
+  peak_agreement a{-worst[0], worst[1], false};
+  a.close = a.smallest >= 1.0 - tolerance && a.largest <= 1.0 + tolerance;
+  return a;
+}
+
 // --check-plan: a real step against its plan, on every rank.
 int check_plan(const grid& g, options o, const std::vector<unsigned char>& text, double memory_tolerance) {
   o.steps = 1;
@@ -203,23 +226,16 @@ int check_plan(const grid& g, options o, const std::vector<unsigned char>& text,
   const auto& p = *planned.plan;
   const auto v = mt::agree_on_plan(g.communicator().cart(), g, counted, p, real.param_bytes, real.state_bytes);
   if (!v.differences.empty()) std::printf("rank %d: %s", g.rank(), v.differences.c_str());
-  // The planned peak against the measured one on every rank: the worst ratio, agreed by a collective.
-  const double ratio = measured_peak > 0 ? static_cast<double>(p.peak_bytes) / static_cast<double>(measured_peak) : 0.0;
-  double worst[2] = {-ratio, ratio};  // the smallest and the largest, by one MAX
-  MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_DOUBLE, MPI_MAX, g.communicator().cart());
-  const bool memory_close = -worst[0] >= 1.0 - memory_tolerance && worst[1] <= 1.0 + memory_tolerance;
+  const auto memory = agree_on_peak(g.communicator().cart(), p.peak_bytes, measured_peak, memory_tolerance);
   if (g.rank() == 0) {
     std::printf("check-plan (layout %s, %s, mesh %s): %s; rank 0 sent %lld bytes in %lld collectives, holds %lld bytes "
                 "of parameters and %lld of optimizer state\n",
                 o.layout.c_str(), o.optimizer.c_str(), g.shape().to_string().c_str(),
                 v.equal_everywhere ? "the plan equals the real step on every rank" : "THE PLAN DIFFERS",
                 (long long)v.bytes, (long long)v.calls, (long long)real.param_bytes, (long long)real.state_bytes);
-    std::printf("check-plan memory: rank 0's peak planned %lld bytes, measured %lld (the caching allocator's); "
-                "planned / measured on every rank from %.4f to %.4f (tolerance %g): %s\n",
-                (long long)p.peak_bytes, (long long)measured_peak, -worst[0], worst[1], memory_tolerance,
-                memory_close ? "close" : "APART");
+    memory.print("rank 0's", p.peak_bytes, measured_peak, memory_tolerance);
   }
-  return v.equal_everywhere && memory_close ? 0 : 3;
+  return v.equal_everywhere && memory.close ? 0 : 3;
 }
 
 // The loss of each step, exactly (17 digits: the float32 loss as a double, round-trippable).
@@ -247,7 +263,7 @@ void write_curve(const options& o, const std::vector<double>& losses, std::int64
 // an input gradient and a weight gradient of equal cost: (p - 1) / (m + p - 1) for gpipe and 1f1b)
 // and the chunk activations held at once. --check-pipeline also trains the unpipelined model on each stage's
 // mesh and compares (losses on the last stage, the first step's gradients on every stage).
-int run_pipeline(const mt::environment& env, options o, const std::vector<unsigned char>& text) {
+int run_pipeline(const mt::environment& env, options o, const std::vector<unsigned char>& text, double memory_tolerance) {
   namespace pl = mt::pipeline;
   pl::stages<grid> st(env.world(), o.pipeline, {o.mesh[0], o.mesh[1]});
   const grid& g = st.mesh();
@@ -255,18 +271,28 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
   if (o.check_plan) {
     o.steps = 1;
     g.reset_counters();
+    // As unpipelined: the caching allocator's peak over the step, from before the stage's model is made.
+    const std::int64_t before = mt::memory_stats().bytes_in_use;
+    mt::reset_peak_memory();
     const auto real = train_pipelined(st, o, text);
+    const std::int64_t measured_peak = mt::memory_stats().peak_bytes_in_use - before;
     const mt::comm_counters counted = g.counters();
     const auto planned_stage = pl::stages<grid>::planned(o.pipeline, st.index(), {o.mesh[0], o.mesh[1]},
                                                          {g.coord<rows>(), g.coord<cols>()});
     const auto planned = train_pipelined(planned_stage, o, text);
     const auto v = mt::agree_on_plan(env.world(), g, counted, *planned.plan, real.param_bytes, real.state_bytes);
     if (!v.differences.empty()) std::printf("rank %d (stage %d): %s", env.world_rank(), st.index(), v.differences.c_str());
-    if (root)
+    const std::int64_t planned_peak = planned.plan->peak_bytes;
+    const auto memory = agree_on_peak(env.world(), planned_peak, measured_peak, memory_tolerance);
+    std::printf("check-plan memory, stage %d rank %d: planned %lld bytes, measured %lld\n", st.index(), env.world_rank(),
+                (long long)planned_peak, (long long)measured_peak);
+    if (root) {
       std::printf("check-plan (--pipeline %d, %s, %d microbatches, stage mesh %s): %s\n", o.pipeline, o.schedule.c_str(),
                   o.microbatches, g.shape().to_string().c_str(),
                   v.equal_everywhere ? "the plan equals the real step on every rank of every stage" : "THE PLAN DIFFERS");
-    return v.equal_everywhere ? 0 : 3;
+      memory.print("stage 0 rank 0's", planned_peak, measured_peak, memory_tolerance);
+    }
+    return v.equal_everywhere && memory.close ? 0 : 3;
   }
   const auto r = train_pipelined(st, o, text);
   // The step's loss is known on the last stage: summed over the world, divided by its processors.
@@ -551,7 +577,7 @@ int main(int argc, char** argv) try {
       std::optional<mt::stop_request> stop;  // as below: every stage stops after the same step
       if (const auto sigs = mt::stop_request::parse(o.stop_on); !sigs.empty()) stop.emplace(sigs);
       o.stop = stop ? &*stop : nullptr;
-      return run_pipeline(env, o, read_text(o.text, o.length + 3));
+      return run_pipeline(env, o, read_text(o.text, o.length + 3), memory_tolerance);
     }
     if (o.rank_layouts && o.processors > 0) return rank_pipeline_shapes(env, o);
     if (o.processors > 0) throw mt::error("--processors N goes with --rank-layouts");

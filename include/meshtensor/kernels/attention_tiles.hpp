@@ -10,6 +10,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -105,6 +106,16 @@ Kokkos::View<C*, typename Exec::memory_space> ring_in_compute_type(const V& x) {
   }
 }
 
+// A plan's claim on ring_tile's scratch (planned_claim); none where the tile is the message's own
+// memory, which the message's claim already counts.
+template <class V, class CV>
+std::shared_ptr<void> ring_tile_claim(const V& from, const CV& tile) {
+  const auto* begin = reinterpret_cast<const char*>(from.data());
+  const auto* at = reinterpret_cast<const char*>(tile.data());
+  const bool inside = at >= begin && at < begin + from.extent(0) * sizeof(typename V::value_type);
+  return inside ? nullptr : planned_claim(tile);
+}
+
 // Rows begin .. begin + count of each of `outer` runs of n rows of `inner` elements, as a contiguous
 // [outer, count, inner] (a query chunk's rows; scratch), and back (written over dst's rows: a
 // block's two chunks tile it).
@@ -161,10 +172,12 @@ void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, con
   const CV scores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
   const CV alpha = CPool::get().allocate(static_cast<std::size_t>(rows));
   const CV pv = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
+  const std::shared_ptr<void> claims[] = {planned_claim(scores), planned_claim(alpha), planned_claim(pv)};  // a plan's
   for (const ring_key_tile& t : ring_key_tiles(nq, q0, k0, tb, te)) {
     const std::int64_t t0 = t.t0, tn = t.tn, kg = t.kg, kq = t.kq;
     const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
     const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
+    const std::shared_ptr<void> tile_claims[] = {ring_tile_claim(kv, kt), ring_tile_claim(kv, vt)};
     const CV s(scores.data(), static_cast<std::size_t>(rows * tn));
     kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, q, kt, s);
     kernels::parallel_for(
@@ -227,10 +240,13 @@ void ring_backward_block(const CV& q, const CV& dout, const CV& lse, const CV& d
   const CV dq_tile = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
   const CV dk_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
   const CV dv_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
+  const std::shared_ptr<void> claims[] = {planned_claim(scores), planned_claim(dscores), planned_claim(dq_tile),
+                                          planned_claim(dk_tile), planned_claim(dv_tile)};  // a plan's
   for (const ring_key_tile& t : ring_key_tiles(nq, q0, k0, tb, te)) {
     const std::int64_t t0 = t.t0, tn = t.tn, kg = t.kg, kq = t.kq;
     const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
     const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
+    const std::shared_ptr<void> tile_claims[] = {ring_tile_claim(kv, kt), ring_tile_claim(kv, vt)};
     const CV s(scores.data(), static_cast<std::size_t>(rows * tn)), ds(dscores.data(), static_cast<std::size_t>(rows * tn));
     kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, q, kt, s);
     kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, dout, vt, ds);

@@ -256,6 +256,15 @@ struct temporary_view {
   }
 };
 
+// A plan's claim on pool buffer v's bytes while the handle lives (none when running): for scratch
+// that a View alone holds, whose death the ledger cannot see. A buffer a tensor already claimed
+// (the same address) is not counted twice.
+template <class V>
+std::shared_ptr<void> planned_claim(const V& v) {
+  if (!planning() || v.data() == nullptr) return nullptr;
+  return plan_ledger::get().claim(v.data(), static_cast<std::int64_t>(v.extent(0) * sizeof(typename V::value_type)));
+}
+
 // A small table (offsets, counts) that the host writes and reads, from the pool; real memory even
 // while planning, when a planned run reads it too (then a plain allocation: plans make no step).
 template <class T>

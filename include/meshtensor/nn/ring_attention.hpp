@@ -165,9 +165,14 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   const std::int64_t P = ring.parts, nq = ring.extent[static_cast<std::size_t>(ring.me)], kv_outer = ring.kv_outer,
                      group = ring.group, inner = ring.inner, rows = kv_outer * group * nq;
   const C s = static_cast<C>(scale);
+  // A plan's claims on the pool's scratch below that lives to the end (planned_claim): the run's
+  // peak holds it.
+  std::vector<std::shared_ptr<void>> scratch;
   const auto kb = ring_key_bias_of<Exec, C>(key_bias, ring, q.template extent<Length>());
+  scratch.push_back(planned_claim(kb.values));
   // delta = rowsum(dO * O), per query row.
   const auto delta = CPool::get().allocate(static_cast<std::size_t>(rows));
+  scratch.push_back(planned_claim(delta));
   {
     const auto gv = g.view(), ov = out.view();
     kernels::parallel_for(
@@ -178,10 +183,12 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
         });
   }
   const auto dq = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
+  scratch.push_back(planned_claim(dq));
   kernels::deep_copy(dq, C(0));
   // The travelling message [k; v; dk; dv] of one block, in C (dk and dv are sums of P parts).
   const auto own_blk = ring.block(ring.me);
   auto cur = CPool::get().allocate(static_cast<std::size_t>(4 * own_blk));
+  auto cur_claim = planned_claim(cur);  // goes with cur's memory (the message it replaces)
   {
     const auto kv_ = k.view(), vv = v.view();
     kernels::parallel_for(
@@ -195,10 +202,13 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   using buffer = mpi_buffer<Exec, C>;
   using CView = Kokkos::View<C*, Mem>;
   const CView qc = ring_in_compute_type<Exec, C>(q.view()), gc = ring_in_compute_type<Exec, C>(g.view());
+  scratch.push_back(planned_claim(qc));
+  scratch.push_back(planned_claim(gc));
   CView home(cur.data() + 2 * own_blk, static_cast<std::size_t>(2 * own_blk));  // this part's [dk; dv]
   // Keeps home's memory alive (home does not count as its reference): the first message only
   // where it is home (P == 1); else the last step's, so that the ring holds two messages, not three.
   CView home_owner = P == 1 ? cur : CView();
+  std::shared_ptr<void> home_claim;
   // Per query chunk: its rows of q, dO, lse and delta, and its dq (q's own arrays where the part is
   // one chunk).
   const auto me = static_cast<std::size_t>(ring.me);
@@ -213,6 +223,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
       lses[c] = ring_chunk_rows<Exec>(lse, heads_rows, nq, std::int64_t{1}, b, n);
       deltas[c] = ring_chunk_rows<Exec>(CView(delta), heads_rows, nq, std::int64_t{1}, b, n);
       dqs[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n * inner));
+      for (const CView* v : {&qcs[c], &gcs[c], &lses[c], &deltas[c], &dqs[c]}) scratch.push_back(planned_claim(*v));
       kernels::deep_copy(dqs[c], C(0));
     }
   for (int step = 0; step < P; ++step) {
@@ -241,6 +252,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
     const std::int64_t recv_n = last ? 2 * own_blk : 4 * ring.block(ring.part(step + 1));
     std::optional<buffer> sent;
     const buffer received = buffer::writing(static_cast<std::size_t>(recv_n));
+    auto received_claim = planned_claim(received.view());
     ring_exchange<C>(
         comm, ring.axes,
         [&] {
@@ -248,8 +260,13 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
           return static_cast<const C*>(sent->data());
         },
         send_n, ring.to, received.data(), recv_n, ring.from, false, compute);
-    if (last) home = home_owner = received.view();
-    else cur = received.view();
+    if (last) {
+      home = home_owner = received.view();
+      home_claim = std::move(received_claim);
+    } else {
+      cur = received.view();
+      cur_claim = std::move(received_claim);
+    }
   }
   if (q_chunks == 2)
     for (int c = 0; c < 2; ++c)
@@ -303,7 +320,9 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
                      group = ring.group, inner = ring.inner, rows = kv_outer * group * nq;
   const C s = static_cast<C>(scale);
   using CView = Kokkos::View<C*, Mem>;
+  std::vector<std::shared_ptr<void>> scratch;  // a plan's claims on the scratch below (planned_claim)
   const auto kb = ring_key_bias_of<Exec, C>(key_bias, ring, q.template extent<Length>());
+  scratch.push_back(planned_claim(kb.values));
   // Per query chunk (ring_geometry): the online softmax's running max m, sum l and weighted sum acc
   // of its rows.
   const auto me = static_cast<std::size_t>(ring.me);
@@ -315,6 +334,7 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
     ms[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n));
     ls[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n));
     accs[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n * inner));
+    for (const CView* v : {&ms[c], &ls[c], &accs[c]}) scratch.push_back(planned_claim(*v));
     kernels::deep_copy(ms[c], std::numeric_limits<C>::lowest());
     kernels::deep_copy(ls[c], C(0));
     kernels::deep_copy(accs[c], C(0));
@@ -323,14 +343,18 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
   using TPool = view_pool<T, Mem>;
   const auto own_blk = ring.block(ring.me);
   auto cur = TPool::get().allocate(static_cast<std::size_t>(2 * own_blk));
+  auto cur_claim = planned_claim(cur);
   kernels::deep_copy(Kokkos::View<T*, Mem>(cur.data(), static_cast<std::size_t>(own_blk)), k.view());
   kernels::deep_copy(Kokkos::View<T*, Mem>(cur.data() + own_blk, static_cast<std::size_t>(own_blk)), v.view());
   using buffer = mpi_buffer<Exec, T>;
   const auto qc = ring_in_compute_type<Exec, C>(q.view());  // q in C: the products' operand
+  scratch.push_back(planned_claim(qc));
   std::array<CView, 2> qcs{qc, CView()};
   if (q_chunks == 2)
-    for (int c = 0; c < 2; ++c)
+    for (int c = 0; c < 2; ++c) {
       qcs[c] = ring_chunk_rows<Exec>(qc, heads_rows, nq, inner, ring.chunk_start(ring.me, c), ring.chunk_extent[me][c]);
+      scratch.push_back(planned_claim(qcs[c]));
+    }
   for (int step = 0; step < P; ++step) {
     const int j = ring.part(step);
     const std::int64_t nk = ring.extent[static_cast<std::size_t>(j)];
@@ -352,6 +376,7 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
     const std::int64_t send_n = 2 * ring.block(j), recv_n = 2 * ring.block(ring.part(step + 1));
     std::optional<buffer> sent;
     const buffer received = buffer::writing(static_cast<std::size_t>(recv_n));
+    auto received_claim = planned_claim(received.view());
     ring_exchange<T>(
         comm, ring.axes,
         [&] {
@@ -360,10 +385,12 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
         },
         send_n, ring.to, received.data(), recv_n, ring.from, true, compute);
     cur = received.view();
+    cur_claim = std::move(received_claim);
   }
   // o = acc / l; lse = m + log(l), what the backward pass recomputes the weights from.
   Q out(q.mesh(), q.extents(), uninitialized);  // the chunks' rows cover the part: every element written
   const auto lse = CPool::get().allocate(static_cast<std::size_t>(rows));
+  auto lse_claim = planned_claim(lse);  // kept with lse for the backward pass
   for (int c = 0; c < q_chunks; ++c) {
     // Chunk c's row (o, i) is row (o, b + i) of the part's.
     const auto ov = out.view();
@@ -379,7 +406,7 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
   }
   record<Q>(
       out,
-      [q, k, v, o = out.detached(), lse, scale, key_bias](const Q& g) {
+      [q, k, v, o = out.detached(), lse, lse_claim = std::move(lse_claim), scale, key_bias](const Q& g) {
         ring_core_backward<Length>(g, q, k, v, o, lse, scale, key_bias);
       },
       q, k, v);

@@ -156,6 +156,9 @@ class stages {
               *across_, &request);
     await(&request, from, false, what);
     into.copy_into(out.view());
+    // While this rank waited, the peers may have taken what it sent: their buffers go before the
+    // pass that follows allocates.
+    reap_sends();
     return out;
   }
   void wait_sends() {
