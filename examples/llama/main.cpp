@@ -9,7 +9,9 @@
 //            vocabulary over cols (Llama 3 405B's split within a pipeline stage)
 // The model below is the same code under each: only the layout type differs (and, where it splits
 // the sequence, which attention runs). --plan prints what a
-// step needs per processor and what it communicates, on a mesh of any size, without running it.
+// step needs per processor and what it communicates, on a mesh of any size, without running it;
+// --check-plan runs one step and checks on every rank that its plan is what ran (collectives,
+// bytes, peak memory).
 // Rotary positions (nn/rope.hpp) are global, so they are the same under every layout, the zigzag
 // sequence included. --generate N continues --ids greedily, one token at a time through a key-value
 // cache written in place. The model is model.hpp; Hugging Face checkpoints in and out are
@@ -58,6 +60,8 @@ std::vector<unsigned char> read_text(const std::string& path, std::int64_t need)
 struct losses_from {
   std::int64_t first_step = 0;
   std::vector<double> losses;
+  std::int64_t param_bytes = 0, state_bytes = 0;  // this processor's slices, and Adam's state of them
+  std::optional<mt::plan_report> plan;            // on a planned mesh, taken while the model lives
 };
 
 template <class L>
@@ -133,7 +137,10 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
     save_pretrained(m, o);
     if (g.rank() == 0) fmt::print("saved {} (Hugging Face's layout)\n", o.save_pretrained);
   }
-  return {step0, losses};
+  const std::int64_t param_bytes = std::apply([](auto&... p) { return mt::local_bytes(p...); }, params);
+  std::optional<mt::plan_report> plan;
+  if (g.is_planned()) plan = mt::plan_report_of(g);
+  return {step0, losses, param_bytes, adam.state_bytes(params), std::move(plan)};
 }
 
 // --plan: two steps on a planned mesh (no processes, no data), the second reported; returns the
@@ -163,6 +170,36 @@ std::int64_t plan(options o, bool print) {
       fmt::print("predicted step time {} (calibration {})\n", mt::to_string(mt::predict(p, *machine)), o.calibration);
   }
   return p.peak_bytes;
+}
+
+// --check-plan: one step run for real, then planned for this rank's coordinates; on every rank the
+// planned collectives (calls and bytes per collective and axis set), parameter and Adam bytes must
+// equal the run's, and the planned peak lie within --memory-tolerance of the caching allocator's
+// measured one (from before the model is made: what the plan's peak counts).
+template <class L>
+int check_plan(const grid& g, options o, const std::vector<unsigned char>& text) {
+  o.steps = 1;
+  o.save_every = 0;  // the step alone: no checkpoint, no Hugging Face export
+  o.save_pretrained.clear();
+  g.reset_counters();
+  const std::int64_t before = mt::memory_stats().bytes_in_use;
+  mt::reset_peak_memory();
+  const auto real = train<L>(g, o, text);
+  const std::int64_t measured = mt::memory_stats().peak_bytes_in_use - before;
+  const mt::comm_counters counted = g.counters();
+  const grid pm = grid::planned({o.mesh[0], o.mesh[1]}, {g.template coord<rows>(), g.template coord<cols>()});
+  const auto p = *train<L>(pm, o, text).plan;
+  const auto v = mt::agree_on_plan(g.communicator().cart(), g, counted, p, real.param_bytes, real.state_bytes);
+  if (!v.differences.empty()) fmt::print("rank {}: {}", g.rank(), v.differences);
+  const auto memory = mt::agree_on_peak(g.communicator().cart(), p.peak_bytes, measured, o.memory_tolerance);
+  if (g.rank() == 0) {
+    fmt::print("check-plan (layout {}, {}, mesh {}): {}; rank 0 sent {} bytes in {} collectives\n", o.layout, o.dtype,
+               g.shape().to_string(), v.equal_everywhere ? "the plan equals the real step on every rank" : "THE PLAN DIFFERS",
+               v.bytes, v.calls);
+    std::fflush(stdout);
+    memory.print("rank 0's", p.peak_bytes, measured, o.memory_tolerance);
+  }
+  return v.equal_everywhere && memory.close ? 0 : 3;
 }
 
 // --logits-out FILE: the logits of one sequence (--ids) at each position, one line of --vocab
@@ -251,7 +288,10 @@ int run(const mt::environment& env, const options& o) {
       return generate<L>(g, o);
   }
   if (o.text.empty()) throw mt::error("--text FILE: the text to train on (any file: its bytes are the tokens)");
-  const auto [first, losses] = train<L>(g, o, read_text(o.text, o.length + 2));
+  if (o.check_plan) return check_plan<L>(g, o, read_text(o.text, o.length + 2));
+  const auto trained = train<L>(g, o, read_text(o.text, o.length + 2));
+  const std::int64_t first = trained.first_step;
+  const std::vector<double>& losses = trained.losses;
   if (g.rank() == 0 && !o.csv.empty()) {
     std::ofstream csv(o.csv);
     csv << "step,loss\n";
@@ -313,7 +353,12 @@ int main(int argc, char** argv) try {
   app.add_option("--calibration", o.calibration, "with --plan: the step time predicted on the machine this file describes "
                  "(benchmarks/bench_calibrate.cpp writes one)");
   app.add_option("--memory-budget", o.memory_budget, "GiB per processor: plan the step first, refuse to run (exit 2) if its planned peak does not fit "
-                 "(the program itself, MPI's buffers and the ring's tile scratch come on top)");
+                 "(the program itself and MPI's buffers come on top)");
+  app.add_flag("--check-plan", o.check_plan, "run one step, plan it, and check the plan equals it on every rank "
+               "(collectives, parameter and optimizer bytes, the peak within --memory-tolerance)");
+  app.add_option("--memory-tolerance", o.memory_tolerance,
+                 "with --check-plan: how far the planned peak may lie from the measured one, as a fraction")
+      ->check(CLI::Range(0.0, 1.0))->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {  // every rank parses the same argv: rank 0 prints help or the error
@@ -332,6 +377,9 @@ int main(int argc, char** argv) try {
       read_config(o, o.pretrained.empty() ? o.config : o.pretrained + "/config.json");
     }
     if (!o.calibration.empty() && !o.plan) throw mt::error("--calibration needs --plan: it predicts the planned step's time");
+    if (o.check_plan && (o.plan || !o.resume.empty() || o.generate > 0 || !o.logits_out.empty()))
+      throw mt::error("--check-plan runs one training step from the start against its plan: drop --plan, --resume, "
+                      "--generate and --logits-out");
     if (o.attention == "ring" && o.layout.rfind("context", 0) != 0)
       throw mt::error(fmt::format("--attention ring needs a layout that splits the sequence (context or context_tensor), not {}", o.layout));
     if (!built(o.layout))

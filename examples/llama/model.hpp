@@ -46,6 +46,8 @@ struct options {
   std::int64_t steps = 100, batch = 8, length = 64, d_model = 64, layers = 2, kv_heads = 2, group = 2, d_kv = 16,
                d_ff = 172, vocab = 256, save_every = 0, log_every = 10;
   double lr = 3e-3, memory_budget = 0;  // GiB per processor; 0: unchecked
+  bool check_plan = false;               // --check-plan: one step against its plan
+  double memory_tolerance = 0.05;        // how far --check-plan's planned peak may lie from the measured one
   double rope_theta = 500000, rms_eps = 1e-5;  // Llama 3's
   std::optional<nn::rope_llama3_scaling> rope_llama3;  // Llama 3.1's frequency scaling (from a config.json)
   bool plan = false, recompute = false, tie_embeddings = false;

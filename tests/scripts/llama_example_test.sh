@@ -18,6 +18,8 @@
 #                  zigzag layout on [2 x 2] follows one processor's float32 losses (2e-2, but more
 #                  than 2e-5 apart: float32 layouts differ by about 1e-6) and
 #                  learns; its plan's ring shifts move half float32's bytes
+#   check_plan     one step against its plan under tensor, context (bf16, all-to-all) and
+#                  context_tensor (the ring) on 4 ranks: collectives and bytes equal, peak within 1%
 set -euo pipefail
 case_=$1 llama=$2 dir=$3 mpiexec=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
@@ -121,5 +123,22 @@ case $case_ in
     f=$(shift_bytes float32) b=$(shift_bytes bf16)
     echo "ring shift bytes: float32 $f, bf16 $b"
     [ -n "$f" ] && [ "$((2 * b))" = "$f" ] || { echo "FAIL: bf16's shifts do not move half float32's bytes"; exit 1; } ;;
+  check_plan)
+    # Each layout's step against its plan on 4 ranks: collectives, parameter and Adam bytes equal on
+    # every rank, the planned peak within 1% of the caching allocator's (equal to the byte as built).
+    for args in "--layout tensor --mesh 2 2" "--layout context --attention all-to-all --mesh 1 4 --dtype bf16" \
+                "--layout context_tensor --attention ring --mesh 2 2"; do
+      out=$("$mpiexec" -n 4 "$llama" --text "$text" --check-plan --memory-tolerance 0.01 $args 2>&1) ||
+        { echo "$out"; echo "FAIL: --check-plan $args"; exit 1; }
+      grep 'check-plan' <<<"$out"
+      grep -q 'the plan equals the real step on every rank' <<<"$out" && grep -q ': close$' <<<"$out" ||
+        { echo "$out"; echo "FAIL: --check-plan $args did not report the plan equal and the peak close"; exit 1; }
+    done
+    set +e
+    out=$("$mpiexec" -n 1 "$llama" --text "$text" --check-plan --plan 2>&1)
+    rc=$?
+    set -e
+    [ "$rc" != 0 ] && grep -q -- '--check-plan runs one training step' <<<"$out" ||
+      { echo "$out"; echo "FAIL: --check-plan with --plan not refused by name (rc $rc)"; exit 1; } ;;
   *) echo "unknown case $case_"; exit 2 ;;
 esac

@@ -188,27 +188,6 @@ int plan(const mt::environment& env, const options& o) {
   return 0;
 }
 
-// The planned peak against the measured one on every rank: the smallest and largest ratio, agreed by
-// one collective, so that every rank returns the same verdict.
-struct peak_agreement {
-  double smallest = 0, largest = 0;
-  bool close = false;
-  void print(const char* whose, std::int64_t planned, std::int64_t measured, double tolerance) const {
-    std::printf("check-plan memory: %s peak planned %lld bytes, measured %lld (the caching allocator's); "
-                "planned / measured on every rank from %.4f to %.4f (tolerance %g): %s\n",
-                whose, (long long)planned, (long long)measured, smallest, largest, tolerance, close ? "close" : "APART");
-  }
-};
-
-peak_agreement agree_on_peak(MPI_Comm comm, std::int64_t planned, std::int64_t measured, double tolerance) {
-  const double ratio = measured > 0 ? static_cast<double>(planned) / static_cast<double>(measured) : 0.0;
-  double worst[2] = {-ratio, ratio};  // the smallest and the largest, by one MAX
-  MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_DOUBLE, MPI_MAX, comm);
-  peak_agreement a{-worst[0], worst[1], false};
-  a.close = a.smallest >= 1.0 - tolerance && a.largest <= 1.0 + tolerance;
-  return a;
-}
-
 // --check-plan: a real step against its plan, on every rank.
 int check_plan(const grid& g, options o, const std::vector<unsigned char>& text, double memory_tolerance) {
   o.steps = 1;
@@ -226,7 +205,7 @@ int check_plan(const grid& g, options o, const std::vector<unsigned char>& text,
   const auto& p = *planned.plan;
   const auto v = mt::agree_on_plan(g.communicator().cart(), g, counted, p, real.param_bytes, real.state_bytes);
   if (!v.differences.empty()) std::printf("rank %d: %s", g.rank(), v.differences.c_str());
-  const auto memory = agree_on_peak(g.communicator().cart(), p.peak_bytes, measured_peak, memory_tolerance);
+  const auto memory = mt::agree_on_peak(g.communicator().cart(), p.peak_bytes, measured_peak, memory_tolerance);
   if (g.rank() == 0) {
     std::printf("check-plan (layout %s, %s, mesh %s): %s; rank 0 sent %lld bytes in %lld collectives, holds %lld bytes "
                 "of parameters and %lld of optimizer state\n",
@@ -283,7 +262,7 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
     const auto v = mt::agree_on_plan(env.world(), g, counted, *planned.plan, real.param_bytes, real.state_bytes);
     if (!v.differences.empty()) std::printf("rank %d (stage %d): %s", env.world_rank(), st.index(), v.differences.c_str());
     const std::int64_t planned_peak = planned.plan->peak_bytes;
-    const auto memory = agree_on_peak(env.world(), planned_peak, measured_peak, memory_tolerance);
+    const auto memory = mt::agree_on_peak(env.world(), planned_peak, measured_peak, memory_tolerance);
     std::printf("check-plan memory, stage %d rank %d: planned %lld bytes, measured %lld\n", st.index(), env.world_rank(),
                 (long long)planned_peak, (long long)measured_peak);
     if (root) {

@@ -35,6 +35,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -259,10 +260,19 @@ struct temporary_view {
 // A plan's claim on pool buffer v's bytes while the handle lives (none when running): for scratch
 // that a View alone holds, whose death the ledger cannot see. A buffer a tensor already claimed
 // (the same address) is not counted twice.
+inline std::shared_ptr<void> planned_claim(const void* data, std::int64_t bytes) {
+  if (!planning() || data == nullptr) return nullptr;
+  return plan_ledger::get().claim(data, bytes);
+}
 template <class V>
 std::shared_ptr<void> planned_claim(const V& v) {
-  if (!planning() || v.data() == nullptr) return nullptr;
-  return plan_ledger::get().claim(v.data(), static_cast<std::int64_t>(v.extent(0) * sizeof(typename V::value_type)));
+  return planned_claim(v.data(), static_cast<std::int64_t>(v.extent(0) * sizeof(typename V::value_type)));
+}
+// An MPI buffer's (mpi_buffer.hpp), by its address: its view() would stage a copy in a real run.
+template <class B>
+std::shared_ptr<void> planned_claim_of_buffer(const B& b) {
+  using T = std::remove_cv_t<std::remove_pointer_t<decltype(b.data())>>;
+  return planned_claim(b.data(), static_cast<std::int64_t>(b.size() * sizeof(T)));
 }
 
 // A small table (offsets, counts) that the host writes and reads, from the pool; real memory even

@@ -252,7 +252,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
     const std::int64_t recv_n = last ? 2 * own_blk : 4 * ring.block(ring.part(step + 1));
     std::optional<buffer> sent;
     const buffer received = buffer::writing(static_cast<std::size_t>(recv_n));
-    auto received_claim = planned_claim(received.view());
+    auto received_claim = planned_claim_of_buffer(received);
     ring_exchange<C>(
         comm, ring.axes,
         [&] {
@@ -376,7 +376,7 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
     const std::int64_t send_n = 2 * ring.block(j), recv_n = 2 * ring.block(ring.part(step + 1));
     std::optional<buffer> sent;
     const buffer received = buffer::writing(static_cast<std::size_t>(recv_n));
-    auto received_claim = planned_claim(received.view());
+    auto received_claim = planned_claim_of_buffer(received);
     ring_exchange<T>(
         comm, ring.axes,
         [&] {

@@ -13,6 +13,7 @@
 #include <array>
 #include <bit>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -165,12 +166,14 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
   }
   if (step.kind == relayout_kind::general) {
     view dst = view_pool<T, mem>::get().allocate(static_cast<std::size_t>(to.local_size(comm.coords())));
+    const auto dst_claim = planned_claim(dst);  // a plan's, until the result's tensor claims it
     move_pieces<Exec>(comm, src.data(), dst.data(), from, to, step.axes);
     return dst;
   }
   if (step.kind == relayout_kind::local && (from.zigzag() || to.zigzag())) {  // pieces inside pieces
     const auto mine = comm.coords();
     view dst = view_pool<T, mem>::get().allocate(static_cast<std::size_t>(to.local_size(mine)));
+    const auto dst_claim = planned_claim(dst);
     for_each_overlap(from.pieces_at(mine), to.pieces_at(mine), [&](const piece<R>& a, const piece<R>& b, const box<R>& r) {
       copy_region<Exec>(src.data(), 0, a.frame, dst.data(), 0, b.frame, r);
     });
@@ -182,6 +185,8 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
     return view_pool<T, decltype(space)>::get().allocate(static_cast<std::size_t>(n));
   };
   view dst = buffer(mem{}, new_box.size());
+  // A plan's claims on the buffers below while they live (the result's until its tensor claims it).
+  const auto dst_claim = planned_claim(dst);
   // MPI writes the result itself where it can, else a staging buffer copied into it.
   auto receive_into_result = [&](auto&& collective) {
     const auto received = buffers::receiving_into(dst);
@@ -197,6 +202,7 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
       receive_into_result([&](T* recv) { allgatherv(comm, step.axes, send.data(), old_box.size(), recv, g.counts, g.displs); });
     } else {
       const auto received = buffers::writing(static_cast<std::size_t>(g.total));
+      const auto received_claim = planned_claim_of_buffer(received);
       allgatherv(comm, step.axes, send.data(), old_box.size(), received.data(), g.counts, g.displs);
       unpack_gathered<Exec>(g, received.view().data(), dst.data());
     }
@@ -227,8 +233,10 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
     const exchange<R> sends(std::move(send_boxes)), receives(std::move(recv_boxes));
     const bool send_direct = sends.in_place_in(old_box), recv_direct = receives.in_place_in(new_box);
     view send;
+    std::shared_ptr<void> send_claim;
     if (!send_direct) {
       send = buffer(mem{}, sends.total);
+      send_claim = planned_claim(send);
       for (int q = 0; q < n; ++q)
         copy_region<Exec>(src.data(), 0, old_box, send.data(), sends.displs[q], sends.boxes[q], sends.boxes[q]);
     }
@@ -238,6 +246,7 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
           [&](T* recv) { alltoallv(comm, step.axes, uniform, send_h.data(), sends.counts, sends.displs, recv, receives.counts, receives.displs); });
     } else {
       const auto received = buffers::writing(static_cast<std::size_t>(receives.total));
+      const auto received_claim = planned_claim_of_buffer(received);
       alltoallv(comm, step.axes, uniform, send_h.data(), sends.counts, sends.displs, received.data(), receives.counts,
                 receives.displs);
       const auto recv = received.view();
@@ -278,6 +287,7 @@ Out reduce_scatter_kernel(const X& addend, axis_set axes) {
   const exchange<R> parts(peer_boxes(to, shape, comm.coords(), axes));
   auto& pool = view_pool<T, typename Exec::memory_space>::get();
   const auto packed = pool.allocate(static_cast<std::size_t>(parts.total));
+  const auto packed_claim = planned_claim(packed);  // a plan's, while the run holds it
   for (std::size_t p = 0; p < parts.peers(); ++p)
     copy_region<Exec>(addend.view().data(), 0, old_box, packed.data(), parts.displs[p], parts.boxes[p], parts.boxes[p]);
   Out out(addend.mesh(), addend.extents(), uninitialized);

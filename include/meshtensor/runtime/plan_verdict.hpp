@@ -2,10 +2,11 @@
 // The verdict of a plan check, for the programs that check a real step against its plan
 // (meshtensor-lm's and the examples' check-plan): this rank's differences (plan_differences),
 // agreed over a communicator by one MPI_MIN so that every rank returns the same verdict, and what
-// this rank's step sent.
+// this rank's step sent; and the planned peak against the measured one (agree_on_peak).
 #include <mpi.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 #include "../plan/report.hpp"
@@ -29,6 +30,29 @@ plan_verdict agree_on_plan(MPI_Comm comm, const Mesh& m, const comm_counters& co
   v.equal_everywhere = all == 1;
   for (const auto& [key, n] : counted) v.calls += n.calls, v.bytes += n.bytes;
   return v;
+}
+
+// The planned peak against the measured one (the caching allocator's, memory_stats()) on every
+// rank of comm: the smallest and largest planned / measured ratio, agreed by one collective, so
+// that every rank returns the same verdict.
+struct peak_agreement {
+  double smallest = 0, largest = 0;
+  bool close = false;  // both within the tolerance of 1
+  void print(const char* whose, std::int64_t planned, std::int64_t measured, double tolerance) const {
+    std::printf("check-plan memory: %s peak planned %lld bytes, measured %lld (the caching allocator's); "
+                "planned / measured on every rank from %.4f to %.4f (tolerance %g): %s\n",
+                whose, (long long)planned, (long long)measured, smallest, largest, tolerance, close ? "close" : "APART");
+  }
+};
+
+// Collective over comm.
+inline peak_agreement agree_on_peak(MPI_Comm comm, std::int64_t planned, std::int64_t measured, double tolerance) {
+  const double ratio = measured > 0 ? static_cast<double>(planned) / static_cast<double>(measured) : 0.0;
+  double worst[2] = {-ratio, ratio};  // the smallest and the largest, by one MAX
+  MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_DOUBLE, MPI_MAX, comm);
+  peak_agreement a{-worst[0], worst[1], false};
+  a.close = a.smallest >= 1.0 - tolerance && a.largest <= 1.0 + tolerance;
+  return a;
 }
 
 }  // namespace meshtensor
