@@ -172,7 +172,8 @@ void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, con
   const CV scores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
   const CV alpha = CPool::get().allocate(static_cast<std::size_t>(rows));
   const CV pv = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
-  const std::shared_ptr<void> claims[] = {planned_claim(scores), planned_claim(alpha), planned_claim(pv)};  // a plan's
+  // Counted in a plan while these buffers live (planned_claim).
+  const std::shared_ptr<void> claims[] = {planned_claim(scores), planned_claim(alpha), planned_claim(pv)};
   for (const ring_key_tile& t : ring_key_tiles(nq, q0, k0, tb, te)) {
     const std::int64_t t0 = t.t0, tn = t.tn, kg = t.kg, kq = t.kq;
     const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
@@ -240,8 +241,9 @@ void ring_backward_block(const CV& q, const CV& dout, const CV& lse, const CV& d
   const CV dq_tile = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
   const CV dk_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
   const CV dv_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
+  // Counted in a plan while these buffers live (planned_claim).
   const std::shared_ptr<void> claims[] = {planned_claim(scores), planned_claim(dscores), planned_claim(dq_tile),
-                                          planned_claim(dk_tile), planned_claim(dv_tile)};  // a plan's
+                                          planned_claim(dk_tile), planned_claim(dv_tile)};
   for (const ring_key_tile& t : ring_key_tiles(nq, q0, k0, tb, te)) {
     const std::int64_t t0 = t.t0, tn = t.tn, kg = t.kg, kq = t.kq;
     const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);

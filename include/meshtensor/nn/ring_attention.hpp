@@ -188,7 +188,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   // The travelling message [k; v; dk; dv] of one block, in C (dk and dv are sums of P parts).
   const auto own_blk = ring.block(ring.me);
   auto cur = CPool::get().allocate(static_cast<std::size_t>(4 * own_blk));
-  auto cur_claim = planned_claim(cur);  // goes with cur's memory (the message it replaces)
+  auto cur_claim = planned_claim(cur);  // released when cur moves on to the next message
   {
     const auto kv_ = k.view(), vv = v.view();
     kernels::parallel_for(
@@ -223,7 +223,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
       lses[c] = ring_chunk_rows<Exec>(lse, heads_rows, nq, std::int64_t{1}, b, n);
       deltas[c] = ring_chunk_rows<Exec>(CView(delta), heads_rows, nq, std::int64_t{1}, b, n);
       dqs[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n * inner));
-      for (const CView* v : {&qcs[c], &gcs[c], &lses[c], &deltas[c], &dqs[c]}) scratch.push_back(planned_claim(*v));
+      for (const CView* chunk : {&qcs[c], &gcs[c], &lses[c], &deltas[c], &dqs[c]}) scratch.push_back(planned_claim(*chunk));
       kernels::deep_copy(dqs[c], C(0));
     }
   for (int step = 0; step < P; ++step) {
@@ -334,7 +334,7 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
     ms[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n));
     ls[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n));
     accs[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n * inner));
-    for (const CView* v : {&ms[c], &ls[c], &accs[c]}) scratch.push_back(planned_claim(*v));
+    for (const CView* sums : {&ms[c], &ls[c], &accs[c]}) scratch.push_back(planned_claim(*sums));
     kernels::deep_copy(ms[c], std::numeric_limits<C>::lowest());
     kernels::deep_copy(ls[c], C(0));
     kernels::deep_copy(accs[c], C(0));
