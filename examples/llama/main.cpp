@@ -347,6 +347,9 @@ int main(int argc, char** argv) try {
   app.add_option("--log-every", o.log_every, "steps between printed losses")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--csv", o.csv, "write every step's loss to this file");
   app.add_flag("--recompute", o.recompute, "keep only each block's input for the backward pass, computing the rest again");
+  app.add_option("--loss-chunks", o.loss_chunks, "compute the loss's logits for 1/N of each processor's positions at a time, "
+                 "forward and backward (again in the backward pass): the whole [batch, length, vocab] logits never exist")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--dtype", o.dtype, "float32, or bf16: activations and products in bf16, float master weights")
       ->check(CLI::IsMember({"float32", "bf16"}))->capture_default_str();
   app.add_flag("--plan", o.plan, "print what a step needs on --mesh, without running it");

@@ -51,6 +51,7 @@ struct options {
   double rope_theta = 500000, rms_eps = 1e-5;  // Llama 3's
   std::optional<nn::rope_llama3_scaling> rope_llama3;  // Llama 3.1's frequency scaling (from a config.json)
   bool plan = false, recompute = false, tie_embeddings = false;
+  std::int64_t loss_chunks = 1;  // the loss's logits for 1/N of each processor's positions at a time
   std::string pretrained, config, logits_out;  // --from-pretrained DIR; --config FILE; --logits-out FILE of --ids
   std::string config_text;                     // the config.json read, written again by --save-pretrained
   std::string save_pretrained, save_dtype = "float32";
@@ -136,12 +137,14 @@ struct model {
     rope = {.theta = o.rope_theta, .llama3 = o.rope_llama3};
     rms_eps = static_cast<float>(o.rms_eps);
     recompute = o.recompute;
+    loss_chunks = o.loss_chunks;
     final_norm = mt::full<t<d_model>>(g, {dm}, 1.0f);
     if (!o.tie_embeddings) output.push_back(make.template operator()<t<vocab, d_model>>({o.vocab, dm}, mt::type_list<d_model>{}));
     std::apply([](auto&... p) { (mt::for_each_tensor(p, [](auto& w) { w.requires_grad(); }), ...); }, tie());
   }
 
   bool recompute = false;
+  std::int64_t loss_chunks = 1;  // --loss-chunks
   bool ring = false;  // --attention ring: where the layout splits the sequence, attention by a ring
   nn::rope_config rope;  // q and k rotated at their positions (--rope-theta)
   float rms_eps = 1e-5f;
@@ -175,6 +178,12 @@ struct model {
   // computed in C (float, or bf16: the activations and products in bf16, their sums in float).
   template <class C = float>
   auto logits(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
+    return nn::dense<d_model, vocab>(hidden<C>(ids), as<C>(output_weight()));
+  }
+
+  // The last block's output, normalised: what the output layer's product takes.
+  template <class C = float>
+  auto hidden(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
     using X = mt::tensor<C, L, batch, length, d_model>;
     X x = nn::embedding<vocab>(as<C>(embedding), ids);
     for (std::size_t b = 0; b < wq.size(); ++b) {
@@ -186,9 +195,9 @@ struct model {
       // --recompute: only each block's input is kept; the backward pass runs the block again
       x = recompute ? mt::recompute(block, x) : block(x);
     }
-    return nn::dense<d_model, vocab>(nn::rms_norm<d_model>(x, as<C>(final_norm), rms_eps),
-                                     as<C>(output.empty() ? embedding : output[0]));
+    return nn::rms_norm<d_model>(x, as<C>(final_norm), rms_eps);
   }
+  const t<vocab, d_model>& output_weight() const { return output.empty() ? embedding : output[0]; }
 
   // Inference with a key-value cache: each block's keys (rotated at their positions) and values,
   // allocated once for `capacity` positions and written in place, one position per token.
@@ -232,13 +241,15 @@ struct model {
       x = a + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(a, feed_forward_norm[b], rms_eps), w_gate[b],
                                                     w_up[b], w_down[b]);
     }
-    return nn::dense<d_model, vocab>(nn::rms_norm<d_model>(x, final_norm, rms_eps), output.empty() ? embedding : output[0]);
+    return nn::dense<d_model, vocab>(nn::rms_norm<d_model>(x, final_norm, rms_eps), output_weight());
   }
 
-  // Mean next-token cross-entropy of a batch of token ids, computed in C (the loss in float).
+  // Mean next-token cross-entropy of a batch of token ids, computed in C (the loss in float); with
+  // --loss-chunks N the logits of 1/N of each processor's positions at a time.
   template <class C = float>
   t<> loss(const mt::tensor<std::int32_t, L, batch, length>& ids, const mt::tensor<std::int32_t, L, batch, length>& labels) const {
-    return mt::reduce_mean<batch, length>(nn::softmax_cross_entropy<vocab>(mt::cast<float>(logits<C>(ids)), labels));
+    const auto h = hidden<C>(ids);  // before the output weight's cast, as logits() has it: its gradient goes first
+    return nn::chunked_cross_entropy<d_model, vocab, length>(h, as<C>(output_weight()), labels, loss_chunks);
   }
 };
 

@@ -607,7 +607,7 @@ def collective_seconds(cal_text, kind, size, calls, nbytes):
 
 
 def llama_step(llama, cal_path, cal_text, all_bf16_path, model, layers, length, rows, cols, pipeline, microbatches, data,
-               h100):
+               h100, loss_chunks=1):
     """One stage of `layers` blocks (with the embedding and the output layer: the first and last
     stages' parts together, an upper bound) on [rows x cols] = context x tensor, one microbatch of
     one sequence, bf16, --recompute; its plan, and a 1F1B step of `microbatches` per data-parallel
@@ -621,9 +621,11 @@ def llama_step(llama, cal_path, cal_text, all_bf16_path, model, layers, length, 
     estimate, with the float32 weights and Adam's state sharded over the context and data axes (as
     FSDP shards them in Meta's and torchtitan's runs; the example keeps them whole on every
     processor of the context axis). step_all_bf16: the same with every product at bf16's rates (the
-    library takes some in float: ring attention's, and partial sums before their allreduce)."""
+    library takes some in float: ring attention's, and partial sums before their allreduce).
+    loss_chunks: the loss's logits for 1/loss_chunks of each processor's positions at a time
+    (--loss-chunks), the output layer's product run again in the backward pass."""
     args = ["--mesh", rows, cols, "--layout", "context_tensor", "--attention", "ring", *model, "--layers", layers,
-            "--length", length, "--batch", 1, "--dtype", "bf16", "--recompute"]
+            "--length", length, "--batch", 1, "--dtype", "bf16", "--recompute", "--loss-chunks", loss_chunks]
     d = llama_plan(llama, cal_path, *args)
     if "error" in d:
         return d
@@ -692,13 +694,16 @@ def llama_rows(llama, failures):
               "FLOPs in bf16 | t_fixed | t_data | predicted step | predicted TFLOP/s per GPU | "
               "every product at bf16's rate: step, TFLOP/s | published |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        runs = [("405B, 131072", LLAMA_405B, 8, 131072, 126, p, 16, 16, 8, n405, "380 (Meta, Table 4)")
+        # At a million tokens the loss in 16 pieces: a piece's float logits, 32768 / 16 positions of
+        # 128256 entries on [32 x 1], are 1 GiB (the whole loss's: 16 GiB each, several at once).
+        runs = [("405B, 131072", LLAMA_405B, 8, 131072, 126, p, 16, 16, 8, n405, "380 (Meta, Table 4)", 1)
                 for p in [(16, 8), (32, 4), (64, 2), (128, 1)]]
-        runs += [("8B, 1048576", LLAMA_8B, 32, 1048576, 32, p, 1, 1, 1, n8, "")
+        runs += [("8B, 1048576", LLAMA_8B, 32, 1048576, 32, p, 1, 1, 1, n8, "", 16)
                  for p in [(32, 1), (16, 2), (8, 4), (4, 8)]]
         best = {}
-        for label, model, layers, s, total_layers, (r, c), p, m, nd, n, published in runs:
-            d = llama_step(llama, *calibration(c), calibration(c, all_bf16=True)[0], model, layers, s, r, c, p, m, nd, h)
+        for label, model, layers, s, total_layers, (r, c), p, m, nd, n, published, chunks in runs:
+            d = llama_step(llama, *calibration(c), calibration(c, all_bf16=True)[0], model, layers, s, r, c, p, m, nd, h,
+                           loss_chunks=chunks)
             gpus = r * c * p * nd
             if "error" in d:
                 print(f"| {label} | [{r} x {c}] | {p} | {m} | {nd} | {gpus} | not planned: {d['error']} | | | | | | | | | | | |")

@@ -2,7 +2,7 @@
 # The tests of examples/llama: llama_example_test.sh CASE LLAMA WORKDIR MPIEXEC
 #   layouts_agree  data, tensor, context (all-to-all and ring) and context_tensor on [2 x 2], and
 #                  the sequence unevenly over [1 x 4], give one processor's losses (float32: 1e-4);
-#                  with --recompute too
+#                  with --recompute too, and with the loss in pieces (--loss-chunks)
 #   resume         6 steps, against 3 steps, a checkpoint and 3 resumed (under --memory-budget,
 #                  whose plan must not touch the checkpoint): the same losses
 #   learns         the loss falls by a quarter in 60 steps on [2 x 2]
@@ -11,7 +11,9 @@
 #   plan           Llama 3 8B's sizes planned on 8 processors: 8.03 billion parameters (Meta's
 #                  figure) and the all-to-all attention's alltoalls in the table; with
 #                  --calibration, the predicted products' time is the plan's FLOPs at the file's rate,
-#                  and --calibration without --plan is refused, and training without --text; Llama
+#                  and --calibration without --plan is refused, and training without --text; the loss
+#                  in 8 pieces plans under half the activations of Llama 3's vocabulary at 8192
+#                  positions, and 3 pieces that do not divide them are refused by name; Llama
 #                  3.1 8B, 70B and 405B planned from their config.json (tests/data/llama3) within
 #                  0.1% of Meta's parameter counts
 #   bf16           --dtype bf16 (bf16 activations and products, float weights) under the ring's
@@ -19,7 +21,8 @@
 #                  than 2e-5 apart: float32 layouts differ by about 1e-6) and
 #                  learns; its plan's ring shifts move half float32's bytes
 #   check_plan     one step against its plan under tensor, context (bf16, all-to-all) and
-#                  context_tensor (the ring) on 4 ranks: collectives and bytes equal, peak within 1%
+#                  context_tensor (the ring, the loss in 4 pieces) on 4 ranks: collectives and bytes
+#                  equal, peak within 1%
 set -euo pipefail
 case_=$1 llama=$2 dir=$3 mpiexec=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
@@ -46,6 +49,8 @@ case $case_ in
     done
     run 4 --mesh 2 2 --layout context_tensor --attention ring --recompute --steps 4 --csv recompute.csv
     same one.csv recompute.csv 1
+    run 4 --mesh 1 4 --layout context --loss-chunks 2 --steps 4 --csv chunks.csv  # the loss in pieces
+    same one.csv chunks.csv 1
     run 1 --steps 4 --length 30 --csv one30.csv
     for attention in all-to-all ring; do  # 8, 8, 7, 7 positions
       run 4 --mesh 1 4 --layout context --attention $attention --length 30 --steps 4 --csv "context30.$attention.csv"
@@ -93,6 +98,21 @@ case $case_ in
     set -e
     [ "$rc" != 0 ] && grep -q -- '--calibration needs --plan' <<<"$out" ||
       { echo "$out"; echo "FAIL: --calibration without --plan not refused (rc $rc)"; exit 1; }
+    # The loss in 8 pieces: Llama 3's vocabulary at 8192 positions on 8 processors (the ring) plans
+    # under half the activations; 3 pieces of 8192 positions are refused by name.
+    small=(--plan --mesh 8 1 --layout context_tensor --attention ring --d-model 256 --layers 2 --kv-heads 8 --group 2
+           --d-kv 32 --d-ff 512 --vocab 128256 --batch 1 --length 8192)
+    whole=$("$mpiexec" -n 1 "$llama" "${small[@]}" | awk '/^  peak/ { print $NF }')
+    pieces=$("$mpiexec" -n 1 "$llama" "${small[@]}" --loss-chunks 8 | awk '/^  peak/ { print $NF }')
+    echo "planned activations at the peak: $whole GiB whole, $pieces GiB in 8 pieces"
+    awk -v w="$whole" -v p="$pieces" 'BEGIN { exit !(w > 0 && p > 0 && p < w / 2) }' ||
+      { echo "FAIL: the loss in 8 pieces does not plan under half the activations"; exit 1; }
+    set +e
+    out=$("$mpiexec" -n 1 "$llama" "${small[@]}" --loss-chunks 3 2>&1)
+    rc=$?
+    set -e
+    [ "$rc" != 0 ] && grep -q "dim 'length' of extent 8192 .* multiple of 48" <<<"$out" ||
+      { echo "$out"; echo "FAIL: --loss-chunks 3 of 8192 positions not refused by name (rc $rc)"; exit 1; }
     # Llama 3.1 8B, 70B and 405B planned from their published config.json alone: Meta's counts to 0.1%.
     configs=$(cd "$(dirname "${BASH_SOURCE[0]}")/../data/llama3" && pwd)
     for size in 8B:8.03 70B:70.6 405B:405.9; do
@@ -127,7 +147,7 @@ case $case_ in
     # Each layout's step against its plan on 4 ranks: collectives, parameter and Adam bytes equal on
     # every rank, the planned peak within 1% of the caching allocator's (0.9995-0.9997 measured).
     for args in "--layout tensor --mesh 2 2" "--layout context --attention all-to-all --mesh 1 4 --dtype bf16" \
-                "--layout context_tensor --attention ring --mesh 2 2"; do
+                "--layout context_tensor --attention ring --mesh 2 2 --loss-chunks 4"; do
       out=$("$mpiexec" -n 4 "$llama" --text "$text" --check-plan --memory-tolerance 0.01 $args 2>&1) ||
         { echo "$out"; echo "FAIL: --check-plan $args"; exit 1; }
       grep 'check-plan' <<<"$out"
