@@ -178,7 +178,8 @@ struct model {
   // computed in C (float, or bf16: the activations and products in bf16, their sums in float).
   template <class C = float>
   auto logits(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
-    return nn::dense<d_model, vocab>(hidden<C>(ids), as<C>(output_weight()));
+    const auto h = hidden<C>(ids);  // the blocks first, then the output weight's cast
+    return nn::dense<d_model, vocab>(h, as<C>(output_weight()));
   }
 
   // The last block's output, normalised: what the output layer's product takes.

@@ -439,6 +439,10 @@ int main(int argc, char** argv) try {
   app.add_flag("--recompute", o.recompute,
                "keep only each block's input for the backward pass and compute the block again there (less memory, "
                "one more forward pass)");
+  app.add_option("--loss-chunks", o.loss_chunks,
+                 "compute the loss's logits for 1/N of each processor's positions at a time, forward and backward "
+                 "(again in the backward pass): the whole [batch, length, vocab] logits never exist")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_flag("--recompute-attention", o.recompute_attention,
                "keep q, k and v of each block's attention and compute its scores, softmax and product with v again "
                "in the backward pass (Korthikanti et al.'s selective recomputation: no s x s tensor per head kept)");
@@ -535,6 +539,9 @@ int main(int argc, char** argv) try {
                       "adds included): they are sequence parallelism, and take no --sequence-parallel");
     if (o.sequence_parallel && !o.compare && (o.layout == "data" || o.layout == "fsdp"))
       throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model, 2d or fsdp_2d)");
+    if (o.loss_chunks > 1 && (o.sequence_parallel || o.pipeline > 1 || o.microbatches > 0 || o.check_pipeline))
+      throw mt::error("--loss-chunks cuts the loss of an unpipelined step without --sequence-parallel: drop it, or "
+                      "--pipeline, --microbatches and --sequence-parallel");
     if (o.sequence_parallel && o.prefetch && !o.compare)
       throw mt::error("--prefetch starts the gathers of the unsplit blocks; --sequence-parallel's blocks gather at "
                       "each use: use one of the two");

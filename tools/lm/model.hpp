@@ -215,6 +215,12 @@ struct model {
   // bf16 with --dtype bf16: activations and products in bf16, sums and row statistics in float).
   template <class C = float>
   auto logits(const t<batch, length>& ids, const options& o, std::uint64_t step) const {
+    return project_out<C>(hidden<C>(ids, o, step));
+  }
+
+  // The last block's output, layer-normalised: what the output projection takes.
+  template <class C = float>
+  auto hidden(const t<batch, length>& ids, const options& o, std::uint64_t step) const {
     const std::uint64_t dseed = o.seed * 7919;
     using X = mt::tensor<C, L, batch, length, d_model>;
     const std::int64_t n = ids.template extent<length>();
@@ -238,7 +244,7 @@ struct model {
             return transformer_block(x, ws..., o.dropout, dseed + 2 * b, step, o.attention_memory());
           }, w);
         }
-        return project_out<C>(nn::layer_norm<d_model>(x, as<C>(lnf_scale), as<C>(lnf_bias)));
+        return nn::layer_norm<d_model>(x, as<C>(lnf_scale), as<C>(lnf_bias));
       }
     }
     for (std::size_t b = 0; b < wq.size(); ++b) {
@@ -254,7 +260,7 @@ struct model {
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
-    return project_out<C>(nn::layer_norm<d_model>(x, as<C>(lnf_scale), as<C>(lnf_bias)));
+    return nn::layer_norm<d_model>(x, as<C>(lnf_scale), as<C>(lnf_bias));
   }
 
   // Logits [batch, length, vocab] of the final normalised stream h.
@@ -265,10 +271,17 @@ struct model {
   }
 
   // Mean next-byte cross-entropy of a batch, in float whatever C is (the logits cast up first).
+  // With --loss-chunks N, the logits of 1/N of each processor's positions at a time
+  // (nn/chunked_cross_entropy.hpp).
   template <class C = float>
   t<> loss(const t<batch, length>& ids, const t<batch, length>& labels, const options& o, std::uint64_t step) const {
-    return mt::reduce_mean<batch, length>(
-        nn::softmax_cross_entropy<vocab>(mt::cast<float>(logits<C>(ids, o, step)), labels));
+    if (o.loss_chunks == 1)
+      return mt::reduce_mean<batch, length>(
+          nn::softmax_cross_entropy<vocab>(mt::cast<float>(logits<C>(ids, o, step)), labels));
+    const auto h = hidden<C>(ids, o, step);
+    if (softmax_weights.empty())
+      return nn::chunked_cross_entropy<d_model, vocab, length>(h, as<C>(embedding), labels, o.loss_chunks);
+    return nn::chunked_cross_entropy<d_model, vocab, length>(h, as<C>(softmax_weights[0]), labels, o.loss_chunks);
   }
 
   // loss() with --sequence-parallel: the same arithmetic, the residual stream under LS

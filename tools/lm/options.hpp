@@ -44,6 +44,7 @@ struct options {
   nn::attention_memory attention_memory() const {
     return recompute_attention ? nn::attention_memory::recompute_core : nn::attention_memory::keep_all;
   }
+  std::int64_t loss_chunks = 1;    // the loss's logits for 1/N of each processor's positions at a time
   bool sequence_parallel = false;  // the residual stream split along length (layouts model, 2d)
   // Attention of the layouts that split the sequence (context, 2d_context): "all-to-all" or "ring".
   std::string attention = "all-to-all";
