@@ -178,7 +178,10 @@ struct model {
   // computed in C (float, or bf16: the activations and products in bf16, their sums in float).
   template <class C = float>
   auto logits(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
-    const auto h = hidden<C>(ids);  // the blocks first, then the output weight's cast
+    // The final norm before the output weight's cast (function arguments have no order): the
+    // backward pass runs newest first, so the cast's gradient is pushed, and its bf16 copy freed,
+    // before the blocks' backward pass rather than held through it.
+    const auto h = hidden<C>(ids);
     return nn::dense<d_model, vocab>(h, as<C>(output_weight()));
   }
 
@@ -249,8 +252,8 @@ struct model {
   // --loss-chunks N the logits of 1/N of each processor's positions at a time.
   template <class C = float>
   t<> loss(const mt::tensor<std::int32_t, L, batch, length>& ids, const mt::tensor<std::int32_t, L, batch, length>& labels) const {
-    const auto h = hidden<C>(ids);  // before the output weight's cast, as logits() has it: its gradient goes first
-    return nn::chunked_cross_entropy<d_model, vocab, length>(h, as<C>(output_weight()), labels, loss_chunks);
+    // The float weight: each piece casts it to C, so the pieces' gradients add up in float.
+    return nn::chunked_cross_entropy<d_model, vocab, length>(hidden<C>(ids), output_weight(), labels, loss_chunks);
   }
 };
 

@@ -1,10 +1,11 @@
 // local_chunk<D> and the loss it serves, nn::chunked_cross_entropy, at 1, 2 and 4 ranks on [P x 1]
 // and [2 x 2]: the pieces of a dim whole, split over both axes and cut zigzag hold every element of
-// x once, without a collective (where D is whole, piece c is slice<D>'s; split, part q's rows c of
-// its own, written out here); an extent that is not a multiple of parts x chunks and a piece out of
-// range are refused by name; the gradient equals central differences. The loss in 1, 2 and 4 pieces
-// equals the whole loss (and reduce_mean of softmax_cross_entropy of the dense layer's logits), and
-// so do its gradients to h and w, with the vocabulary split too.
+// x once, without a collective (where D is whole, piece c is slice<D>'s; split or zigzag, each
+// range's rows c of its own, written out here); an extent that is not a multiple of parts x
+// chunks and a piece out of range are refused by name; the gradient equals central differences.
+// The loss in 1, 2 and 4 pieces equals the whole loss (reduce_mean of softmax_cross_entropy of the
+// dense layer's logits), and so do its gradients to h and w, with the vocabulary split too; bf16
+// activations with a float weight (cast inside each piece) follow the whole loss.
 #include <algorithm>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <meshtensor/nn/chunked_cross_entropy.hpp>
@@ -48,17 +49,19 @@ TEST_CASE("local_chunk's pieces hold every element once, with no collective", "[
         REQUIRE(piece.template extent<length>() == S / chunks);
         const auto got = mt::gather_all(piece);
         seen.insert(seen.end(), got.begin(), got.end());
-        const std::int64_t m = S / (P * chunks);  // a part's rows of this piece
         if constexpr (std::is_same_v<L, Whole>) {
           REQUIRE(got == mt::gather_all(mt::slice<length>(x, c * S / chunks, S / chunks)));
-        } else if constexpr (std::is_same_v<L, Split>) {
-          // The result's part q, row l: x's row q * S / P + c * m + l.
+        } else {
+          // x's S rows cut into K ranges (P parts, two ranges each under zigzag), the result's S / chunks
+          // into K alike: the result's range k, row l is x's range k, row c * m + l. (Under zigzag part q
+          // holds ranges q and 2P - 1 - q of both, so both are zigzag: tests/mpi/zigzag_equivalence_test.cpp.)
+          const std::int64_t K = std::is_same_v<L, Zigzag> ? 2 * P : P, m = S / (K * chunks);
           std::vector<double> want;
           for (std::int64_t b = 0; b < B; ++b)
-            for (std::int64_t q = 0; q < P; ++q)
+            for (std::int64_t k = 0; k < K; ++k)
               for (std::int64_t l = 0; l < m; ++l)
                 for (std::int64_t d = 0; d < M; ++d)
-                  want.push_back(host[static_cast<std::size_t>((b * S + q * S / P + c * m + l) * M + d)]);
+                  want.push_back(host[static_cast<std::size_t>((b * S + k * S / K + c * m + l) * M + d)]);
           REQUIRE(got == want);
         }
       }
@@ -110,4 +113,28 @@ TEST_CASE("chunked_cross_entropy equals the whole loss and its gradients, in 1, 
       require_close(mt::gather_all(cw), mt::gather_all(gw), 1e-12);
     }
   });
+}
+
+TEST_CASE("chunked_cross_entropy with bf16 activations and a float weight follows the whole loss", "[gradient]") {
+  using L = mt::layout<grid, mt::split<batch, r_>, mt::split<vocab, c_>>;
+  using H = mt::tensor<float, L, batch, length, d_model>;
+  using W = mt::tensor<float, L, vocab, d_model>;
+  using Ids = mt::tensor<std::int32_t, L, batch, length>;
+  const auto g = world_grid();
+  auto h = mt::random_normal<H>(g, {B, S, M}, 31);
+  auto w = mt::random_normal<W>(g, {V, M}, 32);
+  h.requires_grad();
+  w.requires_grad();
+  std::vector<std::int32_t> ids;
+  for (std::int64_t k = 0; k < B * S; ++k) ids.push_back(static_cast<std::int32_t>((k * 2 + 3) % V));
+  const auto labels = mt::from_host<Ids>(g, {B, S}, ids);
+  const auto hb = mt::cast<mt::bf16>(h);
+  const auto whole = nn::chunked_cross_entropy<d_model, vocab, length>(hb, w, labels, 1);
+  const auto pieces = nn::chunked_cross_entropy<d_model, vocab, length>(hb, w, labels, 4);
+  // bf16 products in pieces of other sizes may round a logit apart: close, not equal.
+  require_close(mt::gather_all(pieces), mt::gather_all(whole), 1e-3);
+  const auto [gh, gw] = mt::gradient(whole, h, w);
+  const auto [ph, pw] = mt::gradient(pieces, h, w);
+  require_close(mt::gather_all(ph), mt::gather_all(gh), 1e-3);  // gradients of about 0.03: bf16's rounding apart
+  require_close(mt::gather_all(pw), mt::gather_all(gw), 1e-3);
 }

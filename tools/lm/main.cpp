@@ -540,8 +540,12 @@ int main(int argc, char** argv) try {
     if (o.sequence_parallel && !o.compare && (o.layout == "data" || o.layout == "fsdp"))
       throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model, 2d or fsdp_2d)");
     if (o.loss_chunks > 1 && (o.sequence_parallel || o.pipeline > 1 || o.microbatches > 0 || o.check_pipeline))
-      throw mt::error("--loss-chunks cuts the loss of an unpipelined step without --sequence-parallel: drop it, or "
-                      "--pipeline, --microbatches and --sequence-parallel");
+      throw mt::error(fmt::format("--loss-chunks cuts the loss of an unpipelined step without --sequence-parallel, not "
+                                  "with {}: drop one of the two",
+                                  o.sequence_parallel ? "--sequence-parallel"
+                                  : o.pipeline > 1    ? "--pipeline"
+                                  : o.microbatches > 0 ? "--microbatches"
+                                                       : "--check-pipeline"));
     if (o.sequence_parallel && o.prefetch && !o.compare)
       throw mt::error("--prefetch starts the gathers of the unsplit blocks; --sequence-parallel's blocks gather at "
                       "each use: use one of the two");

@@ -278,10 +278,12 @@ struct model {
     if (o.loss_chunks == 1)
       return mt::reduce_mean<batch, length>(
           nn::softmax_cross_entropy<vocab>(mt::cast<float>(logits<C>(ids, o, step)), labels));
+    // The float weights (gathered for use where stored split): each piece casts them to C, so
+    // the pieces' gradients add up in float.
     const auto h = hidden<C>(ids, o, step);
     if (softmax_weights.empty())
-      return nn::chunked_cross_entropy<d_model, vocab, length>(h, as<C>(embedding), labels, o.loss_chunks);
-    return nn::chunked_cross_entropy<d_model, vocab, length>(h, as<C>(softmax_weights[0]), labels, o.loss_chunks);
+      return nn::chunked_cross_entropy<d_model, vocab, length>(h, as<float>(embedding), labels, o.loss_chunks);
+    return nn::chunked_cross_entropy<d_model, vocab, length>(h, as<float>(softmax_weights[0]), labels, o.loss_chunks);
   }
 
   // loss() with --sequence-parallel: the same arithmetic, the residual stream under LS

@@ -8,8 +8,10 @@
 // do not fit anywhere (docs/scale.md). Each piece's logits are made again in the backward pass
 // (mt::recompute): the output layer's product runs twice, as under full recomputation.
 // chunks = 1 is the plain composition, nothing recomputed. The loss in float (bf16 logits cast up
-// first), double where h is double. Communication: the product's and the loss's, once per piece
-// (the same bytes in `chunks` calls), and again in the backward pass; local_chunk moves nothing.
+// first), double where h is double. w may be of another element type than h (a float master weight
+// under bf16 activations): each piece casts it to h's, so that the pieces' gradients add up in w's
+// type, not rounded to bf16 once per piece. Communication: the product's and the loss's, once per
+// piece (the same bytes in `chunks` calls), and again in the backward pass; local_chunk moves nothing.
 // Along must be cut into equal parts of a multiple of `chunks` (local_chunk's refusal names it).
 #include <cstdint>
 #include <optional>
@@ -32,31 +34,39 @@ auto chunked_cross_entropy(const H& h, const W& w, const Labels& labels, std::in
                 "meshtensor::nn::chunked_cross_entropy<Model, Vocab, Along>: h and the labels must both hold Along");
   using T = typename H::value_type;
   using F = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  const auto loss_sum = [](const auto& x, const auto& w, const auto& ids) {
-    const auto logits = dense<Model, Vocab>(x, w);
-    const auto loss = [&] {
-      if constexpr (std::is_same_v<T, F>) return softmax_cross_entropy<Vocab>(logits, ids);
-      else return softmax_cross_entropy<Vocab>(cast<F>(logits), ids);
+  // Each position's loss; w cast to h's element type here, inside the piece (see above).
+  const auto losses = [](const auto& x, const auto& w, const auto& ids) {
+    const auto logits = [&] {
+      if constexpr (std::is_same_v<typename W::value_type, T>) return dense<Model, Vocab>(x, w);
+      else return dense<Model, Vocab>(x, cast<T>(w));
     }();
-    return [&]<class... Ds>(type_list<Ds...>) { return reduce_sum<Ds...>(loss); }(typename decltype(loss)::dims{});
+    if constexpr (std::is_same_v<T, F>) return softmax_cross_entropy<Vocab>(logits, ids);
+    else return softmax_cross_entropy<Vocab>(cast<F>(logits), ids);
+  };
+  const auto sum_all = [](const auto& loss) {
+    return [&]<class... Ds>(type_list<Ds...>) { return reduce_sum<Ds...>(loss); }(typename std::remove_cvref_t<decltype(loss)>::dims{});
+  };
+  const auto mean_all = [](const auto& loss) {
+    return [&]<class... Ds>(type_list<Ds...>) { return reduce_mean<Ds...>(loss); }(typename std::remove_cvref_t<decltype(loss)>::dims{});
   };
   if (chunks < 1)
     throw shape_error(meshtensor::detail::cat("chunked_cross_entropy: ", chunks, " chunks along dim '", Along::name(),
                                               "'; at least 1"));
+  using Sum = decltype(sum_all(losses(h, w, labels)));
+  if (chunks == 1) return Sum(mean_all(losses(h, w, labels)));  // the plain loss, reduce_mean's arithmetic
   std::int64_t positions = 1;
   for (const std::int64_t e : labels.extents()) positions *= e;
-  const F per_position = static_cast<F>(1.0 / static_cast<double>(positions));
-  if (chunks == 1) return loss_sum(h, w, labels) * per_position;
-  using Sum = decltype(loss_sum(h, w, labels));
-  std::optional<Sum> sum;
+  std::optional<Sum> total;
   for (std::int64_t c = 0; c < chunks; ++c) {
     // w by value: the piece's product runs again in the backward pass, after this call has returned.
     const H x = local_chunk<Along>(h, c, chunks);  // h first: a refusal names h's type
     const Labels ids = local_chunk<Along>(labels, c, chunks);
-    const auto piece = recompute([w, loss_sum](const H& x, const Labels& ids) { return loss_sum(x, w, ids); }, x, ids);
-    sum = sum ? Sum(*sum + piece) : piece;
+    const auto piece = recompute(
+        [w, losses, sum_all](const H& piece_h, const Labels& piece_ids) { return sum_all(losses(piece_h, w, piece_ids)); },
+        x, ids);
+    total = total ? Sum(*total + piece) : piece;
   }
-  return *sum * per_position;
+  return Sum(*total * static_cast<F>(1.0 / static_cast<double>(positions)));
 }
 
 }  // namespace meshtensor::nn

@@ -9,8 +9,10 @@
 // of a split dim makes. Under zigzag<D, ...> each of a part's two ranges is cut alike, so the
 // result is zigzag again. Every part (every range, under zigzag) must have the same extent, a
 // multiple of `chunks`: D's extent a multiple of parts x chunks (2 x parts x chunks under zigzag).
-// Gradient: put back into its rows of a zero tensor of x's shape.
+// Gradient: put back into its rows of a zero tensor of x's shape (each piece's gradient is x-sized:
+// summed over the pieces, `chunks` times x's bytes written).
 #include <cstdint>
+#include <string>
 
 #include "../plan/comm_plan.hpp"
 #include "detail/along.hpp"
@@ -19,11 +21,11 @@
 namespace meshtensor {
 namespace detail {
 
-// Where piece c of a part's rows lies: `ranges` ranges of the part (2 under zigzag), each of
-// `range` rows, cut into pieces of `piece` rows; a piece's local row l is range l / piece's row
+// Where piece c of a part's rows lies: the part's ranges (2 under zigzag), each of `range` rows,
+// cut into pieces of `piece` rows; a piece's local row l is range l / piece's row
 // c * piece + l % piece.
 struct chunk_rows {
-  std::int64_t ranges = 1, range = 0, piece = 0, c = 0;
+  std::int64_t range = 0, piece = 0, c = 0;
   KOKKOS_INLINE_FUNCTION std::int64_t source(std::int64_t l) const {
     return (l / piece) * range + c * piece + l % piece;
   }
@@ -32,16 +34,8 @@ struct chunk_rows {
 // The piece's rows copied out of x's local data (to_piece) or into a zeroed x-shaped tensor (back).
 template <Dim D, Tensor X>
 void copy_chunk_rows(const X& from, X& to, const chunk_rows& rows, bool to_piece) {
-  // local_along without the part's offset, which a zigzag part has two of (none is read here).
-  const auto local = [](const X& x) {
-    along_view<typename X::view_type> r;
-    r.v = x.view();
-    std::tie(r.outer, r.inner) = outer_inner<X::rank>(x.local_extents(), X::template index_of<D>());
-    r.n = x.local_extents()[X::template index_of<D>()];
-    return r;
-  };
-  const auto src = local(from);
-  const auto dst = local(to);
+  const auto src = local_along<D>(from);
+  const auto dst = local_along<D>(to);
   const auto piece_view = to_piece ? dst : src;  // the side indexed by the piece's rows
   const auto whole_view = to_piece ? src : dst;
   auto pv = piece_view.v;
@@ -80,13 +74,15 @@ X local_chunk(const X& x, std::int64_t c, std::int64_t chunks) {
   if (chunks < 1 || c < 0 || c >= chunks)
     throw shape_error(detail::cat("local_chunk: piece ", c, " of ", chunks, " along dim '", D::name(),
                                   "': the pieces are numbered 0 to chunks - 1, and there is at least one"));
-  if (n % (parts * ranges * chunks) != 0)
+  if (n % (parts * ranges * chunks) != 0) {
+    const std::string each = parts * ranges == 1 ? std::string()
+                             : detail::cat(" in each of its ", parts * ranges, s.zigzag() ? " zigzag ranges" : " parts");
     throw shape_error(detail::cat("local_chunk: dim '", D::name(), "' of extent ", n, " in ", X::type_name(),
-                                  x.shape_string(), " is cut into ", parts * ranges, s.zigzag() ? " zigzag ranges" : " parts",
-                                  ", each to be cut into ", chunks, " equal pieces: its extent must be a multiple of ",
-                                  parts * ranges * chunks));
+                                  x.shape_string(), " is to be cut into ", chunks, " equal pieces", each,
+                                  ": its extent must be a multiple of ", parts * ranges * chunks));
+  }
   const std::int64_t range = n / (parts * ranges);
-  const detail::chunk_rows rows{ranges, range, range / chunks, c};
+  const detail::chunk_rows rows{range, range / chunks, c};
   X out(x.mesh(), detail::with_extent<D>(x, n / chunks), uninitialized);  // every row written
   detail::copy_chunk_rows<D>(x, out, rows, true);
   detail::record<X>(

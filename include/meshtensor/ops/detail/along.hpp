@@ -88,7 +88,9 @@ along_view<typename X::view_type> local_along(const X& x) {
   r.v = x.view();
   std::tie(r.outer, r.inner) = outer_inner<X::rank>(x.local_extents(), a);
   r.n = x.local_extents()[a];
-  r.begin = x.template offset<D>();
+  // A zigzag part starts twice: begin is left 0 there, for the ops that read local rows only
+  // (local_chunk); those that read begin refuse a zigzag D (require_contiguous_along).
+  if constexpr (!X::layout_type::template split_of<D>().zigzag()) r.begin = x.template offset<D>();
   return r;
 }
 
