@@ -40,7 +40,8 @@ for t in $(seq 1 "$trials"); do
   if [ -n "$delay" ]; then
     sleep "$delay"
   else
-    for _ in $(seq 200); do grep -q "^checkpoint: $target " "$trace" && break; sleep 0.1; done
+    # Up to a minute: beside other tests a loaded machine may take long to reach the phase.
+    for _ in $(seq 600); do grep -q "^checkpoint: $target " "$trace" && break; sleep 0.1; done
     # A held write: the job goes on for a second (its next values, its polls), so a save published
     # before its bytes are on disk would be current when the kill comes.
     if [ "$target" = writing ]; then sleep 1; fi

@@ -48,9 +48,10 @@ if(NOT cuda_define)
   message(FATAL_ERROR "cuda_build: ${KOKKOS_ROOT} is a Kokkos without CUDA (no KOKKOS_ENABLE_CUDA in KokkosCore_config.h)")
 endif()
 
-# All targets in one build, so that both cores compile (most of them are one TU each: built one
-# after another, one core sat idle), as one make goal (meshtensor_build_set, the top-level
-# CMakeLists.txt): given as several, the tests' main, which two of them link, compiled twice.
+# All targets as one make goal (meshtensor_build_set, the top-level CMakeLists.txt), so that both
+# cores compile: given as several goals, make built them one after another (most are one TU each:
+# one core sat idle), and the tests' main, which two of them link and whose rule here writes no
+# object, was compiled once per goal.
 string(TIMESTAMP start "%s")
 execute_process(COMMAND ${CMAKE_COMMAND} --build ${BINARY_DIR} --target meshtensor_build_set -j ${JOBS}
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
