@@ -19,7 +19,8 @@
 //       env.abort(e) prints the same line and MPI_Aborts at once, without waiting;
 //     - the environment's own start failing (MPI's thread support, ONEDNN_MAX_CPU_ISA; agreed, so
 //       on every rank): its constructor throws environment_start_error, and a program that
-//       constructs it inside a try returns e.report("prog: "): one line from rank 0, exit code 1;
+//       constructs it inside a try returns e.report("prog: "): one line from rank 0, exit code 1
+//       (MPI is finalised after that line, so no rank exits before it is out);
 //     - an exception unwinding through ~environment is treated as fail, without the message (the
 //       handler that catches it prints that);
 //     - a rank that catches an error, prints it itself and returns from main without fail reaches
@@ -47,6 +48,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -125,11 +127,14 @@ inline bool is_help_flag(const char* a) { return std::strcmp(a, "--help") == 0 |
 }  // namespace detail
 
 // The environment did not start, alike on every rank (MPI's thread support, ONEDNN_MAX_CPU_ISA).
-// Thrown by its constructor after MPI is finalised, so there is no environment to fail() through:
-// a program constructs its environment inside a try and returns report(prefix) from the catch,
-// which prints "<prefix><what>" once (rank 0) and gives every rank exit_code.
+// There is no environment to fail() through: a program constructs its environment inside a try and
+// returns report(prefix) from the catch, which prints "<prefix><what>" once (rank 0) and gives every
+// rank exit_code. MPI, where the environment started it, is finalised by report() after rank 0 has
+// printed (or when the last copy of the error dies): MPI_Finalize holds every rank until all arrive,
+// so no rank exits non-zero, and has mpiexec kill the job, before rank 0's line is out.
 struct environment_start_error : error {
-  environment_start_error(const std::string& what, int world_rank) : error(what), rank(world_rank) {}
+  environment_start_error(const std::string& what, int world_rank, bool finalize_mpi)
+      : error(what), rank(world_rank), mpi_(finalize_mpi ? std::shared_ptr<void>(nullptr, &finalize) : nullptr) {}
   int rank;
   int report(std::string_view prefix = "error: ", int exit_code = 1) const {
     if (rank == 0) {
@@ -137,8 +142,15 @@ struct environment_start_error : error {
       std::fprintf(stderr, "%.*s%s\n", static_cast<int>(prefix.size()), prefix.data(), what());
       std::fflush(stderr);
     }
+    mpi_.reset();
     return exit_code;
   }
+
+ private:
+  static void finalize(void*) {
+    if (detail::mpi_is_live()) MPI_Finalize();
+  }
+  mutable std::shared_ptr<void> mpi_;  // shared by the error's copies; its deleter finalises MPI
 };
 
 class environment {
@@ -155,19 +167,17 @@ class environment {
     MPI_Query_thread(&provided);
     if (provided < MPI_THREAD_FUNNELED) {
       MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-      if (owns_mpi_) MPI_Finalize();
       throw environment_start_error(detail::cat("meshtensor::environment: the MPI library provides thread support ",
                               detail::thread_level_name(provided), ", but meshtensor needs ",
                               "MPI_THREAD_FUNNELED (Kokkos' host threads run while the main thread calls MPI); "
-                              "use an MPI built with thread support"), rank_);
+                              "use an MPI built with thread support"), rank_, owns_mpi_);
     }
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     try {
       detail::agree_cpu_isa(MPI_COMM_WORLD);  // before any kernel: every rank rounds alike
     } catch (const std::exception& e) {
-      if (owns_mpi_) MPI_Finalize();
-      throw environment_start_error(e.what(), rank_);
+      throw environment_start_error(e.what(), rank_, owns_mpi_);
     }
     MPI_Comm_dup(MPI_COMM_WORLD, &end_comm_);
     uncaught_at_start_ = std::uncaught_exceptions();
