@@ -11,6 +11,8 @@
 #include <random>
 #include <test_support.hpp>
 
+#include "kernel_launches.hpp"
+
 using namespace tst;
 namespace mt = meshtensor;
 namespace nn = meshtensor::nn;
@@ -168,21 +170,48 @@ void check_layout(const M& g) {
   }
 
   {
-    INFO("gradients reach float master weights through cast");
-    // loss = sum(cast<float>(einsum(cast<bf16>(w), y))): d loss / d w[i][j] = sum_k y[j][k],
-    // computed in float from bf16 values, rounded to bf16 where the product's gradient is bf16.
+    INFO("gradients reach float master weights through cast, written into the float gradient by the product");
+    // loss = sum(cast<float>(einsum(cast<bf16>(w), y2))): d loss / d w[i][j] = sum_k y2[j][k]. Each
+    // row of y2 sums to a value exact in float that bf16 would round (1 + 2^-8 is a tie, rounded
+    // to 1): the product writes the gradient into w's float buffer, never a bf16 gradient on the
+    // way. A second microbatch's product adds into it (beta = 1), with no add kernel.
+    std::vector<bf16> y2h(J * K, bf16(0.0f));
+    for (std::int64_t j = 0; j < J; ++j) {
+      y2h[j * K + 0] = 1.0f + float(j % 4) / 128;
+      y2h[j * K + 1] = 0x1p-8f;
+      y2h[j * K + 2] = float(j % 3) * 0x1p-10f;
+    }
+    const auto y2 = mt::from_host<Y>(g, {J, K}, std::span<const bf16>(y2h));
     auto w = mt::cast<float>(x);
     w.requires_grad();
-    const auto loss = mt::reduce_sum<i_, k_>(mt::cast<float>(mt::einsum<i_, k_>(mt::cast<bf16>(w), y)));
-    const auto [dw] = mt::gradient(loss, w);
+    const auto loss_of = [&] { return mt::reduce_sum<i_, k_>(mt::cast<float>(mt::einsum<i_, k_>(mt::cast<bf16>(w), y2))); };
+    const auto row_sum = [&](std::int64_t j) {
+      double s = 0;
+      for (std::int64_t k = 0; k < K; ++k) s += float(y2h[j * K + k]);
+      return float(s);
+    };
+    REQUIRE(row_sum(0) == 1.0f + 0x1p-8f);
+    REQUIRE(float(bf16(row_sum(0))) == 1.0f);
+    const auto [dw] = mt::gradient(loss_of(), w);
     STATIC_REQUIRE(std::is_same_v<typename std::remove_cvref_t<decltype(dw)>::value_type, float>);
     const auto dh = mt::gather_all(dw);
     for (std::int64_t i = 0; i < I; ++i)
       for (std::int64_t j = 0; j < J; ++j) {
-        double s = 0;
-        for (std::int64_t k = 0; k < K; ++k) s += float(yh[j * K + k]);
         INFO("dw at " << i << ", " << j);
-        REQUIRE(dh[i * J + j] == float(bf16(float(s))));
+        REQUIRE(dh[i * J + j] == row_sum(j));
+      }
+    {
+      const kernel_launches seen;
+      mt::accumulate_gradient(loss_of(), w);
+      mt::accumulate_gradient(loss_of(), w);
+      CHECK(kernel_launches::count("meshtensor::grad_accumulate") == 0);
+    }
+    const auto [dw2] = mt::take_gradients(w);
+    const auto dh2 = mt::gather_all(dw2);
+    for (std::int64_t i = 0; i < I; ++i)
+      for (std::int64_t j = 0; j < J; ++j) {
+        INFO("two microbatches' dw at " << i << ", " << j);
+        REQUIRE(dh2[i * J + j] == 2 * row_sum(j));
       }
   }
 }

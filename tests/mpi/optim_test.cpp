@@ -8,6 +8,8 @@
 #include <meshtensor/optim/sgd.hpp>
 #include <test_support.hpp>
 
+#include "kernel_launches.hpp"
+
 #include "planned_run.hpp"
 
 #include <algorithm>
@@ -294,23 +296,6 @@ TEST_CASE("a training step in steady state makes no allocation", "[optim][memory
   }
 }
 
-namespace {
-// Kernels launched by name, through Kokkos Tools' parallel_for callback.
-struct kokkos_kernels {
-  static inline std::vector<std::string> names;
-  static void on_begin(const char* name, std::uint32_t, std::uint64_t* id) {
-    names.emplace_back(name);
-    *id = 0;
-  }
-  kokkos_kernels() {
-    names.clear();
-    Kokkos::Tools::Experimental::set_begin_parallel_for_callback(&on_begin);
-  }
-  ~kokkos_kernels() { Kokkos::Tools::Experimental::set_begin_parallel_for_callback(nullptr); }
-  static long count(const std::string& name) { return std::count(names.begin(), names.end(), name); }
-};
-}  // namespace
-
 TEST_CASE("adam updates every parameter of a step in one kernel, as update() does each", "[optim]") {
   // A matrix and a vector param of 5110 and 9000 elements (several runs of 4096 each, the last one
   // partial), uneven over the mesh, and a small one: step() against update() on copies, bit for bit.
@@ -333,9 +318,9 @@ TEST_CASE("adam updates every parameter of a step in one kernel, as update() doe
     const auto gw = mt::random_normal<M>(g, {70, 73}, 10 + t);
     const std::vector<V> gv{mt::random_normal<V>(g, {9000}, 20 + t), mt::random_normal<V>(g, {3}, 30 + t)};
     {
-      const kokkos_kernels seen;
+      const kernel_launches seen;
       fused.step(std::tie(w, v), std::tuple{gw, gv});
-      CHECK(kokkos_kernels::count("meshtensor::optim::adam") == 1);
+      CHECK(kernel_launches::count("meshtensor::optim::adam") == 1);
     }
     each.update(w_each, gw, s_w, t);
     for (std::size_t k = 0; k < v.size(); ++k) each.update(v_each[k], gv[k], s_v[k], t);

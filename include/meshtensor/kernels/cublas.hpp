@@ -34,6 +34,15 @@ inline cublasHandle_t cublas_handle() {
   return handle;
 }
 
+// cuBLAS takes int sizes.
+inline void check_int_range(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t ld_a,
+                            std::int64_t ld_b) {
+  for (const std::int64_t v : {nb, m, n, k, ld_a, ld_b})
+    if (v > INT32_MAX)
+      throw error(cat("meshtensor: einsum's product has a size of ", v, ", past cuBLAS's int range, for ", nb,
+                      " products of (", m, " x ", k, ") by (", k, " x ", n, ")"));
+}
+
 template <class T>
 constexpr bool cublas_type_v = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, bf16> ||
                                 std::is_same_v<T, complex<float>> || std::is_same_v<T, complex<double>>;
@@ -48,10 +57,7 @@ void cublas_batched_gemm(cudaStream_t stream, std::int64_t nb, std::int64_t m, s
   check_cublas(cublasSetStream(h, stream), "cublasSetStream", nb, m, n, k);
   const auto op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
   const std::int64_t ld_b = trans_b ? k : n, ld_a = trans_a ? m : k;
-  for (const std::int64_t v : {nb, m, n, k, ld_a, ld_b})
-    if (v > INT32_MAX)
-      throw error(cat("meshtensor: einsum's product has a size of ", v, ", past cuBLAS's int range, for ", nb,
-                      " products of (", m, " x ", k, ") by (", k, " x ", n, ")"));
+  check_int_range(nb, m, n, k, ld_a, ld_b);
   const compute_t<T> one = 1, zero = 0;
   const auto i = [](std::int64_t v) { return static_cast<int>(v); };
   if constexpr (std::is_same_v<T, bf16>)  // bf16 in and out, float accumulation (tensor cores)
@@ -81,6 +87,28 @@ void cublas_batched_gemm(cudaStream_t stream, std::int64_t nb, std::int64_t m, s
                      i(ld_a), m * k, reinterpret_cast<const cuDoubleComplex*>(&zero), reinterpret_cast<cuDoubleComplex*>(c),
                      i(n), m * n, i(nb)),
                  "cublasZgemmStridedBatched", nb, m, n, k);
+}
+
+
+// The same into float C, for float or bf16 A and B (float compute; tensor cores for bf16), with
+// beta = 1 where accumulate: a weight's gradient added into its float buffer by the product itself.
+template <class T>
+void cublas_batched_gemm_into_float(cudaStream_t stream, std::int64_t nb, std::int64_t m, std::int64_t n,
+                                    std::int64_t k, bool trans_a, bool trans_b, const T* a, const T* b, float* c,
+                                    bool accumulate) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>);
+  const cublasHandle_t h = cublas_handle();
+  check_cublas(cublasSetStream(h, stream), "cublasSetStream", nb, m, n, k);
+  const auto op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const std::int64_t ld_b = trans_b ? k : n, ld_a = trans_a ? m : k;
+  check_int_range(nb, m, n, k, ld_a, ld_b);
+  const float one = 1, beta = accumulate ? 1.0f : 0.0f;
+  const auto i = [](std::int64_t v) { return static_cast<int>(v); };
+  constexpr cudaDataType_t in = std::is_same_v<T, bf16> ? CUDA_R_16BF : CUDA_R_32F;
+  check_cublas(cublasGemmStridedBatchedEx(h, op_b, op_a, i(n), i(m), i(k), &one, b, in, i(ld_b), k * n, a, in, i(ld_a),
+                                          m * k, &beta, c, CUDA_R_32F, i(n), m * n, i(nb), CUBLAS_COMPUTE_32F,
+                                          CUBLAS_GEMM_DEFAULT),
+               "cublasGemmStridedBatchedEx (into float)", nb, m, n, k);
 }
 
 }  // namespace meshtensor::detail

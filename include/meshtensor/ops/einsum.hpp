@@ -11,6 +11,7 @@
 #include "../autodiff/saved_operand.hpp"
 #include "../element/complex.hpp"
 #include "../kernels/product.hpp"
+#include "../kernels/product_into_float.hpp"
 #include "detail/map_to.hpp"
 #include "elementwise.hpp"
 #include "sum_broadcast.hpp"
@@ -138,6 +139,23 @@ temporary_view<T, typename Exec::memory_space> permuted_slice(const Kokkos::View
   return out;
 }
 
+// Calls f(nb, m, n, k, a', b') with the local slices of a and b (local extents a_ext, b_ext) of
+// shape s as the product reads them: as they are, or permuted into pool buffers.
+template <class Exec, class T, class F>
+void with_product_operands(const contract_shape& s, const Kokkos::View<T*, typename Exec::memory_space>& a,
+                           const std::int64_t* a_ext, const Kokkos::View<T*, typename Exec::memory_space>& b,
+                           const std::int64_t* b_ext, F&& f) {
+  using mem = typename Exec::memory_space;
+  const std::size_t* ao = s.a_order.data();
+  const std::size_t* bo = s.b_order.data();
+  const std::int64_t nb = product_of(a_ext, ao, s.nb), m = product_of(a_ext, ao + s.nb, s.nm),
+                     k = product_of(a_ext, ao + s.nb + s.nm, s.nk), n = product_of(b_ext, bo + s.nb + s.nk, s.nn);
+  std::optional<temporary_view<T, mem>> ap, bp;
+  if (!s.a_plain && !s.a_trans) ap.emplace(permuted_slice<Exec, T>(a, a_ext, ao, s.a_rank));
+  if (!s.b_plain && !s.b_trans) bp.emplace(permuted_slice<Exec, T>(b, b_ext, bo, s.b_rank));
+  f(nb, m, n, k, ap ? ap->v : a, bp ? bp->v : b);
+}
+
 // out = the product of the local slices of a and b (local extents a_ext, b_ext) of shape s, out's
 // local extents out_ext. The product writes every element of its result (beta = 0; zeros when
 // k == 0), so out needs no zero fill.
@@ -147,25 +165,19 @@ void contract_slices(const contract_shape& s, const Kokkos::View<T*, typename Ex
                      const std::int64_t* b_ext, const Kokkos::View<T*, typename Exec::memory_space>& out,
                      const std::int64_t* out_ext) {
   using mem = typename Exec::memory_space;
-  const std::size_t* ao = s.a_order.data();
-  const std::size_t* bo = s.b_order.data();
-  const std::int64_t nb = product_of(a_ext, ao, s.nb), m = product_of(a_ext, ao + s.nb, s.nm),
-                     k = product_of(a_ext, ao + s.nb + s.nm, s.nk), n = product_of(b_ext, bo + s.nb + s.nk, s.nn);
-  std::optional<temporary_view<T, mem>> ap, bp;
-  if (!s.a_plain && !s.a_trans) ap.emplace(permuted_slice<Exec, T>(a, a_ext, ao, s.a_rank));
-  if (!s.b_plain && !s.b_trans) bp.emplace(permuted_slice<Exec, T>(b, b_ext, bo, s.b_rank));
-  const auto& av = ap ? ap->v : a;
-  const auto& bv = bp ? bp->v : b;
-  if (s.out_plain) return kernels::product<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, out);
-  const temporary_view<T, mem> c(static_cast<std::size_t>(nb * m * n));
-  kernels::product<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, c.v);
-  // c's local extents: [batch, m] from a, [n] from b; then c permuted into out's order.
-  kidx c_ext{};
-  std::size_t i = 0;
-  for (std::size_t j = 0; j != s.nb + s.nm; ++j) c_ext[i++] = a_ext[ao[j]];
-  for (std::size_t j = 0; j != s.nn; ++j) c_ext[i++] = b_ext[bo[s.nb + s.nk + j]];
-  map_kernel<Exec>(out, out_ext, static_cast<int>(s.out_rank), identity_fn{},
-                   map_input<T, mem>{c.v, s.out_order.data(), c_ext.data(), i});
+  with_product_operands<Exec, T>(s, a, a_ext, b, b_ext, [&](std::int64_t nb, std::int64_t m, std::int64_t n,
+                                                            std::int64_t k, const auto& av, const auto& bv) {
+    if (s.out_plain) return kernels::product<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, out);
+    const temporary_view<T, mem> c(static_cast<std::size_t>(nb * m * n));
+    kernels::product<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, c.v);
+    // c's local extents: [batch, m] from a, [n] from b; then c permuted into out's order.
+    kidx c_ext{};
+    std::size_t i = 0;
+    for (std::size_t j = 0; j != s.nb + s.nm; ++j) c_ext[i++] = a_ext[s.a_order[j]];
+    for (std::size_t j = 0; j != s.nn; ++j) c_ext[i++] = b_ext[s.b_order[s.nb + s.nk + j]];
+    map_kernel<Exec>(out, out_ext, static_cast<int>(s.out_rank), identity_fn{},
+                     map_input<T, mem>{c.v, s.out_order.data(), c_ext.data(), i});
+  });
 }
 
 // Two operands whose dims all appear in the other operand or the output. With sum_partials false,
@@ -199,6 +211,56 @@ X conjugated_for_gradient(const X& x) {
     return x;
 }
 
+// The float gradient that a product's result for `input` can be written into: input's own where
+// it is float, that of the float tensor input was cast from where it is a bf16 copy (a float
+// master weight's working copy) whose cast has not yet run backward; else none.
+template <Tensor In>
+grad_node<float, In::rank, typename In::execution_space>* float_gradient_of(const In& input) {
+  using T = typename In::value_type;
+  if constexpr (std::is_same_v<T, float>) {
+    return input.node();
+  } else if constexpr (std::is_same_v<T, bf16>) {
+    using F = typename In::template rebind<float>;
+    auto* copy = dynamic_cast<rule_node<In, cast_rule<F, In>>*>(input.node());
+    return copy && copy->rule && copy->rule->x.tracks_grad() ? copy->rule->x.node() : nullptr;
+  } else {
+    return nullptr;
+  }
+}
+
+// Pushes the product of l and r into OutList's dims, a partial sum over `axes`, into input's
+// gradient. Where that gradient is float (float_gradient_of) and holds nothing yet or a partial
+// sum over the same axes, the product writes into it or adds to it (beta = 1): Megatron's
+// gradient-accumulation fusion. A bf16 copy's gradient then never exists, nor its float cast,
+// nor the add per microbatch, and the sum is rounded once, to float. Else (another element type, a
+// result that needs permuting, partials over other axes) a fresh result is pushed.
+template <class OutList, Tensor In, Tensor Lhs, Tensor Rhs>
+void push_product_grad(const In& input, const Lhs& l, const Rhs& r, axis_set axes) {
+  using T = typename In::value_type;
+  using Exec = typename In::execution_space;
+  constexpr contract_shape s = contract_shape_v<OutList, Lhs, Rhs>;
+  if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, bf16>) && s.out_plain) {
+    if (!input.tracks_grad()) return;
+    auto* target = float_gradient_of(input);
+    if (target && (!target->has_grad || target->pending_axes == axes)) {
+      const bool accumulate = target->has_grad;
+      using F = typename In::template rebind<float>;
+      std::optional<F> fresh;
+      if (!accumulate) fresh.emplace(input.mesh(), input.extents(), uninitialized);
+      with_product_operands<Exec, T>(s, l.view(), l.local_extents().data(), r.view(), r.local_extents().data(),
+                                     [&](std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k,
+                                         const auto& lv, const auto& rv) {
+                                       kernels::product_into_float<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, lv, rv,
+                                                                            fresh ? fresh->view() : target->grad.data,
+                                                                            accumulate);
+                                     });
+      if (fresh) target->accumulate_partial(std::move(*fresh).storage(), axes);
+      return;
+    }
+  }
+  push_partial_grad(input, contract<OutList, false>(l, r), axes);
+}
+
 // contract, with einsum's gradient rule. With sum_partials false, the result is this processor's
 // partial sum (einsum_partial, ops/partial_sum.hpp): its gradient is the gradient of the sum, so
 // the rule is the same.
@@ -216,10 +278,10 @@ with_dims_t<A, OutList> contract_recorded(const A& a, const B& b) {
         // Either operand may be a weight, whose product an input-gradient pass defers. An operand
         // kept as its source is made again here (autodiff/saved_operand.hpp).
         push_weight_grad(a, [a, b = without_node(made_again(b)), g = without_node(g)] {
-          push_partial_grad(a, contract<Ad, false>(g, conjugated_for_gradient(b)), contracted_axes<Ad, R, B>());
+          push_product_grad<Ad>(a, g, conjugated_for_gradient(b), contracted_axes<Ad, R, B>());
         });
         push_weight_grad(b, [b, a = without_node(made_again(a)), g = without_node(g)] {
-          push_partial_grad(b, contract<Bd, false>(conjugated_for_gradient(a), g), contracted_axes<Bd, A, R>());
+          push_product_grad<Bd>(b, conjugated_for_gradient(a), g, contracted_axes<Bd, A, R>());
         });
       },
       a, b);
