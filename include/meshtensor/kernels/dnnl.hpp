@@ -179,26 +179,37 @@ const char* type_name() {
   return std::is_same_v<T, bf16> ? "bf16" : "float";
 }
 
-// C[b] = op(A[b]) op(B[b]), row-major and contiguous (kernels::product's contract). False, having
-// done nothing, where oneDNN has no primitive for this shape and type: the caller takes its
-// portable path.
-template <class T>
+// C[b] = op(A[b]) op(B[b]), or C[b] += it with accumulate (a sum post-op: kernels::
+// product_into_float), row-major and contiguous (kernels::product's contract); C of A's type or
+// float. False, having done nothing, where oneDNN has no primitive for this shape and types: the
+// caller takes its portable path.
+template <class T, class TOut = T>
 bool matmul(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b, const T* a,
-            const T* b, T* c) {
+            const T* b, TOut* c, bool accumulate = false) {
   using dims = dnnl::memory::dims;
-  const auto dt = data_type_of<T>();
-  const key_type key{static_cast<std::int64_t>(dt), nb, m, n, k, trans_a, trans_b};
+  const auto dt = data_type_of<T>(), dt_out = data_type_of<TOut>();
+  const key_type key{static_cast<std::int64_t>(dt), static_cast<std::int64_t>(dt_out), accumulate, nb, m, n, k,
+                     trans_a, trans_b};
   auto& e = matmul_cache().get(key, [&] {
     matmul_entry made{std::nullopt, dnnl::memory::desc(dims{nb, m, k}, dt, trans_a ? dims{m * k, 1, m} : dims{m * k, k, 1}),
                       dnnl::memory::desc(dims{nb, k, n}, dt, trans_b ? dims{k * n, 1, k} : dims{k * n, n, 1}),
-                      dnnl::memory::desc(dims{nb, m, n}, dt, dims{m * n, n, 1})};
+                      dnnl::memory::desc(dims{nb, m, n}, dt_out, dims{m * n, n, 1})};
     try {
-      made.prim = dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(made.a, made.b, made.c), ctx().engine));
+      dnnl::primitive_attr attr;
+      if (accumulate) {
+        dnnl::post_ops sum;
+        sum.append_sum(1.0f);
+        attr.set_post_ops(sum);
+      }
+      made.prim =
+          dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(made.a, made.b, made.c), attr, ctx().engine));
     } catch (const dnnl::error& err) {
       auto& r = matmul_refusals();
       std::lock_guard<std::mutex> lock(r.mu);
       if (r.shapes++ == 0)
-        r.first = meshtensor::detail::cat(type_name<T>(), " [", nb, " x ", m, " x ", k, "] . [", k, " x ", n, "]: ", err.what());
+        r.first = meshtensor::detail::cat(type_name<T>(), " [", nb, " x ", m, " x ", k, "] . [", k, " x ", n, "]",
+                                          std::is_same_v<T, TOut> ? "" : " into float", accumulate ? ", added" : "",
+                                          ": ", err.what());
     }
     return made;
   });

@@ -4,8 +4,9 @@
 // written straight into its float buffer this way (gradient-accumulation fusion, as Megatron's
 // GEMM with beta = 1): no bf16 gradient, no float copy of it and no separate add per microbatch.
 // Providers:
-//   host        OpenBLAS's sgemm with beta 0 or 1 (bf16 operands widened to float first, in pool
-//               buffers; the product is rounded once, to float)
+//   host        oneDNN's matmul (float output, a sum post-op to add) where kernels::product uses it
+//               (an AVX-512 job built with oneDNN: dnnl_provider::float_products), else OpenBLAS's
+//               sgemm with beta 0 or 1 (bf16 operands widened to float first, in pool buffers)
 //   CUDA        cuBLAS's GemmStridedBatchedEx, float or bf16 in, float out, float compute
 //   elsewhere   a Kokkos loop
 // While planning, the product's multiply-adds are counted instead (plan/ledger.hpp), and on the
@@ -24,6 +25,17 @@
 
 namespace meshtensor::kernels {
 
+// Whether a host product into float runs on oneDNN in this job: where kernels::product's float
+// and bf16 products do.
+template <class Exec>
+bool on_dnnl() {
+#if MESHTENSOR_HAVE_DNNL
+  return host_space_v<Exec> && dnnl_provider::float_products();
+#else
+  return false;
+#endif
+}
+
 template <class Exec, class T>
 void product_into_float(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,
                         const Kokkos::View<T*, typename Exec::memory_space>& a,
@@ -32,14 +44,13 @@ void product_into_float(std::int64_t nb, std::int64_t m, std::int64_t n, std::in
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, bf16>,
                 "meshtensor: product_into_float takes float or bf16 operands");
   using Mem = typename Exec::memory_space;
-  constexpr bool widened = host_space_v<Exec> && std::is_same_v<T, bf16>;
+  // The sgemm path widens bf16 operands; oneDNN takes them as they are.
+  const bool widened = host_space_v<Exec> && std::is_same_v<T, bf16> && !on_dnnl<Exec>();
   if (meshtensor::detail::planning()) {
-    if constexpr (widened) {
-      if (meshtensor::detail::plan_ledger::get().counts_host_scratch) {
-        const meshtensor::detail::temporary_view<float, Mem> wa(a.extent(0)), wb(b.extent(0));
-        planned_away({{nb, m, n, k, true}});
-        return;
-      }
+    if (widened && meshtensor::detail::plan_ledger::get().counts_host_scratch) {
+      const meshtensor::detail::temporary_view<float, Mem> wa(a.extent(0)), wb(b.extent(0));
+      planned_away({{nb, m, n, k, true}});
+      return;
     }
     planned_away({{nb, m, n, k, std::is_same_v<T, bf16>}});
     return;
@@ -50,10 +61,17 @@ void product_into_float(std::int64_t nb, std::int64_t m, std::int64_t n, std::in
       if (!accumulate) Kokkos::deep_copy(c, 0.0f);
       return;
     }
+#if MESHTENSOR_HAVE_DNNL
+    if (on_dnnl<Exec>()) {
+      Exec().fence();  // oneDNN runs on its own threads: Kokkos's writes to a, b and c come first
+      if (dnnl_provider::matmul<T, float>(nb, m, n, k, trans_a, trans_b, a.data(), b.data(), c.data(), accumulate))
+        return;
+    }
+#endif
     const float* pa = nullptr;
     const float* pb = nullptr;
     Kokkos::View<float*, Mem> wa, wb;  // bf16 operands widened; empty for float ones
-    if constexpr (widened) {
+    if constexpr (std::is_same_v<T, bf16>) {
       auto& pool = meshtensor::detail::view_pool<float, Mem>::get();
       wa = pool.allocate(a.extent(0));
       wb = pool.allocate(b.extent(0));
