@@ -205,6 +205,7 @@ void check_layout(const M& g) {
       mt::accumulate_gradient(loss_of(), w);
       mt::accumulate_gradient(loss_of(), w);
       CHECK(kernel_launches::count("meshtensor::grad_accumulate") == 0);
+      CHECK(!kernel_launches::names.empty());  // the callback saw the passes' kernels
     }
     const auto [dw2] = mt::take_gradients(w);
     const auto dh2 = mt::gather_all(dw2);
@@ -212,6 +213,18 @@ void check_layout(const M& g) {
       for (std::int64_t j = 0; j < J; ++j) {
         INFO("two microbatches' dw at " << i << ", " << j);
         REQUIRE(dh2[i * J + j] == 2 * row_sum(j));
+      }
+    // A copy whose own gradient is asked for gets it (the product is not written past it into w's):
+    // rounded to bf16 there, and w's through the cast.
+    const auto wb = mt::cast<bf16>(w);
+    const auto [dwb, dw_through] =
+        mt::gradient(mt::reduce_sum<i_, k_>(mt::cast<float>(mt::einsum<i_, k_>(wb, y2))), wb, w);
+    const auto dbh = mt::gather_all(dwb), dth = mt::gather_all(dw_through);
+    for (std::int64_t i = 0; i < I; ++i)
+      for (std::int64_t j = 0; j < J; ++j) {
+        INFO("the copy's and w's gradients at " << i << ", " << j);
+        REQUIRE(dbh[i * J + j].bits() == bf16(row_sum(j)).bits());
+        REQUIRE(dth[i * J + j] == float(bf16(row_sum(j))));
       }
   }
 }

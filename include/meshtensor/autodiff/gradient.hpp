@@ -305,6 +305,7 @@ void accumulate_into(const Loss& loss, grad_node_of<Loss>* seed, const std::unor
       if (!kept.count(n.get())) n->clear_grad();
   };
   clear_others();
+  const nodes_read_after_pass_scope read_after(kept);
   run_backward(loss, seed, order, [](const tape_node*) {}, [&](const tape_node* n) { return kept.count(n) > 0; });
   clear_others();
 }
@@ -361,6 +362,7 @@ std::tuple<Params...> gradient_of(const Loss& loss, grad_node_of<Loss>* seed, co
     if (t.tracks_grad()) wanted.insert(t.node());
   };
   (for_each_tensor(params, want), ...);
+  const detail::nodes_read_after_pass_scope read_after(wanted);
   detail::run_backward(
       loss, seed, order,
       [&](const detail::tape_node* p) {

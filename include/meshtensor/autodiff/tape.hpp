@@ -37,6 +37,29 @@ inline bool& recording_paused() {
   return paused;
 }
 
+struct tape_node;
+// The nodes whose gradients the running backward pass hands out or keeps (gradient()'s params,
+// accumulate_gradient's leaves), for its lifetime: a rule that would write past a node (einsum's
+// product into the float tensor a bf16 copy was cast from) must not write past one of these,
+// whose gradient is read after the pass. None outside a pass.
+inline const std::unordered_set<const tape_node*>*& nodes_read_after_pass() {
+  static thread_local const std::unordered_set<const tape_node*>* nodes = nullptr;
+  return nodes;
+}
+class nodes_read_after_pass_scope {
+ public:
+  explicit nodes_read_after_pass_scope(const std::unordered_set<const tape_node*>& nodes)
+      : was_(nodes_read_after_pass()) {
+    nodes_read_after_pass() = &nodes;
+  }
+  nodes_read_after_pass_scope(const nodes_read_after_pass_scope&) = delete;
+  nodes_read_after_pass_scope& operator=(const nodes_read_after_pass_scope&) = delete;
+  ~nodes_read_after_pass_scope() { nodes_read_after_pass() = was_; }
+
+ private:
+  const std::unordered_set<const tape_node*>* was_;
+};
+
 // Recording on or off for the scope's lifetime (restored after).
 class recording_scope {
  public:

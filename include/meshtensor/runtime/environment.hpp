@@ -130,8 +130,8 @@ inline bool is_help_flag(const char* a) { return std::strcmp(a, "--help") == 0 |
 // There is no environment to fail() through: a program constructs its environment inside a try and
 // returns report(prefix) from the catch, which prints "<prefix><what>" once (rank 0) and gives every
 // rank exit_code. MPI, where the environment started it, is finalised by report() after rank 0 has
-// printed (or when the last copy of the error dies): MPI_Finalize holds every rank until all arrive,
-// so no rank exits non-zero, and has mpiexec kill the job, before rank 0's line is out.
+// printed (or when the last copy of the error dies), after a barrier: no rank exits non-zero, and
+// has mpiexec kill the job, before rank 0's line is out.
 struct environment_start_error : error {
   environment_start_error(const std::string& what, int world_rank, bool finalize_mpi)
       : error(what), rank(world_rank), mpi_(finalize_mpi ? std::shared_ptr<void>(nullptr, &finalize) : nullptr) {}
@@ -148,7 +148,9 @@ struct environment_start_error : error {
 
  private:
   static void finalize(void*) {
-    if (detail::mpi_is_live()) MPI_Finalize();
+    if (!detail::mpi_is_live()) return;
+    MPI_Barrier(MPI_COMM_WORLD);  // MPI_Finalize need not wait for the other ranks; this does
+    MPI_Finalize();
   }
   mutable std::shared_ptr<void> mpi_;  // shared by the error's copies; its deleter finalises MPI
 };
