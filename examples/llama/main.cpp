@@ -77,6 +77,7 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
     std::vector<std::string> names;
     m.each_named([&](const std::string& name, auto& w) { set.add(names.emplace_back(name), w); });
     mt::io::add_optimizer_state(set, adam, params, names);
+    m.each_buffer([&](const std::string& name, auto& w) { set.add(name, w); });
     return set;
   };
   std::mt19937_64 rng(7);  // the same batches on every rank and under every layout
@@ -102,6 +103,16 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
     std::int64_t n = 0;
     std::apply([&](auto&... p) { (mt::for_each_tensor(p, [&](auto& w) { n += w.size(); }), ...); }, params);
     fmt::print("parameters: {} ({:.2f} billion)\n", n, n / 1e9);
+    if (o.experts > 0) {  // a token passes through top_k of the routed experts
+      std::int64_t routed = 0;
+      const auto add = [&](const auto& w) { routed += w.size(); };
+      mt::for_each_tensor(m.expert_gate, add);
+      mt::for_each_tensor(m.expert_up, add);
+      mt::for_each_tensor(m.expert_down, add);
+      const std::int64_t active = n - routed / o.experts * (o.experts - o.top_k);
+      fmt::print("active parameters per token: {} ({:.2f} billion; {} of {} routed experts)\n", active, active / 1e9,
+                 o.top_k, o.experts);
+    }
   }
   auto t0 = std::chrono::steady_clock::now();
   std::int64_t logged = step0;  // the step of the last printed line
@@ -117,6 +128,9 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
     const auto loss = o.dtype == "bf16" ? m.template loss<mt::bf16>(batch_ids, batch_labels) : m.loss(batch_ids, batch_labels);
     const auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
     adam.step(params, grads);
+    if (o.router_bias_rate > 0)  // DeepSeek-V3's balancing: toward the mean load, off the tape
+      for (std::size_t b = 0; b < m.router_bias.size(); ++b)
+        nn::update_router_bias(m.router_bias[b], m.last_loads[b], o.router_bias_rate);
     if (g.is_planned()) continue;
     losses.push_back(mt::item(loss));
     if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
@@ -137,7 +151,9 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
     save_pretrained(m, o);
     if (g.rank() == 0) fmt::print("saved {} (Hugging Face's layout)\n", o.save_pretrained);
   }
-  const std::int64_t param_bytes = std::apply([](auto&... p) { return mt::local_bytes(p...); }, params);
+  // The router's biases too: model state a plan counts with the parameters, though not trained.
+  const std::int64_t param_bytes = std::apply([](auto&... p) { return mt::local_bytes(p...); }, params) +
+                                   mt::local_bytes(m.router_bias);
   std::optional<mt::plan_report> plan;
   if (g.is_planned()) plan = mt::plan_report_of(g);
   return {step0, losses, param_bytes, adam.state_bytes(params), std::move(plan)};
@@ -346,6 +362,23 @@ int main(int argc, char** argv) try {
   app.add_option("--resume", o.resume, "continue from the latest checkpoint in this directory");
   app.add_option("--log-every", o.log_every, "steps between printed losses")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--csv", o.csv, "write every step's loss to this file");
+  app.add_option("--experts", o.experts, "a mixture of experts in every block: this many routed SwiGLU experts, each "
+                 "--d-ff wide, in place of the feed-forward (--layout data or tensor: the experts split where the batch is)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--top-k", o.top_k, "with --experts: the experts each token goes to")->capture_default_str();
+  app.add_option("--shared-experts", o.shared_experts, "with --experts: SwiGLU experts every token goes through beside them")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--router", o.router, "with --experts: the router's scores, softmax (Mixtral) or sigmoid (DeepSeek-V3)")
+      ->check(CLI::IsMember({"softmax", "sigmoid"}))->capture_default_str();
+  app.add_option("--routed-scale", o.routed_scale, "with --experts: the routed experts' weights scaled (DeepSeek-V3: 2.5)")
+      ->capture_default_str();
+  app.add_option("--capacity", o.capacity, "with --experts: tokens per expert per sequence, choices past it dropped "
+                 "(0: dropless)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--aux-loss", o.aux_loss, "with --experts: the balance loss's weight in the loss")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--router-bias-rate", o.router_bias_rate, "with --experts: after each step, each expert's router bias "
+                 "moves by this toward the mean load (DeepSeek-V3: 0.001; 0: no bias)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_flag("--recompute", o.recompute, "keep only each block's input for the backward pass, computing the rest again");
   app.add_option("--loss-chunks", o.loss_chunks, "compute the loss's logits for 1/N of each processor's positions at a time, "
                  "forward and backward (again in the backward pass): the whole [batch, length, vocab] logits never exist")
@@ -389,6 +422,25 @@ int main(int argc, char** argv) try {
       throw mt::error(fmt::format("--layout {}: this build holds --layout {} alone (compiled with LLAMA_ONLY_LAYOUT={}, "
                                   "which CMake's MESHTENSOR_LLAMA_LAYOUT sets): build without it for all four",
                                   o.layout, only_layout, only_layout));
+    if (o.experts > 0) {
+      if (o.layout != "data" && o.layout != "tensor")
+        throw mt::error(fmt::format("--experts: a sequence is routed as a group, which --layout {} splits: use "
+                                    "--layout data or tensor", o.layout));
+      if (o.experts < 2 || o.top_k < 1 || o.top_k > o.experts)
+        throw mt::error(fmt::format("--experts {} --top-k {}: needs at least 2 experts and 1 <= --top-k <= --experts",
+                                    o.experts, o.top_k));
+      if (o.recompute)
+        throw mt::error("--experts with --recompute: a recomputed block would route twice and count its loads twice");
+      if (o.generate > 0)
+        throw mt::error("--experts with --generate: the key-value cache's decoder has no experts yet");
+      if (!o.pretrained.empty() || !o.save_pretrained.empty())
+        throw mt::error("--experts: Hugging Face's MoE checkpoints (one tensor per expert) are not mapped: drop "
+                        "--from-pretrained and --save-pretrained");
+    } else {
+      for (const char* flag : {"--top-k", "--shared-experts", "--router", "--routed-scale", "--capacity", "--aux-loss",
+                               "--router-bias-rate"})
+        if (app.count(flag) > 0) throw mt::error(fmt::format("{} needs --experts N", flag));
+    }
     // the KV heads are split over cols already: the all-to-all has no heads left to move the sequence to
     if (o.layout == "context_tensor" && o.attention != "ring")
       throw mt::error("--layout context_tensor attends by the ring: add --attention ring");

@@ -25,19 +25,26 @@ struct group : mt::dim<"group"> {};        // query heads per KV head
 struct d_kv : mt::dim<"d_kv"> {};
 struct d_ff : mt::dim<"d_ff"> {};
 struct vocab : mt::dim<"vocab"> {};
+struct experts : mt::dim<"experts"> {};  // routed experts (--experts), each d_ff wide
+// A sequence routes as a group: the experts are split over the axes that split the batch.
+using expert_dims = nn::moe_dims<batch, length, d_model, d_ff, experts>;
+using experts_unsplit = expert_dims::experts_unsplit;
 struct rows : mt::axis<"rows"> {};
 struct cols : mt::axis<"cols"> {};
 using grid = mt::mesh<rows, cols>;
 
-using data_layout = mt::layout<grid, mt::split<batch, rows, cols>>;
-using tensor_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
-                                 mt::split<vocab, cols>>;
+using data_layout = mt::layout<grid, mt::split<batch, rows, cols>, mt::split<experts, rows, cols>>;
+using tensor_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<experts, rows>, mt::split<kv_heads, cols>,
+                                 mt::split<d_ff, cols>, mt::split<vocab, cols>>;
 using context_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<length, cols>>;
 // The ring's layout cuts the sequence zigzag (chunks q and 2P - 1 - q on part q): under the causal
 // mask every part then computes as many blocks, where a contiguous split leaves the last part P
 // blocks and the first one.
 using context_tensor_layout = mt::layout<grid, mt::zigzag<length, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
                                          mt::split<vocab, cols>>;
+// Routing is decided within a sequence: the layouts that split it have no experts.
+template <class L>
+constexpr bool routes_experts = L::template split_of<length>().count == 0;
 
 struct options {
   std::string layout = "data", attention = "all-to-all", text, checkpoint, resume, csv;
@@ -59,6 +66,11 @@ struct options {
   std::vector<std::int64_t> ids;
   std::int64_t generate = 0;  // --generate N: N tokens after --ids, greedily
   std::string generate_out;   // --generate-out FILE: the generated ids, one line
+  // Mixture of experts (--experts N): every block's feed-forward is nn::routed_moe over N SwiGLU
+  // experts of width --d-ff (top --top-k), beside --shared-experts SwiGLU experts as wide each.
+  std::int64_t experts = 0, top_k = 2, shared_experts = 0, capacity = 0;
+  std::string router = "softmax";
+  double routed_scale = 1, aux_loss = 0.01, router_bias_rate = 0;
 };
 
 template <class T>
@@ -84,8 +96,18 @@ struct model {
   per_block<d_model, d_ff> w_down;
   t<d_model> final_norm;
   std::vector<t<vocab, d_model>> output;  // none where tied to the embedding (--tie-embeddings)
+  // --experts: the router and the routed experts (stacked over experts); w_gate, w_up and w_down
+  // are then the shared experts' (none without --shared-experts).
+  per_block<d_model, experts_unsplit> w_router;
+  per_block<experts, d_ff, d_model> expert_gate, expert_up;
+  per_block<experts, d_model, d_ff> expert_down;
+  // Not parameters: update_router_bias moves them after each step (--router-bias-rate).
+  per_block<experts_unsplit> router_bias;
 
-  auto tie() { return std::tie(embedding, attention_norm, feed_forward_norm, wq, wk, wv, wo, w_gate, w_up, w_down, final_norm, output); }
+  auto tie() {
+    return std::tie(embedding, attention_norm, feed_forward_norm, wq, wk, wv, wo, w_gate, w_up, w_down, final_norm, output,
+                    w_router, expert_gate, expert_up, expert_down);
+  }
   // Hugging Face's names (LlamaForCausalLM's state dict): its checkpoints and this model's name the
   // same tensors. "{}" is the block.
   static constexpr const char* names[] = {
@@ -93,7 +115,11 @@ struct model {
       "model.layers.{}.post_attention_layernorm.weight", "model.layers.{}.self_attn.q_proj.weight",
       "model.layers.{}.self_attn.k_proj.weight", "model.layers.{}.self_attn.v_proj.weight",
       "model.layers.{}.self_attn.o_proj.weight", "model.layers.{}.mlp.gate_proj.weight",
-      "model.layers.{}.mlp.up_proj.weight", "model.layers.{}.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight"};
+      "model.layers.{}.mlp.up_proj.weight", "model.layers.{}.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight",
+      // --experts (stacked over the experts, where Mixtral's checkpoints hold one tensor per expert)
+      "model.layers.{}.moe.router.weight", "model.layers.{}.moe.experts.gate_proj", "model.layers.{}.moe.experts.up_proj",
+      "model.layers.{}.moe.experts.down_proj"};
+  static constexpr const char* router_bias_name = "model.layers.{}.moe.router.bias";
   // f(name, tensor) for every weight.
   template <class F>
   void each_named(F&& f) {
@@ -106,6 +132,11 @@ struct model {
       ++kind;
     };
     std::apply([&](auto&... p) { (visit(p), ...); }, tie());
+  }
+  // f(name, tensor) for the state that is not a parameter (a checkpoint holds it too).
+  template <class F>
+  void each_buffer(F&& f) {
+    for (std::size_t b = 0; b < router_bias.size(); ++b) f(fmt::format(fmt::runtime(router_bias_name), b), router_bias[b]);
   }
 
   // random: drawn as for training from scratch; else zeros, for weights a checkpoint fills (drawing
@@ -129,10 +160,26 @@ struct model {
       wv.push_back(make.template operator()<t<kv_heads, d_kv, d_model>>({kv, dk, dm}, mt::type_list<d_model>{}));
       wo.push_back(make.template operator()<t<d_model, kv_heads, group, d_kv>>({dm, kv, gr, dk},
                                                                           mt::type_list<kv_heads, group, d_kv>{}));
-      w_gate.push_back(make.template operator()<t<d_ff, d_model>>({ff, dm}, mt::type_list<d_model>{}));
-      w_up.push_back(make.template operator()<t<d_ff, d_model>>({ff, dm}, mt::type_list<d_model>{}));
-      w_down.push_back(make.template operator()<t<d_model, d_ff>>({dm, ff}, mt::type_list<d_ff>{}));
+      const std::int64_t dense_ff = o.experts > 0 ? o.shared_experts * ff : ff;
+      if (dense_ff > 0) {
+        w_gate.push_back(make.template operator()<t<d_ff, d_model>>({dense_ff, dm}, mt::type_list<d_model>{}));
+        w_up.push_back(make.template operator()<t<d_ff, d_model>>({dense_ff, dm}, mt::type_list<d_model>{}));
+        w_down.push_back(make.template operator()<t<d_model, d_ff>>({dm, dense_ff}, mt::type_list<d_ff>{}));
+      }
+      if (o.experts > 0) {
+        const std::int64_t e = o.experts;
+        w_router.push_back(make.template operator()<t<d_model, experts_unsplit>>({dm, e}, mt::type_list<d_model>{}));
+        expert_gate.push_back(make.template operator()<t<experts, d_ff, d_model>>({e, ff, dm}, mt::type_list<d_model>{}));
+        expert_up.push_back(make.template operator()<t<experts, d_ff, d_model>>({e, ff, dm}, mt::type_list<d_model>{}));
+        expert_down.push_back(make.template operator()<t<experts, d_model, d_ff>>({e, dm, ff}, mt::type_list<d_ff>{}));
+        router_bias.push_back(mt::full<t<experts_unsplit>>(g, {e}, 0.0f));
+      }
     }
+    routing = {.top_k = o.top_k,
+               .scores = o.router == "sigmoid" ? nn::router_scores::sigmoid : nn::router_scores::softmax,
+               .weight_scale = o.routed_scale,
+               .capacity = o.capacity};
+    aux_loss_weight = static_cast<float>(o.aux_loss);
     ring = o.attention == "ring";
     rope = {.theta = o.rope_theta, .llama3 = o.rope_llama3};
     rms_eps = static_cast<float>(o.rms_eps);
@@ -145,6 +192,12 @@ struct model {
 
   bool recompute = false;
   std::int64_t loss_chunks = 1;  // --loss-chunks
+  nn::routed_moe_options routing;  // --experts
+  float aux_loss_weight = 0.01f;   // --aux-loss
+  // The last forward pass's tokens per expert, one tensor per block, for update_router_bias: what
+  // a step leaves behind beside its loss (hence mutable in a const forward pass).
+  mutable std::vector<t<experts_unsplit>> last_loads;
+  mutable std::optional<t<>> last_aux_loss;  // the blocks' balance losses summed, in float
   bool ring = false;  // --attention ring: where the layout splits the sequence, attention by a ring
   nn::rope_config rope;  // q and k rotated at their positions (--rope-theta)
   float rms_eps = 1e-5f;
@@ -155,6 +208,12 @@ struct model {
   static auto as(const W& w) {
     if constexpr (std::is_same_v<C, float>) return w;
     else return mt::cast<C>(w);
+  }
+
+  template <class W>
+  static auto in_float(const W& w) {
+    if constexpr (std::is_same_v<typename W::value_type, float>) return w;
+    else return mt::cast<float>(w);
   }
 
   // Grouped-query attention: where the layout splits the sequence, by all-to-all or by a ring.
@@ -190,11 +249,15 @@ struct model {
   auto hidden(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
     using X = mt::tensor<C, L, batch, length, d_model>;
     X x = nn::embedding<vocab>(as<C>(embedding), ids);
+    last_loads.clear();
+    last_aux_loss.reset();
     for (std::size_t b = 0; b < wq.size(); ++b) {
       const auto block = [this, b](const X& in) {
         const X a = in + attention<C>(nn::rms_norm<d_model>(in, as<C>(attention_norm[b]), rms_eps), b);
-        return X(a + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(a, as<C>(feed_forward_norm[b]), rms_eps),
-                                                           as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
+        const auto n = nn::rms_norm<d_model>(a, as<C>(feed_forward_norm[b]), rms_eps);
+        if constexpr (routes_experts<L>)
+          if (!expert_gate.empty()) return X(a + experts_of<C>(n, b));
+        return X(a + nn::gated_feed_forward<d_model, d_ff>(n, as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
       };
       // --recompute: only each block's input is kept; the backward pass runs the block again
       x = recompute ? mt::recompute(block, x) : block(x);
@@ -202,6 +265,24 @@ struct model {
     return nn::rms_norm<d_model>(x, as<C>(final_norm), rms_eps);
   }
   const t<vocab, d_model>& output_weight() const { return output.empty() ? embedding : output[0]; }
+
+  // Block b's routed experts (and its shared ones) on the normalised n; keeps the block's loads
+  // and adds its balance loss to last_aux_loss.
+  template <class C, class N>
+  N experts_of(const N& n, std::size_t b) const {
+    const auto routed = [&] {
+      if (w_gate.empty())
+        return nn::routed_moe<expert_dims>(n, as<C>(w_router[b]), as<C>(router_bias[b]), as<C>(expert_gate[b]),
+                                           as<C>(expert_up[b]), as<C>(expert_down[b]), routing);
+      return nn::routed_moe<expert_dims>(n, as<C>(w_router[b]), as<C>(router_bias[b]), as<C>(expert_gate[b]),
+                                         as<C>(expert_up[b]), as<C>(expert_down[b]), routing,
+                                         nn::shared_experts{as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])});
+    }();
+    last_loads.push_back(in_float(routed.load));
+    const t<> aux = in_float(routed.aux_loss);
+    last_aux_loss = last_aux_loss ? t<>(*last_aux_loss + aux) : aux;
+    return routed.y;
+  }
 
   // Inference with a key-value cache: each block's keys (rotated at their positions) and values,
   // allocated once for `capacity` positions and written in place, one position per token.
@@ -253,7 +334,9 @@ struct model {
   template <class C = float>
   t<> loss(const mt::tensor<std::int32_t, L, batch, length>& ids, const mt::tensor<std::int32_t, L, batch, length>& labels) const {
     // The float weight: each piece casts it to C, so the pieces' gradients add up in float.
-    return nn::chunked_cross_entropy<d_model, vocab, length>(hidden<C>(ids), output_weight(), labels, loss_chunks);
+    auto loss = nn::chunked_cross_entropy<d_model, vocab, length>(hidden<C>(ids), output_weight(), labels, loss_chunks);
+    if (last_aux_loss) return t<>(loss + *last_aux_loss * aux_loss_weight);
+    return loss;
   }
 };
 

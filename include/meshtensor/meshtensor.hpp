@@ -68,3 +68,4 @@
 #include "nn/chunked_cross_entropy.hpp"
 #include "nn/dropout.hpp"
 #include "nn/moe.hpp"
+#include "nn/routed_moe.hpp"

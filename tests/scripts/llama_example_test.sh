@@ -20,6 +20,14 @@
 #                  zigzag layout on [2 x 2] follows one processor's float32 losses (2e-2, but more
 #                  than 2e-5 apart: float32 layouts differ by about 1e-6) and
 #                  learns; its plan's ring shifts move half float32's bytes
+#   moe            a mixture of experts (4 routed SwiGLU experts, top 2, one shared, sigmoid scores,
+#                  DeepSeek-V3's bias balancing) under data (experts over all 4 ranks) and tensor
+#                  (experts over rows, their d_ff over cols) on [2 x 2] gives one processor's losses
+#                  (1e-4), a resumed run continues them (the biases in the checkpoint), and learns;
+#                  one step against its plan (bf16, capacity 8); Mixtral 8x7B
+#                  planned: 46.70 billion parameters, 12.88 billion active (Mistral: 46.7 and 12.9);
+#                  --experts with a layout that splits the sequence, and --top-k without --experts,
+#                  refused by name
 #   check_plan     one step against its plan under tensor, context (bf16, all-to-all) and
 #                  context_tensor (the ring, the loss in 4 pieces) on 4 ranks: collectives and bytes
 #                  equal, peak within 1%
@@ -143,6 +151,41 @@ case $case_ in
     f=$(shift_bytes float32) b=$(shift_bytes bf16)
     echo "ring shift bytes: float32 $f, bf16 $b"
     [ -n "$f" ] && [ "$((2 * b))" = "$f" ] || { echo "FAIL: bf16's shifts do not move half float32's bytes"; exit 1; } ;;
+  moe)
+    moe=(--experts 4 --top-k 2 --shared-experts 1 --router sigmoid --routed-scale 2.5 --router-bias-rate 0.01 --d-ff 48)
+    run 1 --steps 4 "${moe[@]}" --csv one.csv
+    for layout in data tensor; do
+      run 4 --mesh 2 2 --layout "$layout" --steps 4 "${moe[@]}" --csv "$layout.csv"
+      same one.csv "$layout.csv" 1
+    done
+    # the router's biases are in the checkpoint: a resumed run routes as the whole one did
+    run 2 --mesh 2 1 --steps 6 "${moe[@]}" --csv whole.csv
+    run 2 --mesh 2 1 --steps 3 "${moe[@]}" --checkpoint ckpt --save-every 3
+    run 2 --mesh 2 1 --steps 6 "${moe[@]}" --resume ckpt --csv resumed.csv
+    same whole.csv resumed.csv 4
+    run 4 --mesh 2 2 --layout tensor --steps 40 "${moe[@]}" --csv learns.csv
+    awk -F, 'NR == 2 { first = $2 } END { print "loss " first " -> " $2; exit !($2 < 0.8 * first) }' learns.csv
+    out=$("$mpiexec" -n 4 "$llama" --text "$text" --check-plan --memory-tolerance 0.01 --layout data --mesh 2 2 \
+            --dtype bf16 --capacity 8 "${moe[@]}" 2>&1) || { echo "$out"; echo "FAIL: --check-plan with --experts"; exit 1; }
+    grep 'check-plan' <<<"$out"
+    grep -q 'the plan equals the real step on every rank' <<<"$out" && grep -q ': close$' <<<"$out" ||
+      { echo "$out"; echo "FAIL: --check-plan with --experts did not report the plan equal and the peak close"; exit 1; }
+    # Mixtral 8x7B (its config.json): Llama 2's blocks at 4096 wide, 8 experts of 14336, top 2.
+    # 32 x (attention 41943040 + router 32768 + 8 x 176160768 + norms 8192) + 2 x 32000 x 4096 + 4096
+    # = 46702792704; active: less 32 x 6 x 176160768 = 12879925248.
+    out=$("$mpiexec" -n 1 "$llama" --plan --mesh 8 1 --layout tensor --d-model 4096 --layers 32 --kv-heads 8 --group 4 \
+            --d-kv 128 --d-ff 14336 --vocab 32000 --experts 8 --top-k 2 --batch 8 --length 4096 --dtype bf16)
+    grep -E '^(parameters|active)' <<<"$out"
+    grep -q '^parameters: 46702792704 ' <<<"$out" && grep -q '^active parameters per token: 12879925248 ' <<<"$out" ||
+      { echo "$out"; echo "FAIL: Mixtral 8x7B's parameters"; exit 1; }
+    for bad in "--layout context --experts 4|--experts: a sequence is routed as a group, which --layout context splits" \
+               "--top-k 2|--top-k needs --experts N"; do
+      set +e
+      out=$("$mpiexec" -n 1 "$llama" --text "$text" --steps 1 ${bad%%|*} 2>&1)
+      rc=$?
+      set -e
+      [ "$rc" != 0 ] && grep -q -- "${bad#*|}" <<<"$out" || { echo "$out"; echo "FAIL: ${bad%%|*} not refused by name"; exit 1; }
+    done ;;
   check_plan)
     # Each layout's step against its plan on 4 ranks: collectives, parameter and Adam bytes equal on
     # every rank, the planned peak within 1% of the caching allocator's (0.9995-0.9997 measured).

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 
 #include "collective.hpp"
 
@@ -17,23 +18,31 @@ struct planned_collective {
 };
 
 struct comm_plan {
+  // Distinct (collective, axes) pairs, not calls: a step of a pair already planned adds its calls
+  // there, so a layer composed of many ops (routed_moe's fourteen) fits.
   static constexpr std::size_t capacity = 8;
   std::size_t size = 0;
   std::array<planned_collective, capacity> steps{};
 
   // Adds a step unless its axis set is empty (no communication).
-  constexpr comm_plan& then(collective kind, axis_set axes) {
-    if (axes != 0) steps[size++] = {kind, axes};
-    return *this;
-  }
+  constexpr comm_plan& then(collective kind, axis_set axes) { return then(kind, axes, 1); }
   // The same collective `calls` times (one step that counts `calls`: a ring of P processors calls
-  // P - 1 shifts, more than `capacity` steps would hold). Nothing when calls is 0 or axes is empty.
+  // P - 1 shifts). Nothing when calls is 0 or axes is empty.
   constexpr comm_plan& then(collective kind, axis_set axes, std::int64_t calls) {
-    if (axes != 0 && calls > 0) steps[size++] = {kind, axes, calls};
+    if (axes == 0 || calls <= 0) return *this;
+    for (std::size_t i = 0; i < size; ++i)
+      if (steps[i].kind == kind && steps[i].axes == axes) {
+        steps[i].calls += calls;
+        return *this;
+      }
+    // At compile time a plan past its capacity does not compile; at run time it is refused, not
+    // written past the array.
+    if (size == capacity) throw std::length_error("meshtensor::comm_plan: more than 8 distinct (collective, axes) steps");
+    steps[size++] = {kind, axes, calls};
     return *this;
   }
   constexpr comm_plan& then(const comm_plan& other) {
-    for (std::size_t i = 0; i < other.size; ++i) steps[size++] = other.steps[i];
+    for (std::size_t i = 0; i < other.size; ++i) then(other.steps[i].kind, other.steps[i].axes, other.steps[i].calls);
     return *this;
   }
   constexpr bool empty() const { return size == 0; }

@@ -1,0 +1,313 @@
+// nn::routed_moe: outputs, balance loss and loads equal a plain loop over tokens written here (top-k
+// over eight experts steered by a bias, softmax or sigmoid scores, capacity in routing order or
+// dropless, SwiGLU experts, shared experts) under every layout below; the collectives counted equal
+// routed_moe_plan, one alltoall each way where experts are split as groups are; gradients of x and
+// of every weight equal central differences; update_router_bias moves toward the mean load and
+// evens a skewed router's load.
+#include <algorithm>
+#include <array>
+#include <catch2/matchers/catch_matchers_string.hpp>
+#include <meshtensor/nn/routed_moe.hpp>
+#include <test_support.hpp>
+
+using namespace tst;
+namespace mt = meshtensor;
+namespace nn = meshtensor::nn;
+
+namespace {
+struct group : mt::dim<"group"> {};
+struct token : mt::dim<"token"> {};
+struct d_model : mt::dim<"d_model"> {};
+struct d_ff : mt::dim<"d_ff"> {};
+struct experts : mt::dim<"experts"> {};
+using dims = nn::moe_dims<group, token, d_model, d_ff, experts>;
+using EU = dims::experts_unsplit;
+
+constexpr std::int64_t G = 4, S = 5, M = 4, F = 3, E = 8, K = 3;
+
+using L_rep = mt::layout<grid>;
+using L_ge_r = mt::layout<grid, mt::split<group, r_>, mt::split<experts, r_>>;
+using L_ge_r_ff_c = mt::layout<grid, mt::split<group, r_>, mt::split<experts, r_>, mt::split<d_ff, c_>>;
+using L_ge_r_model_c = mt::layout<grid, mt::split<group, r_>, mt::split<experts, r_>, mt::split<d_model, c_>>;
+using L_ge_rc = mt::layout<grid, mt::split<group, r_, c_>, mt::split<experts, r_, c_>>;
+using all_layouts = list<L_rep, L_ge_r, L_ge_r_ff_c, L_ge_r_model_c, L_ge_rc>;
+
+template <class L>
+struct model {
+  using X = mt::tensor<double, L, group, token, d_model>;
+  using WR = mt::tensor<double, L, d_model, EU>;
+  using B = mt::tensor<double, L, EU>;
+  using WI = mt::tensor<double, L, experts, d_model, d_ff>;
+  using WO = mt::tensor<double, L, experts, d_ff, d_model>;
+  using W1 = mt::tensor<double, L, d_model, d_ff>;
+  using W2 = mt::tensor<double, L, d_ff, d_model>;
+  static constexpr typename X::extents_type ex{G, S, M};
+  static constexpr typename WR::extents_type er{M, E};
+  static constexpr typename B::extents_type eb{E};
+  static constexpr typename WI::extents_type ei{E, M, F};
+  static constexpr typename WO::extents_type eo{E, F, M};
+  static constexpr typename W1::extents_type e1{M, F};
+  static constexpr typename W2::extents_type e2{F, M};
+  X x;
+  WR wr;
+  B bias;
+  WI wg, wu;
+  WO wd;
+  W1 sg, su;
+  W2 sd;
+  explicit model(const grid& g)
+      : x(mt::random_normal<X>(g, ex, 1)),
+        wr(mt::random_normal<WR>(g, er, 2)),
+        bias(mt::random_normal<B>(g, eb, 3, 0, 0.3)),
+        wg(mt::random_normal<WI>(g, ei, 4)),
+        wu(mt::random_normal<WI>(g, ei, 5)),
+        wd(mt::random_normal<WO>(g, eo, 6)),
+        sg(mt::random_normal<W1>(g, e1, 7)),
+        su(mt::random_normal<W1>(g, e1, 8)),
+        sd(mt::random_normal<W2>(g, e2, 9)) {}
+  nn::shared_experts<W1, W2> shared() const { return {sg, su, sd}; }
+};
+
+struct host_weights {
+  std::vector<double> x, wr, bias, wg, wu, wd, sg, su, sd;
+  template <class L>
+  explicit host_weights(const model<L>& m)
+      : x(mt::gather_all(m.x)), wr(mt::gather_all(m.wr)), bias(mt::gather_all(m.bias)), wg(mt::gather_all(m.wg)),
+        wu(mt::gather_all(m.wu)), wd(mt::gather_all(m.wd)), sg(mt::gather_all(m.sg)), su(mt::gather_all(m.su)),
+        sd(mt::gather_all(m.sd)) {}
+};
+
+struct reference_result {
+  std::vector<double> y;
+  double aux = 0;
+  std::vector<double> load = std::vector<double>(E), routed = std::vector<double>(E);
+};
+
+double silu(double v) { return v / (1 + std::exp(-v)); }
+
+// The layer as a loop over tokens, from the global (row-major) tensors.
+reference_result reference(const host_weights& w, const nn::routed_moe_options& o, bool with_shared) {
+  reference_result r;
+  r.y.assign(G * S * M, 0.0);
+  const std::int64_t capacity = o.capacity == 0 ? S : o.capacity;
+  const auto xs = [&](std::int64_t g, std::int64_t s, std::int64_t m) { return w.x[(g * S + s) * M + m]; };
+  for (std::int64_t g = 0; g < G; ++g) {
+    std::vector<std::array<double, E>> score(S);
+    std::vector<std::array<std::int64_t, K>> pick(S);
+    std::vector<std::array<double, K>> weight(S);
+    for (std::int64_t s = 0; s < S; ++s) {
+      for (std::int64_t e = 0; e < E; ++e) {
+        double l = 0;
+        for (std::int64_t m = 0; m < M; ++m) l += xs(g, s, m) * w.wr[m * E + e];
+        score[s][e] = l;
+      }
+      if (o.scores == nn::router_scores::softmax) {
+        const double mx = *std::max_element(score[s].begin(), score[s].end());
+        double z = 0;
+        for (auto& v : score[s]) z += (v = std::exp(v - mx));
+        for (auto& v : score[s]) v /= z;
+      } else {
+        for (auto& v : score[s]) v = 1 / (1 + std::exp(-v));
+      }
+      std::array<bool, E> taken{};
+      double sum = 0;
+      for (std::int64_t j = 0; j < K; ++j) {
+        std::int64_t best = -1;
+        for (std::int64_t e = 0; e < E; ++e)
+          if (!taken[e] && (best < 0 || score[s][e] + w.bias[e] > score[s][best] + w.bias[best])) best = e;
+        taken[best] = true;
+        pick[s][j] = best;
+        weight[s][j] = score[s][best];
+        sum += score[s][best];
+      }
+      for (auto& v : weight[s]) v = (o.normalize_weights ? v / sum : v) * o.weight_scale;
+    }
+    std::array<std::int64_t, E> filled{};
+    for (std::int64_t j = 0; j < K; ++j)
+      for (std::int64_t s = 0; s < S; ++s) {
+        const std::int64_t e = pick[s][j];
+        r.load[e] += 1;
+        if (filled[e]++ >= capacity) continue;
+        r.routed[e] += 1;
+        for (std::int64_t f = 0; f < F; ++f) {
+          double a = 0, b = 0;
+          for (std::int64_t m = 0; m < M; ++m) {
+            a += xs(g, s, m) * w.wg[(e * M + m) * F + f];
+            b += xs(g, s, m) * w.wu[(e * M + m) * F + f];
+          }
+          for (std::int64_t m = 0; m < M; ++m)
+            r.y[(g * S + s) * M + m] += weight[s][j] * silu(a) * b * w.wd[(e * F + f) * M + m];
+        }
+      }
+    if (with_shared)
+      for (std::int64_t s = 0; s < S; ++s)
+        for (std::int64_t f = 0; f < F; ++f) {
+          double a = 0, b = 0;
+          for (std::int64_t m = 0; m < M; ++m) {
+            a += xs(g, s, m) * w.sg[m * F + f];
+            b += xs(g, s, m) * w.su[m * F + f];
+          }
+          for (std::int64_t m = 0; m < M; ++m) r.y[(g * S + s) * M + m] += silu(a) * b * w.sd[f * M + m];
+        }
+    // f_e P_e: f_e = E / (K S) times the tokens choosing e; P_e the mean normalised score.
+    for (std::int64_t e = 0; e < E; ++e) {
+      double chose = 0, p = 0;
+      for (std::int64_t s = 0; s < S; ++s) {
+        for (std::int64_t j = 0; j < K; ++j) chose += pick[s][j] == e;
+        double total = 0;
+        for (double v : score[s]) total += v;
+        p += score[s][e] / total / S;
+      }
+      r.aux += chose * E / (K * S) * p / G;
+    }
+  }
+  return r;
+}
+
+const nn::routed_moe_options mixtral_like{.top_k = K, .capacity = 2};
+const nn::routed_moe_options deepseek_like{
+    .top_k = K, .scores = nn::router_scores::sigmoid, .normalize_weights = true, .weight_scale = 2.5, .capacity = 0};
+}  // namespace
+
+TEST_CASE("routed_moe equals a loop over tokens under every layout", "[nn][moe][routed]") {
+  const auto g = world_grid();
+  for_each_type(all_layouts{}, [&]<class L>() {
+    INFO(layout_name<L>());
+    const model<L> m(g);
+    const host_weights w(m);
+    {
+      INFO("softmax scores, capacity 2, shared experts");
+      const auto want = reference(w, mixtral_like, true);
+      // The inputs exercise the capacity: some choices are dropped.
+      REQUIRE(want.load != want.routed);
+      const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, mixtral_like, m.shared());
+      REQUIRE(max_rel_error(mt::gather_all(r.y), want.y) < 1e-12);
+      REQUIRE(std::abs(mt::gather_all(r.aux_loss)[0] - want.aux) < 1e-12);
+      REQUIRE(mt::gather_all(r.load) == want.load);
+      REQUIRE(mt::gather_all(r.routed) == want.routed);
+    }
+    {
+      INFO("sigmoid scores scaled by 2.5, dropless");
+      const auto want = reference(w, deepseek_like, false);
+      // Some expert takes more than the capacity-2 run kept: dropless keeps them all.
+      REQUIRE(*std::max_element(want.load.begin(), want.load.end()) > 2 * G);
+      REQUIRE(want.load == want.routed);
+      const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, deepseek_like);
+      REQUIRE(max_rel_error(mt::gather_all(r.y), want.y) < 1e-12);
+      REQUIRE(std::abs(mt::gather_all(r.aux_loss)[0] - want.aux) < 1e-12);
+      REQUIRE(mt::gather_all(r.routed) == want.load);
+    }
+  });
+}
+
+TEST_CASE("routed_moe communicates as routed_moe_plan; experts split where groups were: one alltoall each way",
+          "[nn][moe][routed][comm_plan]") {
+  const auto g = world_grid();
+  for_each_type(all_layouts{}, [&]<class L>() {
+    INFO(layout_name<L>());
+    const model<L> m(g);
+    g.reset_counters();
+    (void)nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, deepseek_like);
+    require_counts(g.counters(), nn::routed_moe_plan<dims, typename model<L>::X>().as_counts());
+    constexpr unsigned group_axes = L::template split_of<group>().mask();
+    if constexpr (group_axes != 0) {
+      const auto it = g.counters().find({mt::collective::alltoall, group_axes});
+      REQUIRE(it != g.counters().end());
+      REQUIRE(it->second.calls == 2);
+    }
+    g.reset_counters();
+    (void)nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, mixtral_like, m.shared());
+    require_counts(g.counters(), nn::routed_moe_plan<dims, typename model<L>::X, true>().as_counts());
+  });
+}
+
+TEST_CASE("routed_moe gradients equal central differences", "[nn][moe][routed][gradient]") {
+  const auto g = world_grid();
+  for_each_type(list<L_rep, L_ge_r_ff_c, L_ge_rc>{}, [&]<class L>() {
+    INFO(layout_name<L>());
+    using mo = model<L>;
+    using X = typename mo::X;
+    using WR = typename mo::WR;
+    using WI = typename mo::WI;
+    using WO = typename mo::WO;
+    using W1 = typename mo::W1;
+    using W2 = typename mo::W2;
+    const mo m(g);
+    const host_weights w(m);
+    auto loss = [&](const nn::routed_moe_options& o, const X& x, const WR& wr, const WI& wg, const WI& wu, const WO& wd,
+                    const W1& sg, const W2& sd) {
+      const auto r = nn::routed_moe<dims>(x, wr, m.bias, wg, wu, wd, o, nn::shared_experts<W1, W2>{sg, m.su, sd});
+      return weighted_sum(r.y, 11) + r.aux_loss;
+    };
+    const gradient_check_options every_third{.stride = 3};
+    for (const auto& o : {mixtral_like, deepseek_like}) {
+      INFO((o.scores == nn::router_scores::softmax ? "softmax, capacity 2" : "sigmoid, dropless"));
+      check_gradient<X>(g, mo::ex, w.x, [&](const X& v) { return loss(o, v, m.wr, m.wg, m.wu, m.wd, m.sg, m.sd); },
+                        every_third);
+      check_gradient<WR>(g, mo::er, w.wr, [&](const WR& v) { return loss(o, m.x, v, m.wg, m.wu, m.wd, m.sg, m.sd); });
+    }
+    const auto& o = mixtral_like;
+    check_gradient<WI>(g, mo::ei, w.wg, [&](const WI& v) { return loss(o, m.x, m.wr, v, m.wu, m.wd, m.sg, m.sd); },
+                       every_third);
+    check_gradient<WI>(g, mo::ei, w.wu, [&](const WI& v) { return loss(o, m.x, m.wr, m.wg, v, m.wd, m.sg, m.sd); },
+                       every_third);
+    check_gradient<WO>(g, mo::eo, w.wd, [&](const WO& v) { return loss(o, m.x, m.wr, m.wg, m.wu, v, m.sg, m.sd); },
+                       every_third);
+    check_gradient<W1>(g, mo::e1, w.sg, [&](const W1& v) { return loss(o, m.x, m.wr, m.wg, m.wu, m.wd, v, m.sd); });
+    check_gradient<W2>(g, mo::e2, w.sd, [&](const W2& v) { return loss(o, m.x, m.wr, m.wg, m.wu, m.wd, m.sg, v); });
+  });
+}
+
+TEST_CASE("update_router_bias moves each expert's bias toward the mean load and evens a skewed router",
+          "[nn][moe][routed]") {
+  const auto g = world_grid();
+  using L = L_ge_r;
+  using B = typename model<L>::B;
+  // load 12, 4, 8, 8, 6, 10, 8, 8 (mean 8): down, up, level, level, up, down, level, level.
+  auto bias = mt::from_host<B>(g, {E}, std::vector<double>(E, 0.5));
+  const auto load = mt::from_host<B>(g, {E}, std::vector<double>{12, 4, 8, 8, 6, 10, 8, 8});
+  nn::update_router_bias(bias, load, 0.25);
+  REQUIRE(mt::gather_all(bias) == std::vector<double>{0.25, 0.75, 0.5, 0.5, 0.75, 0.25, 0.5, 0.5});
+  REQUIRE_THROWS_WITH(nn::update_router_bias(bias, load, -1.0),
+                      Catch::Matchers::ContainsSubstring("update_router_bias: rate must be >= 0; got -1"));
+
+  // A router whose first expert every token chooses: the bias alone evens the load.
+  model<L> m(g);
+  m.x = mt::abs(m.x);
+  m.wr = mt::from_host<typename model<L>::WR>(g, model<L>::er, [&] {
+    auto v = mt::gather_all(m.wr);
+    for (std::int64_t r = 0; r < M; ++r) v[r * E] = 4.0;
+    return v;
+  }());
+  m.bias = mt::full<B>(g, {E}, 0.0);
+  const auto spread = [&] {
+    const auto l = mt::gather_all(nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, deepseek_like).load);
+    return *std::max_element(l.begin(), l.end()) - *std::min_element(l.begin(), l.end());
+  };
+  const double before = spread();
+  INFO("spread of the load before: " << before);
+  REQUIRE(before >= G * S);  // expert 0 chosen by every token, some expert by none
+  for (int step = 0; step < 40; ++step)
+    nn::update_router_bias(m.bias, nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, deepseek_like).load, 0.02);
+  // An even split is 20 tokens x 3 choices / 8 experts = 7.5 each.
+  const double after = spread();
+  INFO("after: " << after);
+  REQUIRE(after <= 4);
+}
+
+TEST_CASE("routed_capacity_for: factor times an even share of the choices, within [min_capacity, tokens]",
+          "[nn][moe][routed]") {
+  REQUIRE(nn::routed_capacity_for(20, 8, 3) == 10);        // ceil(3 x 20 x 1.25 / 8) = ceil(9.375)
+  REQUIRE(nn::routed_capacity_for(4096, 256, 8, 1.0) == 128);
+  REQUIRE(nn::routed_capacity_for(16, 64, 2) == 4);        // ceil(0.625), raised to min_capacity
+  REQUIRE(nn::routed_capacity_for(6, 2, 2, 2.0) == 6);     // 12, at most the tokens
+}
+
+TEST_CASE("routed_moe refuses top_k beyond the experts, naming the extents", "[nn][moe][routed]") {
+  const auto g = world_grid();
+  const model<L_rep> m(g);
+  REQUIRE_THROWS_WITH(nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, {.top_k = E + 1}),
+                      Catch::Matchers::ContainsSubstring("1 <= top_k <= experts") &&
+                          Catch::Matchers::ContainsSubstring("experts_unsplit = 8 in w_router") &&
+                          Catch::Matchers::ContainsSubstring("top_k = 9"));
+}
