@@ -24,6 +24,7 @@
 #                  DeepSeek-V3's bias balancing) under data (experts over all 4 ranks) and tensor
 #                  (experts over rows, their d_ff over cols) on [2 x 2] gives one processor's losses
 #                  (1e-4), a resumed run continues them (the biases in the checkpoint), and learns;
+#                  without the biases' updates the losses differ;
 #                  one step against its plan (bf16, capacity 8); Mixtral 8x7B
 #                  planned: 46.70 billion parameters, 12.88 billion active (Mistral: 46.7 and 12.9);
 #                  --experts with a layout that splits the sequence, and --top-k without --experts,
@@ -152,8 +153,12 @@ case $case_ in
     echo "ring shift bytes: float32 $f, bf16 $b"
     [ -n "$f" ] && [ "$((2 * b))" = "$f" ] || { echo "FAIL: bf16's shifts do not move half float32's bytes"; exit 1; } ;;
   moe)
-    moe=(--experts 4 --top-k 2 --shared-experts 1 --router sigmoid --routed-scale 2.5 --router-bias-rate 0.01 --d-ff 48)
+    unbiased=(--experts 4 --top-k 2 --shared-experts 1 --router sigmoid --routed-scale 2.5 --d-ff 48)
+    moe=("${unbiased[@]}" --router-bias-rate 0.01)
     run 1 --steps 4 "${moe[@]}" --csv one.csv
+    # the bias steers the routing: without its updates the losses differ
+    run 1 --steps 4 "${unbiased[@]}" --csv unbiased.csv
+    if (same one.csv unbiased.csv 2) >/dev/null; then echo "FAIL: --router-bias-rate changed nothing"; exit 1; fi
     for layout in data tensor; do
       run 4 --mesh 2 2 --layout "$layout" --steps 4 "${moe[@]}" --csv "$layout.csv"
       same one.csv "$layout.csv" 1
