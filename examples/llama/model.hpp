@@ -267,21 +267,18 @@ struct model {
   const t<vocab, d_model>& output_weight() const { return output.empty() ? embedding : output[0]; }
 
   // Block b's routed experts (and its shared ones) on the normalised n; keeps the block's loads
-  // and adds its balance loss to last_aux_loss.
+  // and adds its balance loss to last_aux_loss. The shared experts are gated_feed_forward beside
+  // routed_moe (its overload with shared_experts is the same sum): one routed_moe per layout and
+  // element type to compile, not two.
   template <class C, class N>
   N experts_of(const N& n, std::size_t b) const {
-    const auto routed = [&] {
-      if (w_gate.empty())
-        return nn::routed_moe<expert_dims>(n, as<C>(w_router[b]), as<C>(router_bias[b]), as<C>(expert_gate[b]),
-                                           as<C>(expert_up[b]), as<C>(expert_down[b]), routing);
-      return nn::routed_moe<expert_dims>(n, as<C>(w_router[b]), as<C>(router_bias[b]), as<C>(expert_gate[b]),
-                                         as<C>(expert_up[b]), as<C>(expert_down[b]), routing,
-                                         nn::shared_experts{as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])});
-    }();
+    const auto routed = nn::routed_moe<expert_dims>(n, as<C>(w_router[b]), as<C>(router_bias[b]), as<C>(expert_gate[b]),
+                                                    as<C>(expert_up[b]), as<C>(expert_down[b]), routing);
     last_loads.push_back(in_float(routed.load));
     const t<> aux = in_float(routed.aux_loss);
     last_aux_loss = last_aux_loss ? t<>(*last_aux_loss + aux) : aux;
-    return routed.y;
+    if (w_gate.empty()) return routed.y;
+    return N(routed.y + nn::gated_feed_forward<d_model, d_ff>(n, as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
   }
 
   // Inference with a key-value cache: each block's keys (rotated at their positions) and values,
