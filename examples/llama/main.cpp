@@ -374,6 +374,9 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   app.add_option("--capacity", o.capacity, "with --experts: tokens per expert per sequence, choices past it dropped "
                  "(0: dropless)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--expert-chunks", o.expert_chunks, "with --experts: the experts' buffers in N chunks, the next chunk's "
+                 "dispatch and the last one's return in flight while a chunk's experts compute (1: no overlap)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--aux-loss", o.aux_loss, "with --experts: the balance loss's weight in the loss")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--router-bias-rate", o.router_bias_rate, "with --experts: after each step, each expert's router bias "
@@ -437,8 +440,8 @@ int main(int argc, char** argv) try {
         throw mt::error("--experts: Hugging Face's MoE checkpoints (one tensor per expert) are not mapped: drop "
                         "--from-pretrained and --save-pretrained");
     } else {
-      for (const char* flag : {"--top-k", "--shared-experts", "--router", "--routed-scale", "--capacity", "--aux-loss",
-                               "--router-bias-rate"})
+      for (const char* flag : {"--top-k", "--shared-experts", "--router", "--routed-scale", "--capacity",
+                               "--expert-chunks", "--aux-loss", "--router-bias-rate"})
         if (app.count(flag) > 0) throw mt::error(fmt::format("{} needs --experts N", flag));
     }
     // the KV heads are split over cols already: the all-to-all has no heads left to move the sequence to

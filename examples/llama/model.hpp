@@ -68,7 +68,7 @@ struct options {
   std::string generate_out;   // --generate-out FILE: the generated ids, one line
   // Mixture of experts (--experts N): every block's feed-forward is nn::routed_moe over N SwiGLU
   // experts of width --d-ff (top --top-k), beside --shared-experts SwiGLU experts as wide each.
-  std::int64_t experts = 0, top_k = 2, shared_experts = 0, capacity = 0;
+  std::int64_t experts = 0, top_k = 2, shared_experts = 0, capacity = 0, expert_chunks = 1;
   std::string router = "softmax";
   double routed_scale = 1, aux_loss = 0.01, router_bias_rate = 0;
 };
@@ -178,7 +178,8 @@ struct model {
     routing = {.top_k = o.top_k,
                .scores = o.router == "sigmoid" ? nn::router_scores::sigmoid : nn::router_scores::softmax,
                .weight_scale = o.routed_scale,
-               .capacity = o.capacity};
+               .capacity = o.capacity,
+               .overlap_chunks = o.expert_chunks};
     aux_loss_weight = static_cast<float>(o.aux_loss);
     ring = o.attention == "ring";
     rope = {.theta = o.rope_theta, .llama3 = o.rope_llama3};

@@ -43,6 +43,7 @@
 #include "ops/relayout.hpp"
 #include "ops/relayout_regathered.hpp"
 #include "ops/rename.hpp"
+#include "ops/relayout_in_flight.hpp"
 #include "ops/cast.hpp"
 #include "ops/partial_sum.hpp"
 #include "ops/gather_for_use.hpp"

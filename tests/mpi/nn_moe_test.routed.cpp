@@ -180,11 +180,16 @@ TEST_CASE("routed_moe equals a loop over tokens under every layout", "[nn][moe][
       const auto want = reference(w, mixtral_like, true);
       // The inputs exercise the capacity: some choices are dropped.
       REQUIRE(want.load != want.routed);
-      const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, mixtral_like, m.shared());
-      REQUIRE(max_rel_error(mt::gather_all(r.y), want.y) < 1e-12);
-      REQUIRE(std::abs(mt::gather_all(r.aux_loss)[0] - want.aux) < 1e-12);
-      REQUIRE(mt::gather_all(r.load) == want.load);
-      REQUIRE(mt::gather_all(r.routed) == want.routed);
+      for (const std::int64_t chunks : {1, 2}) {  // capacity 2: one slot per chunk
+        INFO("overlap_chunks " << chunks);
+        auto o = mixtral_like;
+        o.overlap_chunks = chunks;
+        const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, o, m.shared());
+        REQUIRE(max_rel_error(mt::gather_all(r.y), want.y) < 1e-12);
+        REQUIRE(std::abs(mt::gather_all(r.aux_loss)[0] - want.aux) < 1e-12);
+        REQUIRE(mt::gather_all(r.load) == want.load);
+        REQUIRE(mt::gather_all(r.routed) == want.routed);
+      }
     }
     {
       INFO("sigmoid scores scaled by 2.5, dropless");
@@ -192,10 +197,15 @@ TEST_CASE("routed_moe equals a loop over tokens under every layout", "[nn][moe][
       // Some expert takes more than the capacity-2 run kept: dropless keeps them all.
       REQUIRE(*std::max_element(want.load.begin(), want.load.end()) > 2 * G);
       REQUIRE(want.load == want.routed);
-      const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, deepseek_like);
-      REQUIRE(max_rel_error(mt::gather_all(r.y), want.y) < 1e-12);
-      REQUIRE(std::abs(mt::gather_all(r.aux_loss)[0] - want.aux) < 1e-12);
-      REQUIRE(mt::gather_all(r.routed) == want.load);
+      for (const std::int64_t chunks : {1, 3}) {  // 5 slots (the tokens per group) as 1, 2 and 2
+        INFO("overlap_chunks " << chunks);
+        auto o = deepseek_like;
+        o.overlap_chunks = chunks;
+        const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, o);
+        REQUIRE(max_rel_error(mt::gather_all(r.y), want.y) < 1e-12);
+        REQUIRE(std::abs(mt::gather_all(r.aux_loss)[0] - want.aux) < 1e-12);
+        REQUIRE(mt::gather_all(r.routed) == want.load);
+      }
     }
   });
 }
@@ -218,6 +228,13 @@ TEST_CASE("routed_moe communicates as routed_moe_plan; experts split where group
     g.reset_counters();
     (void)nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, mixtral_like, m.shared());
     require_counts(g.counters(), nn::routed_moe_plan<dims, typename model<L>::X, true>().as_counts());
+    // In chunks: the dispatch, the experts, the return and the combine once per chunk.
+    g.reset_counters();
+    auto chunked = deepseek_like;
+    chunked.overlap_chunks = 3;
+    (void)nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, chunked);
+    require_counts(g.counters(), nn::routed_moe_plan<dims, typename model<L>::X>(3).as_counts());
+    if constexpr (group_axes != 0) REQUIRE(g.counters().at({mt::collective::alltoall, group_axes}).calls == 6);
   });
 }
 
@@ -310,4 +327,42 @@ TEST_CASE("routed_moe refuses top_k beyond the experts, naming the extents", "[n
                       Catch::Matchers::ContainsSubstring("1 <= top_k <= experts") &&
                           Catch::Matchers::ContainsSubstring("experts_unsplit = 8 in w_router") &&
                           Catch::Matchers::ContainsSubstring("top_k = 9"));
+}
+
+TEST_CASE("routed_moe in chunks: the gradients of the whole layer's", "[nn][moe][routed][gradient]") {
+  const auto g = world_grid();
+  for_each_type(list<L_ge_r_ff_c, L_ge_rc>{}, [&]<class L>() {
+    INFO(layout_name<L>());
+    model<L> m(g);
+    m.x.requires_grad();
+    m.wr.requires_grad();
+    m.wg.requires_grad();
+    m.wd.requires_grad();
+    const auto grads = [&](std::int64_t chunks) {
+      auto o = mixtral_like;
+      o.capacity = 3;
+      o.overlap_chunks = chunks;
+      const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, o, m.shared());
+      const auto [gx, gr, gg, gd] = mt::gradient(weighted_sum(r.y, 11) + r.aux_loss, m.x, m.wr, m.wg, m.wd);
+      return std::array{mt::gather_all(gx), mt::gather_all(gr), mt::gather_all(gg), mt::gather_all(gd)};
+    };
+    const auto whole = grads(1), chunked = grads(2);
+    for (std::size_t i = 0; i < whole.size(); ++i) {
+      INFO("gradient " << i << " of x, w_router, w_gate, w_down");
+      REQUIRE(max_rel_error(chunked[i], whole[i]) < 1e-12);
+    }
+  });
+}
+
+TEST_CASE("routed_moe refuses more chunks than an expert's buffer has slots", "[nn][moe][routed]") {
+  const auto g = world_grid();
+  const model<L_ge_r> m(g);
+  for (const std::int64_t chunks : {0, 3}) {
+    auto o = mixtral_like;  // capacity 2
+    o.overlap_chunks = chunks;
+    REQUIRE_THROWS_WITH(nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, o),
+                        Catch::Matchers::ContainsSubstring(mt::detail::cat("overlap_chunks = ", chunks)) &&
+                            Catch::Matchers::ContainsSubstring("buffer of 2 slots (dim 'expert_capacity')") &&
+                            Catch::Matchers::ContainsSubstring("give 1 (no overlap) to 2"));
+  }
 }

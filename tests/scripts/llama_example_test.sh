@@ -25,7 +25,8 @@
 #                  (experts over rows, their d_ff over cols) on [2 x 2] gives one processor's losses
 #                  (1e-4), a resumed run continues them (the biases in the checkpoint), and learns;
 #                  without the biases' updates the losses differ;
-#                  one step against its plan (bf16, capacity 8); Mixtral 8x7B
+#                  the buffers in 3 chunks (dispatch and return overlapped) give the same losses;
+#                  one step against its plan (bf16, capacity 8, 2 chunks); Mixtral 8x7B
 #                  planned: 46.70 billion parameters, 12.88 billion active (Mistral: 46.7 and 12.9);
 #                  --experts with a layout that splits the sequence, and --top-k without --experts,
 #                  refused by name
@@ -163,6 +164,9 @@ case $case_ in
       run 4 --mesh 2 2 --layout "$layout" --steps 4 "${moe[@]}" --csv "$layout.csv"
       same one.csv "$layout.csv" 1
     done
+    # the experts' buffers in 3 chunks, dispatch and return overlapping the products: the same losses
+    run 4 --mesh 2 2 --layout tensor --steps 4 "${moe[@]}" --expert-chunks 3 --csv chunks.csv
+    same one.csv chunks.csv 1
     # the router's biases are in the checkpoint: a resumed run routes as the whole one did
     run 2 --mesh 2 1 --steps 6 "${moe[@]}" --csv whole.csv
     run 2 --mesh 2 1 --steps 3 "${moe[@]}" --checkpoint ckpt --save-every 3
@@ -171,7 +175,7 @@ case $case_ in
     run 4 --mesh 2 2 --layout tensor --steps 40 "${moe[@]}" --csv learns.csv
     awk -F, 'NR == 2 { first = $2 } END { print "loss " first " -> " $2; exit !($2 < 0.8 * first) }' learns.csv
     out=$("$mpiexec" -n 4 "$llama" --text "$text" --check-plan --memory-tolerance 0.01 --layout data --mesh 2 2 \
-            --dtype bf16 --capacity 8 "${moe[@]}" 2>&1) || { echo "$out"; echo "FAIL: --check-plan with --experts"; exit 1; }
+            --dtype bf16 --capacity 8 --expert-chunks 2 "${moe[@]}" 2>&1) || { echo "$out"; echo "FAIL: --check-plan with --experts"; exit 1; }
     grep 'check-plan' <<<"$out"
     grep -q 'the plan equals the real step on every rank' <<<"$out" && grep -q ': close$' <<<"$out" ||
       { echo "$out"; echo "FAIL: --check-plan with --experts did not report the plan equal and the peak close"; exit 1; }

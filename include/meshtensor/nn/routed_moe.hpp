@@ -39,8 +39,12 @@
 // experts' weights, by the ops used.
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <type_traits>
+#include <utility>
 
+#include "../ops/relayout_in_flight.hpp"
+#include "../ops/slice.hpp"
 #include "../ops/update_slice.hpp"
 #include "feed_forward.hpp"
 #include "moe.hpp"
@@ -55,6 +59,9 @@ struct routed_moe_options {
   bool normalize_weights = true;  // a token's k weights sum to 1 (before weight_scale)
   double weight_scale = 1.0;      // DeepSeek-V3's routed_scaling_factor: 2.5
   std::int64_t capacity = 0;      // tokens per expert per group; 0: dropless
+  // The buffers' slots cut into this many chunks (at most the capacity): the dispatch alltoall of
+  // the next chunk and the return of the last run while a chunk's experts compute. 1: no overlap.
+  std::int64_t overlap_chunks = 1;
 };
 
 // nn::gated_feed_forward's three weights, applied to every token beside the routed experts.
@@ -84,9 +91,10 @@ inline std::int64_t routed_capacity_for(std::int64_t tokens_per_group, std::int6
 }
 
 // The collectives routed_moe<Dims>(x, ...) runs forward, derived from the layout alone; Shared:
-// with shared experts, whose weights' layout is X's.
+// with shared experts, whose weights' layout is X's; chunks: options.overlap_chunks (the dispatch,
+// the experts' products, the return and the combine run once per chunk).
 template <class Dims, Tensor X, bool Shared = false>
-constexpr comm_plan routed_moe_plan() {
+constexpr comm_plan routed_moe_plan(std::int64_t chunks = 1) {
   using G = typename Dims::group;
   using S = typename Dims::token;
   using M = typename Dims::d_model;
@@ -107,18 +115,19 @@ constexpr comm_plan routed_moe_plan() {
   using Chosen = detail::moe_t<X, G, S, K, EU>;
   using Kept = detail::moe_t<X, G, K, S, EU>;
   using Load = detail::moe_t<X, EU>;
-  comm_plan p{};
-  p.then(einsum_plan<type_list<G, S, EU>, X, WR>())
-      .then(einsum_plan<type_list<EU, G, C, M>, X, Dispatch>())
+  comm_plan per_chunk{};
+  if (chunks > 1) per_chunk.then(slice_plan<Dispatch, C>()).then(slice_plan<Dispatch, C>());
+  per_chunk.then(einsum_plan<type_list<EU, G, C, M>, X, Dispatch>())
       .then(replace_dimensions_plan<ToExperts, type_list<EU, G>, type_list<E, GU>>())
       .then(einsum_plan<type_list<E, GU, C, F>, AtExperts, WI>())
       .then(einsum_plan<type_list<E, GU, C, F>, AtExperts, WI>())
       .then(einsum_plan<type_list<E, GU, C, M>, Hidden, WO>())
       .then(replace_dimensions_plan<AtExperts, type_list<E, GU>, type_list<EU, G>>())
-      .then(einsum_plan<type_list<G, S, M>, ToExperts, Dispatch>())
-      .then(reduce_mean_plan<Balance, G, EU>())
-      .then(reduce_plan<Load, Chosen>())
-      .then(reduce_plan<Load, Kept>());
+      .then(einsum_plan<type_list<G, S, M>, ToExperts, Dispatch>());
+  comm_plan p{};
+  p.then(einsum_plan<type_list<G, S, EU>, X, WR>());
+  for (std::int64_t c = 0; c < chunks; ++c) p.then(per_chunk);
+  p.then(reduce_mean_plan<Balance, G, EU>()).then(reduce_plan<Load, Chosen>()).then(reduce_plan<Load, Kept>());
   if constexpr (Shared) {
     using W1 = detail::moe_t<X, M, F>;
     using W2 = detail::moe_t<X, F, M>;
@@ -169,6 +178,11 @@ auto routed_experts(const X& x, const WR& w_router, const B& router_bias, const 
                           w_down.template extent<E>(), " in w_gate, w_up and w_down, top_k = ", k,
                           ", capacity = ", o.capacity));
   const std::int64_t capacity = o.capacity == 0 ? tokens : o.capacity;
+  const std::int64_t chunks = o.overlap_chunks;
+  if (chunks < 1 || chunks > capacity)
+    throw shape_error(cat("routed_moe: overlap_chunks = ", chunks, " cuts an expert's buffer of ", capacity,
+                          " slots (dim '", C::name(), "'", o.capacity == 0 ? ", dropless: the tokens per group" : "",
+                          "); give 1 (no overlap) to ", capacity));
 
   // Router: scores, the choice (steered by the bias, off the tape), the chosen scores (on it).
   const auto logits = einsum<G, S, EU>(x, w_router);
@@ -189,12 +203,45 @@ auto routed_experts(const X& x, const WR& w_router, const B& router_bias, const 
   const auto dispatch = reduce_sum<K>(dispatch_by_choice);  // [G, S, EU, C]: a token's choices differ
   const auto combine = reduce_sum<K>(weights * dispatch_by_choice);
 
-  // Tokens to their experts' SwiGLU, and back.
-  const auto at_experts = replace_dimensions<type_list<EU, G>, type_list<E, GU>>(einsum<EU, G, C, M>(x, dispatch));
-  const auto hidden = silu(einsum<E, GU, C, F>(at_experts, w_gate)) * einsum<E, GU, C, F>(at_experts, w_up);
-  const auto returned =
-      replace_dimensions<type_list<E, GU>, type_list<EU, G>>(einsum<E, GU, C, M>(hidden, w_down));
-  auto y = einsum<G, S, M>(returned, combine);
+  // Tokens to their experts' SwiGLU, and back: whole, or chunk by chunk of the buffers' slots, the
+  // next chunk's dispatch and the last one's return in flight while a chunk's experts compute
+  // (moved on by an MPI_Test between the products).
+  const auto experts_of = [&](const auto& at_experts, const auto& progress) {
+    const auto gate = einsum<E, GU, C, F>(at_experts, w_gate);
+    progress();
+    const auto hidden = silu(gate) * einsum<E, GU, C, F>(at_experts, w_up);
+    progress();
+    return einsum<E, GU, C, M>(hidden, w_down);
+  };
+  const auto first_slot = [&](std::int64_t c) { return c * capacity / chunks; };
+  const auto chunk_of = [&](const auto& t, std::int64_t c) {
+    return chunks == 1 ? t : slice<C>(t, first_slot(c), first_slot(c + 1) - first_slot(c));
+  };
+  const auto dispatched = [&](std::int64_t c) {
+    return start_replace_dimensions<type_list<EU, G>, type_list<E, GU>>(einsum<EU, G, C, M>(x, chunk_of(dispatch, c)));
+  };
+  const auto returned = [&](const auto& out) { return start_replace_dimensions<type_list<E, GU>, type_list<EU, G>>(out); };
+  const auto combined = [&](auto& back, std::int64_t c) { return einsum<G, S, M>(back->wait(), chunk_of(combine, c)); };
+
+  auto here = dispatched(0);
+  auto next = chunks > 1 ? dispatched(1) : decltype(here){};
+  auto back = returned(experts_of(here->wait(), [&] {
+    if (next) next->progress();
+  }));
+  std::optional<decltype(combined(back, 0))> y_before;  // the chunks combined so far
+  for (std::int64_t c = 1; c < chunks; ++c) {
+    here = std::move(next);
+    if (c + 1 < chunks) next = dispatched(c + 1);
+    const auto out = experts_of(here->wait(), [&] {
+      if (next) next->progress();
+      back->progress();
+    });
+    auto part = combined(back, c - 1);
+    y_before.emplace(y_before ? decltype(part)(*y_before + part) : std::move(part));
+    back = returned(out);
+  }
+  auto last = combined(back, chunks - 1);
+  auto y = y_before ? decltype(last)(*y_before + last) : std::move(last);
 
   // Balance loss: f_e P_e summed over experts, averaged over groups.
   const auto f = in_t(reduce_sum<S, K>(choice) * static_cast<R>(static_cast<double>(experts) / static_cast<double>(k * tokens)));
@@ -212,7 +259,7 @@ namespace meshtensor::nn {
 template <class Dims, Tensor X, Tensor WR, Tensor B, Tensor WI, Tensor WO>
 auto routed_moe(const X& x, const WR& w_router, const B& router_bias, const WI& w_gate, const WI& w_up,
                 const WO& w_down, const routed_moe_options& options) {
-  const meshtensor::detail::op_call call(meshtensor::detail::planned_op{"routed_moe", routed_moe_plan<Dims, X>()}, x);
+  const meshtensor::detail::op_call call(meshtensor::detail::planned_op{"routed_moe", routed_moe_plan<Dims, X>(options.overlap_chunks)}, x);
   return meshtensor::detail::routed_experts<Dims>(x, w_router, router_bias, w_gate, w_up, w_down, options);
 }
 
@@ -220,7 +267,7 @@ template <class Dims, Tensor X, Tensor WR, Tensor B, Tensor WI, Tensor WO, Tenso
 auto routed_moe(const X& x, const WR& w_router, const B& router_bias, const WI& w_gate, const WI& w_up,
                 const WO& w_down, const routed_moe_options& options, const shared_experts<W1, W2>& shared) {
   const meshtensor::detail::op_call call(
-      meshtensor::detail::planned_op{"routed_moe", routed_moe_plan<Dims, X, true>()}, x);
+      meshtensor::detail::planned_op{"routed_moe", routed_moe_plan<Dims, X, true>(options.overlap_chunks)}, x);
   auto r = meshtensor::detail::routed_experts<Dims>(x, w_router, router_bias, w_gate, w_up, w_down, options);
   r.y = r.y + gated_feed_forward<typename Dims::d_model, typename Dims::d_ff>(x, shared.gate, shared.up, shared.down);
   return r;

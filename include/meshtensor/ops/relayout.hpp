@@ -14,6 +14,7 @@
 #include <bit>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -137,6 +138,137 @@ void move_pieces(communicator& comm, const T* src, T* dst, const placement<R>& f
   }
 }
 
+// MPI's counts and displacements are ints. Every block and displacement of a relayout's alltoall
+// lies within one processor's old or new slice, and an allgather's within the old slices of its
+// group, so these bounds hold them all; they are the same on every rank, so every rank refuses
+// alike (a count checked per rank would throw on the ranks with the large blocks and leave their
+// peers in the collective). (A plan moves nothing: it plans tensors no run could move this way,
+// as it plans memory no card has.)
+template <std::size_t R>
+void check_relayout_counts(const communicator& comm, const placement<R>& from, const placement<R>& to,
+                           const std::array<std::int64_t, R>& ext, relayout_step step) {
+  const std::int64_t largest = step.kind == relayout_kind::allgather
+                                   ? from.max_local_size() * comm.size_over(step.axes)
+                                   : std::max(from.max_local_size(), to.max_local_size());
+  if (step.kind != relayout_kind::local && largest > INT32_MAX && !comm.planned()) {
+    std::string extents;
+    for (const auto e : ext) extents += cat(extents.empty() ? "[" : " x ", e);
+    throw error(cat("meshtensor: a relayout of a tensor of extents ", extents, "] moves slices of up to ", largest,
+                    " elements, past MPI's int count (2147483647): split it over more processors"));
+  }
+}
+
+// A relayout's alltoall step (sub-rank q gets old slice ∩ its new slice and sends new slice ∩ its
+// old slice) into dst, this processor's new slice: constructed, the blocks are packed (where they
+// do not already lie in the collective's order in the slice) and MPI's buffers readied; run() is
+// the blocking collective and the unpacking, start() and finish() the same in two halves, so that
+// other work runs between them (relayout_in_flight). The buffers live until the unpacking.
+template <class Exec, class T, std::size_t R>
+class alltoall_exchange {
+  using mem = typename Exec::memory_space;
+  using view = Kokkos::View<T*, mem>;
+  using buffers = mpi_buffer<Exec, T>;
+
+ public:
+  alltoall_exchange(communicator& comm, const view& src, const placement<R>& from, const placement<R>& to,
+                    axis_set axes, view dst)
+      : comm_(&comm), axes_(axes), dst_(std::move(dst)), new_box_(to.box_at(comm.coords())) {
+    const auto& shape = comm.shape();
+    const auto old_box = from.box_at(comm.coords());
+    const int n = comm.size_over(axes);
+    std::vector<box<R>> send_boxes(n), recv_boxes(n);
+    for (int q = 0; q < n; ++q) {
+      const auto c = shape.peer_coords(comm.coords(), axes, q);
+      send_boxes[q] = intersect(old_box, to.box_at(c));
+      recv_boxes[q] = intersect(from.box_at(c), new_box_);
+    }
+    // One block size between every pair of the sub-communicator (every rank of it computes the
+    // same, from the placements alone): an MPI_Alltoall, as with even splits; else MPI_Alltoallv.
+    // Even splits have it by construction; otherwise compare every pair's block (n^2 boxes).
+    const bool even = from.even() && to.even();
+    std::int64_t block = -1;  // the block between sub-ranks 0 and 0, the same on every rank
+    for (int p = 0; p < n && uniform_ && !even; ++p) {
+      const auto old_p = from.box_at(shape.peer_coords(comm.coords(), axes, p));
+      for (int q = 0; q < n && uniform_; ++q) {
+        const auto size = intersect(old_p, to.box_at(shape.peer_coords(comm.coords(), axes, q))).size();
+        if (block < 0) block = size;
+        uniform_ = size == block;
+      }
+    }
+    sends_ = exchange<R>(std::move(send_boxes));
+    receives_ = exchange<R>(std::move(recv_boxes));
+    const bool send_direct = sends_.in_place_in(old_box);
+    recv_direct_ = receives_.in_place_in(new_box_);
+    view packed;
+    if (!send_direct) {
+      packed = view_pool<T, mem>::get().allocate(static_cast<std::size_t>(sends_.total));
+      send_claim_ = planned_claim(packed);
+      for (int q = 0; q < n; ++q)
+        copy_region<Exec>(src.data(), 0, old_box, packed.data(), sends_.displs[q], sends_.boxes[q], sends_.boxes[q]);
+    }
+    send_.emplace(buffers::reading(send_direct ? src : packed));
+    if (recv_direct_) {
+      received_.emplace(buffers::receiving_into(dst_));  // MPI writes the result itself
+    } else {
+      received_.emplace(buffers::writing(static_cast<std::size_t>(receives_.total)));
+      received_claim_ = planned_claim_of_buffer(*received_);
+    }
+  }
+  alltoall_exchange(const alltoall_exchange&) = delete;
+  alltoall_exchange& operator=(const alltoall_exchange&) = delete;
+  // Only reached unfinished when an error left the caller early: MPI still reads and writes the buffers.
+  ~alltoall_exchange() {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+
+  void run() {
+    alltoallv(*comm_, axes_, uniform_, send_->data(), sends_.counts, sends_.displs, received_->data(), receives_.counts,
+              receives_.displs);
+    unpack();
+  }
+  void start() {
+    request_ = start_alltoallv(*comm_, axes_, uniform_, send_->data(), sends_.counts, sends_.displs, received_->data(),
+                               receives_.counts, receives_.displs);
+  }
+  // Moves MPI on (Open MPI progresses a nonblocking collective only inside MPI calls).
+  void progress() {
+    int done = 0;
+    if (request_ != MPI_REQUEST_NULL) MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+  }
+  void finish() {
+    if (request_ != MPI_REQUEST_NULL)
+      comm_->await(&request_, 1, collective::alltoall, axes_,
+                   sends_.total * static_cast<std::int64_t>(sizeof(T)));
+    unpack();
+  }
+
+ private:
+  communicator* comm_;
+  axis_set axes_;
+  view dst_;
+  box<R> new_box_;
+  bool uniform_ = true, recv_direct_ = false;
+  exchange<R> sends_, receives_;
+  std::shared_ptr<void> send_claim_, received_claim_;  // a plan's claims on the buffers while they live
+  std::optional<buffers> send_, received_;
+  MPI_Request request_ = MPI_REQUEST_NULL;
+
+  void unpack() {
+    if (recv_direct_) {
+      received_->copy_into(dst_);
+    } else {
+      const auto recv = received_->view();
+      for (std::size_t q = 0; q < receives_.boxes.size(); ++q)
+        copy_region<Exec>(recv.data(), receives_.displs[q], receives_.boxes[q], dst_.data(), 0, new_box_,
+                          receives_.boxes[q]);
+    }
+    send_.reset();
+    received_.reset();
+    send_claim_.reset();
+    received_claim_.reset();
+  }
+};
+
 template <class Exec, class T, std::size_t R>
 Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
                                                           const Kokkos::View<T*, typename Exec::memory_space>& src,
@@ -149,21 +281,7 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
   if (step.kind == relayout_kind::share) return src;
   const auto& shape = comm.shape();
   const placement<R> from(from_splits, shape, ext), to(to_splits, shape, ext);
-  // MPI's counts and displacements are ints. Every block and displacement of the alltoalls below
-  // lies within one processor's old or new slice, and an allgather's within the old slices of its
-  // group, so these bounds hold them all; they are the same on every rank, so every rank refuses
-  // alike (a count checked per rank would throw on the ranks with the large blocks and leave their
-  // peers in the collective). (A plan moves nothing: it plans tensors no run could move this way,
-  // as it plans memory no card has.)
-  const std::int64_t largest = step.kind == relayout_kind::allgather
-                                   ? from.max_local_size() * comm.size_over(step.axes)
-                                   : std::max(from.max_local_size(), to.max_local_size());
-  if (step.kind != relayout_kind::local && largest > INT32_MAX && !comm.planned()) {
-    std::string extents;
-    for (const auto e : ext) extents += cat(extents.empty() ? "[" : " x ", e);
-    throw error(cat("meshtensor: a relayout of a tensor of extents ", extents, "] moves slices of up to ", largest,
-                    " elements, past MPI's int count (2147483647): split it over more processors"));
-  }
+  check_relayout_counts(comm, from, to, ext, step);
   if (step.kind == relayout_kind::general) {
     view dst = view_pool<T, mem>::get().allocate(static_cast<std::size_t>(to.local_size(comm.coords())));
     const auto dst_claim = planned_claim(dst);  // a plan's, until the result's tensor claims it
@@ -207,52 +325,8 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
       unpack_gathered<Exec>(g, received.view().data(), dst.data());
     }
   } else {
-    // Sub-rank q gets old slice ∩ its new slice and sends new slice ∩ its old slice; blocks have
-    // one size each way when the splits are even, else an alltoallv.
-    const int n = comm.size_over(step.axes);
-    std::vector<box<R>> send_boxes(n), recv_boxes(n);
-    for (int q = 0; q < n; ++q) {
-      const auto c = shape.peer_coords(comm.coords(), step.axes, q);
-      send_boxes[q] = intersect(old_box, to.box_at(c));
-      recv_boxes[q] = intersect(from.box_at(c), new_box);
-    }
-    // One block size between every pair of the sub-communicator (every rank of it computes the
-    // same, from the placements alone): an MPI_Alltoall, as with even splits; else MPI_Alltoallv.
-    // Even splits have it by construction; otherwise compare every pair's block (n^2 boxes).
-    const bool even = from.even() && to.even();
-    bool uniform = true;
-    std::int64_t block = -1;  // the block between sub-ranks 0 and 0, the same on every rank
-    for (int p = 0; p < n && uniform && !even; ++p) {
-      const auto old_p = from.box_at(shape.peer_coords(comm.coords(), step.axes, p));
-      for (int q = 0; q < n && uniform; ++q) {
-        const auto size = intersect(old_p, to.box_at(shape.peer_coords(comm.coords(), step.axes, q))).size();
-        if (block < 0) block = size;
-        uniform = size == block;
-      }
-    }
-    const exchange<R> sends(std::move(send_boxes)), receives(std::move(recv_boxes));
-    const bool send_direct = sends.in_place_in(old_box), recv_direct = receives.in_place_in(new_box);
-    view send;
-    std::shared_ptr<void> send_claim;
-    if (!send_direct) {
-      send = buffer(mem{}, sends.total);
-      send_claim = planned_claim(send);
-      for (int q = 0; q < n; ++q)
-        copy_region<Exec>(src.data(), 0, old_box, send.data(), sends.displs[q], sends.boxes[q], sends.boxes[q]);
-    }
-    const auto send_h = buffers::reading(send_direct ? src : send);
-    if (recv_direct) {
-      receive_into_result(
-          [&](T* recv) { alltoallv(comm, step.axes, uniform, send_h.data(), sends.counts, sends.displs, recv, receives.counts, receives.displs); });
-    } else {
-      const auto received = buffers::writing(static_cast<std::size_t>(receives.total));
-      const auto received_claim = planned_claim_of_buffer(received);
-      alltoallv(comm, step.axes, uniform, send_h.data(), sends.counts, sends.displs, received.data(), receives.counts,
-                receives.displs);
-      const auto recv = received.view();
-      for (int q = 0; q < n; ++q)
-        copy_region<Exec>(recv.data(), receives.displs[q], receives.boxes[q], dst.data(), 0, new_box, receives.boxes[q]);
-    }
+    alltoall_exchange<Exec, T, R> moved(comm, src, from, to, step.axes, dst);
+    moved.run();
   }
   return dst;
 }

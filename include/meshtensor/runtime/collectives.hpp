@@ -230,6 +230,27 @@ void alltoallv(communicator& c, axis_set axes, bool uniform, const T* send, cons
       });
 }
 
+// alltoallv, started: recv holds every block once the request returned has completed (await it
+// with the communicator's await); MPI_REQUEST_NULL where nothing is sent (a plan). Counted as an
+// alltoall, as alltoallv is; `uniform` as there.
+template <class T>
+MPI_Request start_alltoallv(communicator& c, axis_set axes, bool uniform, const T* send,
+                            const std::vector<int>& send_counts, const std::vector<int>& send_displs, T* recv,
+                            const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) {
+  std::int64_t sent = 0;
+  for (const int k : send_counts) sent += k;
+  const auto type = detail::mpi_type<T>();
+  return c.start({collective::alltoall, axes, sent * static_cast<std::int64_t>(sizeof(T))}, [&](MPI_Request* r) {
+    if (uniform) {
+      const int count = send_counts.empty() ? 0 : send_counts[0];
+      MPI_Ialltoall(send, count, type, recv, count, type, c.over(axes), r);
+    } else {
+      MPI_Ialltoallv(send, send_counts.data(), send_displs.data(), type, recv, recv_counts.data(), recv_displs.data(),
+                     type, c.over(axes), r);
+    }
+  });
+}
+
 // Reduces send (n_per_rank * size elements) and leaves block r of the result on sub-rank r.
 template <class T>
 void reduce_scatter(communicator& c, axis_set axes, const T* send, T* recv, std::int64_t n_per_rank,
