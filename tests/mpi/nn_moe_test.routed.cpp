@@ -337,18 +337,20 @@ TEST_CASE("routed_moe in chunks: the gradients of the whole layer's", "[nn][moe]
     m.x.requires_grad();
     m.wr.requires_grad();
     m.wg.requires_grad();
+    m.wu.requires_grad();
     m.wd.requires_grad();
     const auto grads = [&](std::int64_t chunks) {
       auto o = mixtral_like;
       o.capacity = 3;
       o.overlap_chunks = chunks;
       const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, o, m.shared());
-      const auto [gx, gr, gg, gd] = mt::gradient(weighted_sum(r.y, 11) + r.aux_loss, m.x, m.wr, m.wg, m.wd);
-      return std::array{mt::gather_all(gx), mt::gather_all(gr), mt::gather_all(gg), mt::gather_all(gd)};
+      const auto [gx, gr, gg, gu, gd] = mt::gradient(weighted_sum(r.y, 11) + r.aux_loss, m.x, m.wr, m.wg, m.wu, m.wd);
+      return std::array{mt::gather_all(gx), mt::gather_all(gr), mt::gather_all(gg), mt::gather_all(gu),
+                        mt::gather_all(gd)};
     };
     const auto whole = grads(1), chunked = grads(2);
     for (std::size_t i = 0; i < whole.size(); ++i) {
-      INFO("gradient " << i << " of x, w_router, w_gate, w_down");
+      INFO("gradient " << i << " of x, w_router, w_gate, w_up, w_down");
       REQUIRE(max_rel_error(chunked[i], whole[i]) < 1e-12);
     }
   });

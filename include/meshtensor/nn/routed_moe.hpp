@@ -35,7 +35,8 @@
 //
 // Communication (routed_moe_plan): nn::moe's (router, dispatch, the three expert products, return,
 // combine, balance loss), an allreduce over Group's axes for each of load and routed, and the shared
-// experts' products. Gradients: through x, the router, the three expert weights and the shared
+// experts' products; with overlap_chunks = n, the dispatch, expert products, return and combine n
+// times (on n pieces of the buffers). Gradients: through x, the router, the three expert weights and the shared
 // experts' weights, by the ops used.
 #include <cmath>
 #include <cstdint>

@@ -33,7 +33,9 @@ class relayout_in_flight {
   using view_type = Kokkos::View<T*, typename Exec::memory_space>;
 
  public:
-  relayout_in_flight(const X& x, const char* op) : x_(x), op_(op) {
+  // x's data is held only while the exchange reads it (its node, for the tape, after).
+  relayout_in_flight(const X& x, const char* op)
+      : x_(step.kind == relayout_kind::alltoall ? x : detail::node_only(x)), op_(op) {
     static_assert(Out::rank == R && std::is_same_v<T, typename Out::value_type> &&
                       std::is_same_v<Exec, typename Out::execution_space>,
                   "meshtensor: relayout_in_flight moves a tensor to another layout (dims renamed at most)");
@@ -73,6 +75,7 @@ class relayout_in_flight {
       moving_->finish();
     }
     moving_.reset();
+    x_ = detail::node_only(x_);
     Out out = finished(Out(x_.mesh(), x_.extents(), std::move(dst_)));
     dst_claim_.reset();
     return out;
