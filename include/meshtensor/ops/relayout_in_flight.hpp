@@ -2,8 +2,8 @@
 // A relayout (or a replace_dimensions, which is one), started now and finished later:
 //
 //   auto moving = mt::start_replace_dimensions<mt::type_list<EU, G>, mt::type_list<E, GU>>(t);
-//   ... other work ...              // moving.progress() between its ops moves MPI on
-//   auto at_experts = moving.wait();  // what replace_dimensions<...>(t) would have given, on the tape alike
+//   ... other work ...               // moving->progress() between its ops moves MPI on
+//   auto at_experts = moving->wait();  // what replace_dimensions<...>(t) would have given, on the tape alike
 //
 // Where the relayout is one alltoall (a split moving between dims), the blocks are packed and the
 // MPI_Ialltoall(v) posted when it starts, and wait() completes and unpacks it (the dispatch and
