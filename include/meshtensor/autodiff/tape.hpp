@@ -163,23 +163,37 @@ using grad_node_of = grad_node<typename TT::value_type, TT::rank, typename TT::e
 // rule is moved into its node once (compile time, docs/performance.md).
 template <class TT, class Rule>
 struct rule_node final : grad_node_of<TT> {
-  std::optional<Rule> rule;  // none once released
   // noexcept (moving tensors does not throw): no cleanup path in every record (compile time).
-  explicit rule_node(Rule&& r) noexcept : rule(std::in_place, std::move(r)) {}
+  explicit rule_node(Rule&& r) noexcept : rule_(std::move(r)) {}
+  ~rule_node() { drop_rule(); }
+  // The rule, or null once released.
+  const Rule* rule() const { return held_ ? &rule_ : nullptr; }
   void backward() override {
     if (!this->has_grad) return;
-    if (!rule)  // unreachable by construction: only nodes that nothing outside a pass holds are released
+    if (!held_)  // unreachable by construction: only nodes that nothing outside a pass holds are released
       throw error("meshtensor: a gradient reached an op whose saved tensors an earlier backward pass released");
     const TT g(from_storage, this->comm, this->grad);
     // A rule that can take a partial gradient (relayout's: a reduce_scatter) may reduce it itself.
     if constexpr (requires(const Rule& r) { r.partial(g, axis_set{}); })
-      if (!this->pending_axes.empty() && rule->partial(g, this->pending_axes)) return;
+      if (!this->pending_axes.empty() && rule_.partial(g, this->pending_axes)) return;
     this->settle();
-    (*rule)(g);
+    rule_(g);
   }
   void release() override {
-    rule.reset();
+    drop_rule();
     this->parents.clear();
+  }
+
+ private:
+  // The rule in a union and a flag rather than a std::optional: optional's members were compiled
+  // for every rule type (a twentieth of a test object's functions, docs/performance.md).
+  union {
+    Rule rule_;
+  };
+  bool held_ = true;
+  void drop_rule() noexcept {
+    if (held_) rule_.~Rule();
+    held_ = false;
   }
 };
 
@@ -278,7 +292,9 @@ template <Tensor TT, class Push>
 void push_weight_grad(const TT& input, Push&& push) {
   if (!input.tracks_grad()) return;
   if (auto* d = weight_deferral::active(); d && d->weights.count(input.node())) {
-    auto w = std::make_unique<deferred_call<std::decay_t<Push>>>(std::forward<Push>(push));
+    // A unique_ptr of the base from the start: one per deferred computation's type was compiled
+    // (its tuple, deleter and conversions), a tenth of a test object's functions.
+    std::unique_ptr<deferred_work> w(new deferred_call<std::decay_t<Push>>(std::forward<Push>(push)));
     w->plan_op = plan_ledger::get().op();
     d->work.push_back(std::move(w));
     return;

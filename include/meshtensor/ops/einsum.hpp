@@ -223,9 +223,9 @@ grad_node<float, In::rank, typename In::execution_space>* float_gradient_of(cons
   } else if constexpr (std::is_same_v<T, bf16>) {
     using F = typename In::template rebind<float>;
     auto* copy = dynamic_cast<rule_node<In, cast_rule<F, In>>*>(input.node());
-    if (!copy || !copy->rule || !copy->rule->x.tracks_grad()) return nullptr;
+    if (!copy || !copy->rule() || !copy->rule()->x.tracks_grad()) return nullptr;
     if (const auto* read = nodes_read_after_pass(); read && read->count(copy)) return nullptr;  // gradient(loss, copy)
-    return copy->rule->x.node();
+    return copy->rule()->x.node();
   } else {
     return nullptr;
   }
