@@ -167,7 +167,7 @@ struct rule_node final : grad_node_of<TT> {
   explicit rule_node(Rule&& r) noexcept : rule_(std::move(r)) {}
   ~rule_node() { drop_rule(); }
   // The rule, or null once released.
-  const Rule* rule() const { return held_ ? &rule_ : nullptr; }
+  const Rule* rule() const { return held_ ? std::addressof(rule_) : nullptr; }
   void backward() override {
     if (!this->has_grad) return;
     if (!held_)  // unreachable by construction: only nodes that nothing outside a pass holds are released
@@ -186,14 +186,15 @@ struct rule_node final : grad_node_of<TT> {
 
  private:
   // The rule in a union and a flag rather than a std::optional: optional's members were compiled
-  // for every rule type (a twentieth of a test object's functions, docs/performance.md).
+  // for every rule type (a sixth of a test object's functions, docs/performance.md).
   union {
     Rule rule_;
   };
   bool held_ = true;
   void drop_rule() noexcept {
-    if (held_) rule_.~Rule();
-    held_ = false;
+    if (!held_) return;
+    held_ = false;  // first, as std::optional does: nothing reaches a rule being destroyed
+    rule_.~Rule();
   }
 };
 
@@ -293,7 +294,7 @@ void push_weight_grad(const TT& input, Push&& push) {
   if (!input.tracks_grad()) return;
   if (auto* d = weight_deferral::active(); d && d->weights.count(input.node())) {
     // A unique_ptr of the base from the start: one per deferred computation's type was compiled
-    // (its tuple, deleter and conversions), a tenth of a test object's functions.
+    // (its tuple, deleter and conversions), over a quarter of a test object's functions.
     std::unique_ptr<deferred_work> w(new deferred_call<std::decay_t<Push>>(std::forward<Push>(push)));
     w->plan_op = plan_ledger::get().op();
     d->work.push_back(std::move(w));

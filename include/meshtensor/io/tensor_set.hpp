@@ -111,9 +111,10 @@ class tensor_set {
     for (std::size_t a = 0; a < comm.coords().size(); ++a)
       if (!(used & (1u << a)) && comm.coords()[a] != 0) e.writes = false;
     auto view = t.view();
-    const std::size_t bytes = static_cast<std::size_t>(t.local_size()) * sizeof(V);
+    [[maybe_unused]] const std::size_t bytes = static_cast<std::size_t>(t.local_size()) * sizeof(V);
     e.host_resident = Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename TT::memory_space>::accessible;
-    bind_host_bytes<typename TT::execution_space, !std::is_const_v<T>>(e, view, bytes);
+    bind_host_read<typename TT::execution_space>(e, view);
+    if constexpr (!std::is_const_v<T>) bind_host_write<typename TT::execution_space>(e, view, bytes);
     entries_.push_back(std::move(e));
     return *this;
   }
@@ -165,19 +166,21 @@ class tensor_set {
  private:
   // The entry's host access to a slice, per View type rather than per tensor type: the tensors of
   // every layout and dims that share a View share these std::functions' code (compile time).
-  template <class Exec, bool writable, class View>
-  static void bind_host_bytes(detail::entry& e, const View& view, [[maybe_unused]] std::size_t bytes) {
+  template <class Exec, class View>
+  static void bind_host_read(detail::entry& e, const View& view) {
     e.with_host_bytes = [view](const std::function<void(const char*)>& use) {
       auto host = meshtensor::detail::host_copy<Exec>(view);  // view itself on the host
       use(reinterpret_cast<const char*>(host.data()));
     };
-    if constexpr (writable)
-      e.copy_in = [view, bytes](const char* src) {
-        kernels::fence(Exec{});  // kernels that use view, before the host writes it
-        auto host = kernels::host_mirror(view);
-        if (bytes) std::memcpy(host.data(), src, bytes);
-        kernels::deep_copy(view, host);
-      };
+  }
+  template <class Exec, class View>
+  static void bind_host_write(detail::entry& e, const View& view, std::size_t bytes) {
+    e.copy_in = [view, bytes](const char* src) {
+      kernels::fence(Exec{});  // kernels that use view, before the host writes it
+      auto host = kernels::host_mirror(view);
+      if (bytes) std::memcpy(host.data(), src, bytes);
+      kernels::deep_copy(view, host);
+    };
   }
 
   std::vector<detail::entry> entries_;
