@@ -14,10 +14,12 @@ started (its command and everything under it), that is what the test cost the ma
 
 `on` and `off` around a whole `bash .ci/run` (its output kept) give the build's CPU and every
 test's. The run's ctest output must hold ctest's "Start N: name" lines (any ctest run with -j).
-The tests are matched to the processes ctest started in the order it started them (any it
-started before the first test, a test discovery, set aside and shown). A process
-whose parent ended before it (a daemon: Slurm's, an orphan) cannot be traced to a test: its CPU is
-shown apart, as is all that ended before ctest started (the install and the build).
+The tests are matched to the processes ctest started in the order of their pids (which the
+start second, too coarse, does not give), each match checked against ctest's time for the test;
+tests ctest did not start are left out, and any process it started before the first test (a test
+discovery) is set aside and shown. A process whose parent ended before it (a daemon: Slurm's,
+an orphan) cannot be traced to a test: its CPU is shown apart, as is all that started before
+ctest (the install and the build) and after it.
 Needs CAP_SYS_PACCT (root) to switch accounting; reading a file needs nothing.
 """
 import collections
@@ -42,12 +44,12 @@ def records(path):
     data = open(path, "rb").read()
     out = []
     for off in range(0, len(data) - RECORD.size + 1, RECORD.size):
-        (_flag, version, _tty, _exit, _uid, _gid, pid, ppid, btime, _etime, utime, stime, *_rest,
+        (_flag, version, _tty, _exit, _uid, _gid, pid, ppid, btime, etime, utime, stime, *_rest,
          comm) = RECORD.unpack_from(data, off)
         if version & 0x7F != 3:
             sys.exit(f"suite_cpu: {path} is not in the acct_v3 format (version {version & 0x7F})")
         out.append({"pid": pid, "ppid": ppid, "btime": btime, "cpu": (expand(utime) + expand(stime)) / TICKS,
-                    "comm": comm.split(b"\0")[0].decode(errors="replace")})
+                    "comm": comm.split(b"\0")[0].decode(errors="replace"), "etime": etime / TICKS})
     return out
 
 
@@ -59,9 +61,39 @@ def switch(path):
                  "CAP_SYS_PACCT)")
 
 
+def pid_max():
+    try:
+        return int(open("/proc/sys/kernel/pid_max").read())
+    except OSError:
+        return 4194304
+
+
+def start_order(roots):
+    """ctest's children in the order it started them: the order of their pids (a record's start
+    second is too coarse, and two forks a millisecond apart can land in either order of it), a pid
+    counted past pid_max after it wrapped (a drop of more than half the range, in start-second order)."""
+    top = pid_max()
+    unwrapped, last = [], None
+    for r in sorted(roots, key=lambda r: (r["btime"], r["pid"])):
+        if last is None:
+            last = r["pid"]
+        else:  # the pid's turn of the range nearest the previous one's
+            base = last - last % top
+            last = min((r["pid"] + base + k * top for k in (-1, 0, 1)), key=lambda u: abs(u - last))
+        unwrapped.append((last, r))
+    return [r for _, r in sorted(unwrapped, key=lambda t: t[0])]
+
+
 def table(acct_path, ctest_output):
     recs = records(acct_path)
-    started = [m.group(1) for m in re.finditer(r"^\s*Start\s+\d+: (.+?)\s*$", open(ctest_output).read(), re.M)]
+    text = open(ctest_output).read()
+    # A test ctest did not start (disabled, its fixture failed, no executable) has a Start line but
+    # no process: left out.
+    not_run = set(re.findall(r"Test\s+#\d+: (.+?) \.*\s*\*+Not Run", text))
+    seconds = {m.group(1): float(m.group(2))
+               for m in re.finditer(r"Test\s+#\d+: (.+?) \.+.*?([0-9.]+) sec\s*$", text, re.M)}
+    started = [m.group(1) for m in re.finditer(r"^\s*Start\s+\d+: (.+?)\s*$", text, re.M)]
+    started = [n for n in started if n not in not_run]
     if not started:
         sys.exit(f"suite_cpu: no 'Start N: name' line in {ctest_output}")
     children = collections.Counter(r["ppid"] for r in recs)
@@ -69,7 +101,8 @@ def table(acct_path, ctest_output):
     if not ctests:
         sys.exit(f"suite_cpu: {acct_path} records no ctest (was accounting on until it ended?)")
     ctest = max(ctests, key=lambda r: children[r["pid"]])  # the run's, not a test's `ctest --print-labels`
-    roots = sorted((r for r in recs if r["ppid"] == ctest["pid"]), key=lambda r: (r["btime"], r["pid"]))
+    ctest_end = ctest["btime"] + ctest["etime"]
+    roots = start_order([r for r in recs if r["ppid"] == ctest["pid"] and ctest["btime"] <= r["btime"] <= ctest_end])
     if len(roots) > len(started):  # ctest's own children before the first test: a PRE_TEST discovery
         set_aside = roots[:len(roots) - len(started)]
         print(f"set aside: {len(set_aside)} processes ctest started before its tests (a test discovery), "
@@ -78,36 +111,54 @@ def table(acct_path, ctest_output):
     if len(roots) != len(started):
         sys.exit(f"suite_cpu: ctest started {len(started)} tests but {len(roots)} processes are recorded as "
                  "its children: was accounting on for the whole run?")
-    test_of = {r["pid"]: name for r, name in zip(roots, started)}
-    by_pid = {}
-    for r in recs:  # a pid used twice: the later process (records come in the order processes end)
-        by_pid[r["pid"]] = r
+    # The match checked: each process lived as long as ctest says its test took.
+    apart = [n for r, n in zip(roots, started) if n in seconds and abs(r["etime"] - seconds[n]) > 1 + 0.05 * seconds[n]]
+    if len(apart) > len(started) // 20:
+        sys.exit(f"suite_cpu: {len(apart)} of {len(started)} tests did not last as long as the process matched "
+                 f"to them (e.g. {apart[:3]}): the order of ctest's children is not its tests' order here")
+    if apart:
+        print(f"matched with doubt (the process's life differs from the test's time by more than 1 s + 5%): "
+              f"{len(apart)} of {len(started)}")
+    test_of = {id(r): name for r, name in zip(roots, started)}
+    by_pid = collections.defaultdict(list)
+    for r in recs:
+        by_pid[r["pid"]].append(r)
+
+    def parent_of(r):
+        """The process with r's parent's pid that was alive when r started (pids are reused)."""
+        alive = [p for p in by_pid.get(r["ppid"], ()) if p["btime"] <= r["btime"] <= p["btime"] + p["etime"] + 1]
+        return max(alive, key=lambda p: p["btime"]) if alive else None
 
     def owner(r):
         for _ in range(64):
-            if r["pid"] in test_of and r["ppid"] == ctest["pid"]:
-                return test_of[r["pid"]]
-            parent = by_pid.get(r["ppid"])
+            if id(r) in test_of:
+                return test_of[id(r)]
+            parent = parent_of(r)
             if parent is None or parent is r:
                 return None
             r = parent
         return None
 
     cpu = collections.Counter()
-    before, untraced = 0.0, 0.0
+    before, after, untraced = 0.0, 0.0, 0.0
     untraced_by = collections.Counter()
     for r in recs:
+        if r is ctest:
+            continue
         name = owner(r)
         if name is not None:
             cpu[name] += r["cpu"]
-        elif r["btime"] < ctest["btime"] and r["pid"] != ctest["pid"]:
+        elif r["btime"] < ctest["btime"]:
             before += r["cpu"]
-        elif r["pid"] != ctest["pid"]:
+        elif r["btime"] > ctest_end:
+            after += r["cpu"]
+        else:
             untraced += r["cpu"]
             untraced_by[r["comm"]] += r["cpu"]
     total = sum(cpu.values())
-    print(f"CPU (user + system, s) of {len(started)} tests: {total:.0f}; ctest itself {ctest['cpu']:.0f}; "
-          f"not traced to a test (daemons, orphans) {untraced:.0f}; before ctest started (install, build) {before:.0f}")
+    print(f"CPU (user + system, s) of {len(started)} tests: {total:.0f}, in {ctest['etime']:.0f} s of ctest's wall time; "
+          f"ctest itself {ctest['cpu']:.0f}; not traced to a test (daemons, orphans) {untraced:.0f}; "
+          f"before ctest started (install, build) {before:.0f}; after it {after:.0f}")
     if untraced_by:
         print("not traced, by command:", ", ".join(f"{c} {t:.1f}" for c, t in untraced_by.most_common(8)))
     groups = collections.Counter()
@@ -138,14 +189,16 @@ def main(argv):
             switch(acct)
             try:
                 with open(log, "w") as out:
-                    subprocess.run(["ctest", "--test-dir", build, "-j", str(jobs), *rest], stdout=out,
-                                   stderr=subprocess.STDOUT)
+                    rc = subprocess.run(["ctest", "--test-dir", build, "-j", str(jobs), *rest], stdout=out,
+                                        stderr=subprocess.STDOUT).returncode
             finally:
                 switch(None)
-            print(open(log).read().splitlines()[-1] if os.path.getsize(log) else "")
-            return table(acct, log)
+            summary = re.findall(r"^.*tests passed.*$|^Total Test time.*$", open(log).read(), re.M)
+            print("\n".join(summary) + (f"\nctest exited with {rc}" if rc else ""))
+            table(acct, log)
+            return rc
     sys.exit(__doc__)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))
