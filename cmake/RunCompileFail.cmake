@@ -1,34 +1,21 @@
-# Builds one target that must NOT compile, then checks that the compiler's output matches every
-# "// expect: <regex>" line of the source (the sentence and the offending names), and that the
-# first "error:" line of the output matches every "// expect-first: <regex>" line (so that the
-# sentence is not buried under errors that come before it).
-# -DBUILD_DIR=... -DTARGET=... -DSOURCE=...
+# Builds the target that holds the compile_fail cases, which must NOT compile, and saves what the
+# compiler printed to OUTPUT_FILE for the cases' checks (cmake/CheckCompileFail.py). Fails only where
+# nothing can be checked: the build failed without a compiler's error, or the compiler stopped early.
+# -DBUILD_DIR=... -DTARGET=... -DOUTPUT_FILE=...
+file(REMOVE ${OUTPUT_FILE})  # a case never reads an earlier run's output
 execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target ${TARGET}
                 RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
 string(APPEND out "${err}")
+# A fatal error (a header not found) ends the TU: the cases after it would all seem to compile.
+if(out MATCHES "compilation terminated")
+  message(FATAL_ERROR "the compiler stopped before the end of ${TARGET}'s TU; no case can be judged:\n${out}")
+endif()
+if(NOT result EQUAL 0 AND NOT out MATCHES ":[0-9]+:[0-9]+: error: ")
+  message(FATAL_ERROR "building ${TARGET} failed before the compiler reported an error:\n${out}")
+endif()
+file(WRITE ${OUTPUT_FILE} "${out}")
 if(result EQUAL 0)
-  message(FATAL_ERROR "${SOURCE} compiled, but it must not")
-endif()
-file(STRINGS ${SOURCE} expects REGEX "^// expect: ")
-if(NOT expects)
-  message(FATAL_ERROR "${SOURCE} has no '// expect: <regex>' line")
-endif()
-foreach(line IN LISTS expects)
-  string(REGEX REPLACE "^// expect: " "" regex "${line}")
-  if(NOT out MATCHES "${regex}")
-    message(FATAL_ERROR "${SOURCE}: the compiler's output does not match '${regex}'. Output:\n${out}")
-  endif()
-  message(STATUS "matched: ${regex}")
-endforeach()
-file(STRINGS ${SOURCE} expect_firsts REGEX "^// expect-first: ")
-if(expect_firsts)
-  string(REGEX MATCH "[^\n]*error:[^\n]*" first_error "${out}")
-  foreach(line IN LISTS expect_firsts)
-    string(REGEX REPLACE "^// expect-first: " "" regex "${line}")
-    if(NOT first_error MATCHES "${regex}")
-      message(FATAL_ERROR "${SOURCE}: the compiler's first error does not match '${regex}'. It is:\n"
-                          "${first_error}\nOutput:\n${out}")
-    endif()
-    message(STATUS "matched first error: ${regex}")
-  endforeach()
+  message(STATUS "${TARGET} compiled: every case will report that it compiled")
+else()
+  message(STATUS "${TARGET} did not compile, as it must not; its output is in ${OUTPUT_FILE}")
 endif()

@@ -1,8 +1,9 @@
 # cmake -DOUTPUT=<file.cpp> -DSOURCES=<a.cpp|b.cpp|...> -P WriteUnitySource.cmake
 #
-# Writes one translation unit that compiles several test sources (tests/CMakeLists.txt,
-# MESHTENSOR_TEST_UNITY): the instantiations they share (the tensor types, layouts, ops and test
-# helpers they have in common) are then compiled once instead of once per source.
+# Writes one translation unit that compiles several test sources (tests/CMakeLists.txt: the MPI
+# tests' groups, MESHTENSOR_TEST_UNITY, and the compile_fail cases): the instantiations they share
+# (the tensor types, layouts, ops and test helpers they have in common) and the headers' fixed cost
+# are then compiled once instead of once per source.
 #
 # Each source goes in a namespace of its own, so that the names it defines for itself (its anonymous
 # namespace, its using-directives, its dims) stay apart from the other sources'. The headers it
@@ -35,7 +36,7 @@ foreach(src IN LISTS sources)
     endif()
     if(conditional)
       message(FATAL_ERROR "WriteUnitySource.cmake: ${src} includes a header after '${conditional}': its includes "
-                          "cannot be hoisted above it; compile it alone (leave it out of mpi_unity_groups)")
+                          "cannot be hoisted above it; leave it out of the group (mpi_unity_groups), or include before the #if")
     endif()
     # A quoted include beside the source is named by its path: the unity file lies elsewhere.
     if(line MATCHES "\"([^\"]+)\"" AND EXISTS "${dir}/${CMAKE_MATCH_1}")
