@@ -6,8 +6,9 @@ file(REMOVE ${OUTPUT_FILE})  # a case never reads an earlier run's output
 execute_process(COMMAND ${CMAKE_COMMAND} --build ${BUILD_DIR} --target ${TARGET}
                 RESULT_VARIABLE result OUTPUT_VARIABLE out ERROR_VARIABLE err)
 string(APPEND out "${err}")
-# A fatal error (a header not found) ends the TU: the cases after it would all seem to compile.
-if(out MATCHES "compilation terminated")
+# A fatal error (a header not found), an internal error or exhausted memory ends the TU early: the
+# cases after that point would all seem to compile.
+if(out MATCHES "compilation terminated|internal compiler error|confused by earlier errors|virtual memory exhausted|out of memory")
   message(FATAL_ERROR "the compiler stopped before the end of ${TARGET}'s TU; no case can be judged:\n${out}")
 endif()
 if(NOT result EQUAL 0 AND NOT out MATCHES ":[0-9]+:[0-9]+: error: ")
