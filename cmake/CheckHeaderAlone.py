@@ -18,6 +18,8 @@ import subprocess
 import sys
 
 MARKER = "meshtensor header check: the header parsed on its own"
+# An error's own line, "file:line:column: error: ..." (not a quoted source line that says "error:").
+ERROR_LINE = re.compile(r"^(?P<file>[^:\s][^:]*):\d+:\d+: (fatal )?error: ")
 
 
 def source_of(command):
@@ -30,10 +32,11 @@ def source_of(command):
 
 def ends_in_marker(source):
     try:
-        with open(source, encoding="utf-8") as text:
-            return MARKER in text.read()
+        with open(source, "rb") as text:
+            lines = text.read().decode("utf-8", errors="replace").splitlines()
     except OSError:
         return False
+    return bool(lines) and MARKER in lines[-1]
 
 
 def main():
@@ -46,21 +49,23 @@ def main():
     if "-Wfatal-errors" not in command or "-fsyntax-only" not in command:
         sys.exit(f"CheckHeaderAlone.py: {source}: compile it with -fsyntax-only -Wfatal-errors "
                  "(the check relies on g++ stopping at the marker)")
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = done.stdout.splitlines()
-    errors = [line for line in lines if re.search(r"\b(fatal )?error\b:", line)]
-    reached_marker = (done.returncode != 0 and len(errors) == 1 and MARKER in errors[0]
-                      and os.path.basename(errors[0].split(":", 1)[0]) == os.path.basename(source))
+    # Untranslated messages: the check reads g++'s "error:".
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          env={**os.environ, "LC_ALL": "C"})
+    lines = done.stdout.decode("utf-8", errors="replace").splitlines()
+    errors = [match for match in map(ERROR_LINE.match, lines) if match]
+    reached_marker = (done.returncode != 0 and len(errors) == 1 and MARKER in errors[0].string
+                      and os.path.basename(errors[0]["file"]) == os.path.basename(source))
     if reached_marker:
-        # The marker's own lines go; anything else g++ said (a warning) is shown.
-        marker_at = next(i for i, line in enumerate(lines) if MARKER in line)
-        kept = lines[:marker_at]
+        # The marker's own lines go; anything g++ said before it (a warning) is shown.
+        kept = lines[:lines.index(errors[0].string)]
         if kept and kept[-1].endswith("At global scope:"):
             kept.pop()
         if kept:
             print("\n".join(kept))
         return 0
-    print(done.stdout, end="")
+    if lines:
+        print("\n".join(lines))
     if done.returncode == 0:
         print(f"{source}: compiled without reaching the marker's static_assert: "
               "the header check proved nothing")

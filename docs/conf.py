@@ -34,22 +34,24 @@ def _remember_cpp_ids():
     """Sphinx 5's C++ domain (Debian bookworm's) recomputes a declaration's id from its whole AST
     each time a cross-reference compares it, for every candidate of every reference: 60% of the
     site's build (cProfile: 694,000 get_newest_id calls for 2,800 references). A declaration's id
-    depends on it and its symbol alone, so each is computed once per symbol; later Sphinx caches
-    it the same way."""
+    depends on it and its symbol alone, so each is computed once per declaration and symbol (Sphinx
+    6 and later keep it too). Kept beside the declarations, not in them: their equality compares
+    every attribute."""
     from sphinx.domains import cpp
     declaration = getattr(cpp, 'ASTDeclaration', None)
     if declaration is None or getattr(declaration, '_meshtensor_ids_remembered', False):
         return
     compute = declaration.get_newest_id
+    remembered = {}  # id(declaration) -> (declaration, symbol, its id); the declaration kept alive
 
     def get_newest_id(self):
         if self.symbol is None:
             return compute(self)
-        remembered = self.__dict__.get('_meshtensor_newest_id')
-        if remembered is None or remembered[0] is not self.symbol:
-            remembered = (self.symbol, compute(self))
-            self.__dict__['_meshtensor_newest_id'] = remembered
-        return remembered[1]
+        entry = remembered.get(id(self))
+        if entry is None or entry[0] is not self or entry[1] is not self.symbol:
+            entry = (self, self.symbol, compute(self))
+            remembered[id(self)] = entry
+        return entry[2]
 
     declaration.get_newest_id = get_newest_id
     declaration._meshtensor_ids_remembered = True

@@ -8,7 +8,7 @@
 # nvcc's time: the along-dim ops' test took 80 s with objects, 50 s without (host g++ 49 against
 # 16 s; `nvcc --time`). The device code is kept (--keep) in each object's directory and checked
 # there.
-# cmake -DSOURCE_DIR= -DBINARY_DIR= -DKOKKOS_ROOT= -DTARGETS="a;b" -DJOBS=n -P build.cmake
+# cmake -DSOURCE_DIR= -DBINARY_DIR= -DKOKKOS_ROOT= -DTARGETS="a;b" -DJOBS=n [-DHOST_BUILD_DIR=] -P build.cmake
 foreach(var SOURCE_DIR BINARY_DIR KOKKOS_ROOT TARGETS JOBS)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
     message(FATAL_ERROR "cuda_build: ${var} is not set")
@@ -29,11 +29,25 @@ file(REMOVE_RECURSE ${BINARY_DIR})
 # not how fast the host side runs (device code is optimised by cicc and ptxas whatever the host's -O).
 # g++ compiling the host side is the larger part of nvcc's time: at -O0 rather than -O1 the Llama
 # example's TU took 133 s of host compile rather than 199 (286 s in all rather than 365; nvcc -time).
+
+# The link and library checks the host tree's configure made (HOST_BUILD_DIR's cache): given, nvcc
+# does not try them again, at about 2 s a try_compile through nvcc_wrapper. They hold here because
+# nothing of this tree links, and nvcc_wrapper's host compiler is the g++ the host tree uses.
+set(host_results)
+if(HOST_BUILD_DIR AND EXISTS "${HOST_BUILD_DIR}/CMakeCache.txt")
+  file(STRINGS "${HOST_BUILD_DIR}/CMakeCache.txt" found
+       REGEX "^(MESHTENSOR_HAVE_GOLD|CMAKE_HAVE_LIBC_PTHREAD|BLAS_WORKS|BLAS_openblas_WORKS):INTERNAL=")
+  foreach(entry IN LISTS found)
+    string(REPLACE ":INTERNAL=" "=" entry "${entry}")
+    list(APPEND host_results "-D${entry}")
+  endforeach()
+endif()
 set(compile_rule "<CMAKE_CXX_COMPILER> <DEFINES> <INCLUDES> <FLAGS> -Xcompiler -fsyntax-only --keep --keep-dir=<OBJECT_DIR> -o <OBJECT> -c <SOURCE>")
 set(no_link "${CMAKE_COMMAND} -E touch <TARGET>")
 execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${BINARY_DIR} -DCMAKE_BUILD_TYPE=Release
                         -DKokkos_ROOT=${KOKKOS_ROOT} -DCMAKE_CXX_COMPILER=${wrapper} -DMESHTENSOR_EXAMPLE_OPTIMIZATION=-O0
                         -DMESHTENSOR_TEST_OPTIMIZATION=-O0 -DMESHTENSOR_LLAMA_LAYOUT=context "-DMESHTENSOR_BUILD_SET=${TARGETS}"
+                        ${host_results}
                         "-DCMAKE_CXX_COMPILE_OBJECT=${compile_rule}"
                         "-DCMAKE_CXX_LINK_EXECUTABLE=${no_link}" "-DCMAKE_CXX_CREATE_STATIC_LIBRARY=${no_link}"
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
