@@ -21,6 +21,36 @@ set(MESHTENSOR_MPI_ENV
     MESHTENSOR_CHECK_PLANS=1)
 set(MESHTENSOR_MPI_TIMEOUT 300 CACHE STRING "Seconds before an MPI test counts as hung")
 
+# Open MPI keeps a job's session directory under <orte_tmpdir_base>/ompi.<host>.<uid>/jf.<family>.
+# Isolated singletons (above) all take family 0, so two tests that start programs without mpiexec
+# at once share one directory, which one removes as it ends while another creates it: "A call to
+# mkdir was unable to create the desired directory: /tmp/ompi.<host>.0/jf.0/1", orte_init fails
+# (`ctest -L '^unit$' -j 6` isolated: 4 tests failed in 3 runs). meshtensor_mpi_sessions_apart(),
+# deferred to the end of each directory that adds tests, gives each test whose environment isolates
+# singletons a base of its own (short: Open MPI's sockets live below it), named by a hash of the
+# test's directory and name. A test's own programs start one after another.
+set(MESHTENSOR_MPI_SESSION_ROOT "/tmp/meshtensor-mpi" CACHE PATH
+    "Where each test's Open MPI session directories go (a directory per test below it)")
+function(meshtensor_mpi_session_base test out)
+  string(MD5 id "${CMAKE_CURRENT_BINARY_DIR}/${test}")
+  string(SUBSTRING "${id}" 0 12 id)
+  set(${out} "${MESHTENSOR_MPI_SESSION_ROOT}/${id}" PARENT_SCOPE)
+endfunction()
+function(meshtensor_mpi_sessions_apart)
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(test IN LISTS tests)
+    get_test_property(${test} ENVIRONMENT env)
+    if("OMPI_MCA_ess_singleton_isolated=1" IN_LIST env AND NOT env MATCHES "OMPI_MCA_orte_tmpdir_base=")
+      meshtensor_mpi_session_base(${test} base)
+      set_property(TEST ${test} APPEND PROPERTY ENVIRONMENT "OMPI_MCA_orte_tmpdir_base=${base}")
+    endif()
+  endforeach()
+endfunction()
+# In each directory that adds tests, before its first test.
+macro(meshtensor_tests_directory)
+  cmake_language(DEFER CALL meshtensor_mpi_sessions_apart)
+endmacro()
+
 # The tests, examples and benchmarks link with gold where the toolchain has it: half of ld.bfd's
 # time on a test program (0.7 s against 1.5 s), for about 30 programs. Users' builds are left alone.
 include(CheckLinkerFlag)
