@@ -27,10 +27,15 @@ set(MESHTENSOR_MPI_TIMEOUT 300 CACHE STRING "Seconds before an MPI test counts a
 # mkdir was unable to create the desired directory: /tmp/ompi.<host>.0/jf.0/1", orte_init fails
 # (`ctest -L '^unit$' -j 6` isolated: 4 tests failed in 3 runs). meshtensor_mpi_sessions_apart(),
 # deferred to the end of each directory that adds tests, gives each test whose environment isolates
-# singletons a base of its own (short: Open MPI's sockets live below it), named by a hash of the
-# test's directory and name. A test's own programs start one after another.
-set(MESHTENSOR_MPI_SESSION_ROOT "/tmp/meshtensor-mpi" CACHE PATH
-    "Where each test's Open MPI session directories go (a directory per test below it)")
+# singletons a base of its own, named by a hash of the test's directory and name, under a root of
+# the configuring user's (Open MPI creates what is missing with mode 0700: a root shared by users
+# would be the first one's). A test's own programs start one after another.
+if(NOT DEFINED CACHE{MESHTENSOR_MPI_SESSION_ROOT})
+  execute_process(COMMAND id -u OUTPUT_VARIABLE meshtensor_uid OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  set(MESHTENSOR_MPI_SESSION_ROOT "/tmp/meshtensor-mpi-${meshtensor_uid}" CACHE PATH
+      "Where each test's Open MPI session directories go (a directory per test below it; the user who runs the tests owns it)")
+endif()
+# (The unit tests' script in tests/CMakeLists.txt names theirs the same way when ctest runs.)
 function(meshtensor_mpi_session_base test out)
   string(MD5 id "${CMAKE_CURRENT_BINARY_DIR}/${test}")
   string(SUBSTRING "${id}" 0 12 id)
@@ -46,7 +51,7 @@ function(meshtensor_mpi_sessions_apart)
     endif()
   endforeach()
 endfunction()
-# In each directory that adds tests, before its first test.
+# In each directory that adds tests (anywhere in it: the call runs at the directory's end).
 macro(meshtensor_tests_directory)
   cmake_language(DEFER CALL meshtensor_mpi_sessions_apart)
 endmacro()
