@@ -41,8 +41,6 @@ def ends_in_marker(source):
 
 def main():
     command = sys.argv[1:]
-    while command and not command[0]:  # an empty launcher entry before the compiler
-        command.pop(0)
     if not command:
         sys.exit("CheckHeaderAlone.py: no compiler command given")
     source = source_of(command)
