@@ -67,8 +67,8 @@ inline void read_config(options& o, const std::string& path) {
 // --from-pretrained DIR: the model's weights from a Hugging Face checkpoint (save_pretrained's
 // model.safetensors or shards), each processor reading its own slices; F32 files loaded as they
 // are, BF16 ones into bf16 copies then cast to the float weights.
-template <class L>
-void load_pretrained(model<L>& m, const std::string& dir) {
+template <class L, class PL>
+void load_pretrained(model<L, PL>& m, const std::string& dir) {
   const mt::no_grad loading;  // the casts below are no steps of the model
   const std::string dtype = mt::io::pretrained_dtype(dir, MPI_COMM_WORLD);
   mt::io::tensor_set set;
@@ -133,8 +133,8 @@ inline std::string config_json(const options& o) {
 // --save-pretrained DIR: the weights and config.json as transformers' save_pretrained writes them
 // (q, k, v and o as [out, in] matrices, their heads merged), in --save-dtype, sharded past
 // --max-shard-bytes; every processor writes its own slices.
-template <class L>
-void save_pretrained(model<L>& m, const options& o) {
+template <class L, class PL>
+void save_pretrained(model<L, PL>& m, const options& o) {
   const mt::no_grad saving;  // the bf16 copies are no steps of the model
   const std::int64_t heads = o.kv_heads * o.group;
   const auto file_shape = [&](const std::string& name) -> std::vector<std::int64_t> {

@@ -6,7 +6,8 @@
 //   context  the batch over rows; the sequence over cols (context parallelism: attention by
 //            all-to-all or, with --attention ring, by a ring; everything else per position)
 //   context_tensor  the sequence over rows, zigzag (attention by the ring); KV heads, d_ff and the
-//            vocabulary over cols (Llama 3 405B's split within a pipeline stage)
+//            vocabulary over cols (Llama 3 405B's split within a pipeline stage); with --fsdp
+//            the weights are stored with d_model split over rows too, gathered where used
 // The model below is the same code under each: only the layout type differs (and, where it splits
 // the sequence, which attention runs). --plan prints what a
 // step needs per processor and what it communicates, on a mesh of any size, without running it;
@@ -64,11 +65,11 @@ struct losses_from {
   std::optional<mt::plan_report> plan;            // on a planned mesh, taken while the model lives
 };
 
-template <class L>
+template <class L, class PL>
 losses_from train(const grid& g, const options& o, const std::vector<unsigned char>& text) {
   using ids_t = mt::tensor<std::int32_t, L, batch, length>;
   const bool load = !o.pretrained.empty() && !g.is_planned() && o.resume.empty();
-  model<L> m(g, o, !load && o.resume.empty());  // weights a checkpoint fills are not drawn first
+  model<L, PL> m(g, o, !load && o.resume.empty());  // weights a checkpoint fills are not drawn first
   if (load) load_pretrained(m, o.pretrained);
   mt::optim::adam adam({.lr = o.lr});
   auto params = m.tie();
@@ -161,7 +162,7 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
 
 // --plan: two steps on a planned mesh (no processes, no data), the second reported; returns the
 // peak bytes of the first processor (which holds the largest parts).
-template <class L>
+template <class L, class PL>
 std::int64_t plan(options o, bool print) {
   // read first: a file that cannot be read fails before the planning, not after it
   const auto machine = o.calibration.empty() ? std::optional<mt::machine_calibration>()
@@ -171,7 +172,7 @@ std::int64_t plan(options o, bool print) {
   o.resume.clear();  // a plan has no data to load or save
   o.save_every = 0;
   const grid pm = grid::planned({o.mesh[0], o.mesh[1]});
-  train<L>(pm, o, std::vector<unsigned char>(static_cast<std::size_t>(o.length + 3), ' '));
+  train<L, PL>(pm, o, std::vector<unsigned char>(static_cast<std::size_t>(o.length + 3), ' '));
   const auto p = mt::plan_report_of(pm);
   const auto gib = [](std::int64_t bytes) { return bytes / 1073741824.0; };
   if (print) {
@@ -192,7 +193,7 @@ std::int64_t plan(options o, bool print) {
 // planned collectives (calls and bytes per collective and axis set), parameter and Adam bytes must
 // equal the run's, and the planned peak lie within --memory-tolerance of the caching allocator's
 // measured one (from before the model is made: what the plan's peak counts).
-template <class L>
+template <class L, class PL>
 int check_plan(const grid& g, options o, const std::vector<unsigned char>& text) {
   o.steps = 1;
   o.save_every = 0;  // the step alone: no checkpoint, no Hugging Face export
@@ -200,11 +201,11 @@ int check_plan(const grid& g, options o, const std::vector<unsigned char>& text)
   g.reset_counters();
   const std::int64_t before = mt::memory_stats().bytes_in_use;
   mt::reset_peak_memory();
-  const auto real = train<L>(g, o, text);
+  const auto real = train<L, PL>(g, o, text);
   const std::int64_t measured = mt::memory_stats().peak_bytes_in_use - before;
   const mt::comm_counters counted = g.counters();
   const grid pm = grid::planned({o.mesh[0], o.mesh[1]}, {g.template coord<rows>(), g.template coord<cols>()});
-  const auto p = *train<L>(pm, o, text).plan;
+  const auto p = *train<L, PL>(pm, o, text).plan;
   const auto v = mt::agree_on_plan(g.communicator().cart(), g, counted, p, real.param_bytes, real.state_bytes);
   if (!v.differences.empty()) fmt::print("rank {}: {}", g.rank(), v.differences);
   const auto memory = mt::agree_on_peak(g.communicator().cart(), p.peak_bytes, measured, o.memory_tolerance);
@@ -220,12 +221,12 @@ int check_plan(const grid& g, options o, const std::vector<unsigned char>& text)
 
 // --logits-out FILE: the logits of one sequence (--ids) at each position, one line of --vocab
 // numbers per position, written by rank 0 (what a comparison with another implementation reads).
-template <class L>
+template <class L, class PL>
 int write_logits(const grid& g, const options& o) {
   if (o.ids.empty()) throw mt::error("--logits-out needs --ids: the token ids of the sequence");
   for (const auto id : o.ids)
     if (id < 0 || id >= o.vocab) throw mt::error(fmt::format("--ids: {} is outside the vocabulary [0, {})", id, o.vocab));
-  model<L> m(g, o, o.pretrained.empty());
+  model<L, PL> m(g, o, o.pretrained.empty());
   if (!o.pretrained.empty()) load_pretrained(m, o.pretrained);
   const mt::no_grad inference;
   const auto n = static_cast<std::int64_t>(o.ids.size());
@@ -280,12 +281,12 @@ int generate(const grid& g, const options& o) {
   return 0;
 }
 
-template <class L>
+template <class L, class PL = L>
 int run(const mt::environment& env, const options& o) {
   const bool root = env.world_rank() == 0;
   if (o.plan || o.memory_budget > 0) {
     // Every rank plans alike (no communication), so every rank takes the same decision.
-    const std::int64_t peak = plan<L>(o, root);
+    const std::int64_t peak = plan<L, PL>(o, root);
     if (o.memory_budget > 0) {
       const bool fits = peak <= o.memory_budget * 1073741824.0;
       if (root) fmt::print("  budget {:g} GiB per processor: {}\n", o.memory_budget, fits ? "fits" : "DOES NOT FIT");
@@ -294,7 +295,7 @@ int run(const mt::environment& env, const options& o) {
     if (o.plan) return 0;
   }
   const grid g(env, {o.mesh[0], o.mesh[1]});
-  if (!o.logits_out.empty()) return write_logits<L>(g, o);
+  if (!o.logits_out.empty()) return write_logits<L, PL>(g, o);
   if (o.generate > 0) {
     // one token has no sequence to split: decoding runs where the sequence is whole
     if constexpr (std::is_same_v<L, context_layout> || std::is_same_v<L, context_tensor_layout>)
@@ -304,8 +305,8 @@ int run(const mt::environment& env, const options& o) {
       return generate<L>(g, o);
   }
   if (o.text.empty()) throw mt::error("--text FILE: the text to train on (any file: its bytes are the tokens)");
-  if (o.check_plan) return check_plan<L>(g, o, read_text(o.text, o.length + 2));
-  const auto trained = train<L>(g, o, read_text(o.text, o.length + 2));
+  if (o.check_plan) return check_plan<L, PL>(g, o, read_text(o.text, o.length + 2));
+  const auto trained = train<L, PL>(g, o, read_text(o.text, o.length + 2));
   const std::int64_t first = trained.first_step;
   const std::vector<double>& losses = trained.losses;
   if (g.rank() == 0 && !o.csv.empty()) {
@@ -382,6 +383,9 @@ int main(int argc, char** argv) try {
   app.add_option("--router-bias-rate", o.router_bias_rate, "with --experts: after each step, each expert's router bias "
                  "moves by this toward the mean load (DeepSeek-V3: 0.001; 0: no bias)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_flag("--fsdp", o.fsdp, "with --layout context_tensor: store the float weights, their gradients and Adam's state "
+               "split over rows (d_model), each weight gathered where a block uses it (fully sharded data parallelism "
+               "over the context axis)");
   app.add_flag("--recompute", o.recompute, "keep only each block's input for the backward pass, computing the rest again");
   app.add_option("--loss-chunks", o.loss_chunks, "compute the loss's logits for 1/N of each processor's positions at a time, "
                  "forward and backward (again in the backward pass): the whole [batch, length, vocab] logits never exist")
@@ -445,6 +449,9 @@ int main(int argc, char** argv) try {
         if (app.count(flag) > 0) throw mt::error(fmt::format("{} needs --experts N", flag));
     }
     // the KV heads are split over cols already: the all-to-all has no heads left to move the sequence to
+    if (o.fsdp && o.layout != "context_tensor")
+      throw mt::error(fmt::format("--fsdp splits the weights over rows, the axis --layout context_tensor splits the sequence "
+                                  "over; --layout {} is not sharded: use --layout context_tensor", o.layout));
     if (o.layout == "context_tensor" && o.attention != "ring")
       throw mt::error("--layout context_tensor attends by the ring: add --attention ring");
     if constexpr (built("tensor"))
@@ -452,7 +459,8 @@ int main(int argc, char** argv) try {
     if constexpr (built("context"))
       if (o.layout == "context") return run<context_layout>(env, o);
     if constexpr (built("context_tensor"))
-      if (o.layout == "context_tensor") return run<context_tensor_layout>(env, o);
+      if (o.layout == "context_tensor")
+        return o.fsdp ? run<context_tensor_layout, context_tensor_sharded>(env, o) : run<context_tensor_layout>(env, o);
     if constexpr (built("data")) return run<data_layout>(env, o);
     throw mt::error(fmt::format("--layout {}: not among the layouts built", o.layout));  // refused above
   } catch (const std::exception& e) {

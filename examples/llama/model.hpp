@@ -42,6 +42,13 @@ using context_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<length
 // blocks and the first one.
 using context_tensor_layout = mt::layout<grid, mt::zigzag<length, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
                                          mt::split<vocab, cols>>;
+// --fsdp: the weights stored as context_tensor_layout computes with them, and d_model (a dim every
+// weight has) split over rows as well, the axis the sequence is split over: fully sharded data
+// parallelism over the context axis, as Llama 3's and torchtitan's runs shard it. Each weight is
+// gathered where a block uses it (ops/gather_for_use.hpp); its gradient comes back split by a
+// reduce_scatter, and Adam's state is split as the weight is.
+using context_tensor_sharded = mt::layout<grid, mt::split<d_model, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
+                                          mt::split<vocab, cols>>;
 // Routing is decided within a sequence: the layouts that split it have no experts.
 template <class L>
 constexpr bool routes_experts = L::template split_of<length>().count == 0;
@@ -58,6 +65,7 @@ struct options {
   double rope_theta = 500000, rms_eps = 1e-5;  // Llama 3's
   std::optional<nn::rope_llama3_scaling> rope_llama3;  // Llama 3.1's frequency scaling (from a config.json)
   bool plan = false, recompute = false, tie_embeddings = false;
+  bool fsdp = false;  // --fsdp: the weights and Adam's state split over rows (context_tensor_sharded)
   std::int64_t loss_chunks = 1;  // the loss's logits for 1/N of each processor's positions at a time
   std::string pretrained, config, logits_out;  // --from-pretrained DIR; --config FILE; --logits-out FILE of --ids
   std::string config_text;                     // the config.json read, written again by --save-pretrained
@@ -78,12 +86,15 @@ constexpr bool is_vector = false;
 template <class T>
 constexpr bool is_vector<std::vector<T>> = true;
 
-template <class L>
+// L: the layout the model computes under; PL: the one its weights are stored under (L, or
+// context_tensor_sharded with --fsdp).
+template <class L, class PL = L>
 struct model {
   template <class... D>
-  using t = mt::tensor<float, L, D...>;
+  using t = mt::tensor<float, PL, D...>;
   template <class... D>
-  using per_block = std::vector<t<D...>>;  // one entry per block: gradient() and adam take a vector as one
+  using per_block = std::vector<t<D...>>;
+  using scalar = mt::tensor<float, L>;  // the loss, under the layout the model computes under  // one entry per block: gradient() and adam take a vector as one
   // Each weight's dims in the order of Hugging Face's tensor ([out, in] for a Linear, its heads
   // split into kv_heads x group), so that its checkpoints load as they are (the einsums do not
   // care about the order).
@@ -198,17 +209,17 @@ struct model {
   // The last forward pass's tokens per expert, one tensor per block, for update_router_bias: what
   // a step leaves behind beside its loss (hence mutable in a const forward pass).
   mutable std::vector<t<experts_unsplit>> last_loads;
-  mutable std::optional<t<>> last_aux_loss;  // the blocks' balance losses summed, in float
+  mutable std::optional<scalar> last_aux_loss;  // the blocks' balance losses summed, in float
   bool ring = false;  // --attention ring: where the layout splits the sequence, attention by a ring
   nn::rope_config rope;  // q and k rotated at their positions (--rope-theta)
   float rms_eps = 1e-5f;
 
   // A weight as the computation in C uses it: itself (float32), or a bf16 copy whose gradient flows
-  // back to the float weight, which Adam updates (--dtype bf16: mixed precision).
+  // back to the float weight, which Adam updates (--dtype bf16: mixed precision); with --fsdp,
+  // gathered under L (cast first: the allgather then moves half the bytes).
   template <class C, class W>
   static auto as(const W& w) {
-    if constexpr (std::is_same_v<C, float>) return w;
-    else return mt::cast<C>(w);
+    return mt::use_as<C, L>(w);
   }
 
   template <class W>
@@ -276,8 +287,8 @@ struct model {
     const auto routed = nn::routed_moe<expert_dims>(n, as<C>(w_router[b]), as<C>(router_bias[b]), as<C>(expert_gate[b]),
                                                     as<C>(expert_up[b]), as<C>(expert_down[b]), routing);
     last_loads.push_back(in_float(routed.load));
-    const t<> aux = in_float(routed.aux_loss);
-    last_aux_loss = last_aux_loss ? t<>(*last_aux_loss + aux) : aux;
+    const scalar aux = in_float(routed.aux_loss);
+    last_aux_loss = last_aux_loss ? scalar(*last_aux_loss + aux) : aux;
     if (w_gate.empty()) return routed.y;
     return N(routed.y + nn::gated_feed_forward<d_model, d_ff>(n, as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
   }
@@ -330,10 +341,10 @@ struct model {
   // Mean next-token cross-entropy of a batch of token ids, computed in C (the loss in float); with
   // --loss-chunks N the logits of 1/N of each processor's positions at a time.
   template <class C = float>
-  t<> loss(const mt::tensor<std::int32_t, L, batch, length>& ids, const mt::tensor<std::int32_t, L, batch, length>& labels) const {
+  scalar loss(const mt::tensor<std::int32_t, L, batch, length>& ids, const mt::tensor<std::int32_t, L, batch, length>& labels) const {
     // The float weight: each piece casts it to C, so the pieces' gradients add up in float.
-    auto loss = nn::chunked_cross_entropy<d_model, vocab, length>(hidden<C>(ids), output_weight(), labels, loss_chunks);
-    if (last_aux_loss) return t<>(loss + *last_aux_loss * aux_loss_weight);
+    auto loss = nn::chunked_cross_entropy<d_model, vocab, length>(hidden<C>(ids), as<float>(output_weight()), labels, loss_chunks);
+    if (last_aux_loss) return scalar(loss + *last_aux_loss * aux_loss_weight);
     return loss;
   }
 };

@@ -48,7 +48,8 @@ so instead of a figure.
    from the planned tensors (--check: 405B within 1% of 405 B), one pipeline stage planned in bf16
    under each [context x tensor] shape of its GPUs, its memory, and the step predicted from an H100
    calibration (llama_step() says how) against Meta's 380 teraFLOP/s per GPU; --check requires
-   some shape of the 405B stage to fit 74.5 GiB.
+   some shape of the 405B stage to fit 74.5 GiB (its weights' sharding estimated), and some shape
+   of the 8B's 32 GPUs to fit as planned with --fsdp.
 """
 import json
 import os
@@ -607,7 +608,7 @@ def collective_seconds(cal_text, kind, size, calls, nbytes):
 
 
 def llama_step(llama, cal_path, cal_text, all_bf16_path, model, layers, length, rows, cols, pipeline, microbatches, data,
-               h100, loss_chunks=1):
+               h100, loss_chunks=1, fsdp=False):
     """One stage of `layers` blocks (with the embedding and the output layer: the first and last
     stages' parts together, an upper bound) on [rows x cols] = context x tensor, one microbatch of
     one sequence, bf16, --recompute; its plan, and a 1F1B step of `microbatches` per data-parallel
@@ -619,13 +620,17 @@ def llama_step(llama, cal_path, cal_text, all_bf16_path, model, layers, length, 
     allreduce over the data axis (InfiniBand). Memory under 1F1B: the planned peak plus the block
     inputs of the min(m, p) - 1 other microbatches in flight on the first stage (bf16); and, as an
     estimate, with the float32 weights and Adam's state sharded over the context and data axes (as
-    FSDP shards them in Meta's and torchtitan's runs; the example keeps them whole on every
-    processor of the context axis). step_all_bf16: the same with every product at bf16's rates (the
-    library takes some in float: ring attention's, and partial sums before their allreduce).
-    loss_chunks: the loss's logits for 1/loss_chunks of each processor's positions at a time
-    (--loss-chunks), the output layer's product run again in the backward pass."""
+    FSDP shards them in Meta's and torchtitan's runs). fsdp: the stage planned with --fsdp, its
+    weights, their gradients and Adam's state stored split over the context axis (gathered at each
+    use, the gradients reduce-scattered in each microbatch's backward pass): then only the data
+    axis's share is estimated, and with one data-parallel group nothing is. step_all_bf16: the same
+    with every product at bf16's rates (the library takes some in float: ring attention's, and
+    partial sums before their allreduce). loss_chunks: the loss's logits for 1/loss_chunks of each
+    processor's positions at a time (--loss-chunks), the output layer's product run again in the
+    backward pass."""
     args = ["--mesh", rows, cols, "--layout", "context_tensor", "--attention", "ring", *model, "--layers", layers,
-            "--length", length, "--batch", 1, "--dtype", "bf16", "--recompute", "--loss-chunks", loss_chunks]
+            "--length", length, "--batch", 1, "--dtype", "bf16", "--recompute", "--loss-chunks", loss_chunks,
+            *(["--fsdp"] if fsdp else [])]
     d = llama_plan(llama, cal_path, *args)
     if "error" in d:
         return d
@@ -633,7 +638,11 @@ def llama_step(llama, cal_path, cal_text, all_bf16_path, model, layers, length, 
     if "error" in all_bf16:
         return all_bf16
     grads = [r for r in d["rows"] if r[0] == "weight gradients (backward)" and r[1] == "allreduce"]
-    if rows > 1 and not grads:  # replicas over the context axis sum their weights' gradients
+    if fsdp:  # the gradients' reduce_scatters run in each microbatch's backward pass: t_microbatch's
+        grads = []
+        if rows > 1 and not any(r[0] == "gather_for_use (backward)" and r[1] == "reduce_scatter" for r in d["rows"]):
+            return {"error": "no reduce_scatter of the sharded weights' gradients in the plan's table"}
+    elif rows > 1 and not grads:  # replicas over the context axis sum their weights' gradients
         return {"error": "no weight gradients' allreduce over the context axis in the plan's table"}
     fixed = sum(collective_seconds(cal_text, "allreduce", rows if r[2] == "rows" else rows * cols if r[2] == "rows,cols" else cols,
                                    r[3], r[4]) for r in grads)
@@ -648,7 +657,9 @@ def llama_step(llama, cal_path, cal_text, all_bf16_path, model, layers, length, 
     d_model = model[model.index("--d-model") + 1]
     in_flight = (min(microbatches, pipeline) - 1) * layers * (length // rows) * d_model * 2
     d["peak_1f1b"] = d["peak"] + in_flight / 2**30
-    d["peak_sharded"] = d["peak_1f1b"] - (d["params_gib"] + d["adam_gib"]) * (1 - 1 / (rows * data))
+    unsharded = data if fsdp else rows * data  # the planned weights and state are split over this many fewer
+    d["peak_sharded"] = d["peak_1f1b"] - (d["params_gib"] + d["adam_gib"]) * (1 - 1 / unsharded)
+    d["sharding_estimated"] = unsharded > 1
     return d
 
 
@@ -690,20 +701,22 @@ def llama_rows(llama, failures):
         if abs(n405 / 405e9 - 1) > 0.01:
             failures.append(f"Llama 3 405B planned with {n405} parameters, not within 1% of 405 B")
         print("| model, sequence | stage mesh [context x tensor] | p | m | N_d | GPUs | planned peak (1 microbatch) | "
-              "1F1B peak | weights and Adam's state sharded (estimate) | fits 74.5 GiB | t_microbatch: kernels / memory / products / comm | "
+              "1F1B peak | weights and Adam's state sharded over context x data (planned with --fsdp; estimated: est.) | fits 74.5 GiB | t_microbatch: kernels / memory / products / comm | "
               "FLOPs in bf16 | t_fixed | t_data | predicted step | predicted TFLOP/s per GPU | "
               "every product at bf16's rate: step, TFLOP/s | published |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         # At a million tokens the loss in 16 pieces: a piece's float logits, 32768 / 16 positions of
         # 128256 entries on [32 x 1], are 1 GiB (the whole loss's: 16 GiB each, several at once).
-        runs = [("405B, 131072", LLAMA_405B, 8, 131072, 126, p, 16, 16, 8, n405, "380 (Meta, Table 4)", 1)
+        # The 405B stage estimates the sharding (the example has no data axis to shard over); the 8B,
+        # one data-parallel group of one stage, is planned with --fsdp as it runs: nothing estimated.
+        runs = [("405B, 131072", LLAMA_405B, 8, 131072, 126, p, 16, 16, 8, n405, "380 (Meta, Table 4)", 1, False)
                 for p in [(16, 8), (32, 4), (64, 2), (128, 1)]]
-        runs += [("8B, 1048576", LLAMA_8B, 32, 1048576, 32, p, 1, 1, 1, n8, "", 16)
+        runs += [("8B, 1048576", LLAMA_8B, 32, 1048576, 32, p, 1, 1, 1, n8, "", 16, True)
                  for p in [(32, 1), (16, 2), (8, 4), (4, 8)]]
         best = {}
-        for label, model, layers, s, total_layers, (r, c), p, m, nd, n, published, chunks in runs:
+        for label, model, layers, s, total_layers, (r, c), p, m, nd, n, published, chunks, fsdp in runs:
             d = llama_step(llama, *calibration(c), calibration(c, all_bf16=True)[0], model, layers, s, r, c, p, m, nd, h,
-                           loss_chunks=chunks)
+                           loss_chunks=chunks, fsdp=fsdp)
             gpus = r * c * p * nd
             if "error" in d:
                 print(f"| {label} | [{r} x {c}] | {p} | {m} | {nd} | {gpus} | not planned: {d['error']} | | | | | | | | | | | |")
@@ -719,7 +732,7 @@ def llama_rows(llama, failures):
             mb_memory = d["memory"] - d["optimizer_bytes"] / (h["hbm_bytes_per_s"] / 7)
             mb_comm = d["communication"] - (d["t_fixed"] - d["optimizer_bytes"] / (h["hbm_bytes_per_s"] / 7))
             print(f"| {label} | [{r} x {c}] | {p} | {m} | {nd} | {gpus} | {d['peak']:.1f} GiB | {d['peak_1f1b']:.1f} GiB | "
-                  f"{d['peak_sharded']:.1f} GiB | {'yes' if fits else 'no'} | {d['t_microbatch']:.3f} s: {mb_kernels:.3f} / {mb_memory:.3f} / "
+                  f"{d['peak_sharded']:.1f} GiB{' (est.)' if d['sharding_estimated'] else ''} | {'yes' if fits else 'no'} | {d['t_microbatch']:.3f} s: {mb_kernels:.3f} / {mb_memory:.3f} / "
                   f"{d['products']:.3f} / {mb_comm:.3f} | {100 * d['bf16_flops'] / d['flops']:.0f}% | {d['t_fixed']:.3f} s | "
                   f"{d['t_data']:.3f} s | {d['step']:.2f} s | {tflops:.0f} | {d['step_all_bf16']:.2f} s, "
                   f"{flops / (gpus * d['step_all_bf16']) / 1e12:.0f} | {published} |")
@@ -730,6 +743,8 @@ def llama_rows(llama, failures):
         print()
         if "405B, 131072" not in best:
             failures.append("no shape of the Llama 3 405B stage fits 74.5 GiB")
+        if "8B, 1048576" not in best:
+            failures.append("no shape of 32 GPUs fits Llama 3 8B at 1 M tokens in 74.5 GiB as planned")
     finally:
         for name in cals:
             os.unlink(name)

@@ -2,9 +2,11 @@
 # The tests of examples/llama: llama_example_test.sh CASE LLAMA WORKDIR MPIEXEC
 #   layouts_agree  data, tensor, context (all-to-all and ring) and context_tensor on [2 x 2], and
 #                  the sequence unevenly over [1 x 4], give one processor's losses (float32: 1e-4);
-#                  with --recompute too, and with the loss in pieces (--loss-chunks)
+#                  with --recompute too, and with the loss in pieces (--loss-chunks); and
+#                  context_tensor with its weights sharded (--fsdp, with --recompute)
 #   resume         6 steps, against 3 steps, a checkpoint and 3 resumed (under --memory-budget,
-#                  whose plan must not touch the checkpoint): the same losses
+#                  whose plan must not touch the checkpoint): the same losses; a checkpoint of
+#                  weights stored split (--fsdp) resumed where they are whole, the same losses
 #   learns         the loss falls by a quarter in 60 steps on [2 x 2]
 #   budget         a sequence of 1024 whose step needs more than 0.05 GiB on one processor: refused
 #                  there (exit 2, before training), and trained with the sequence over 4 ranks
@@ -15,7 +17,8 @@
 #                  in 8 pieces plans under half the activations of Llama 3's vocabulary at 8192
 #                  positions, and 3 pieces that do not divide them are refused by name; Llama
 #                  3.1 8B, 70B and 405B planned from their config.json (tests/data/llama3) within
-#                  0.1% of Meta's parameter counts
+#                  0.1% of Meta's parameter counts; --fsdp on [8 x 1] plans an eighth of the
+#                  weights and Adam's state, and is refused by name under a layout it does not shard
 #   bf16           --dtype bf16 (bf16 activations and products, float weights) under the ring's
 #                  zigzag layout on [2 x 2] follows one processor's float32 losses (2e-2, but more
 #                  than 2e-5 apart: float32 layouts differ by about 1e-6) and
@@ -31,8 +34,8 @@
 #                  --experts with a layout that splits the sequence, and --top-k without --experts,
 #                  refused by name
 #   check_plan     one step against its plan under tensor, context (bf16, all-to-all) and
-#                  context_tensor (the ring, the loss in 4 pieces) on 4 ranks: collectives and bytes
-#                  equal, peak within 1%
+#                  context_tensor (the ring, the loss in 4 pieces; and bf16 with --fsdp and
+#                  --recompute) on 4 ranks: collectives and bytes equal, peak within 1%
 set -euo pipefail
 case_=$1 llama=$2 dir=$3 mpiexec=$4
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir"
@@ -59,6 +62,8 @@ case $case_ in
     done
     run 4 --mesh 2 2 --layout context_tensor --attention ring --recompute --steps 4 --csv recompute.csv
     same one.csv recompute.csv 1
+    run 4 --mesh 2 2 --layout context_tensor --attention ring --fsdp --recompute --steps 4 --csv fsdp.csv
+    same one.csv fsdp.csv 1
     run 4 --mesh 1 4 --layout context --loss-chunks 2 --steps 4 --csv chunks.csv  # the loss in pieces
     same one.csv chunks.csv 1
     run 1 --steps 4 --length 30 --csv one30.csv
@@ -70,7 +75,12 @@ case $case_ in
     run 2 --mesh 1 2 --layout tensor --steps 6 --csv whole.csv
     run 2 --mesh 1 2 --layout tensor --steps 3 --checkpoint ckpt --save-every 3
     run 2 --mesh 1 2 --layout tensor --steps 6 --resume ckpt --csv resumed.csv --memory-budget 1  # planned without the checkpoint
-    same whole.csv resumed.csv 4 ;;
+    same whole.csv resumed.csv 4
+    # checkpoints hold whole tensors whatever their layout: weights and Adam's state stored split
+    # over rows (--fsdp) resume where the layout keeps them whole
+    run 2 --mesh 2 1 --layout context_tensor --attention ring --fsdp --steps 3 --checkpoint sharded --save-every 3
+    run 2 --mesh 1 2 --layout tensor --steps 6 --resume sharded --csv resumed_sharded.csv
+    same whole.csv resumed_sharded.csv 4 ;;
   learns)
     run 4 --mesh 2 2 --layout tensor --steps 60 --csv loss.csv
     awk -F, 'NR == 2 { first = $2 } END { print "loss " first " -> " $2; exit !($2 < 0.75 * first) }' loss.csv ;;
@@ -132,6 +142,21 @@ case $case_ in
              print "planned " n " billion parameters, Meta " want; found = 1; exit !(d <= 1e-3) }
            END { if (!found) exit 1 }' <<<"$out" || { echo "$out"; echo "FAIL: Llama 3.1 ${size%%:*}'s parameters"; exit 1; }
     done
+    # --fsdp: Llama 3 8B's weights and Adam's state on [8 x 1] stored split over the 8 rows
+    eight=(--plan --mesh 8 1 --layout context_tensor --attention ring --d-model 4096 --layers 32 --kv-heads 8 --group 4
+           --d-kv 128 --d-ff 14336 --vocab 128256 --batch 1 --length 256)
+    whole=$("$mpiexec" -n 1 "$llama" "${eight[@]}" | awk '/^  peak/ { print $6, $10 }')
+    sharded=$("$mpiexec" -n 1 "$llama" "${eight[@]}" --fsdp | awk '/^  peak/ { print $6, $10 }')
+    echo "planned GiB of weights and of Adam's state: $whole whole, $sharded with --fsdp"
+    awk -v w="$whole" -v s="$sharded" 'BEGIN { split(w, a, " "); split(s, b, " ")
+         for (i = 1; i <= 2; ++i) { r = a[i] / (8 * b[i]); if (!(b[i] > 0 && r > 0.999 && r < 1.001)) exit 1 } }' ||
+      { echo "FAIL: --fsdp on 8 rows does not plan an eighth of the weights and of Adam's state"; exit 1; }
+    set +e
+    out=$("$mpiexec" -n 1 "$llama" --plan --layout tensor --fsdp 2>&1)
+    rc=$?
+    set -e
+    [ "$rc" != 0 ] && grep -q -- '--layout tensor is not sharded: use --layout context_tensor' <<<"$out" ||
+      { echo "$out"; echo "FAIL: --fsdp under --layout tensor not refused by name (rc $rc)"; exit 1; }
     set +e
     out=$("$mpiexec" -n 1 "$llama" --steps 1 2>&1)  # training without --text: no default file
     rc=$?
@@ -202,7 +227,8 @@ case $case_ in
     # Each layout's step against its plan on 4 ranks: collectives, parameter and Adam bytes equal on
     # every rank, the planned peak within 1% of the caching allocator's (0.9995-0.9997 measured).
     for args in "--layout tensor --mesh 2 2" "--layout context --attention all-to-all --mesh 1 4 --dtype bf16" \
-                "--layout context_tensor --attention ring --mesh 2 2 --loss-chunks 4"; do
+                "--layout context_tensor --attention ring --mesh 2 2 --loss-chunks 4" \
+                "--layout context_tensor --attention ring --mesh 2 2 --fsdp --dtype bf16 --recompute"; do
       out=$("$mpiexec" -n 4 "$llama" --text "$text" --check-plan --memory-tolerance 0.01 $args 2>&1) ||
         { echo "$out"; echo "FAIL: --check-plan $args"; exit 1; }
       grep 'check-plan' <<<"$out"

@@ -162,15 +162,7 @@ struct model {
   // gather, which then moves half the bytes).
   template <class C, class P>
   static auto as(const P& p) {
-    using used = mt::with_layout_t<P, L>;
-    if constexpr (std::is_same_v<P, used>) {
-      if constexpr (std::is_same_v<C, float>) return p;
-      else return mt::cast<C>(p);
-    } else if constexpr (std::is_same_v<C, float>) {
-      return mt::gather_for_use<used>(p);
-    } else {
-      return mt::gather_for_use<typename used::template rebind<C>>(mt::cast<C>(p));
-    }
+    return mt::use_as<C, L>(p);
   }
 
   // A stored parameter's gather for its use under L, started (gather_in_flight: wait() gives it).

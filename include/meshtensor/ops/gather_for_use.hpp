@@ -25,6 +25,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "cast.hpp"
 #include "relayout.hpp"
 
 namespace meshtensor {
@@ -79,6 +80,25 @@ Use gather_for_use(const P& p) {
     Use out = detail::relayout_kernel<Use>(p, "gather_for_use");
     detail::record<Use>(out, detail::relayout_rule<Use, P>{p}, p);
     return out;
+  }
+}
+
+// A stored parameter p as a computation under layout L in element type C uses it: p itself; a C
+// copy (mixed precision: its gradient flows back to p, the master weight the optimizer updates);
+// gathered, where p is stored split (FSDP); or cast to C, then gathered, so that the allgather
+// moves C's bytes. The gradient comes back to p in p's layout and type either way.
+//
+//   auto y = mt::einsum<batch, length, d_ff>(x, mt::use_as<mt::bf16, compute_layout>(w));
+template <class C, Layout L, Tensor P>
+auto use_as(const P& p) {
+  using used = with_layout_t<P, L>;
+  if constexpr (std::is_same_v<P, used>) {
+    if constexpr (std::is_same_v<C, typename P::value_type>) return p;
+    else return cast<C>(p);
+  } else if constexpr (std::is_same_v<C, typename P::value_type>) {
+    return gather_for_use<used>(p);
+  } else {
+    return gather_for_use<typename used::template rebind<C>>(cast<C>(p));
   }
 }
 
