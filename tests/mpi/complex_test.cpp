@@ -1,7 +1,8 @@
 // Complex tensors (element/complex.hpp, ops/complex_parts.hpp) under every layout of a line and a
 // 2x2 grid: moved bit for bit (relayout, gather), elementwise ops, sums and products (zgemm and
 // cgemm) against std::complex arithmetic on the host; and gradients in the conjugate Wirtinger
-// convention against central differences of the real and imaginary parts.
+// convention against central differences of the real and imaginary parts; fuse over complex
+// tensors against the ops unfused.
 #include <complex>
 #include <random>
 #include <test_support.hpp>
@@ -129,7 +130,44 @@ void check_gradient(const M& g) {
     REQUIRE(distance(dyh[n], want) < 1e-6 * std::max(1.0, std::abs(want)));
   }
 }
+// fuse over complex tensors, one of them broadcast over i (its gradient summed over i, split or
+// not): the same values and gradients as the ops unfused, whose gradients check_gradient holds
+// against central differences.
+template <class M, class L>
+void check_fused(const M& g) {
+  INFO(layout_name<L>());
+  using X = mt::tensor<zd, L, i_, j_>;
+  using B = mt::tensor<zd, L, j_>;
+  const auto xh = random_values<zd>(I * J, 5), bh = random_values<zd>(J, 6), wh = random_values<zd>(I * J, 7);
+  auto x = mt::from_host<X>(g, {I, J}, std::span<const zd>(xh));
+  auto b = mt::from_host<B>(g, {J}, std::span<const zd>(bh));
+  const auto w = mt::from_host<X>(g, {I, J}, std::span<const zd>(wh));
+  x.requires_grad();
+  b.requires_grad();
+  const auto fused = mt::fuse([](auto v, auto c) { return mt::exp(v) * c + v * v / (c + 3.0) - mt::sin(c) * 0.5; }, x, b);
+  const auto ops = mt::exp(x) * b + x * x / (b + 3.0) - mt::sin(b) * 0.5;
+  const auto real_loss = [&](const X& f) { return mt::reduce_sum<i_, j_>(mt::real(f * w) + mt::imag(f)); };
+  const auto [dx_fused, db_fused] = mt::gradient(real_loss(fused), x, b);
+  const auto [dx_ops, db_ops] = mt::gradient(real_loss(ops), x, b);
+  const auto vf = mt::gather_all(fused), vo = mt::gather_all(ops);
+  for (std::int64_t n = 0; n < I * J; ++n) REQUIRE(distance(vf[n], s(vo[n])) < 1e-13);
+  const auto gxf = mt::gather_all(dx_fused), gxo = mt::gather_all(dx_ops);
+  for (std::int64_t n = 0; n < I * J; ++n) {
+    INFO("dx at " << n << ": fused " << s(gxf[n]) << ", ops " << s(gxo[n]));
+    REQUIRE(distance(gxf[n], s(gxo[n])) < 1e-12);
+  }
+  const auto gbf = mt::gather_all(db_fused), gbo = mt::gather_all(db_ops);
+  for (std::int64_t n = 0; n < J; ++n) {
+    INFO("db at " << n << ": fused " << s(gbf[n]) << ", ops " << s(gbo[n]));
+    REQUIRE(distance(gbf[n], s(gbo[n])) < 1e-12);
+  }
+}
 }  // namespace
+
+TEST_CASE("fuse over complex tensors: the ops' values and gradients", "[equivalence]") {
+  const auto g = world_line();
+  for_each_type(line_layouts<line, i_, j_>{}, [&]<class L>() { check_fused<line, L>(g); });
+}
 
 TEST_CASE("complex tensors under every layout of a line", "[equivalence]") {
   const auto g = world_line();

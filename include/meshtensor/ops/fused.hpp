@@ -15,7 +15,9 @@
 // result's dims then has its gradient summed over them (an allreduce where they are split, as a
 // binary op's broadcast operand). The tape keeps only the tensors whose values the backward reads
 // (x * 2 + y keeps none; gelu(x + b) keeps x and b, not x + b; the others as detail::node_only); a dropout mask is drawn again from
-// its counter in the backward kernel, never stored.
+// its counter in the backward kernel, never stored. Complex tensors take the ops that take complex
+// values unfused (the holomorphic ones: arithmetic, exp, log, sqrt, sin, cos, square, reciprocal), with
+// gradients in the same conjugate Wirtinger convention; an op that refuses them refuses them here.
 //
 // Why an explicit fuse and not operators that return lazy expressions (Eigen, xtensor): the point
 // where memory is written stays visible, no expression outlives the tensors it refers to (Eigen's
@@ -392,8 +394,12 @@ struct fused_backward_runs {
     runs.template walk<Expr::reads>(run, [&](std::int64_t i, const auto& v, std::int64_t gi) {
       const auto d = runs.e.with_partials(v, gi);
       const C gv = static_cast<C>(g[i]);
+      // times the partial's conjugate: the conjugate Wirtinger convention of the unfused ops'
+      // rules (element/complex.hpp); the partial itself for real types. The chain rule above is
+      // the plain one, right for complex values because fuse admits only holomorphic ops on them
+      // (the others refuse complex values by name, as the unfused ops do).
       for (std::size_t k = 0; k != N; ++k)
-        if (grads[k] != nullptr) grads[k][i] = static_cast<T>(gv * d.d[k]);
+        if (grads[k] != nullptr) grads[k][i] = static_cast<T>(gv * conj_value(d.d[k]));
     });
   }
 };
@@ -505,9 +511,6 @@ template <class F, Tensor X0, Tensor... Xs>
 auto fuse(F f, const X0& x0, const Xs&... xs) {
   constexpr std::size_t N = 1 + sizeof...(Xs);
   static_assert(N <= 64, "meshtensor::fuse: at most 64 tensors");
-  // Its backward kernel multiplies by the plain derivative: complex tensors would need its conjugate.
-  static_assert(!is_complex_v<typename X0::value_type> && (!is_complex_v<typename Xs::value_type> && ...),
-                "meshtensor::fuse takes real tensors, not complex ones: write the expression with the ops");
   if constexpr (!detail::fuse_operands_agree<X0, Xs...>()) {
     return x0;
   } else {
