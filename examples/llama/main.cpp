@@ -448,10 +448,10 @@ int main(int argc, char** argv) try {
                                "--expert-chunks", "--aux-loss", "--router-bias-rate"})
         if (app.count(flag) > 0) throw mt::error(fmt::format("{} needs --experts N", flag));
     }
-    // the KV heads are split over cols already: the all-to-all has no heads left to move the sequence to
     if (o.fsdp && o.layout != "context_tensor")
       throw mt::error(fmt::format("--fsdp splits the weights over rows, the axis --layout context_tensor splits the sequence "
                                   "over; --layout {} is not sharded: use --layout context_tensor", o.layout));
+    // the KV heads are split over cols already: the all-to-all has no heads left to move the sequence to
     if (o.layout == "context_tensor" && o.attention != "ring")
       throw mt::error("--layout context_tensor attends by the ring: add --attention ring");
     if constexpr (built("tensor"))

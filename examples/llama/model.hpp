@@ -93,8 +93,8 @@ struct model {
   template <class... D>
   using t = mt::tensor<float, PL, D...>;
   template <class... D>
-  using per_block = std::vector<t<D...>>;
-  using scalar = mt::tensor<float, L>;  // the loss, under the layout the model computes under  // one entry per block: gradient() and adam take a vector as one
+  using per_block = std::vector<t<D...>>;  // one entry per block: gradient() and adam take a vector as one
+  using scalar = mt::tensor<float, L>;     // the loss, under the layout the model computes under
   // Each weight's dims in the order of Hugging Face's tensor ([out, in] for a Linear, its heads
   // split into kv_heads x group), so that its checkpoints load as they are (the einsums do not
   // care about the order).
@@ -342,7 +342,8 @@ struct model {
   // --loss-chunks N the logits of 1/N of each processor's positions at a time.
   template <class C = float>
   scalar loss(const mt::tensor<std::int32_t, L, batch, length>& ids, const mt::tensor<std::int32_t, L, batch, length>& labels) const {
-    // The float weight: each piece casts it to C, so the pieces' gradients add up in float.
+    // The float weight (gathered, with --fsdp): each piece casts it to C, so the pieces' gradients
+    // add up in float.
     auto loss = nn::chunked_cross_entropy<d_model, vocab, length>(hidden<C>(ids), as<float>(output_weight()), labels, loss_chunks);
     if (last_aux_loss) return scalar(loss + *last_aux_loss * aux_loss_weight);
     return loss;

@@ -657,7 +657,7 @@ def llama_step(llama, cal_path, cal_text, all_bf16_path, model, layers, length, 
     d_model = model[model.index("--d-model") + 1]
     in_flight = (min(microbatches, pipeline) - 1) * layers * (length // rows) * d_model * 2
     d["peak_1f1b"] = d["peak"] + in_flight / 2**30
-    unsharded = data if fsdp else rows * data  # the planned weights and state are split over this many fewer
+    unsharded = data if fsdp else rows * data  # the ways FSDP splits what the plan holds whole
     d["peak_sharded"] = d["peak_1f1b"] - (d["params_gib"] + d["adam_gib"]) * (1 - 1 / unsharded)
     d["sharding_estimated"] = unsharded > 1
     return d
