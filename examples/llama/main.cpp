@@ -183,8 +183,10 @@ std::int64_t plan(options o, bool print) {
                gib(p.peak_bytes_of(mt::memory_kind::activations)));
     if (!o.plan) return p.peak_bytes;
     fmt::print("{}", p.table());
-    if (machine)  // the cost model: docs/plan-mode.md
+    if (machine) {  // the cost model: docs/plan-mode.md
       fmt::print("predicted step time {} (calibration {})\n", mt::to_string(mt::predict(p, *machine)), o.calibration);
+      fmt::print("{}", mt::communication_table(p, *machine));
+    }
   }
   return p.peak_bytes;
 }

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """Plans of meshtensor-lm (tools/lm) against published figures (docs/scale.md, "Published figures").
 
-    python3 scripts/dev/published_plans.py BUILD/tools/lm/meshtensor-lm [--check] [--llama BUILD/examples/llama]
+    python3 scripts/dev/published_plans.py BUILD/tools/lm/meshtensor-lm [--check] [--llama BUILD/examples/llama] [--overlap]
+
+--overlap plans the Megatron-LM and Llama 3 405B rows again with MESHTENSOR_GRADIENT_OVERLAP=1 (the
+data-parallel gradient reduction started as the backward pass makes each gradient final) and adds
+a column: the step as the cost model predicts it with that reduction behind the pass.
 
 --check (ctest lm.published_plans) exits 1 unless every GPT-3 size and Megatron
 configuration is within 1% of the closed form, every planned ZeRO row within 0.1% of ZeRO's formula
@@ -76,11 +80,11 @@ ZERO_MODELS = [("7.5B", 7.5e9, 36, 4096, 32), ("128B", 128e9, 159, 8192, 64), ("
 DEGREES = [1, 4, 16, 64, 256, 1024]
 
 
-def plan_json(binary, *args):
-    """The plan's JSON, or the error meshtensor-lm stopped with."""
+def plan_json(binary, *args, env=None):
+    """The plan's JSON, or the error meshtensor-lm stopped with (env: variables set for the run)."""
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         r = subprocess.run([binary, "--plan", "--plan-json", f.name, *map(str, args)], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
         if r.returncode != 0:
             return {"error": (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]}
         return json.load(open(f.name))
@@ -191,15 +195,20 @@ def megatron_flops(batch, s, layers, h, vocab):
     return 96 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
 
 
-def megatron_rows(binary, failures):
+def megatron_rows(binary, failures, overlap=False):
     print("\n## Megatron-LM's Table 1: planned as they ran, throughput predicted from an A100 calibration\n")
     print("Each row: `meshtensor-lm --plan --pipeline p --mesh N_d t --microbatches m --schedule 1f1b --dtype bf16 "
           "--recompute`, N_d = GPUs / (t p), microbatches of one sequence per data-parallel GPU. Predicted teraFLOP/s "
           "per GPU = eq. 3's FLOPs / (GPUs x the predicted step time).\n")
+    if overlap:
+        print("The last column (--overlap): each row planned again with MESHTENSOR_GRADIENT_OVERLAP=1, the stage's last "
+              "backward starting its data-parallel gradient allreduces as it makes the gradients final "
+              "(accumulate_gradient_reducing), the cost model charging what the rest of that pass leaves exposed.\n")
     print("| params (published) | planned (vs closed form) | t | p | N_d | GPUs | m | memory/GPU (peak stage) | bytes/step/GPU (max) | "
           "predicted step | a microbatch: % products / memory / comm / launches | predicted TFLOP/s | "
-          "without the memory term | published | error | error without the memory term |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "without the memory term | published | error | error without the memory term |" +
+          (" overlapped: TFLOP/s, error, comm hidden |" if overlap else ""))
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if overlap else ""))
     worst = 0.0
     for params, heads, h, layers, t, p, gpus, batch, published in MEGATRON:
         nd = gpus // (t * p)
@@ -207,11 +216,12 @@ def megatron_rows(binary, failures):
         sizes = sorted({1, t, nd, nd * t})
         with tempfile.NamedTemporaryFile("w", suffix=".calibration", delete=False) as cal:
             cal.write(a100_calibration(t, sizes))
+        row = ["--pipeline", p, "--mesh", nd, t, "--microbatches", m, "--schedule", "1f1b", "--dtype", "bf16",
+               "--recompute", "--layers", layers, "--d-model", h, "--heads", heads, "--d-kv", h // heads,
+               "--d-ff", 4 * h, "--length", 2048, "--batch", batch, "--vocab", MEGATRON_VOCAB, "--calibration", cal.name]
         try:
-            d = plan_json(binary, "--pipeline", p, "--mesh", nd, t, "--microbatches", m, "--schedule", "1f1b",
-                          "--dtype", "bf16", "--recompute", "--layers", layers, "--d-model", h, "--heads", heads,
-                          "--d-kv", h // heads, "--d-ff", 4 * h, "--length", 2048, "--batch", batch,
-                          "--vocab", MEGATRON_VOCAB, "--calibration", cal.name)
+            d = plan_json(binary, *row)
+            overlapped = plan_json(binary, *row, env={"MESHTENSOR_GRADIENT_OVERLAP": "1"}) if overlap else None
         finally:
             os.unlink(cal.name)
         if "error" in d:
@@ -241,9 +251,20 @@ def megatron_rows(binary, failures):
         print(f"| {params} B | {counted / 1e9:.2f} B ({100 * (counted / closed - 1):+.2f}%) | {t} | {p} | {nd} | {gpus} | {m} | {peak / 2**30:.1f} GiB | "
               f"{sent / 1e9:.2f} GB | {step:.2f} s | {100 * share['products']:.0f} / {100 * share['memory']:.0f} / "
               f"{100 * share['communication']:.0f} / {100 * share['kernels']:.0f} | {tflops:.0f} | "
-              f"{tflops_fused:.0f} | {published} | {100 * err:+.1f}% | {100 * (tflops_fused / published - 1):+.1f}% |")
+              f"{tflops_fused:.0f} | {published} | {100 * err:+.1f}% | {100 * (tflops_fused / published - 1):+.1f}% |" +
+              (overlap_cell(overlapped, flops, published) if overlap else ""))
     print(f"\nlargest error of the predicted throughput: {100 * worst:.1f}%")
     return worst
+
+
+def overlap_cell(d, flops, published):
+    """The overlapped plan's throughput, its error, and the communication the step hides (the first
+    stage's, whose fixed part the step adds)."""
+    if "error" in d:
+        return f" not planned: {d['error']} |"
+    tflops = flops / d["predicted_step_seconds"] / 1e12
+    hidden = max(st["hidden_fixed_seconds"] for st in d["stages"])
+    return f" {tflops:.0f}, {100 * (tflops / published - 1):+.1f}%, {1e3 * hidden:.0f} ms |"
 
 
 # Korthikanti et al. 2022, Table 3: heads, hidden size, layers, tensor-parallel size (sequence 2048,
@@ -566,10 +587,12 @@ LLAMA_8B = ["--d-model", 4096, "--kv-heads", 8, "--group", 4, "--d-kv", 128, "--
 H100_BUDGET_GIB = 74.5  # an 80 GB card
 
 
-def llama_plan(llama, calibration, *args):
+def llama_plan(llama, calibration, *args, env=None):
     """examples/llama's --plan with a calibration: parameters, peak GiB by kind, the table's rows,
-    FLOPs, optimizer bytes and the predicted time's parts (seconds)."""
-    r = subprocess.run([llama, "--plan", "--calibration", calibration, *map(str, args)], capture_output=True, text=True)
+    FLOPs, optimizer bytes, the predicted time's parts (seconds) and its communication by
+    (collective, axes): cost, exposed, hidden (seconds). env: variables set for the run."""
+    r = subprocess.run([llama, "--plan", "--calibration", calibration, *map(str, args)], capture_output=True, text=True,
+                       env={**os.environ, **(env or {})})
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or [f"exit status {r.returncode}"])[-1]}
     out = r.stdout
@@ -594,6 +617,8 @@ def llama_plan(llama, calibration, *args):
     t = need(r"predicted step time ([\d.]+) ms: kernels ([\d.]+), memory ([\d.]+), products ([\d.]+), "
              r"communication ([\d.]+)", "predicted step time")
     d["total"], d["kernels"], d["memory"], d["products"], d["communication"] = (float(x) / 1e3 for x in t.groups())
+    d["comm"] = {(row.group(1), row.group(2)): tuple(float(x) / 1e3 for x in row.group(4, 5, 6))
+                 for row in re.finditer(r"^  (\w+)\s+(\S+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+(-?[\d.]+)\s*$", out, re.M)}
     return d
 
 
@@ -663,7 +688,24 @@ def llama_step(llama, cal_path, cal_text, all_bf16_path, model, layers, length, 
     return d
 
 
-def llama_rows(llama, failures):
+def llama_overlap_cell(llama, cal, d, model, layers, s, r, c, chunks, fsdp, flops, gpus):
+    """The stage planned again with MESHTENSOR_GRADIENT_OVERLAP=1: the weights' gradient allreduce
+    over the context axis started as the backward pass makes each gradient final, the cost model
+    charging what the rest of that pass leaves exposed. In a 1F1B step that pass is the last
+    microbatch's: t_fixed loses the hidden part, the microbatches keep their time."""
+    if fsdp:
+        return " (reduce_scatters: none to overlap) |"
+    o = llama_plan(llama, cal, "--mesh", r, c, "--layout", "context_tensor", "--attention", "ring", *model,
+                   "--layers", layers, "--length", s, "--batch", 1, "--dtype", "bf16", "--recompute",
+                   "--loss-chunks", chunks, env={"MESHTENSOR_GRADIENT_OVERLAP": "1"})
+    if "error" in o:
+        return f" not planned: {o['error']} |"
+    hidden = o["comm"].get(("allreduce", "rows"), (0, 0, 0))[2]
+    step = d["step"] - hidden
+    return f" {hidden:.3f} s, {step:.2f} s, {flops / (gpus * step) / 1e12:.0f} |"
+
+
+def llama_rows(llama, failures, overlap=False):
     print("\n## Llama 3 on H100s: a pipeline stage planned, the step predicted\n")
     print("examples/llama plans one stage (Llama's blocks: RMSNorm, grouped-query attention, SwiGLU; bf16 "
           "activations and products, float32 weights and Adam; --recompute; the sequence zigzag over the "
@@ -703,8 +745,9 @@ def llama_rows(llama, failures):
         print("| model, sequence | stage mesh [context x tensor] | p | m | N_d | GPUs | planned peak (1 microbatch) | "
               "1F1B peak | weights and Adam's state sharded over context x data (planned with --fsdp; estimated: est.) | fits 74.5 GiB | t_microbatch: kernels / memory / products / comm | "
               "FLOPs in bf16 | t_fixed | t_data | predicted step | predicted TFLOP/s per GPU | "
-              "every product at bf16's rate: step, TFLOP/s | published |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "every product at bf16's rate: step, TFLOP/s | published |" +
+              (" gradient allreduce overlapped: hidden, step, TFLOP/s |" if overlap else ""))
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if overlap else ""))
         # At a million tokens the loss in 16 pieces: a piece's float logits, 32768 / 16 positions of
         # 128256 entries on [32 x 1], are 1 GiB (the whole loss's: 16 GiB each, several at once).
         # The 405B stage estimates the sharding (the example has no data axis to shard over); the 8B,
@@ -715,7 +758,8 @@ def llama_rows(llama, failures):
                  for p in [(32, 1), (16, 2), (8, 4), (4, 8)]]
         best = {}
         for label, model, layers, s, total_layers, (r, c), p, m, nd, n, published, chunks, fsdp in runs:
-            d = llama_step(llama, *calibration(c), calibration(c, all_bf16=True)[0], model, layers, s, r, c, p, m, nd, h,
+            cal = calibration(c)
+            d = llama_step(llama, *cal, calibration(c, all_bf16=True)[0], model, layers, s, r, c, p, m, nd, h,
                            loss_chunks=chunks, fsdp=fsdp)
             gpus = r * c * p * nd
             if "error" in d:
@@ -735,7 +779,8 @@ def llama_rows(llama, failures):
                   f"{d['peak_sharded']:.1f} GiB{' (est.)' if d['sharding_estimated'] else ''} | {'yes' if fits else 'no'} | {d['t_microbatch']:.3f} s: {mb_kernels:.3f} / {mb_memory:.3f} / "
                   f"{d['products']:.3f} / {mb_comm:.3f} | {100 * d['bf16_flops'] / d['flops']:.0f}% | {d['t_fixed']:.3f} s | "
                   f"{d['t_data']:.3f} s | {d['step']:.2f} s | {tflops:.0f} | {d['step_all_bf16']:.2f} s, "
-                  f"{flops / (gpus * d['step_all_bf16']) / 1e12:.0f} | {published} |")
+                  f"{flops / (gpus * d['step_all_bf16']) / 1e12:.0f} | {published} |" +
+                  (llama_overlap_cell(llama, cal[0], d, model, layers, s, r, c, chunks, fsdp, flops, gpus) if overlap else ""))
             if fits and (label not in best or d["step"] < best[label][1]):
                 best[label] = (f"[{r} x {c}]", d["step"])
         for label, (mesh, step) in best.items():
@@ -809,14 +854,14 @@ def main():
     print(f"\nlargest error of the plan against ZeRO's formula: {100 * worst:.3f}%")
     if worst > 0.001:
         failures.append(f"a ZeRO row is {100 * worst:.3f}% from the formula")
-    megatron_rows(binary, failures)
+    megatron_rows(binary, failures, overlap="--overlap" in sys.argv[2:])
     korthikanti_rows(binary, failures)
     korthikanti_times(binary, failures)
     megatron_schedules(binary, failures)
     if rank_shapes(binary) is None:
         failures.append("--rank-layouts --processors found no shape or not Megatron's")
     if llama:
-        llama_rows(llama, failures)
+        llama_rows(llama, failures, overlap="--overlap" in sys.argv[2:])
     for f in failures:
         print("FAILED:", f)
     print("\nGPT-3 XL: Table 2.1 lists 24 heads of 128 (3072, not d_model 2048); its 1.3 B parameters match an "

@@ -173,6 +173,7 @@ int plan(const mt::environment& env, const options& o) {
     predicted = mt::predict(p, c);
     std::printf("predicted step time %s (calibration %s, %d ranks)\n", mt::to_string(*predicted).c_str(),
                 o.calibration.c_str(), c.ranks);
+    std::printf("%s", mt::communication_table(p, c).c_str());
   }
   if (!o.plan_json.empty()) {
     std::ofstream out(o.plan_json);
@@ -181,7 +182,9 @@ int plan(const mt::environment& env, const options& o) {
         << ", \"vocab\": " << o.vocab << ", \"batch\": " << o.batch << ", \"length\": " << o.length
         << ", \"parameters\": " << r.parameters << ", \"budget_bytes\": " << budget << ", \"fits\": " << (fits ? "true" : "false");
     if (predicted)  // with --calibration, as the pipelined plan's JSON has it
-      out << ", \"predicted_step_seconds\": " << predicted->total() << ", \"predicted_memory_seconds\": " << predicted->memory;
+      out << ", \"predicted_step_seconds\": " << predicted->total() << ", \"predicted_memory_seconds\": " << predicted->memory
+          << ", \"predicted_exposed_communication_seconds\": " << predicted->communication
+          << ", \"predicted_hidden_communication_seconds\": " << predicted->hidden;
     out << ", \"plan\": " << p.json() << "}\n";
     if (!out) throw mt::io_error(fmt::format("cannot write '{}'", o.plan_json));
     std::printf("plan written to %s\n", o.plan_json.c_str());

@@ -22,7 +22,8 @@ inline std::string gib(std::int64_t bytes) { return fmt::format("{:g} GiB", std:
 // planned once. With 1F1B stage s holds at most P - s microbatches, so that many of them plan its
 // memory exactly (GPipe: all m are planned).
 // With --calibration: each stage's step time from two more plans, of a and 2a microbatches (a = 1,
-// or P for interleaved, whose microbatches go in groups of P), t(m) = t_fixed + m t_microbatch
+// or P for interleaved, whose microbatches go in groups of P; twice that with the gradient
+// reduction overlapped), t(m) = t_fixed + m t_microbatch
 // (t_fixed: the weights' gradient reduction and the optimizer), and the step's: the schedule
 // simulated (pipeline/schedules.hpp) with the slowest stage's microbatch time split into forward,
 // input gradient and weight gradient by their FLOPs, per chunk, plus the largest t_fixed. For
@@ -64,10 +65,10 @@ inline estimate plan_stages(options o, const mt::machine_calibration* calibratio
   };
   const auto minus = [](const mt::step_time& a, const mt::step_time& b, double times = 1) {
     return mt::step_time{a.kernels - times * b.kernels, a.memory - times * b.memory, a.products - times * b.products,
-                         a.communication - times * b.communication};
+                         a.communication - times * b.communication, a.hidden - times * b.hidden};
   };
   const auto scaled = [](const mt::step_time& a, double by) {
-    return mt::step_time{a.kernels * by, a.memory * by, a.products * by, a.communication * by};
+    return mt::step_time{a.kernels * by, a.memory * by, a.products * by, a.communication * by, a.hidden * by};
   };
   // A stage's microbatch costs depend on what it holds (the model's input, its loss, how many
   // blocks); its memory also on how many chunk activations its order holds at the peak. Stages
@@ -99,7 +100,10 @@ inline estimate plan_stages(options o, const mt::machine_calibration* calibratio
   // differ by.
   const auto cost_of = [&](int s) {
     stage_plan sp;
-    const int a = group;
+    // With the gradient reduction overlapped, what it leaves exposed depends on the last backward
+    // pass, which accumulates (and so costs less) from the second microbatch on: plans of 2 and 4
+    // groups, so that both have such a last pass and t(m) holds for every m >= 2.
+    const int a = group * (mt::gradient_reduction_settings().overlap ? 2 : 1);
     const auto one = plan_with(s, a), two = plan_with(s, 2 * a);
     sp.bytes_microbatch = (total_bytes(*two.plan) - total_bytes(*one.plan)) / a;
     sp.bytes_fixed = total_bytes(*one.plan) - a * sp.bytes_microbatch;
@@ -162,7 +166,8 @@ inline estimate plan_stages(options o, const mt::machine_calibration* calibratio
     e.slots = slots;
     const auto& mb = slow.microbatch;
     e.step = {slots * mb.kernels + fixed->fixed.kernels, slots * mb.memory + fixed->fixed.memory,
-              slots * mb.products + fixed->fixed.products, slots * mb.communication + fixed->fixed.communication};
+              slots * mb.products + fixed->fixed.products, slots * mb.communication + fixed->fixed.communication,
+              slots * mb.hidden + fixed->fixed.hidden};
     e.step_seconds = e.step.total();
   }
   return e;
@@ -198,10 +203,11 @@ inline int plan_pipeline(const mt::environment& env, const options& o) {
     std::printf("\n");
     json += fmt::format("{}{{\"stage\": {}, \"held\": {}, \"parameters\": {}, \"bytes_per_step\": {}, "
                         "\"flops_per_step\": {}, \"seconds_per_microbatch\": {:g}, \"seconds_fixed\": {:g}, "
+                        "\"hidden_fixed_seconds\": {:g}, "
                         "\"microbatch_seconds\": {{\"kernels\": {:g}, \"memory\": {:g}, \"products\": {:g}, "
                         "\"communication\": {:g}}}, \"plan\": {}}}",
                         s ? ", " : "", s, held, sp.full.parameters, bytes, sp.flops_fixed + m * sp.flops_microbatch,
-                        sp.t_microbatch, sp.t_fixed, sp.microbatch.kernels, sp.microbatch.memory, sp.microbatch.products,
+                        sp.t_microbatch, sp.t_fixed, sp.fixed.hidden, sp.microbatch.kernels, sp.microbatch.memory, sp.microbatch.products,
                         sp.microbatch.communication, p.json());
   }
   json += "]";

@@ -73,7 +73,7 @@ class gradient_buckets {
     // Only reached with requests in flight when an error left gradient() early: wait for them,
     // since MPI still writes their buffers.
     for (auto& b : started_)
-      if (b.request != MPI_REQUEST_NULL) MPI_Wait(&b.request, MPI_STATUS_IGNORE);
+      if (b.started.request != MPI_REQUEST_NULL) MPI_Wait(&b.started.request, MPI_STATUS_IGNORE);
   }
 
   template <class Node, class M>
@@ -105,9 +105,9 @@ class gradient_buckets {
   // Lets MPI advance the allreduces in flight (no progress thread in most MPIs).
   void progress() {
     for (auto& b : started_)
-      if (b.request != MPI_REQUEST_NULL) {
+      if (b.started.request != MPI_REQUEST_NULL) {
         int done = 0;
-        MPI_Test(&b.request, &done, MPI_STATUS_IGNORE);
+        MPI_Test(&b.started.request, &done, MPI_STATUS_IGNORE);
       }
   }
 
@@ -117,8 +117,8 @@ class gradient_buckets {
     for (auto& [key, b] : open_)
       if (!b.views.empty()) start(b, key);
     for (auto& b : started_) {
-      if (b.request != MPI_REQUEST_NULL)
-        b.key.first->await(&b.request, 1, collective::allreduce, b.key.second, b.n * static_cast<std::int64_t>(sizeof(T)));
+      b.key.first->await_started(b.started, collective::allreduce, b.key.second,
+                                 b.n * static_cast<std::int64_t>(sizeof(T)));
       if (b.views.size() == 1) {
         b.buffer->copy_into(b.views[0]);
         continue;
@@ -138,7 +138,7 @@ class gradient_buckets {
     std::int64_t n = 0;
     view_type packed;
     std::optional<buffer_type> buffer;  // what MPI reduces: the gradient itself or packed
-    MPI_Request request = MPI_REQUEST_NULL;
+    started_collective started;  // its allreduce, when overlapped
     std::pair<communicator*, axis_set> key{nullptr, {}};  // whose allreduce: the watchdog names it
   };
 
@@ -175,7 +175,7 @@ class gradient_buckets {
     }
     b.key = key;
     if (settings_.overlap) {
-      b.request = start_allreduce(*key.first, key.second, b.buffer->data(), b.n);
+      b.started = start_allreduce(*key.first, key.second, b.buffer->data(), b.n);
     } else {
       allreduce(*key.first, key.second, b.buffer->data(), b.n);
     }
@@ -218,8 +218,15 @@ inline node_order nodes_newest_first(tape_node* loss) {
 // only the pass holds (no tensor, no later node, no rule refers to it: the pass's own reference
 // is its only one) is released too, its saved tensors freed: no backward pass can reach it again.
 // The loss's node is held by the caller's loss unless gradient() was given it as an rvalue.
-template <Tensor Loss, class Final, class Kept>
-void run_backward(const Loss& loss, grad_node_of<Loss>* seed, const node_order& order, Final&& final, Kept&& kept) {
+// early(node): run the node as soon as its gradient is final rather than at its place in `order`
+// (a weight's cast, made in the first microbatch's forward pass and so last by creation order,
+// whose weight's reduction can then start while the pass goes on).
+struct in_creation_order {
+  bool operator()(const tape_node*) const { return false; }
+};
+template <Tensor Loss, class Final, class Kept, class Early = in_creation_order>
+void run_backward(const Loss& loss, grad_node_of<Loss>* seed, const node_order& order, Final&& final, Kept&& kept,
+                  Early early = {}) {
   const recording_scope paused(false);
   const plan_phase_scope backward(plan_phase::backward);  // a plan's report: "op (backward)"
   if (planning()) plan_ledger::get().note_backward_start();
@@ -227,13 +234,24 @@ void run_backward(const Loss& loss, grad_node_of<Loss>* seed, const node_order& 
   std::unordered_map<const tape_node*, int> uses;  // nodes still to run that push into it
   for (const auto& n : order)
     for (auto& p : n->parents) ++uses[p.get()];
-  for (const auto& n : order) {
+  std::unordered_set<const tape_node*> ran_early;
+  const auto run = [&](const auto& self, tape_node& n) -> void {
     {
-      const plan_node_scope op(n->plan_op);
-      n->backward();
+      const plan_node_scope op(n.plan_op);
+      n.backward();
     }
-    for (auto& p : n->parents)
-      if (--uses[p.get()] == 0) final(p.get());
+    for (auto& p : n.parents)
+      if (--uses[p.get()] == 0) {
+        final(p.get());
+        if (early(p.get()) && ran_early.insert(p.get()).second) self(self, *p);
+      }
+  };
+  for (const auto& n : order) {
+    if (ran_early.count(n.get())) {
+      if (!kept(n.get())) n->clear_grad();
+      continue;
+    }
+    run(run, *n);
     if (kept(n.get())) continue;
     n->clear_grad();
     if (n.use_count() == 1) n->release();
@@ -418,6 +436,79 @@ void accumulate_gradient(Loss&& loss, const Params&... params) {
   detail::node_order order;
   auto* seed = detail::give_up_node(loss, order);
   detail::accumulate_into(loss, seed, kept, order);
+}
+
+// The reductions accumulate_gradient_reducing started: finish() waits for them and puts the sums
+// in the params' gradients (take_gradients then hands them out as they are). Must be finished
+// before the gradients are taken, on every processor, in one order among its other collectives.
+template <class T, class Exec>
+class gradients_reducing {
+ public:
+  void finish() {
+    const detail::recording_scope paused(false);
+    const detail::plan_phase_scope backward(detail::plan_phase::backward);
+    const detail::plan_node_scope op("weight gradients");
+    buckets_.finish();
+  }
+  detail::gradient_buckets<T, Exec>& buckets() { return buckets_; }
+
+ private:
+  detail::gradient_buckets<T, Exec> buckets_;
+};
+
+// accumulate_gradient for a step's last microbatch (Megatron's overlapped gradient reduction):
+// adds the loss's gradients into the params' as accumulate_gradient does, and starts reducing
+// each param's gradient that is still a partial sum as soon as this pass has made it final (in
+// buckets, as gradient() does), so that the reduction runs behind the rest of the pass and
+// whatever the caller does before finish() (a pipeline stage: sending its input's gradient back).
+// Params the pass does not reach are left to take_gradients. The reductions are started
+// (nonblocking) under gradient_reduction's overlap, else run where they are started. inputs (a
+// tuple of references: a pipeline stage's received activation) accumulate alike and are not
+// reduced: take_gradients takes them whenever the caller wants.
+template <Tensor Loss, class... Inputs, Parameter... Params>
+auto accumulate_gradient_reducing(const Loss& loss, const std::tuple<Inputs&...>& inputs, const Params&... params) {
+  using First = typename detail::first_tensor_of<std::tuple_element_t<0, std::tuple<Params...>>>::type;
+  using T = std::conditional_t<std::is_same_v<typename First::value_type, bf16>, float, typename First::value_type>;
+  detail::check_differentiable(loss, "accumulate_gradient_reducing");
+  auto kept = detail::leaf_nodes("accumulate_gradient_reducing", params...);
+  std::apply([&](auto&... in) { kept.merge(detail::leaf_nodes("accumulate_gradient_reducing", in...)); }, inputs);
+  auto reducing = std::make_shared<gradients_reducing<T, typename First::execution_space>>();
+  auto& buckets = reducing->buckets();
+  std::unordered_map<const detail::tape_node*, std::vector<std::function<void()>>> when_final;
+  const auto watch = [&](const auto& t) {
+    if (t.tracks_grad())
+      when_final[t.node()].push_back([&buckets, &t] {
+        const detail::plan_node_scope op("weight gradients");
+        buckets.add(*t.node(), t.mesh());
+      });
+  };
+  (for_each_tensor(params, watch), ...);
+  const auto order = detail::nodes_newest_first(loss.node());
+  const auto clear_others = [&] {
+    for (const auto& n : order)
+      if (!kept.count(n.get())) n->clear_grad();
+  };
+  clear_others();
+  {
+    const detail::nodes_read_after_pass_scope read_after(kept);
+    detail::run_backward(
+        loss, loss.node(), order,
+        [&](const detail::tape_node* p) {
+          if (const auto f = when_final.find(p); f != when_final.end())
+            for (auto& join : f->second) join();
+          buckets.progress();
+        },
+        [&](const detail::tape_node* n) { return kept.count(n) > 0; },
+        // A node made from the weights alone (their bf16 working copy, cast once per step) runs as
+        // soon as it is final, so that their reductions start then, not at the pass's end.
+        [&](const detail::tape_node* n) {
+          return !n->parents.empty() && std::all_of(n->parents.begin(), n->parents.end(), [&](const auto& p) {
+            return when_final.count(p.get()) > 0;
+          });
+        });
+  }
+  clear_others();
+  return reducing;
 }
 
 // The gradients accumulate_gradient summed in the params, reduced where they are still partial

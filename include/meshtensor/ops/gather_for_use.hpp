@@ -128,7 +128,7 @@ class gather_in_flight {
         send_.emplace(buffers::reading(p.view()));
         received_.emplace(buffers::writing(static_cast<std::size_t>(gather_.total)));
         const detail::collective_subject subject(&P::type_name);
-        request_ = start_allgatherv(comm, step.axes, send_->data(), gather_.old_box.size(), received_->data(),
+        started_ = start_allgatherv(comm, step.axes, send_->data(), gather_.old_box.size(), received_->data(),
                                     gather_.counts, gather_.displs);
       }
     }
@@ -137,7 +137,7 @@ class gather_in_flight {
   gather_in_flight& operator=(const gather_in_flight&) = delete;
   gather_in_flight(gather_in_flight&& o) noexcept
       : p_(std::move(o.p_)), ready_(std::move(o.ready_)), gather_(std::move(o.gather_)), send_(std::move(o.send_)),
-        received_(std::move(o.received_)), request_(std::exchange(o.request_, MPI_REQUEST_NULL)) {}
+        received_(std::move(o.received_)), started_(std::exchange(o.started_, started_collective{})) {}
   gather_in_flight& operator=(gather_in_flight&& o) noexcept {
     if (this != &o) {
       finish_quietly();
@@ -146,7 +146,7 @@ class gather_in_flight {
       gather_ = std::move(o.gather_);
       send_ = std::move(o.send_);
       received_ = std::move(o.received_);
-      request_ = std::exchange(o.request_, MPI_REQUEST_NULL);
+      started_ = std::exchange(o.started_, started_collective{});
     }
     return *this;
   }
@@ -160,10 +160,10 @@ class gather_in_flight {
     const detail::op_call call(detail::planned_op{"gather_for_use", comm_plan{}}, p_);
     constexpr auto step = analyze_relayout<P::rank>(P::splits, Use::splits);
     auto& comm = p_.mesh().communicator();
-    if (request_ != MPI_REQUEST_NULL) {
+    {
       const detail::collective_subject subject(&P::type_name);
-      comm.await(&request_, 1, collective::allgather, step.axes,
-                 gather_.old_box.size() * static_cast<std::int64_t>(sizeof(typename P::value_type)));
+      comm.await_started(started_, collective::allgather, step.axes,
+                         gather_.old_box.size() * static_cast<std::int64_t>(sizeof(typename P::value_type)));
     }
     view_type dst;
     if (gather_.direct) {
@@ -187,11 +187,11 @@ class gather_in_flight {
   std::optional<Use> ready_;
   detail::gather_exchange<P::rank> gather_;
   std::optional<buffers> send_, received_;
-  MPI_Request request_ = MPI_REQUEST_NULL;
+  started_collective started_;
 
   // Only reached unfinished when an error left the caller early: MPI still writes the buffer.
   void finish_quietly() noexcept {
-    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    if (started_.request != MPI_REQUEST_NULL) MPI_Wait(&started_.request, MPI_STATUS_IGNORE);
   }
 };
 

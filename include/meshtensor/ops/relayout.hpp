@@ -218,7 +218,7 @@ class alltoall_exchange {
   alltoall_exchange& operator=(const alltoall_exchange&) = delete;
   // Only reached unfinished when an error left the caller early: MPI still reads and writes the buffers.
   ~alltoall_exchange() {
-    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    if (started_.request != MPI_REQUEST_NULL) MPI_Wait(&started_.request, MPI_STATUS_IGNORE);
   }
 
   void run() {
@@ -227,18 +227,16 @@ class alltoall_exchange {
     unpack();
   }
   void start() {
-    request_ = start_alltoallv(*comm_, axes_, uniform_, send_->data(), sends_.counts, sends_.displs, received_->data(),
+    started_ = start_alltoallv(*comm_, axes_, uniform_, send_->data(), sends_.counts, sends_.displs, received_->data(),
                                receives_.counts, receives_.displs);
   }
   // Moves MPI on (Open MPI progresses a nonblocking collective only inside MPI calls).
   void progress() {
     int done = 0;
-    if (request_ != MPI_REQUEST_NULL) MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+    if (started_.request != MPI_REQUEST_NULL) MPI_Test(&started_.request, &done, MPI_STATUS_IGNORE);
   }
   void finish() {
-    if (request_ != MPI_REQUEST_NULL)
-      comm_->await(&request_, 1, collective::alltoall, axes_,
-                   sends_.total * static_cast<std::int64_t>(sizeof(T)));
+    comm_->await_started(started_, collective::alltoall, axes_, sends_.total * static_cast<std::int64_t>(sizeof(T)));
     unpack();
   }
 
@@ -251,7 +249,7 @@ class alltoall_exchange {
   exchange<R> sends_, receives_;
   std::shared_ptr<void> send_claim_, received_claim_;  // a plan's claims on the buffers while they live
   std::optional<buffers> send_, received_;
-  MPI_Request request_ = MPI_REQUEST_NULL;
+  started_collective started_;
 
   void unpack() {
     if (recv_direct_) {

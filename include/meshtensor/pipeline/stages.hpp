@@ -35,6 +35,7 @@
 #include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -125,13 +126,17 @@ class stages {
     using buffer_t = meshtensor::detail::mpi_buffer<typename T::execution_space, typename T::value_type>;
     const std::int64_t n = t.local_size();
     std::shared_ptr<buffer_t> buffer;
-    const MPI_Request r = mesh_.communicator().start(
-        {collective::send, axis_set{}, n * static_cast<std::int64_t>(sizeof(typename T::value_type))},
-        [&](MPI_Request* request) {
-          buffer = std::make_shared<buffer_t>(buffer_t::reading(t.view()));
-          MPI_Isend(buffer->data(), detail::checked_count(n), detail::mpi_type<typename T::value_type>(), to, tag,
-                    *across_, request);
-        });
+    // Its wait stays off the plan's timeline: the next stage's receive waits for the transfer, so
+    // the cost model charges all of it (plan/timeline.hpp).
+    const MPI_Request r =
+        mesh_.communicator()
+            .start({collective::send, axis_set{}, n * static_cast<std::int64_t>(sizeof(typename T::value_type))},
+                   [&](MPI_Request* request) {
+                     buffer = std::make_shared<buffer_t>(buffer_t::reading(t.view()));
+                     MPI_Isend(buffer->data(), detail::checked_count(n), detail::mpi_type<typename T::value_type>(), to,
+                               tag, *across_, request);
+                   })
+            .request;
     // Only the buffer MPI reads is kept, not t: through its tape node t holds the microbatch's
     // whole forward graph, which would stay alive until wait_sends() (every microbatch, as GPipe).
     if (buffer) pending_.push_back({r, std::move(buffer), to, what});
@@ -295,7 +300,10 @@ auto inner_product_objective(const X& y, const X& g) {
 // W the schedule places later, which holds until then only what it reads
 // (autodiff/split_backward.hpp). The weights' gradients add up over the microbatches
 // (data-parallel partial sums reduced once per step, not once per microbatch) and reach
-// stage.step_gradients once, at the end.
+// stage.step_gradients once, at the end. The stage's last fused backward reduces them as it makes
+// them final (accumulate_gradient_reducing), so that under gradient_reduction's overlap the
+// reduction runs behind the rest of that pass and the sending of its input's gradient; it is
+// finished at the end (Megatron's overlapped gradient reduction). Split backwards reduce at the end.
 //
 // With one chunk the Stage's forward is forward(microbatch, in) (in null on the first stage); with
 // several it is forward(chunk, microbatch, in) (in null on part 0), and loss() is asked of the last
@@ -329,13 +337,20 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
     std::optional<weight_pass> weights;
   };
   std::map<std::pair<int, int>, held> live;  // by (microbatch, chunk)
+  // The last backward, if fused: nothing adds to the weights' gradients after it.
+  std::size_t last_fused_backward = items.size();
+  for (std::size_t i = 0; i < items.size(); ++i)
+    if (items[i].kind != pass::F) last_fused_backward = i;
+  if (last_fused_backward < items.size() && items[last_fused_backward].kind != pass::BW) last_fused_backward = items.size();
+  std::function<void()> finish_reductions;  // those the last fused backward started
   const auto t0 = clock::now();
   const auto busy = [&](auto&& f) {
     const auto b = clock::now();
     f();
     stats.busy_seconds += std::chrono::duration<double>(clock::now() - b).count();
   };
-  for (const work_item& item : items) {
+  for (std::size_t at = 0; at < items.size(); ++at) {
+    const work_item& item = items[at];
     st.reap_sends();  // a finished send's buffer goes before the next pass allocates
     const int mb = item.microbatch, k = schedule.part(st.index(), item.chunk);
     const bool first_part = k == 0, last_part = k == parts - 1;
@@ -365,7 +380,11 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
     const auto differentiate = [&](const auto& objective) {
       std::apply(
           [&](auto&... p) {
-            if (item.kind == pass::BW) {
+            if (item.kind == pass::BW && at == last_fused_backward) {
+              auto reducing = first_part ? accumulate_gradient_reducing(objective, std::tuple<>{}, p...)
+                                         : accumulate_gradient_reducing(objective, std::tie(*h.in), p...);
+              finish_reductions = [reducing] { reducing->finish(); };
+            } else if (item.kind == pass::BW) {
               if (first_part) accumulate_gradient(objective, p...);
               else accumulate_gradient(objective, *h.in, p...);
             } else if (first_part) {
@@ -393,7 +412,10 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
     }
   }
   // The weights' gradients, partial sums over the stage's data axes until now: reduced once per step.
-  busy([&] { stage.step_gradients(std::apply([](auto&... p) { return take_gradients(p...); }, stage.params())); });
+  busy([&] {
+    if (finish_reductions) finish_reductions();
+    stage.step_gradients(std::apply([](auto&... p) { return take_gradients(p...); }, stage.params()));
+  });
   st.wait_sends();
   stats.total_seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return stats;

@@ -4,10 +4,16 @@
 //
 //   time = kernels x seconds_per_kernel + allocated bytes / bytes_per_s + FLOPs / gemm rate
 //          + optimizer bytes / optimizer_bytes_per_s + host bytes / host_bytes_per_s
-//          + sum over (collective, axes) of calls x alpha + bytes x beta,
+//          + sum over collectives of what each leaves exposed,
 //
 // the gemm rate that of products of that size (measured at a few sizes, interpolated on log(m n k)),
-// alpha and beta measured for that collective over groups of that many processors. The rates
+// a collective's cost alpha + bytes x beta, alpha and beta measured for that collective over groups
+// of that many processors. A blocking collective is exposed whole; a started one (a bucket's
+// allreduce under gradient overlap, a prefetched gather, a dispatch in flight, a ring's hop) only
+// for what the local work between its start and its wait does not cover, the plan's order replayed
+// (plan/timeline.hpp; communication_of below). The replay assumes the transfer progresses while
+// the work runs (a GPU's collectives on their own stream, or an MPI with a progress thread) and
+// serialises transfers over the same axes. The rates
 // are measured with every rank of the run busy at once (benchmarks/bench_calibrate.cpp), so a machine
 // with more ranks than cores is calibrated as it will run. docs/plan-mode.md says how well it predicts.
 #include <cmath>
@@ -25,6 +31,7 @@
 #include "../error.hpp"
 #include "collective.hpp"
 #include "report.hpp"
+#include "timeline.hpp"
 
 namespace meshtensor {
 
@@ -147,25 +154,135 @@ struct machine_calibration {
 };
 
 struct step_time {
-  double kernels = 0, memory = 0, products = 0, communication = 0;
+  double kernels = 0, memory = 0, products = 0;
+  double communication = 0;  // exposed: what the step waits for
+  double hidden = 0;         // communication behind local work (not in the total)
   double total() const { return kernels + memory + products + communication; }
 };
 
-// "12.345 ms: kernels 1.234, memory 0.567, products 9.876, communication 0.668" (ms).
+// "12.345 ms: kernels 1.234, memory 0.567, products 9.876, communication 0.668" (ms), and
+// "(0.321 more hidden behind the work)" where some is.
 inline std::string to_string(const step_time& t) {
   std::ostringstream s;
   s.setf(std::ios::fixed);
   s.precision(3);
   s << 1e3 * t.total() << " ms: kernels " << 1e3 * t.kernels << ", memory " << 1e3 * t.memory << ", products "
     << 1e3 * t.products << ", communication " << 1e3 * t.communication;
+  if (1e3 * t.hidden >= 0.0005) s << " (" << 1e3 * t.hidden << " more hidden behind the work)";  // shown as 0.001 or more
   return s.str();
 }
+
+// A plan's communication by (collective, axes), on a calibrated machine: what it costs, and the
+// part of that the step waits for.
+struct communication_cost {
+  std::int64_t calls = 0, bytes = 0;
+  double seconds = 0;  // alpha per call + beta per byte
+  double exposed = 0;  // not hidden behind local work
+};
 
 // Plans made from now on describe a run on the machine c was measured on: they count this host's
 // kernel scratch (the portable bf16 product's widened operands) only where c's products widen too,
 // so a plan for a GPU's calibration made on a CPU without bf16 kernels holds what the GPU would.
 inline void plan_for(const machine_calibration& c) {
   detail::plan_ledger::get().counts_host_scratch = c.bf16_products_widened;
+}
+
+namespace detail {
+inline double cost_of(const machine_calibration& c, const mesh_shape& shape, collective op, axis_set axes,
+                      std::int64_t calls, std::int64_t bytes) {
+  // A send (pipeline stages) goes to one other processor, outside the mesh's axes.
+  const int size = op == collective::send ? 2 : shape.size_over(axes);
+  if (size <= 1) return 0;  // counted, but no message leaves the processor
+  const auto ab = c.coefficients(op, size);
+  return static_cast<double>(calls) * ab.alpha + static_cast<double>(bytes) * ab.beta;
+}
+// The time of local work as predict() times it.
+inline double work_seconds(const plan_work& w, const machine_calibration& c) {
+  double t = static_cast<double>(w.kernels) * c.seconds_per_kernel +
+             static_cast<double>(w.allocated_bytes) / c.bytes_per_s +
+             static_cast<double>(w.optimizer_bytes) / c.optimizer_bytes_per_s +
+             static_cast<double>(w.host_bytes) / c.host_bytes_per_s;
+  for (const auto& p : w.products) {
+    const double mnk = static_cast<double>(p.mnk);
+    t += static_cast<double>(p.flops) / (p.bf16 ? c.bf16_gemm_rate(mnk) : c.gemm_rate(mnk));
+  }
+  return t;
+}
+}  // namespace detail
+
+// The plan's order replayed on the machine (plan/timeline.hpp): a blocking collective waits for
+// its transfer; a started one's transfer runs from its start (or once the transfers before it over
+// the same axes end) while the work goes on, and its wait costs what is left of it. One started
+// and never waited in the plan (a pipeline's send, which the next stage's receive waits for) is
+// exposed whole. A report without a timeline (made by hand) counts every collective as blocking.
+inline std::map<comm_key, communication_cost> communication_of(const plan_report& r, const machine_calibration& c) {
+  std::map<comm_key, communication_cost> out;
+  if (r.timeline.events.empty()) {
+    for (const auto& [key, n] : r.totals) {
+      const double t = detail::cost_of(c, r.shape, key.first, key.second, n.calls, n.bytes);
+      out[key] = {n.calls, n.bytes, t, t};
+    }
+    return out;
+  }
+  struct in_flight {
+    comm_key key;
+    double seconds = 0, end = 0;
+  };
+  std::map<std::int64_t, in_flight> started;
+  std::map<axis_set, double> free_at;  // when the last transfer over these axes ends
+  double now = 0;
+  for (const auto& e : r.timeline.events) {
+    now += detail::work_seconds(e.before, c);
+    const comm_key key{e.op, e.axes};
+    if (e.kind == plan_event_kind::waited) {
+      const auto f = started.find(e.ticket);
+      if (f == started.end()) continue;  // started before the report's start
+      const double waited = std::max(0.0, f->second.end - now);
+      out[f->second.key].exposed += waited;
+      now += waited;
+      started.erase(f);
+      continue;
+    }
+    const double d = detail::cost_of(c, r.shape, e.op, e.axes, 1, e.bytes);
+    auto& cost = out[key];
+    cost.calls += 1;
+    cost.bytes += e.bytes;
+    cost.seconds += d;
+    double& link = free_at[e.axes];
+    const double end = std::max(now, link) + d;
+    link = end;
+    if (e.kind == plan_event_kind::blocking) {
+      cost.exposed += end - now;
+      now = end;
+    } else {
+      started[e.ticket] = {key, d, end};
+    }
+  }
+  for (const auto& [ticket, f] : started) out[f.key].exposed += f.seconds;
+  return out;
+}
+
+// The communication of a plan by axes and collective (ms): its cost and what of it is exposed,
+// the lines --plan prints after the predicted step.
+inline std::string communication_table(const plan_report& r, const machine_calibration& c) {
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(3);
+  s << "communication predicted (ms)      axes              calls      cost   exposed    hidden\n";
+  const auto cell = [&](const std::string& v, std::size_t w) { s << v << std::string(v.size() < w ? w - v.size() : 1, ' '); };
+  for (const auto& [key, cost] : communication_of(r, c)) {
+    if (cost.seconds <= 0) continue;
+    cell(std::string("  ") + to_string(key.first), 34);
+    cell(key.first == collective::send ? "(another stage)" : r.shape.axes_string(key.second), 16);
+    s.width(7);
+    s << cost.calls << ' ';
+    for (const double v : {cost.seconds, cost.exposed, std::max(0.0, cost.seconds - cost.exposed)}) {
+      s.width(9);
+      s << 1e3 * v << ' ';
+    }
+    s << '\n';
+  }
+  return s.str();
 }
 
 // The predicted time of what a plan recorded, on the calibrated machine.
@@ -182,12 +299,9 @@ inline step_time predict(const plan_report& r, const machine_calibration& c) {
     const double size = static_cast<double>(mnk);
     t.products += (static_cast<double>(flops) - in_bf16) / c.gemm_rate(size) + in_bf16 / c.bf16_gemm_rate(size);
   }
-  for (const auto& [key, n] : r.totals) {
-    // A send (pipeline stages) goes to one other processor, outside the mesh's axes.
-    const int size = key.first == collective::send ? 2 : r.shape.size_over(key.second);
-    if (size <= 1) continue;  // counted, but no message leaves the processor
-    const auto ab = c.coefficients(key.first, size);
-    t.communication += static_cast<double>(n.calls) * ab.alpha + static_cast<double>(n.bytes) * ab.beta;
+  for (const auto& [key, cost] : communication_of(r, c)) {
+    t.communication += cost.exposed;
+    t.hidden += std::max(0.0, cost.seconds - cost.exposed);  // not a rounding's -1e-20
   }
   return t;
 }

@@ -16,6 +16,7 @@
 
 #include "../geometry/axis_set.hpp"
 #include "collective_context.hpp"
+#include "timeline.hpp"
 
 namespace meshtensor {
 
@@ -61,6 +62,7 @@ class plan_ledger {
   // tensors sharing a slice share its bytes in the count.
   std::uintptr_t fake_address(std::size_t bytes) {
     allocated_bytes_ += static_cast<std::int64_t>(bytes);
+    timeline_.after.allocated_bytes += static_cast<std::int64_t>(bytes);
     const std::uintptr_t a = next_;
     next_ += (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64;
     return a;
@@ -129,16 +131,36 @@ class plan_ledger {
     add_flops(f);
     product_flops_[m * n * k] += f;
     if (bf16_operands) bf16_product_flops_[m * n * k] += f;
+    timeline_.after.products.push_back({m * n * k, f, bf16_operands});
   }
   const std::map<std::int64_t, std::int64_t>& product_flops_by_size() const { return product_flops_; }
   const std::map<std::int64_t, std::int64_t>& bf16_product_flops_by_size() const { return bf16_product_flops_; }
   // Kernels launched (a product counts one) and bytes allocated (results and scratch, each written
   // once): what the cost model (layout/candidates.hpp) charges besides FLOPs and collectives.
-  void add_kernel() { ++kernels_; }
+  void add_kernel() {
+    ++kernels_;
+    ++timeline_.after.kernels;
+  }
   // Work that allocates nothing, charged at rates of its own: bytes of parameters an optimizer
   // updates in place, and bytes the host copies into tensors (from_host, scatter).
-  void add_optimizer_bytes(std::int64_t b) { optimizer_bytes_ += b; }
-  void add_host_bytes(std::int64_t b) { host_bytes_ += b; }
+  void add_optimizer_bytes(std::int64_t b) {
+    optimizer_bytes_ += b;
+    timeline_.after.optimizer_bytes += b;
+  }
+  void add_host_bytes(std::int64_t b) {
+    host_bytes_ += b;
+    timeline_.after.host_bytes += b;
+  }
+  // A collective's place in the step's order (timeline.hpp), after the work recorded since the
+  // last one. A started one gets a ticket, which its wait gives back.
+  std::int64_t add_event(plan_event_kind kind, collective op, axis_set axes, std::int64_t bytes,
+                         std::int64_t ticket = -1) {
+    if (kind == plan_event_kind::started) ticket = next_ticket_++;
+    timeline_.events.push_back({kind, op, axes, bytes, ticket, std::move(timeline_.after)});
+    timeline_.after = {};
+    return ticket;
+  }
+  const plan_timeline& timeline() const { return timeline_; }
   std::int64_t optimizer_bytes() const { return optimizer_bytes_; }
   std::int64_t host_bytes() const { return host_bytes_; }
   std::int64_t kernels() const { return kernels_; }
@@ -153,6 +175,7 @@ class plan_ledger {
     host_bytes_ = 0;
     product_flops_.clear();
     bf16_product_flops_.clear();
+    timeline_ = {};  // tickets go on counting: a wait for one started before is not this step's
     peak_total_ = total_live_;
     at_peak_ = live_;
     peak_is_now_ = true;
@@ -239,6 +262,8 @@ class plan_ledger {
   std::map<std::string, std::int64_t> flops_;
   std::map<std::int64_t, std::int64_t> product_flops_;       // m n k of one product -> FLOPs
   std::map<std::int64_t, std::int64_t> bf16_product_flops_;  // the part of them of bf16 operands
+  plan_timeline timeline_;
+  std::int64_t next_ticket_ = 0;
 };
 
 // True while a planned mesh exists: kernels, copies and MPI are skipped.

@@ -13,6 +13,7 @@
 #include "../geometry/mesh_shape.hpp"
 #include "collective.hpp"
 #include "ledger.hpp"
+#include "timeline.hpp"
 
 namespace meshtensor {
 
@@ -34,6 +35,7 @@ struct plan_report {
   std::vector<int> coords;
   std::vector<collective_row> collectives;  // by op
   comm_counters totals;                     // by (collective, axes): what the mesh's counters hold
+  plan_timeline timeline;                   // their order among the local work (cost_model.hpp replays it)
   std::vector<flops_row> flops;
   std::int64_t total_flops = 0;
   std::map<std::int64_t, std::int64_t> product_flops_by_size;  // by m n k of one product
@@ -158,6 +160,7 @@ plan_report plan_report_of(const M& m) {
     r.collectives.push_back({op, kind, m.axes_string(axes), rec.calls, rec.bytes});
   }
   r.totals = m.counters();
+  r.timeline = ledger.timeline();
   for (const auto& [op, f] : ledger.flops()) {
     r.flops.push_back({op, f});
     r.total_flops += f;

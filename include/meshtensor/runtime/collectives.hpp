@@ -131,11 +131,11 @@ void allreduce(communicator& c, axis_set axes, T* data, std::int64_t n, reduce_o
   }
 }
 
-// allreduce, started: data holds the result once the request returned has completed
-// (MPI_Wait/MPI_Test); MPI_REQUEST_NULL where nothing is sent (a plan, one processor). Counted as
+// allreduce, started: data holds the result once the communicator's await_started has returned
+// (started_collective: its request is MPI_REQUEST_NULL where nothing is sent). Counted as
 // an allreduce. Every processor of the group must start its nonblocking collectives in one order.
 template <class T>
-MPI_Request start_allreduce(communicator& c, axis_set axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
+started_collective start_allreduce(communicator& c, axis_set axes, T* data, std::int64_t n, reduce_op op = reduce_op::sum) {
   static_assert(!std::is_same_v<T, bf16>, "meshtensor: a started allreduce of bf16 would need its float copy kept alive; use allreduce");
   return c.start({collective::allreduce, axes, n * static_cast<std::int64_t>(sizeof(T)), true}, [&](MPI_Request* r) {
     MPI_Iallreduce(MPI_IN_PLACE, data, detail::checked_count(n), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes), r);
@@ -190,13 +190,13 @@ void allgatherv(communicator& c, axis_set axes, const T* send, std::int64_t n, T
       });
 }
 
-// allgatherv, started: recv holds every part once the request returned has completed (await it
-// with the communicator's await, under the watchdog); MPI_REQUEST_NULL where nothing is sent (a
-// plan). Counted as an allgather, as allgatherv is. Every processor of the group must start its
-// nonblocking collectives in one order, among its blocking ones.
+// allgatherv, started: recv holds every part once the communicator's await_started has returned
+// (under the watchdog; in a plan it marks the wait). Counted as an allgather, as allgatherv is.
+// Every processor of the group must start its nonblocking collectives in one order, among its
+// blocking ones.
 template <class T>
-MPI_Request start_allgatherv(communicator& c, axis_set axes, const T* send, std::int64_t n, T* recv,
-                             const std::vector<int>& counts, const std::vector<int>& displs) {
+started_collective start_allgatherv(communicator& c, axis_set axes, const T* send, std::int64_t n, T* recv,
+                                    const std::vector<int>& counts, const std::vector<int>& displs) {
   const auto type = detail::mpi_type<T>();
   return c.start({collective::allgather, axes, n * static_cast<std::int64_t>(sizeof(T))}, [&](MPI_Request* r) {
     MPI_Iallgatherv(send, detail::checked_count(n), type, recv, counts.data(), displs.data(), type, c.over(axes), r);
@@ -230,13 +230,12 @@ void alltoallv(communicator& c, axis_set axes, bool uniform, const T* send, cons
       });
 }
 
-// alltoallv, started: recv holds every block once the request returned has completed (await it
-// with the communicator's await); MPI_REQUEST_NULL where nothing is sent (a plan). Counted as an
-// alltoall, as alltoallv is; `uniform` as there.
+// alltoallv, started: recv holds every block once the communicator's await_started has returned.
+// Counted as an alltoall, as alltoallv is; `uniform` as there.
 template <class T>
-MPI_Request start_alltoallv(communicator& c, axis_set axes, bool uniform, const T* send,
-                            const std::vector<int>& send_counts, const std::vector<int>& send_displs, T* recv,
-                            const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) {
+started_collective start_alltoallv(communicator& c, axis_set axes, bool uniform, const T* send,
+                                   const std::vector<int>& send_counts, const std::vector<int>& send_displs, T* recv,
+                                   const std::vector<int>& recv_counts, const std::vector<int>& recv_displs) {
   std::int64_t sent = 0;
   for (const int k : send_counts) sent += k;
   const auto type = detail::mpi_type<T>();
@@ -331,25 +330,34 @@ void shift_v(communicator& c, int axis, const T* send, std::int64_t send_n, T* r
 // otherwise: a buffer that compute() still adds to), so that the transfer overlaps the work where
 // MPI progresses; then both are awaited (under the watchdog when it is on). send() gives the
 // send buffer when the send is posted (a staged copy is taken then). Counted as one `shift` of
-// the bytes sent; in a plan compute() runs (its kernels are skipped) and nothing is sent.
+// the bytes sent; in a plan compute() runs (its kernels are skipped) and nothing is sent, and the
+// transfer takes its place in the plan's order where the send is posted (plan/timeline.hpp): over
+// compute() when send_first, after it otherwise.
 template <class T, class Send, class Compute>
 void ring_exchange(communicator& c, axis_set axes, Send send, std::int64_t send_n, int to, T* recv, std::int64_t recv_n,
                    int from, bool send_first, Compute compute) {
   constexpr int tag = 0x7269;  // apart from shift's and the allreduce's messages on the same communicator
   const std::int64_t bytes = send_n * static_cast<std::int64_t>(sizeof(T));
+  const collective_call call{collective::shift, axes, bytes};
+  if (c.planned()) {
+    if (!send_first) compute();
+    auto moving = c.start(call, [](MPI_Request*) {});
+    if (send_first) compute();
+    c.await_started(moving, collective::shift, axes, bytes);
+    return;
+  }
   MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  r[0] = c.start({collective::shift, axes, bytes}, [&](MPI_Request* q) {
-    MPI_Irecv(recv, detail::checked_count(recv_n), detail::mpi_type<T>(), from, tag, c.over(axes), q);
-  });
+  r[0] = c.start(call, [&](MPI_Request* q) {
+          MPI_Irecv(recv, detail::checked_count(recv_n), detail::mpi_type<T>(), from, tag, c.over(axes), q);
+        }).request;
   const auto post_send = [&] {
-    if (c.planned()) return;
     const T* data = send();
     MPI_Isend(data, detail::checked_count(send_n), detail::mpi_type<T>(), to, tag, c.over(axes), &r[1]);
   };
   if (send_first) post_send();
   compute();
   if (!send_first) post_send();
-  if (!c.planned()) c.await(r, 2, collective::shift, axes, bytes);
+  c.await(r, 2, collective::shift, axes, bytes);
 }
 
 // Exclusive prefix reduction in sub-communicator rank order (row-major over the axes in mesh

@@ -32,6 +32,15 @@ struct collective_call {
   bool alone_is_noop = false;
 };
 
+// A collective started through the door (communicator::start): MPI's request, MPI_REQUEST_NULL
+// where nothing is sent (a plan, a group of one where that is a no-op); in a plan, the ledger's
+// ticket, so that its wait (communicator::await_started) takes its place in the plan's order and
+// the cost model can credit the work done while it was in flight (plan/timeline.hpp).
+struct started_collective {
+  MPI_Request request = MPI_REQUEST_NULL;
+  std::int64_t plan_ticket = -1;
+};
+
 class communicator {
  public:
   communicator(MPI_Comm parent, std::vector<std::string> axis_names, std::vector<int> sizes)
@@ -135,7 +144,7 @@ class communicator {
   // false in a plan: the caller's buffers then hold nothing received.
   template <class Blocking, class Start>
   bool run(const collective_call& c, Blocking blocking, Start start) {
-    count(c.kind, c.axes, c.bytes);
+    count(c.kind, c.axes, c.bytes, plan_event_kind::blocking);
     if (planned_) return false;
     if (c.alone_is_noop && size_over(c.axes) == 1) return true;
     const timed_wait waiting(*this);
@@ -151,15 +160,23 @@ class communicator {
     return true;
   }
   // The door of a started collective: counted and skipped as run() is; begin(MPI_Request*) starts
-  // it, and the request returned is awaited later (await, under the watchdog). MPI_REQUEST_NULL
-  // where nothing is sent.
+  // it, and what is returned is awaited later (await_started, under the watchdog).
   template <class Begin>
-  MPI_Request start(const collective_call& c, Begin begin) {
-    count(c.kind, c.axes, c.bytes);
-    MPI_Request r = MPI_REQUEST_NULL;
-    if (planned_ || (c.alone_is_noop && size_over(c.axes) == 1)) return r;
-    begin(&r);
-    return r;
+  started_collective start(const collective_call& c, Begin begin) {
+    started_collective s;
+    s.plan_ticket = count(c.kind, c.axes, c.bytes, plan_event_kind::started);
+    if (planned_ || (c.alone_is_noop && size_over(c.axes) == 1)) return s;
+    begin(&s.request);
+    return s;
+  }
+  // Waits for a started collective (nothing where nothing was sent); in a plan, marks its wait.
+  void await_started(started_collective& s, collective kind, axis_set mask, std::int64_t bytes) {
+    if (planned_) {
+      if (s.plan_ticket >= 0) detail::plan_ledger::get().add_event(plan_event_kind::waited, kind, mask, bytes, s.plan_ticket);
+    } else if (s.request != MPI_REQUEST_NULL) {
+      await(&s.request, 1, kind, mask, bytes);
+    }
+    s.plan_ticket = -1;
   }
   // Waits for requests of a collective started elsewhere (a started allreduce), under the watchdog
   // when it is on.
@@ -257,13 +274,16 @@ class communicator {
 
  private:
   // Only the door counts: a collective that skips it has nothing to count with.
-  void count(collective kind, axis_set mask, std::int64_t bytes) {
+  // In a plan, the event's place in the step's order too: its ticket where started, else -1.
+  std::int64_t count(collective kind, axis_set mask, std::int64_t bytes, plan_event_kind how) {
     auto& c = counters_[{kind, mask}];
     c.calls += 1;
     c.bytes += bytes;
     if (watch_ != MPI_COMM_NULL) ++sequence_[mask.mask()];
-    if (planned_) detail::plan_ledger::get().count(to_string(kind), mask, bytes);
     if (call_log_) call_log_->push_back({kind, mask});
+    if (!planned_) return -1;
+    detail::plan_ledger::get().count(to_string(kind), mask, bytes);
+    return detail::plan_ledger::get().add_event(how, kind, mask, bytes);
   }
 
   // Times a collective's call or wait into collective_seconds_; a wait inside another (the
