@@ -300,10 +300,10 @@ auto inner_product_objective(const X& y, const X& g) {
 // W the schedule places later, which holds until then only what it reads
 // (autodiff/split_backward.hpp). The weights' gradients add up over the microbatches
 // (data-parallel partial sums reduced once per step, not once per microbatch) and reach
-// stage.step_gradients once, at the end. The stage's last fused backward reduces them as it makes
-// them final (accumulate_gradient_reducing), so that under gradient_reduction's overlap the
-// reduction runs behind the rest of that pass and the sending of its input's gradient; it is
-// finished at the end (Megatron's overlapped gradient reduction). Split backwards reduce at the end.
+// stage.step_gradients once, at the end. Under gradient_reduction's overlap the stage's last fused
+// backward starts their reductions as it makes them final (accumulate_gradient_reducing), so that
+// they run behind the rest of that pass and the sending of its input's gradient, and are finished
+// at the end (Megatron's overlapped gradient reduction). Split backwards reduce at the end.
 //
 // With one chunk the Stage's forward is forward(microbatch, in) (in null on the first stage); with
 // several it is forward(chunk, microbatch, in) (in null on part 0), and loss() is asked of the last
@@ -337,11 +337,15 @@ stage_stats run(const step_schedule& schedule, stages<M>& st, Stage& stage) {
     std::optional<weight_pass> weights;
   };
   std::map<std::pair<int, int>, held> live;  // by (microbatch, chunk)
-  // The last backward, if fused: nothing adds to the weights' gradients after it.
+  // The last backward, if fused (nothing adds to the weights' gradients after it), reduces as it
+  // goes where the reduction is started nonblocking; blocking, it would hold the input's gradient,
+  // which the stage before waits for, behind the allreduce.
   std::size_t last_fused_backward = items.size();
   for (std::size_t i = 0; i < items.size(); ++i)
     if (items[i].kind != pass::F) last_fused_backward = i;
-  if (last_fused_backward < items.size() && items[last_fused_backward].kind != pass::BW) last_fused_backward = items.size();
+  if (last_fused_backward < items.size() &&
+      (items[last_fused_backward].kind != pass::BW || !gradient_reduction_settings().overlap))
+    last_fused_backward = items.size();
   std::function<void()> finish_reductions;  // those the last fused backward started
   const auto t0 = clock::now();
   const auto busy = [&](auto&& f) {
