@@ -131,7 +131,12 @@ class plan_ledger {
     add_flops(f);
     product_flops_[m * n * k] += f;
     if (bf16_operands) bf16_product_flops_[m * n * k] += f;
-    timeline_.after.products.push_back({m * n * k, f, bf16_operands});
+    // Products of one size run back to back (a block's, a ring's tiles): one record for them.
+    auto& products = timeline_.after.products;
+    if (!products.empty() && products.back().mnk == m * n * k && products.back().bf16 == bf16_operands)
+      products.back().flops += f;
+    else
+      products.push_back({m * n * k, f, bf16_operands});
   }
   const std::map<std::int64_t, std::int64_t>& product_flops_by_size() const { return product_flops_; }
   const std::map<std::int64_t, std::int64_t>& bf16_product_flops_by_size() const { return bf16_product_flops_; }
