@@ -41,6 +41,8 @@
 #include "ops/reductions.hpp"
 #include "ops/softmax.hpp"
 #include "ops/relayout.hpp"
+#include "ops/einsum_gathered.hpp"
+#include "ops/einsum_scattered.hpp"
 #include "ops/relayout_regathered.hpp"
 #include "ops/rename.hpp"
 #include "ops/relayout_in_flight.hpp"

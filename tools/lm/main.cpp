@@ -437,6 +437,10 @@ int main(int argc, char** argv) try {
                "axes of heads, so that the blocks' sums arrive by reduce_scatter, the layer norms run on a part of the "
                "sequence and the products keep a part of their input for the backward pass "
                "(with --compare-layouts: the data layout runs without it, as the reference)");
+  app.add_flag("--tp-overlap", o.tp_overlap,
+               "with --sequence-parallel: the reduce_scatters after attention's and the MLP's last products and the "
+               "allgather before the MLP's first run part by part around the ring of the tensor axes, each part's "
+               "product computed while the next part travels (Megatron-Core's --tp-comm-overlap)");
   app.add_flag("--tie-embeddings", o.tie_embeddings,
                "compute the logits with the embedding (GPT-2's and GPT-3's weight tying): no output projection");
   app.add_flag("--recompute", o.recompute,
@@ -540,6 +544,9 @@ int main(int argc, char** argv) try {
       throw mt::error("--sequence-parallel splits the residual stream along length outside attention; --layout "
                       "context and 2d_context already split length everywhere (layer norms, dropout and residual "
                       "adds included): they are sequence parallelism, and take no --sequence-parallel");
+    if (o.tp_overlap && !o.sequence_parallel)
+      throw mt::error("--tp-overlap overlaps sequence parallelism's allgathers and reduce_scatters with the products: "
+                      "add --sequence-parallel");
     if (o.sequence_parallel && !o.compare && (o.layout == "data" || o.layout == "fsdp"))
       throw mt::error("--sequence-parallel needs a layout that splits heads and d_ff (model, 2d or fsdp_2d)");
     if (o.loss_chunks > 1 && (o.sequence_parallel || o.pipeline > 1 || o.microbatches > 0 || o.check_pipeline))
@@ -609,6 +616,7 @@ int main(int argc, char** argv) try {
       options on = o;
       on.layout = n;
       on.sequence_parallel = o.sequence_parallel && (n == "model" || n == "2d" || n == "fsdp_2d");
+      on.tp_overlap = o.tp_overlap && on.sequence_parallel;
       runs.push_back(train_layout(n, g, on, text, false).losses);
     }
     double worst = 0;

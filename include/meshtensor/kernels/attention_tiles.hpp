@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../element/kokkos_math.hpp"
+#include "chunk_rows.hpp"
 #include "launch.hpp"
 #include "pool.hpp"
 #include "product.hpp"
@@ -117,26 +118,14 @@ std::shared_ptr<void> ring_tile_claim(const V& from, const CV& tile) {
 }
 
 // Rows begin .. begin + count of each of `outer` runs of n rows of `inner` elements, as a contiguous
-// [outer, count, inner] (a query chunk's rows; scratch), and back (written over dst's rows: a
-// block's two chunks tile it).
+// [outer, count, inner] in a pool buffer (a query chunk's rows; scratch). Back: copy_rows_in.
 template <class Exec, class CV>
 CV ring_chunk_rows(const CV& x, std::int64_t outer, std::int64_t n, std::int64_t inner, std::int64_t begin,
                    std::int64_t count) {
   const CV to = view_pool<typename CV::value_type, typename Exec::memory_space>::get().allocate(
       static_cast<std::size_t>(outer * count * inner));
-  const std::int64_t per = count * inner;
-  kernels::parallel_for(
-      "meshtensor::ring_attention_chunk_rows", Kokkos::RangePolicy<Exec>(0, outer * per),
-      KOKKOS_LAMBDA(std::int64_t e) { to(e) = x((e / per * n + begin) * inner + e % per); });
+  copy_rows_out<Exec>(x, outer, n, inner, begin, count, to);
   return to;
-}
-template <class Exec, class CV>
-void ring_put_chunk_rows(const CV& chunk, std::int64_t outer, std::int64_t n, std::int64_t inner, std::int64_t begin,
-                         std::int64_t count, const CV& dst) {
-  const std::int64_t per = count * inner;
-  kernels::parallel_for(
-      "meshtensor::ring_attention_put_chunk_rows", Kokkos::RangePolicy<Exec>(0, outer * per),
-      KOKKOS_LAMBDA(std::int64_t e) { dst((e / per * n + begin) * inner + e % per) = chunk(e); });
 }
 
 // A key bias in the ring: the whole bias [local batch, S] in C (every key's: the bias's layout

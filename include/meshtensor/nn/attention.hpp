@@ -25,6 +25,7 @@
 
 #include "../autodiff/recompute.hpp"
 #include "../ops/einsum.hpp"
+#include "../ops/einsum_scattered.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/rename.hpp"
 #include "../ops/softmax.hpp"
@@ -156,6 +157,17 @@ auto causal_attention_partial(const X& x, const W& wq, const W& wk, const W& wv,
   return [&]<class... Ds>(type_list<Ds...>) { return einsum_partial<Ds...>(o, wo); }(typename X::dims{});
 }
 
+// causal_attention_partial's sum reduce_scattered as XS (the sequence split over the heads' axes:
+// sequence parallelism), part by part around the ring of those axes with the output projection's
+// products (einsum_scattered: each part's product computed while the sum of the part before
+// travels). The same as relayout<XS>(causal_attention_partial(...)).
+template <Tensor XS, Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
+XS causal_attention_scattered(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo,
+                              attention_memory memory = attention_memory::keep_all) {
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"causal_attention"});
+  const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, memory);
+  return einsum_scattered<XS>(o, wo);
+}
 
 // Grouped-query attention (Ainslie et al. 2023; Llama 2 70B and Llama 3): KvHeads key and value
 // heads, each shared by Group query heads, so the cache and k, v are Group times smaller than

@@ -270,7 +270,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   }
   if (q_chunks == 2)
     for (int c = 0; c < 2; ++c)
-      ring_put_chunk_rows<Exec>(dqs[c], heads_rows, nq, inner, ring.chunk_start(ring.me, c), ring.chunk_extent[me][c],
+      copy_rows_in<Exec>(dqs[c], heads_rows, nq, inner, ring.chunk_start(ring.me, c), ring.chunk_extent[me][c],
                                 CView(dq));
   // With the group split over axes that do not split k and v (which are replicated there), the
   // dk and dv of the group's parts summed: one allreduce of [dk; dv].

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../../geometry/placement.hpp"
+#include "../../geometry/ring_parts.hpp"
 #include "../../tensor/tensor.hpp"
 
 namespace meshtensor::detail {
@@ -23,13 +24,9 @@ namespace meshtensor::detail {
 // blocks are computed chunk pair by chunk pair (q's chunk, k's and v's), each at its own global
 // positions, so pairs wholly in the future of a q chunk are skipped: with zigzag chunks every
 // part then computes the same (the ring's load balance, docs/training.md).
-struct ring_geometry {
-  axis_set axes;
-  int parts = 1, me = 0, to = 0, from = 0;  // to: the next part's processor, from: the previous'
-  std::vector<std::int64_t> offset, extent;  // per part (offset: its first chunk's)
+struct ring_geometry : ring_parts {
   std::vector<std::array<std::int64_t, 2>> chunk_offset, chunk_extent;  // per part, its chunks
   std::int64_t kv_outer = 1, group = 1, inner = 1;
-  int part(int steps_back) const { return ((me - steps_back) % parts + parts) % parts; }
   // The elements of part p's k (or v) block: what travels.
   std::int64_t block(int p) const { return kv_outer * extent[p] * inner; }
   // Where chunk c of part p starts in the part's block (along Length).
@@ -49,19 +46,10 @@ ring_geometry ring_geometry_of(const Q& q, const K& k) {
   constexpr dim_split s = Q::layout_type::template split_of<Length>();
   const communicator& comm = q.mesh().communicator();
   ring_geometry g;
-  g.axes = axis_set(s.mask());
-  const auto by_subrank = parts_by_subrank(s, comm.shape(), comm.coords());
-  g.parts = static_cast<int>(by_subrank.size());
-  std::vector<int> subrank_of(by_subrank.size());
-  for (std::size_t r = 0; r < by_subrank.size(); ++r) subrank_of[static_cast<std::size_t>(by_subrank[r])] = static_cast<int>(r);
-  g.me = static_cast<int>(s.part_at(comm.sizes(), comm.coords()));
-  g.to = subrank_of[static_cast<std::size_t>((g.me + 1) % g.parts)];
-  g.from = subrank_of[static_cast<std::size_t>(g.part(1))];
+  static_cast<ring_parts&>(g) = ring_parts_of(s, comm.shape(), comm.coords(), q.template extent<Length>());
   const placement<1> p({s}, comm.shape(), {q.template extent<Length>()});
   for (int k = 0; k < g.parts; ++k) {
     const auto r = p.ranges(0, k);
-    g.offset.push_back(r[0].offset[0]);
-    g.extent.push_back(p.part_extent(0, k));
     g.chunk_offset.push_back({r[0].offset[0], r[1].offset[0]});
     g.chunk_extent.push_back({r[0].extent[0], r[1].extent[0]});
   }

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Sequence parallelism's step with and without its collectives overlapped with the products
+# (meshtensor-lm --sequence-parallel [--tp-overlap]: einsum_gathered, einsum_scattered), side by
+# side in one run, at 2 and 4 ranks (layout model on [1 x N]: heads and d_ff over N, the residual
+# stream split along length over N), one thread per rank; with the plan's prediction of the
+# exposed communication for each on the calibration given (--calibration FILE: a GPU's, from
+# scripts/dev/published_plans.py's gpu_calibration or bench_calibrate; none: no prediction).
+# Prints a Markdown table (docs/performance.md, "Tensor-parallel overlap").
+#
+#   scripts/dev/bench_tp_overlap.sh [--rounds 5] [--steps 8] [--warmup 2] [--calibration FILE]
+#
+# Each round runs every configuration once, interleaved; each run's figure is meshtensor-lm's
+# median step time after its warm-up; the table holds the median over the rounds (min and max
+# beside) and the ratio to the same ranks without --tp-overlap. Model: the larger one of
+# bench_training.sh (batch 8, length 256, d_model 512, 8 heads of 64, d_ff 2048, vocabulary
+# 8192, 2 layers), float32, Adam. MESHTENSOR_BUILD_DIR (default build/bench) and
+# MESHTENSOR_BUILD_JOBS choose where and how meshtensor-lm is built (Release).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source-path=SCRIPTDIR source=bench_common.sh
+source "$root/scripts/dev/bench_common.sh"
+rounds=5 steps=8 warmup=2 calibration=""
+bench_args "$0" 2,18 --rounds:rounds --steps:steps --warmup:warmup --calibration:calibration -- "$@"
+build=${MESHTENSOR_BUILD_DIR:-$root/build/bench}
+bench_build_target "$build" meshtensor-lm -- -DMESHTENSOR_BUILD_TESTS=OFF
+lm="$build/tools/lm/meshtensor-lm"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
+echo "[bench_tp_overlap] CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+model=(--batch 8 --length 256 --d-model 512 --heads 8 --d-kv 64 --d-ff 2048 --vocab 8192 --layers 2 --layout model
+       --sequence-parallel)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+# run RANKS [--tp-overlap]: the median step time (ms) after the warm-up
+run() {
+  local n=$1
+  shift
+  mpiexec -n "$n" "$lm" "${model[@]}" --mesh 1 "$n" --steps $((warmup + steps)) --warmup "$warmup" \
+    --log-every 100000 --csv "$tmp/loss.csv" "$@" 2>&1 | sed -n 's/^step_time_median_ms \([0-9.]*\).*/\1/p'
+}
+# planned RANKS [--tp-overlap]: "exposed hidden" communication (ms) the plan predicts on the calibration
+planned() {
+  local n=$1
+  shift
+  [ -n "$calibration" ] || { echo "- -"; return; }
+  "$lm" --plan "${model[@]}" --mesh 1 "$n" --calibration "$calibration" "$@" |
+    awk '/^predicted step time/ { for (i = 1; i <= NF; ++i) if ($i == "communication") e = $(i + 1); h = 0
+                                  for (i = 1; i <= NF; ++i) if ($i == "more" && $(i + 1) == "hidden") h = $(i - 1)
+                                  gsub(/[(,]/, "", e); gsub(/[(,]/, "", h); print e, h }'
+}
+configs=("2" "2 --tp-overlap" "4" "4 --tp-overlap")
+declare -A got
+for round in $(seq "$rounds"); do
+  for c in "${configs[@]}"; do
+    # shellcheck disable=SC2086
+    got[$c]+="$(run $c) "
+    echo "[bench_tp_overlap] round $round, $c: ${got[$c]}" >&2
+  done
+done
+echo "| ranks | --tp-overlap | step ms (median of $rounds rounds; min, max) | against without | planned exposed / hidden communication, ms (${calibration:-no calibration}) |"
+echo "|---|---|---|---|---|"
+for c in "${configs[@]}"; do
+  read -r n flag <<<"$c"
+  m=$(tr ' ' '\n' <<<"${got[$c]}" | grep . | median)
+  base=$(tr ' ' '\n' <<<"${got[$n]}" | grep . | median)
+  lo=$(tr ' ' '\n' <<<"${got[$c]}" | grep . | sort -g | head -1)
+  hi=$(tr ' ' '\n' <<<"${got[$c]}" | grep . | sort -g | tail -1)
+  # shellcheck disable=SC2086
+  read -r exposed hidden <<<"$(planned $c)"
+  awk -v n="$n" -v f="${flag:-no}" -v m="$m" -v b="$base" -v lo="$lo" -v hi="$hi" -v e="$exposed" -v h="$hidden" \
+    'BEGIN { printf "| %d | %s | %.1f (%.1f, %.1f) | %.3f | %s / %s |\n", n, (f == "no" ? "no" : "yes"), m, lo, hi, m / b, e, h }'
+done
+echo "[bench_tp_overlap] load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
