@@ -110,3 +110,20 @@ TEST_CASE("a prefetched gather is hidden by the products between its start and i
   CHECK(blocking.communication == Catch::Approx(80e-6));
   CHECK(blocking.hidden == 0);
 }
+
+// The replayed step drawn (timeline_picture): a gather over m1 started at 0 (80 us) under 100 us
+// of products, then a blocking allreduce over m2 (20 us) that the work waits for: 120 us, 10 us a
+// character.
+TEST_CASE("the replayed step as a picture", "[planned]") {
+  mt::plan_report r;
+  r.shape = mt::mesh_shape({"m1", "m2"}, {4, 2});
+  using K = mt::plan_event_kind;
+  const auto ag = mt::collective::allgather;
+  r.timeline.events = {event(K::started, ag, 1, 40000, 0), event(K::waited, ag, 1, 40000, 0, 100000),
+                       event(K::blocking, mt::collective::allreduce, 2, 0)};
+  CHECK(mt::timeline_picture(r, products_only(), 12) ==
+        "timeline of the step, 0.120 ms across ('#' work, '.' waiting, '=' in flight):\n"
+        "  work             |##########..|\n"
+        "  m1               |========    |\n"
+        "  m2               |          ==|\n");
+}

@@ -174,6 +174,7 @@ int plan(const mt::environment& env, const options& o) {
     std::printf("predicted step time %s (calibration %s, %d ranks)\n", mt::to_string(*predicted).c_str(),
                 o.calibration.c_str(), c.ranks);
     std::printf("%s", mt::communication_table(p, c).c_str());
+    if (o.timeline > 0) std::printf("%s", mt::timeline_picture(p, c, o.timeline).c_str());
   }
   if (!o.plan_json.empty()) {
     std::ofstream out(o.plan_json);
@@ -466,6 +467,10 @@ int main(int argc, char** argv) try {
   app.add_option("--plan-json", o.plan_json, "with --plan: write the plan as JSON to this file");
   app.add_option("--memory-budget", o.memory_budget_gib, "with --plan: memory per processor in GiB (a TPUv2 core: 8)")
       ->capture_default_str();
+  app.add_option("--timeline", o.timeline,
+                 "with --plan and --calibration: draw the planned step replayed on the calibrated machine, this many "
+                 "characters across (its work, its waits, and each set of axes' transfers in flight)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--calibration", o.calibration, "with --plan: predict the step time from this bench_calibrate file");
   app.add_option("--processors", o.processors,
                  "with --rank-layouts: rank every pipeline x rows x cols shape of this many processors instead")
@@ -544,6 +549,8 @@ int main(int argc, char** argv) try {
       throw mt::error("--sequence-parallel splits the residual stream along length outside attention; --layout "
                       "context and 2d_context already split length everywhere (layer norms, dropout and residual "
                       "adds included): they are sequence parallelism, and take no --sequence-parallel");
+    if (o.timeline > 0 && (!o.plan || o.calibration.empty()))
+      throw mt::error("--timeline draws the planned step replayed on a calibrated machine: add --plan and --calibration FILE");
     if (o.tp_overlap && !o.sequence_parallel)
       throw mt::error("--tp-overlap overlaps sequence parallelism's allgathers and reduce_scatters with the products: "
                       "add --sequence-parallel");

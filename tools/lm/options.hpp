@@ -56,6 +56,7 @@ struct options {
   // Planning (docs/plan-mode.md): --plan plans one training step for --mesh on no processes.
   bool plan = false, check_plan = false;
   std::string plan_json, calibration;
+  int timeline = 0;  // --plan --calibration: the replayed step drawn this many characters across (0: not drawn)
   bool rank_layouts = false;
   bool rank_schedules = false;  // --rank-layouts --processors: each pipelined shape under every schedule too
   double memory_budget_gib = 8.0;

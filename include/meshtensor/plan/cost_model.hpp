@@ -210,12 +210,25 @@ inline double work_seconds(const plan_work& w, const machine_calibration& c) {
 }
 }  // namespace detail
 
-// The plan's order replayed on the machine (plan/timeline.hpp): a blocking collective waits for
-// its transfer; a started one's transfer runs from its start (or once the transfers before it over
-// the same axes end) while the work goes on, and its wait costs what is left of it. One started
-// and never waited in the plan (a pipeline's send, which the next stage's receive waits for) is
-// exposed whole. A report without a timeline (made by hand) counts every collective as blocking.
-inline std::map<comm_key, communication_cost> communication_of(const plan_report& r, const machine_calibration& c) {
+// Where a replayed step spent its time (seconds from its start): its local work, each collective's
+// transfer (begin to end, over its axes), and the work's waits for transfers (exposed).
+struct replayed_span {
+  double begin = 0, end = 0;
+};
+struct replayed_transfer {
+  comm_key key;
+  replayed_span span;
+};
+struct replayed_step {
+  std::vector<replayed_span> work, waits;
+  std::vector<replayed_transfer> transfers;
+  double end = 0;
+};
+
+namespace detail {
+// communication_of's replay; where `spans` is given, it also says when each thing ran.
+inline std::map<comm_key, communication_cost> replay(const plan_report& r, const machine_calibration& c,
+                                                     replayed_step* spans) {
   std::map<comm_key, communication_cost> out;
   if (r.timeline.events.empty()) {
     for (const auto& [key, n] : r.totals) {
@@ -228,18 +241,28 @@ inline std::map<comm_key, communication_cost> communication_of(const plan_report
     comm_key key;
     double seconds = 0, end = 0;
   };
-  std::map<std::int64_t, in_flight> started;
+  std::map<std::int64_t, in_flight> started;  // by ticket
   std::map<axis_set, double> free_at;  // when the last transfer over these axes ends
   double now = 0;
+  const auto work = [&](const plan_work& w) {
+    const double d = detail::work_seconds(w, c);
+    if (spans && d > 0) spans->work.push_back({now, now + d});
+    now += d;
+  };
+  const auto wait_until = [&](double t) {
+    if (t <= now) return 0.0;
+    if (spans) spans->waits.push_back({now, t});
+    const double waited = t - now;
+    now = t;
+    return waited;
+  };
   for (const auto& e : r.timeline.events) {
-    now += detail::work_seconds(e.before, c);
+    work(e.before);
     const comm_key key{e.op, e.axes};
     if (e.kind == plan_event_kind::waited) {
       const auto f = started.find(e.ticket);
       if (f == started.end()) continue;  // started before the report's start
-      const double waited = std::max(0.0, f->second.end - now);
-      out[f->second.key].exposed += waited;
-      now += waited;
+      out[f->second.key].exposed += wait_until(f->second.end);
       started.erase(f);
       continue;
     }
@@ -249,17 +272,68 @@ inline std::map<comm_key, communication_cost> communication_of(const plan_report
     cost.bytes += e.bytes;
     cost.seconds += d;
     double& link = free_at[e.axes];
-    const double end = std::max(now, link) + d;
+    const double begin = std::max(now, link), end = begin + d;
     link = end;
-    if (e.kind == plan_event_kind::blocking) {
-      cost.exposed += end - now;
-      now = end;
-    } else {
+    if (spans && d > 0) spans->transfers.push_back({key, {begin, end}});
+    if (e.kind == plan_event_kind::blocking)
+      cost.exposed += wait_until(end);
+    else
       started[e.ticket] = {key, d, end};
-    }
   }
   for (const auto& [ticket, f] : started) out[f.key].exposed += f.seconds;
+  if (spans) {
+    work(r.timeline.after);
+    spans->end = now;
+    for (const auto& t : spans->transfers) spans->end = std::max(spans->end, t.span.end);
+  }
   return out;
+}
+}  // namespace detail
+
+// The plan's order replayed on the machine (plan/timeline.hpp): a blocking collective waits for
+// its transfer; a started one's transfer runs from its start (or once the transfers before it over
+// the same axes end) while the work goes on, and its wait costs what is left of it. One started
+// and never waited in the plan (a pipeline's send, which the next stage's receive waits for) is
+// exposed whole. A report without a timeline (made by hand) counts every collective as blocking.
+inline std::map<comm_key, communication_cost> communication_of(const plan_report& r, const machine_calibration& c) {
+  return detail::replay(r, c, nullptr);
+}
+
+// The replayed step as a picture `width` characters wide: a row for the work ('#' computing, '.'
+// waiting for a transfer) and one per set of axes ('=' a transfer in flight over them), each
+// character a width-th of the step (a character holds a mark where anything of its kind ran in it).
+// docs/training.md draws one step of sequence parallelism this way.
+inline std::string timeline_picture(const plan_report& r, const machine_calibration& c, int width = 100) {
+  replayed_step step;
+  detail::replay(r, c, &step);
+  if (step.end <= 0 || width < 1) return "(nothing timed)\n";
+  const auto row = [&](const std::vector<replayed_span>& spans, char mark, std::string& line) {
+    for (const auto& sp : spans) {
+      // Rounding's last bits do not spill a span into the next character.
+      const int from = static_cast<int>(sp.begin / step.end * width + 1e-9);
+      const int to = std::max(from + 1, static_cast<int>(std::ceil(sp.end / step.end * width - 1e-9)));
+      for (int i = from; i < std::min(to, width); ++i) line[static_cast<std::size_t>(i)] = mark;
+    }
+  };
+  std::string work(static_cast<std::size_t>(width), ' ');
+  row(step.work, '#', work);
+  row(step.waits, '.', work);
+  std::map<std::string, std::vector<replayed_span>> by_axes;
+  for (const auto& t : step.transfers)
+    by_axes[t.key.first == collective::send ? "(another stage)" : r.shape.axes_string(t.key.second)].push_back(t.span);
+  std::ostringstream s;
+  s.setf(std::ios::fixed);
+  s.precision(3);
+  s << "timeline of the step, " << 1e3 * step.end << " ms across ('#' work, '.' waiting, '=' in flight):\n";
+  s << "  work             |" << work << "|\n";
+  for (const auto& [axes, spans] : by_axes) {
+    std::string line(static_cast<std::size_t>(width), ' ');
+    row(spans, '=', line);
+    std::string name = "  " + axes;
+    name.resize(std::max<std::size_t>(name.size(), 19), ' ');
+    s << name << "|" << line << "|\n";
+  }
+  return s.str();
 }
 
 // The communication of a plan by axes and collective (ms): its cost and what of it is exposed,

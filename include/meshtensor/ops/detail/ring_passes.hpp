@@ -117,6 +117,16 @@ void for_each_part_gathered(const X& x, const ring_parts& ring, Use&& use) {
   }
 }
 
+// to = from in to's element type (widened, or rounded back). A named function: nvcc takes no device
+// lambda inside a lambda.
+template <class Exec, class From, class To>
+void convert_into(const From& from, const To& to) {
+  using A = typename To::value_type;
+  kernels::parallel_for(
+      "meshtensor::ring_reduce_scattered_convert", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(from.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t e) { to(e) = static_cast<A>(from(e)); });
+}
+
 // An addend of the wrong size would be summed out of bounds: a bug in the op that makes it, named.
 template <Tensor R>
 void check_addend_size(const R& addend, std::int64_t expected, int part) {
@@ -151,12 +161,9 @@ Out ring_reduce_scattered(const typename Out::mesh_type& m, const typename Out::
     if constexpr (std::is_same_v<A, T>) {
       return t.view();
     } else {
-      const auto from = t.view();
-      const view to = view_pool<A, Mem>::get().allocate(from.extent(0));
+      const view to = view_pool<A, Mem>::get().allocate(t.view().extent(0));
       widened_claim = planned_claim(to);
-      kernels::parallel_for(
-          "meshtensor::ring_reduce_scattered_widen", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(from.extent(0))),
-          KOKKOS_LAMBDA(std::int64_t e) { to(e) = static_cast<A>(from(e)); });
+      convert_into<Exec>(t.view(), to);
       return to;
     }
   };
@@ -197,10 +204,7 @@ Out ring_reduce_scattered(const typename Out::mesh_type& m, const typename Out::
     return Out(m, ext, sum);
   } else {
     Out out(m, ext, uninitialized);
-    const auto to = out.view();
-    kernels::parallel_for(
-        "meshtensor::ring_reduce_scattered_round", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(to.extent(0))),
-        KOKKOS_LAMBDA(std::int64_t e) { to(e) = static_cast<T>(sum(e)); });
+    convert_into<Exec>(sum, out.view());
     return out;
   }
 }
