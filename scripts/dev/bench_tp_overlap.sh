@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sequence parallelism's step with and without its collectives overlapped with the products
-# (meshtensor-lm --sequence-parallel [--tp-overlap]: einsum_gathered, einsum_scattered), side by
+# (meshtensor-lm --sequence-parallel [--tp-overlap | --tp-overlap-qkv]: einsum_gathered,
+# einsum_gathered_each, einsum_scattered), side by
 # side in one run, at 2 and 4 ranks (layout model on [1 x N]: heads and d_ff over N, the residual
 # stream split along length over N), one thread per rank; with the plan's prediction of the
 # exposed communication for each on the calibration given (--calibration FILE: a GPU's, from
@@ -49,7 +50,7 @@ planned() {
                                   for (i = 1; i <= NF; ++i) if ($i == "more" && $(i + 1) == "hidden") h = $(i - 1)
                                   gsub(/[(,]/, "", e); gsub(/[(,]/, "", h); print e, h }'
 }
-configs=("2" "2 --tp-overlap" "4" "4 --tp-overlap")
+configs=("2" "2 --tp-overlap" "2 --tp-overlap-qkv" "4" "4 --tp-overlap" "4 --tp-overlap-qkv")
 declare -A got
 for round in $(seq "$rounds"); do
   for c in "${configs[@]}"; do
@@ -58,7 +59,7 @@ for round in $(seq "$rounds"); do
     echo "[bench_tp_overlap] round $round, $c: ${got[$c]}" >&2
   done
 done
-echo "| ranks | --tp-overlap | step ms (median of $rounds rounds; min, max) | against without | planned exposed / hidden communication, ms (${calibration:-no calibration}) |"
+echo "| ranks | overlap | step ms (median of $rounds rounds; min, max) | against without | planned exposed / hidden communication, ms (${calibration:-no calibration}) |"
 echo "|---|---|---|---|---|"
 for c in "${configs[@]}"; do
   read -r n flag <<<"$c"
@@ -69,6 +70,6 @@ for c in "${configs[@]}"; do
   # shellcheck disable=SC2086
   read -r exposed hidden <<<"$(planned $c)"
   awk -v n="$n" -v f="${flag:-no}" -v m="$m" -v b="$base" -v lo="$lo" -v hi="$hi" -v e="$exposed" -v h="$hidden" \
-    'BEGIN { printf "| %d | %s | %.1f (%.1f, %.1f) | %.3f | %s / %s |\n", n, (f == "no" ? "no" : "yes"), m, lo, hi, m / b, e, h }'
+    'BEGIN { printf "| %d | %s | %.1f (%.1f, %.1f) | %.3f | %s / %s |\n", n, (f == "no" ? "none" : "`" f "`"), m, lo, hi, m / b, e, h }'
 done
 echo "[bench_tp_overlap] load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -5,6 +5,7 @@
 // gathered input not kept between the passes. Sequence parallelism's shapes: i the sequence,
 // m the model's width, j the split product dim (heads or d_ff), k a batch split over a data axis.
 // Extents 7 and 3 along i: uneven over 2 and 4 parts, and at 4 parts one part empty.
+#include <array>
 #include <catch2/catch_test_macros.hpp>
 #include <test_support.hpp>
 
@@ -127,6 +128,46 @@ TEST_CASE("einsum_scattered: the reduce_scatter after a product, part by part ar
     check_scattered<both, both_stream>(g, I);
     check_scattered<data_model, data_model_stream>(g, I);
   }
+}
+
+// Several products of one gathered x (attention's q, k and v): one ring for all, forward and
+// backward, each result and gradient equal to its own relayout then einsum; a result that takes
+// no gradient (the first, here) leaves the others' gradients whole.
+TEST_CASE("einsum_gathered_each: one ring for several products") {
+  const auto g = world_grid();
+  using X = ten<data_model, k_, i_, m_>;
+  using XS = ten<data_model_stream, k_, i_, m_>;
+  using W = ten<data_model, m_, j_>;
+  constexpr mt::axis_set A = mt::detail::axes_mask_of<XS, mt::type_list<i_>>();
+  const auto parts = g.communicator().size_over(A);
+  constexpr std::int64_t I = 7;
+  auto xs = mt::random_normal<XS>(g, {K, I, M}, 41);
+  std::array<W, 3> w{mt::random_normal<W>(g, {M, J}, 42), mt::random_normal<W>(g, {M, J}, 43),
+                     mt::random_normal<W>(g, {M, J}, 44)};
+  xs.requires_grad();
+  for (auto& v : w) v.requires_grad();
+  g.reset_counters();
+  const auto y = mt::einsum_gathered_each<X, k_, i_, j_>(xs, w);
+  require_counts(g.counters(), ring_counts(A, parts, 1));
+  for (std::size_t n = 0; n < 3; ++n)
+    require_close(mt::gather_all(y[n]), mt::gather_all(mt::einsum<k_, i_, j_>(mt::relayout<X>(xs), w[n])), 1e-12);
+
+  auto loss = weighted_sum(y[1], 45) + weighted_sum(y[2], 46);
+  g.reset_counters();
+  const auto [dx, dw0, dw1, dw2] = mt::gradient(std::move(loss), xs, w[0], w[1], w[2]);
+  mt::comm_counters shifts;
+  for (const auto& [key, count] : g.counters())
+    if (key.first == mt::collective::shift) shifts[key].calls = count.calls;
+  require_counts(shifts, ring_counts(A, parts, 2));  // one ring for x's gradient, one for the weights'
+  const X xg = mt::relayout<X>(xs);
+  const auto [rx, r0, r1, r2] = mt::gradient(weighted_sum(mt::einsum<k_, i_, j_>(xg, w[1]), 45) +
+                                                 weighted_sum(mt::einsum<k_, i_, j_>(xg, w[2]), 46),
+                                             xs, w[0], w[1], w[2]);
+  require_close(mt::gather_all(dx), mt::gather_all(rx), 1e-12);
+  for (const double v : mt::gather_all(dw0)) REQUIRE(v == 0);
+  require_close(mt::gather_all(dw1), mt::gather_all(r1), 1e-12);
+  require_close(mt::gather_all(dw2), mt::gather_all(r2), 1e-12);
+  (void)r0;
 }
 
 // Between the passes einsum_gathered keeps x's own part, as relayout_regathered does, not the

@@ -442,6 +442,9 @@ int main(int argc, char** argv) try {
                "with --sequence-parallel: the reduce_scatters after attention's and the MLP's last products and the "
                "allgather before the MLP's first run part by part around the ring of the tensor axes, each part's "
                "product computed while the next part travels (Megatron-Core's --tp-comm-overlap)");
+  app.add_flag("--tp-overlap-qkv", o.tp_overlap_qkv,
+               "with --sequence-parallel: --tp-overlap, and the allgather before q, k and v part by part too, one ring "
+               "for the three products (more, smaller products: --plan --calibration says whether it pays)");
   app.add_flag("--tie-embeddings", o.tie_embeddings,
                "compute the logits with the embedding (GPT-2's and GPT-3's weight tying): no output projection");
   app.add_flag("--recompute", o.recompute,
@@ -551,6 +554,9 @@ int main(int argc, char** argv) try {
                       "adds included): they are sequence parallelism, and take no --sequence-parallel");
     if (o.timeline > 0 && (!o.plan || o.calibration.empty()))
       throw mt::error("--timeline draws the planned step replayed on a calibrated machine: add --plan and --calibration FILE");
+    if (o.tp_overlap_qkv && !o.sequence_parallel)
+      throw mt::error("--tp-overlap-qkv overlaps sequence parallelism's allgathers and reduce_scatters with the products: "
+                      "add --sequence-parallel");
     if (o.tp_overlap && !o.sequence_parallel)
       throw mt::error("--tp-overlap overlaps sequence parallelism's allgathers and reduce_scatters with the products: "
                       "add --sequence-parallel");
@@ -624,6 +630,7 @@ int main(int argc, char** argv) try {
       on.layout = n;
       on.sequence_parallel = o.sequence_parallel && (n == "model" || n == "2d" || n == "fsdp_2d");
       on.tp_overlap = o.tp_overlap && on.sequence_parallel;
+      on.tp_overlap_qkv = o.tp_overlap_qkv && on.sequence_parallel;
       runs.push_back(train_layout(n, g, on, text, false).losses);
     }
     double worst = 0;

@@ -65,24 +65,28 @@ X transformer_block(const X& in, const S& ln1_scale, const S& ln1_bias, const Q&
 // its result, whose 1/P part alone the products keep for the backward pass, which gathers it again
 // (relayout_regathered); the products; their pending sum by reduce_scatter back to XS. The layer
 // norms take the [d_model] parameters as they are (replicated under both layouts).
-// With overlap (--tp-overlap) the reduce_scatters after attention's and the MLP's last products
-// and the allgather before the MLP's first run part by part around the ring, each part's product
-// computed while the next part travels (einsum_scattered, einsum_gathered); the allgather before
-// q, k and v stays one collective, which the three products share.
+// With overlap (--tp-overlap) the reduce_scatters after attention's output projection and the MLP,
+// and the allgather before the MLP, run part by part around the ring, each part's products
+// computed while the next part travels (einsum_scattered, einsum_gathered); with overlap_qkv
+// (--tp-overlap-qkv) the allgather before q, k and v too, one ring for the three
+// (einsum_gathered_each).
 template <class X, class XS, class S, class Q, class O, class Wi, class Wo>
 XS sequence_parallel_block(const XS& in, const S& ln1_scale, const S& ln1_bias, const Q& wq, const Q& wk, const Q& wv,
                            const O& wo, const S& ln2_scale, const S& ln2_bias, const Wi& w_in, const Wo& w_out,
                            double rate, std::uint64_t site, std::uint64_t step, nn::attention_memory memory,
-                           bool overlap = false) {
-  const X h = mt::relayout_regathered<X>(nn::layer_norm<d_model>(in, ln1_scale, ln1_bias));
+                           bool overlap = false, bool overlap_qkv = false) {
   const auto attended = [&]() -> XS {
+    const auto normed = nn::layer_norm<d_model>(in, ln1_scale, ln1_bias);
+    if (overlap_qkv)
+      return nn::causal_attention_overlapped<X, length, memory_length, d_model, heads, d_kv>(normed, wq, wk, wv, wo, memory);
+    const X h = mt::relayout_regathered<X>(normed);
     if (overlap) return nn::causal_attention_scattered<XS, length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory);
     return mt::relayout<XS>(nn::causal_attention_partial<length, memory_length, d_model, heads, d_kv>(h, wq, wk, wv, wo, memory));
   };
   const XS a = nn::residual_dropout(in, attended(), rate, site, step);
   const auto f = nn::layer_norm<d_model>(a, ln2_scale, ln2_bias);
   const auto fed = [&]() -> XS {
-    if (overlap) return nn::feed_forward_overlapped<X, d_model, d_ff>(f, w_in, w_out);
+    if (overlap || overlap_qkv) return nn::feed_forward_overlapped<X, d_model, d_ff>(f, w_in, w_out);
     return mt::relayout<XS>(nn::feed_forward_partial<d_model, d_ff>(mt::relayout_regathered<X>(f), w_in, w_out));
   };
   return nn::residual_dropout(a, fed(), rate, site + 1, step);
@@ -302,11 +306,11 @@ struct model {
       const std::uint64_t site = dseed + 2 * b;
       const double rate = o.dropout;
       const auto memory = o.attention_memory();
-      const bool overlap = o.tp_overlap;
-      const auto block = [this, b, site, rate, step, memory, overlap](const XS& in) {
+      const bool overlap = o.tp_overlap, overlap_qkv = o.tp_overlap_qkv;
+      const auto block = [this, b, site, rate, step, memory, overlap, overlap_qkv](const XS& in) {
         return sequence_parallel_block<X>(in, as<C>(ln1_scale[b]), as<C>(ln1_bias[b]), as<C>(wq[b]), as<C>(wk[b]),
                                           as<C>(wv[b]), as<C>(wo[b]), as<C>(ln2_scale[b]), as<C>(ln2_bias[b]),
-                                          as<C>(w_in[b]), as<C>(w_out[b]), rate, site, step, memory, overlap);
+                                          as<C>(w_in[b]), as<C>(w_out[b]), rate, site, step, memory, overlap, overlap_qkv);
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }

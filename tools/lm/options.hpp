@@ -47,6 +47,7 @@ struct options {
   std::int64_t loss_chunks = 1;    // the loss's logits for 1/N of each processor's positions at a time
   bool sequence_parallel = false;  // the residual stream split along length (layouts model, 2d)
   bool tp_overlap = false;  // with it: the blocks' reduce_scatters and the MLP's allgather part by part with the products
+  bool tp_overlap_qkv = false;  // and the allgather before q, k and v (one ring for the three)
   // Attention of the layouts that split the sequence (context, 2d_context): "all-to-all" or "ring".
   std::string attention = "all-to-all";
   bool ring() const { return attention == "ring"; }

@@ -159,12 +159,12 @@ struct pipeline_stage {
       const std::uint64_t site = dseed + 2 * static_cast<std::uint64_t>(b), at = step;
       const double rate = o.dropout;
       const auto memory = o.attention_memory();
-      const bool ring = o.ring(), overlap = o.tp_overlap;
-      const auto block = [this, k, site, at, rate, memory, ring, overlap](const activation& in) {
+      const bool ring = o.ring(), overlap = o.tp_overlap, overlap_qkv = o.tp_overlap_qkv;
+      const auto block = [this, k, site, at, rate, memory, ring, overlap, overlap_qkv](const activation& in) {
         return std::apply(
             [&](const auto&... w) {
               if constexpr (sequence_parallel)
-                return sequence_parallel_block<whole_activation>(in, w..., rate, site, at, memory, overlap);
+                return sequence_parallel_block<whole_activation>(in, w..., rate, site, at, memory, overlap, overlap_qkv);
               else
                 return transformer_block(in, w..., rate, site, at, memory, ring);
             },

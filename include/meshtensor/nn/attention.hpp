@@ -25,6 +25,7 @@
 
 #include "../autodiff/recompute.hpp"
 #include "../ops/einsum.hpp"
+#include "../ops/einsum_gathered.hpp"
 #include "../ops/einsum_scattered.hpp"
 #include "../ops/elementwise.hpp"
 #include "../ops/rename.hpp"
@@ -159,13 +160,36 @@ auto causal_attention_partial(const X& x, const W& wq, const W& wk, const W& wv,
 
 // causal_attention_partial's sum reduce_scattered as XS (the sequence split over the heads' axes:
 // sequence parallelism), part by part around the ring of those axes with the output projection's
-// products (einsum_scattered: each part's product computed while the sum of the part before
+// products (einsum_scattered: each part's products computed while the sum of the part before
 // travels). The same as relayout<XS>(causal_attention_partial(...)).
 template <Tensor XS, Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor X, Tensor W, Tensor WO>
 XS causal_attention_scattered(const X& x, const W& wq, const W& wk, const W& wv, const WO& wo,
                               attention_memory memory = attention_memory::keep_all) {
   const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"causal_attention"});
   const auto o = meshtensor::detail::attention_heads<Length, MemLength, DModel, Heads, DKv>(x, wq, wk, wv, memory);
+  return einsum_scattered<XS>(o, wo);
+}
+
+// causal_attention under sequence parallelism with its collectives behind its products
+// (Megatron-Core's --tp-comm-overlap): xs is the stream split along Length over the axes that split
+// Heads, X the products' layout (Length whole). q, k and v come from one ring over xs's parts
+// (einsum_gathered_each: each part's three products while the next part travels, where
+// relayout_regathered would gather xs whole first), and the output projection's sum arrives as XS
+// part by part with its products (einsum_scattered). The same as relayout<XS> of
+// causal_attention_partial of relayout_regathered<X>(xs).
+template <Tensor X, Dim Length, Dim MemLength, Dim DModel, Dim Heads, Dim DKv, Tensor XS, Tensor W, Tensor WO>
+XS causal_attention_overlapped(const XS& xs, const W& wq, const W& wk, const W& wv, const WO& wo,
+                               attention_memory memory = attention_memory::keep_all) {
+  const meshtensor::detail::op_call call(meshtensor::detail::composite_op{"causal_attention"});
+  using B = difference_t<typename X::dims, type_list<Length, DModel>>;
+  using QDims = meshtensor::detail::concat_t<B, type_list<Heads, Length, DKv>>;
+  using LDims = meshtensor::detail::concat_t<B, type_list<Heads, Length, MemLength>>;
+  const auto qkv = [&]<class... Ds>(type_list<Ds...>) {
+    return einsum_gathered_each<X, Ds...>(xs, std::array<W, 3>{wq, wk, wv});
+  }(QDims{});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(wq.template extent<DKv>()));
+  const auto o = meshtensor::detail::causal_core<Length, MemLength, LDims, QDims>(
+      qkv[0], rename<Length, MemLength>(qkv[1]), rename<Length, MemLength>(qkv[2]), scale, memory);
   return einsum_scattered<XS>(o, wo);
 }
 

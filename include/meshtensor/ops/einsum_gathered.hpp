@@ -16,6 +16,10 @@
 // part, not the gathered x (relayout_regathered's memory).
 // Communication: P - 1 shifts over A forward; P - 1 more backward for x's gradient and P - 1 for
 // w's. Gradient: through x and w.
+#include <array>
+#include <memory>
+#include <optional>
+#include <tuple>
 #include <type_traits>
 
 #include "detail/ring_passes.hpp"
@@ -55,32 +59,97 @@ struct einsum_gathered_gradient_not_over_ring {
 
 namespace detail {
 
-template <class OutList, Dim D, Tensor G, Tensor X, Tensor W>
-struct einsum_gathered_rule {
+// The backward pass of N products of x's parts, each with its weight: what the results' rules
+// leave (their gradients) and what it reads (x's own part, the weights, the ring).
+template <class OutList, Dim D, Tensor G, Tensor X, Tensor W, std::size_t N>
+struct gathered_products {
   using R = with_dims_t<G, OutList>;
   X x;  // x's own part (or its place and source: autodiff/saved_operand.hpp)
-  W w;
+  std::array<W, N> w;
   ring_parts ring;
-  void operator()(const R& g) const {
+  std::array<std::optional<R>, N> grads;  // each result's, where it had one
+
+  // The rows of part p of result i's gradient.
+  R rows(std::size_t i, int p) const {
+    return rows_of_part<D>(*grads[i], ring.offset[static_cast<std::size_t>(p)], ring.extent[static_cast<std::size_t>(p)]);
+  }
+  void backward() const {
     using Xd = typename X::dims;
     using Wd = typename W::dims;
-    const R grad = without_node(g);
     if (x.tracks_grad()) {
-      const auto wc = conjugated_for_gradient(without_node(made_again(w)));
+      std::array<std::optional<W>, N> wc;
+      for (std::size_t i = 0; i < N; ++i)
+        if (grads[i]) wc[i] = conjugated_for_gradient(without_node(made_again(w[i])));
+      // Part p's addend: the sum over the results of their gradient's rows times their weight.
       X dx = ring_reduce_scattered<D, X>(x.mesh(), x.extents(), ring, [&](int p) {
-        return contract<Xd, false>(
-            rows_of_part<D>(grad, ring.offset[static_cast<std::size_t>(p)], ring.extent[static_cast<std::size_t>(p)]), wc);
+        std::optional<G> sum;
+        for (std::size_t i = 0; i < N; ++i) {
+          if (!grads[i]) continue;
+          G term = contract<Xd, false>(rows(i, p), *wc[i]);
+          if (sum)
+            accumulate_kernel<typename X::execution_space>(sum->view(), term.view());
+          else
+            sum = std::move(term);
+        }
+        return *sum;
       });
       push_partial_grad(x, std::move(dx), axis_set(contracted_axes<Xd, R, W>() & ~ring.axes.mask()));
     }
-    push_weight_grad(w, [w = w, x = without_node(made_again(x)), grad, ring = ring] {
-      for_each_part_gathered<D, G>(x, ring, [&](const G& part, int p) {
-        push_product_grad<Wd>(
-            w, conjugated_for_gradient(part),
-            rows_of_part<D>(grad, ring.offset[static_cast<std::size_t>(p)], ring.extent[static_cast<std::size_t>(p)]),
-            contracted_axes<Wd, G, R>());
+    // The weights' gradients: x's parts passed around the ring once more, each part's products
+    // with every result's rows of it. In an input-gradient pass (autodiff/split_backward.hpp) the
+    // deferred weights' share one ring in the weight pass, the others' one ring now.
+    std::array<bool, N> later{};
+    if (const auto* d = weight_deferral::active())
+      for (std::size_t i = 0; i < N; ++i) later[i] = w[i].tracks_grad() && d->weights.count(w[i].node()) != 0;
+    for (const bool deferred : {false, true}) {
+      std::array<bool, N> these{};
+      std::size_t first = N;
+      for (std::size_t i = 0; i < N; ++i) {
+        these[i] = grads[i] && w[i].tracks_grad() && later[i] == deferred;
+        if (these[i] && first == N) first = i;
+      }
+      if (first == N) continue;
+      push_weight_grad(w[first], [x = without_node(made_again(x)), w = w, ring = ring, grads = grads, these] {
+        for_each_part_gathered<D, G>(x, ring, [&](const G& part, int p) {
+          const G xc = conjugated_for_gradient(part);
+          for (std::size_t i = 0; i < N; ++i)
+            if (these[i])
+              push_product_grad<Wd>(w[i], xc,
+                                    rows_of_part<D>(*grads[i], ring.offset[static_cast<std::size_t>(p)],
+                                                    ring.extent[static_cast<std::size_t>(p)]),
+                                    contracted_axes<Wd, G, R>());
+        });
       });
-    });
+    }
+  }
+};
+
+// One result's rule: its gradient, then the backward pass.
+template <class State, Tensor R>
+struct gathered_product_rule {
+  std::shared_ptr<State> state;
+  void operator()(const R& g) const {
+    state->grads[0] = without_node(g);
+    state->backward();
+  }
+};
+
+// The results' shared node: recorded before them, so its rule runs after theirs, when each has
+// left its gradient (a node runs once every node that reads it has run: tape.hpp).
+template <class State, Tensor Hub>
+struct gathered_hub_rule {
+  std::shared_ptr<State> state;
+  void operator()(const Hub&) const { state->backward(); }
+};
+// A result's rule: leaves its gradient, and gives the hub one so that the hub's rule runs.
+template <class State, Tensor R, Tensor Hub>
+struct gathered_result_rule {
+  std::shared_ptr<State> state;
+  std::size_t i;
+  Hub hub;
+  void operator()(const R& g) const {
+    state->grads[i] = without_node(g);
+    push_fresh_grad(hub, Hub(hub.mesh(), hub.extents()));
   }
 };
 
@@ -94,44 +163,68 @@ constexpr int gathered_dim_of() {
 
 }  // namespace detail
 
-template <Tensor G, Dim... Out, Tensor X, Tensor W>
-detail::with_dims_t<G, type_list<Out...>> einsum_gathered(const X& x, const W& w) {
+// Several products of the same gathered x, one ring for all (attention's q, k and v): the results
+// in the weights' order. Communication: P - 1 shifts forward, 2 (P - 1) backward, whatever N.
+template <Tensor G, Dim... Out, Tensor X, Tensor W, std::size_t N>
+std::array<detail::with_dims_t<G, type_list<Out...>>, N> einsum_gathered_each(const X& x, const std::array<W, N>& ws) {
   using OutList = type_list<Out...>;
   using R = detail::with_dims_t<G, OutList>;
+  using Results = std::array<R, N>;
   constexpr int at = detail::gathered_dim_of<G, X>();
+  static_assert(N >= 1, "meshtensor: einsum_gathered_each: no weight");
   if constexpr (at < 0) {
     (void)sizeof(diagnostic::einsum_gathered_not_one_dim_gathered<G, X>);
-    return R{};
+    return Results{};
   } else if constexpr (!detail::einsum_types_ok<OutList, G, W>()) {
-    return R{};
+    return Results{};
   } else {
     using D = typename detail::nth_dim<static_cast<std::size_t>(at), typename X::dims>::type;
     constexpr unsigned ring_axes = X::splits[static_cast<std::size_t>(at)].mask();
     if constexpr (!contains_v<D, OutList> || contains_v<D, typename W::dims>) {
       (void)sizeof(diagnostic::einsum_gathered_dim_not_in_result_alone<D>);
-      return R{};
+      return Results{};
     } else if constexpr (detail::contracted_axes<OutList, G, W>() != 0) {
       (void)sizeof(diagnostic::einsum_gathered_contracts_split_dim<G, W>);
-      return R{};
+      return Results{};
     } else if constexpr ((detail::contracted_axes<typename X::dims, R, W>() & ring_axes) != ring_axes) {
       (void)sizeof(diagnostic::einsum_gathered_gradient_not_over_ring<X, W>);
-      return R{};
+      return Results{};
     } else {
-      detail::check_shared_extents("einsum_gathered", x, w);
+      for (const W& w : ws) detail::check_shared_extents("einsum_gathered", x, w);
       const ring_parts ring = detail::ring_parts_along<D>(x);
       const detail::op_call call(
           detail::planned_op{"einsum_gathered", comm_plan{}.then(collective::shift, ring.axes, ring.parts - 1)}, x);
-      R out(x.mesh(), detail::result_extents<R>(x, w), uninitialized);
+      Results out;
+      for (std::size_t i = 0; i < N; ++i) out[i] = R(x.mesh(), detail::result_extents<R>(x, ws[i]), uninitialized);
       detail::for_each_part_gathered<D, G>(x, ring, [&](const G& part, int p) {
-        detail::put_part_rows<D>(detail::contract<OutList, false>(part, w), out, ring.offset[static_cast<std::size_t>(p)]);
+        for (std::size_t i = 0; i < N; ++i)
+          detail::put_part_rows<D>(detail::contract<OutList, false>(part, ws[i]), out[i],
+                                   ring.offset[static_cast<std::size_t>(p)]);
       });
-      detail::record<R>(out,
-                        detail::einsum_gathered_rule<OutList, D, G, X, W>{detail::kept_for_backward(x),
-                                                                            detail::kept_for_backward(w), ring},
-                        x, w);
+      using State = detail::gathered_products<OutList, D, G, X, W, N>;
+      std::array<W, N> kept;
+      for (std::size_t i = 0; i < N; ++i) kept[i] = detail::kept_for_backward(ws[i]);
+      const auto state = std::make_shared<State>(State{detail::kept_for_backward(x), kept, ring, {}});
+      if constexpr (N == 1) {
+        detail::record<R>(out[0], detail::gathered_product_rule<State, R>{state}, x, ws[0]);
+      } else {
+        // The results' shared node (a scalar), whose rule runs the backward pass once all of theirs
+        // have left their gradients.
+        using Hub = detail::with_dims_t<G, type_list<>>;
+        Hub hub(x.mesh(), {});
+        std::apply([&](const auto&... w) { detail::record<Hub>(hub, detail::gathered_hub_rule<State, Hub>{state}, x, w...); },
+                   ws);
+        for (std::size_t i = 0; i < N; ++i)
+          detail::record<R>(out[i], detail::gathered_result_rule<State, R, Hub>{state, i, hub}, hub);
+      }
       return out;
     }
   }
+}
+
+template <Tensor G, Dim... Out, Tensor X, Tensor W>
+detail::with_dims_t<G, type_list<Out...>> einsum_gathered(const X& x, const W& w) {
+  return einsum_gathered_each<G, Out...>(x, std::array<W, 1>{w})[0];
 }
 
 }  // namespace meshtensor
