@@ -135,6 +135,58 @@ void check_started_gathers(const grid& g) {
   }
 }
 
+// Under gradient_reduction's overlap the weights' reduce_scatters start nonblocking as the pass
+// makes them and land before gradient() hands the gradients out: the same gradients and the same
+// collectives counted as blocking, and in a plan each is started, the other weight's product runs
+// while the first is in flight, and both are waited for at the end.
+template <class Compute, class Shard>
+void check_overlapped_scatters(const grid& g) {
+  INFO("overlapped: " << layout_name<Compute>() << " stored as " << layout_name<Shard>());
+  using X = ten<Compute, i_, j_>;
+  using W = ten<Compute, j_, k_>;
+  using WS = ten<Shard, j_, k_>;
+  const auto step = [](const grid& on, bool overlap) {
+    const mt::gradient_reduction defaults = mt::gradient_reduction_settings();
+    mt::gradient_reduction r = defaults;
+    r.overlap = overlap;
+    mt::set_gradient_reduction(r);
+    const auto x = mt::random_normal<X>(on, {I, J}, 1);
+    auto w1 = mt::random_normal<WS>(on, {J, K}, 3), w2 = mt::random_normal<WS>(on, {J, K}, 4);
+    w1.requires_grad();
+    w2.requires_grad();
+    on.reset_counters();
+    if (on.is_planned()) mt::reset_plan(on);
+    const auto loss = weighted_sum(mt::einsum<i_, k_>(x, mt::gather_for_use<W>(w1)) +
+                                       mt::einsum<i_, k_>(x, mt::gather_for_use<W>(w2)), 2);
+    auto grads = mt::gradient(loss, w1, w2);
+    mt::set_gradient_reduction(defaults);
+    return std::make_pair(on.counters(), std::move(grads));
+  };
+  const auto [blocking, want] = step(g, false);
+  const auto [overlapped, got] = step(g, true);
+  INFO("blocking " << show(blocking) << " overlapped " << show(overlapped));
+  REQUIRE(overlapped == blocking);
+  require_close(mt::gather_all(std::get<0>(got)), mt::gather_all(std::get<0>(want)), 1e-12);
+  require_close(mt::gather_all(std::get<1>(got)), mt::gather_all(std::get<1>(want)), 1e-12);
+
+  const grid planned = grid::planned(g.sizes(), {g.coord<r_>(), g.coord<c_>()});
+  (void)step(planned, true);
+  const auto events = mt::plan_report_of(planned).timeline.events;
+  using K = mt::plan_event_kind;
+  std::vector<std::size_t> started, waited;
+  for (std::size_t e = 0; e < events.size(); ++e) {
+    if (events[e].op != mt::collective::reduce_scatter) continue;
+    REQUIRE(events[e].kind != K::blocking);
+    (events[e].kind == K::started ? started : waited).push_back(e);
+  }
+  REQUIRE(started.size() == 2);
+  REQUIRE(waited.size() == 2);
+  REQUIRE(started[1] < waited[0]);  // both in flight at once
+  // The first weight's product (its gradient) is computed while the second's sum is in flight.
+  bool product_in_flight = !events[started[1]].before.products.empty();
+  REQUIRE(product_in_flight);
+}
+
 // An optimizer stepping on parts gives the whole parameter's step: three steps of Inner on a
 // whole parameter, of Inner on the parameter stored as parts (stage 3: the gradient given as
 // parts), and of sharded<Inner, Shard> on a whole parameter (stage 1).
@@ -193,6 +245,12 @@ TEST_CASE("start_gather_for_use: in flight while other collectives run, then as 
   const grid g = world_grid();
   check_started_gathers<data, data_shard>(g);
   check_started_gathers<two_d, two_d_shard>(g);
+}
+
+TEST_CASE("gather_for_use's reduce_scatters behind the backward pass (gradient_reduction::overlap)") {
+  const grid g = world_grid();
+  check_overlapped_scatters<data, data_shard>(g);
+  check_overlapped_scatters<two_d, two_d_shard>(g);
 }
 
 TEST_CASE("optimizers on parts (stages 1 and 3) step as on the whole parameter, state split") {

@@ -519,6 +519,11 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   app.add_flag("--check-generate", o.check_generate,
                "with --generate: check the cached logits against a full forward pass over the sequence");
+  bool overlap_grad_reduce = false;
+  app.add_flag("--overlap-grad-reduce", overlap_grad_reduce,
+               "start the weights' gradient reductions nonblocking as the backward pass makes them (the data-parallel "
+               "buckets' allreduces, fsdp's reduce_scatters), landing before the optimizer reads them "
+               "(Megatron-LM's --overlap-grad-reduce; the same as MESHTENSOR_GRADIENT_OVERLAP=1)");
   app.add_flag("--kernel-times", kernel_times,
                "print where the steps' time went on the device, by Kokkos kernel (each waited for alone: slower)");
   try {
@@ -528,6 +533,11 @@ int main(int argc, char** argv) try {
   }
 
   try {
+    if (overlap_grad_reduce) {
+      mt::gradient_reduction r = mt::gradient_reduction_settings();
+      r.overlap = true;
+      mt::set_gradient_reduction(r);
+    }
     if (o.save_every > 0 && o.checkpoint.empty()) throw mt::error("--save-every needs --checkpoint DIR");
     if (o.async_save && o.checkpoint.empty()) throw mt::error("--async-save needs --checkpoint DIR");
     // A calibrated plan is for the calibrated machine (cost_model.hpp, plan_for).

@@ -15,47 +15,11 @@
 
 #include "../element/complex.hpp"
 #include "../tensor/init.hpp"
+#include "gradient_reduction.hpp"
 #include "tape.hpp"
 #include "../kernels/launch.hpp"
 
 namespace meshtensor {
-// How gradient() reduces the weight gradients that are still partial sums (docs/ops.md,
-// "Autodiff"; docs/performance.md has the measurements behind the defaults). Must be the same on
-// every processor.
-struct gradient_reduction {
-  // Gradients of at least this many bytes are reduced alone, in place, as soon as they are final:
-  // copying them into a bucket and back costs more than the call it saves.
-  std::int64_t in_place_bytes = std::int64_t{64} << 10;
-  // Smaller ones are copied into buckets of up to this many bytes, one allreduce per bucket
-  // (MESHTENSOR_GRADIENT_BUCKET_MB). 0: each alone.
-  std::int64_t bucket_bytes = std::int64_t{32} << 20;
-  // MPI_Iallreduce, progressed while the backward pass goes on, instead of MPI_Allreduce
-  // (MESHTENSOR_GRADIENT_OVERLAP=1). Off by default: on the machine measured, Open MPI's
-  // nonblocking allreduce cost more than the overlap saved.
-  bool overlap = false;
-};
-
-namespace detail {
-inline gradient_reduction& gradient_reduction_setting() {
-  static gradient_reduction r = [] {
-    gradient_reduction d;
-    if (const char* v = std::getenv("MESHTENSOR_GRADIENT_BUCKET_MB"); v && *v)
-      d.bucket_bytes = static_cast<std::int64_t>(std::max(std::atof(v), 0.0) * 1048576.0);
-    if (const char* v = std::getenv("MESHTENSOR_GRADIENT_OVERLAP"); v && *v) d.overlap = std::string(v) != "0";
-    return d;
-  }();
-  return r;
-}
-}  // namespace detail
-
-inline const gradient_reduction& gradient_reduction_settings() { return detail::gradient_reduction_setting(); }
-inline void set_gradient_reduction(const gradient_reduction& r) {
-  if (r.in_place_bytes < 0 || r.bucket_bytes < 0)
-    throw error(detail::cat("set_gradient_reduction: in_place_bytes ", r.in_place_bytes, " and bucket_bytes ",
-                            r.bucket_bytes, " must not be negative"));
-  detail::gradient_reduction_setting() = r;
-}
-
 namespace detail {
 
 // The params' gradients that are still partial sums (in a data-parallel step: over the batch's
@@ -252,6 +216,7 @@ void run_backward(const Loss& loss, grad_node_of<Loss>* seed, const node_order& 
       continue;
     }
     run(run, *n);
+    progress_arrivals();
     if (kept(n.get())) continue;
     n->clear_grad();
     if (n.use_count() == 1) n->release();
@@ -276,6 +241,7 @@ std::tuple<Params...> hand_out_gradients(const Params&... params) {
   std::unordered_set<const tape_node*> handed_out;
   const auto gradient_of = [&](const auto& t) {
     using TT = std::remove_cvref_t<decltype(t)>;
+    if (t.tracks_grad()) t.node()->land_arrivals();  // a reduce_scatter started in the pass (gradient_reduction::overlap)
     if (!t.tracks_grad() || !t.node()->has_grad) return TT(t.mesh(), t.extents());
     t.node()->settle();  // reduced by the buckets already, unless of another kind than the buckets'
     TT g(from_storage, t.mesh().shared_communicator(), t.node()->grad);

@@ -85,6 +85,30 @@ struct tape_node : std::enable_shared_from_this<tape_node> {
   virtual void release() { parents.clear(); }
 };
 
+// A gradient on its way to a node: a reduce_scatter started nonblocking (relayout's rule, under
+// gradient_reduction's overlap), to be added into the node once it has arrived. The node lands it
+// before anything reads or adds to its gradient, and gradient() before handing gradients out, so
+// the collective runs behind the rest of the backward pass. Destroyed unlanded (an error left the
+// pass), it still waits: MPI writes its buffers until then.
+struct arriving_gradient {
+  arriving_gradient() { in_flight().push_back(this); }
+  arriving_gradient(const arriving_gradient&) = delete;
+  arriving_gradient& operator=(const arriving_gradient&) = delete;
+  virtual ~arriving_gradient() { std::erase(in_flight(), this); }
+  virtual void progress() = 0;  // lets MPI move it on (one test)
+  virtual void land() = 0;      // waits for it and adds it into its node
+  // Every gradient on its way, for progress_arrivals.
+  static std::vector<arriving_gradient*>& in_flight() {
+    static thread_local std::vector<arriving_gradient*> all;
+    return all;
+  }
+};
+// Most MPIs move a nonblocking collective on only inside MPI calls: the backward pass calls this
+// between rules.
+inline void progress_arrivals() {
+  for (auto* a : arriving_gradient::in_flight()) a->progress();
+}
+
 template <Tensor TT>
 TT clone(const TT& t) {
   return TT(from_storage, t.mesh().shared_communicator(), t.storage().copy());
@@ -108,14 +132,25 @@ struct grad_node : tape_node {
   bool has_grad = false;
   // Axes over which grad is still a sum of per-processor partials (0: grad is the gradient).
   axis_set pending_axes;
+  // Gradients started on their way here, not yet added (arriving_gradient).
+  std::vector<std::unique_ptr<arriving_gradient>> arriving;
 
+  // Adds what is on its way: before anything reads grad, has_grad or pending_axes.
+  void land_arrivals() {
+    if (arriving.empty()) return;
+    auto landing = std::move(arriving);
+    arriving.clear();
+    for (auto& a : landing) a->land();
+  }
   void accumulate(const storage_type& g) {
+    land_arrivals();
     if (!has_grad) return take(g.copy());
     settle();  // a whole gradient added to a partial would be counted once per processor
     add_in_place(g);
   }
   // g is a fresh result that nothing else refers to: the first one is kept as it is, not copied.
   void accumulate_fresh(storage_type&& g) {
+    land_arrivals();
     if (!has_grad) return take(std::move(g));
     settle();
     add_in_place(g);
@@ -123,6 +158,7 @@ struct grad_node : tape_node {
   // g is fresh and a partial sum over axes: added locally to partials over the same axes.
   void accumulate_partial(storage_type&& g, axis_set axes) {
     if (axes == 0) return accumulate_fresh(std::move(g));
+    land_arrivals();
     if (!has_grad) {
       take(std::move(g));
       pending_axes = axes;
@@ -136,6 +172,7 @@ struct grad_node : tape_node {
   }
   // Reduces a pending partial sum: grad is then the gradient on every processor.
   void settle() {
+    land_arrivals();
     if (pending_axes.empty() || !has_grad) return;
     allreduce_slice<Exec, T>(*comm, grad.data, pending_axes, reduce_op::sum);
     pending_axes = {};
@@ -143,6 +180,7 @@ struct grad_node : tape_node {
   void add_in_place(const storage_type& g) { accumulate_kernel<Exec>(grad.data, g.data); }
   void backward() override {}  // a leaf: nothing to push further
   void clear_grad() override {
+    land_arrivals();  // MPI writes its buffers until it has arrived
     grad = storage_type{};
     has_grad = false;
     pending_axes = 0;
@@ -169,6 +207,7 @@ struct rule_node final : grad_node_of<TT> {
   // The rule, or null once released.
   const Rule* rule() const { return held_ ? std::addressof(rule_) : nullptr; }
   void backward() override {
+    this->land_arrivals();
     if (!this->has_grad) return;
     if (!held_)  // unreachable by construction: only nodes that nothing outside a pass holds are released
       throw error("meshtensor: a gradient reached an op whose saved tensors an earlier backward pass released");

@@ -70,6 +70,7 @@
 #include "../plan/comm_plan.hpp"
 #include "../runtime/collectives.hpp"
 #include "../tensor/mpi_buffer.hpp"
+#include "../tensor/ring_hop.hpp"
 #include "attention.hpp"
 #include "detail/ring_geometry.hpp"
 #include "ring_attention_traffic.hpp"
@@ -250,22 +251,15 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
     const bool last = step == P - 1;
     const std::int64_t send_n = last ? 2 * ring.block(j) : 4 * ring.block(j);
     const std::int64_t recv_n = last ? 2 * own_blk : 4 * ring.block(ring.part(step + 1));
-    std::optional<buffer> sent;
-    const buffer received = buffer::writing(static_cast<std::size_t>(recv_n));
-    auto received_claim = planned_claim_of_buffer(received);
-    ring_exchange<C>(
-        comm, ring.axes,
-        [&] {
-          sent.emplace(buffer::reading(CView(cur.data() + (last ? 2 * ring.block(j) : 0), static_cast<std::size_t>(send_n))));
-          return static_cast<const C*>(sent->data());
-        },
-        send_n, ring.to, received.data(), recv_n, ring.from, false, compute);
+    auto arrived = ring_hop<Exec>(comm, ring.axes, ring.to, ring.from,
+                                  CView(cur.data() + (last ? 2 * ring.block(j) : 0), static_cast<std::size_t>(send_n)),
+                                  send_n, recv_n, false, compute);
     if (last) {
-      home = home_owner = received.view();
-      home_claim = std::move(received_claim);
+      home = home_owner = arrived.view;
+      home_claim = std::move(arrived.claim);
     } else {
-      cur = received.view();
-      cur_claim = std::move(received_claim);
+      cur = arrived.view;
+      cur_claim = std::move(arrived.claim);
     }
   }
   if (q_chunks == 2)
@@ -346,7 +340,6 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
   auto cur_claim = planned_claim(cur);
   kernels::deep_copy(Kokkos::View<T*, Mem>(cur.data(), static_cast<std::size_t>(own_blk)), k.view());
   kernels::deep_copy(Kokkos::View<T*, Mem>(cur.data() + own_blk, static_cast<std::size_t>(own_blk)), v.view());
-  using buffer = mpi_buffer<Exec, T>;
   const auto qc = ring_in_compute_type<Exec, C>(q.view());  // q in C: the products' operand
   scratch.push_back(planned_claim(qc));
   std::array<CView, 2> qcs{qc, CView()};
@@ -374,18 +367,9 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
       break;
     }
     const std::int64_t send_n = 2 * ring.block(j), recv_n = 2 * ring.block(ring.part(step + 1));
-    std::optional<buffer> sent;
-    const buffer received = buffer::writing(static_cast<std::size_t>(recv_n));
-    auto received_claim = planned_claim_of_buffer(received);
-    ring_exchange<T>(
-        comm, ring.axes,
-        [&] {
-          sent.emplace(buffer::reading(cur));
-          return static_cast<const T*>(sent->data());
-        },
-        send_n, ring.to, received.data(), recv_n, ring.from, true, compute);
-    cur = received.view();
-    cur_claim = std::move(received_claim);
+    auto arrived = ring_hop<Exec>(comm, ring.axes, ring.to, ring.from, cur, send_n, recv_n, true, compute);
+    cur = arrived.view;
+    cur_claim = std::move(arrived.claim);
   }
   // o = acc / l; lse = m + log(l), what the backward pass recomputes the weights from.
   Q out(q.mesh(), q.extents(), uninitialized);  // the chunks' rows cover the part: every element written

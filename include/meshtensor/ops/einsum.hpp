@@ -245,6 +245,7 @@ void push_product_grad(const In& input, const Lhs& l, const Rhs& r, axis_set axe
   if constexpr ((std::is_same_v<T, float> || std::is_same_v<T, bf16>) && s.out_plain) {
     if (!input.tracks_grad()) return;
     auto* target = float_gradient_of(input);
+    if (target) target->land_arrivals();
     if (target && (!target->has_grad || target->pending_axes == axes)) {
       const bool accumulate = target->has_grad;
       using F = typename In::template rebind<float>;

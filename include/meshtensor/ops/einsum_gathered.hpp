@@ -69,9 +69,9 @@ struct gathered_products {
   ring_parts ring;
   std::array<std::optional<R>, N> grads;  // each result's, where it had one
 
-  // The rows of part p of result i's gradient.
-  R rows(std::size_t i, int p) const {
-    return rows_of_part<D>(*grads[i], ring.offset[static_cast<std::size_t>(p)], ring.extent[static_cast<std::size_t>(p)]);
+  // The rows of part p of a result's gradient g.
+  static R rows(const R& g, const ring_parts& ring, int p) {
+    return rows_of_part<D>(g, ring.offset[static_cast<std::size_t>(p)], ring.extent[static_cast<std::size_t>(p)]);
   }
   void backward() const {
     using Xd = typename X::dims;
@@ -85,7 +85,7 @@ struct gathered_products {
         std::optional<G> sum;
         for (std::size_t i = 0; i < N; ++i) {
           if (!grads[i]) continue;
-          G term = contract<Xd, false>(rows(i, p), *wc[i]);
+          G term = contract<Xd, false>(rows(*grads[i], ring, p), *wc[i]);
           if (sum)
             accumulate_kernel<typename X::execution_space>(sum->view(), term.view());
           else
@@ -114,10 +114,7 @@ struct gathered_products {
           const G xc = conjugated_for_gradient(part);
           for (std::size_t i = 0; i < N; ++i)
             if (these[i])
-              push_product_grad<Wd>(w[i], xc,
-                                    rows_of_part<D>(*grads[i], ring.offset[static_cast<std::size_t>(p)],
-                                                    ring.extent[static_cast<std::size_t>(p)]),
-                                    contracted_axes<Wd, G, R>());
+              push_product_grad<Wd>(w[i], xc, rows(*grads[i], ring, p), contracted_axes<Wd, G, R>());
         });
       });
     }

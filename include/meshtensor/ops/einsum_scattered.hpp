@@ -64,10 +64,11 @@ struct einsum_scattered_rule {
     std::optional<R> gathered;  // the result's gradient, whole along D, for w's
     if (a.tracks_grad()) da.emplace(a.mesh(), a.extents(), uninitialized);
     if (w.tracks_grad()) gathered.emplace(a.mesh(), g.extents(), uninitialized);
-    const auto wc = conjugated_for_gradient(without_node(made_again(w)));
+    std::optional<W> wc;  // w as a's gradient reads it, only where that is wanted
+    if (da) wc.emplace(conjugated_for_gradient(without_node(made_again(w))));
     for_each_part_gathered<D, R>(without_node(g), ring, [&](const R& part, int p) {
       const std::int64_t at = ring.offset[static_cast<std::size_t>(p)];
-      if (da) put_part_rows<D>(contract<Ad, false>(part, wc), *da, at);
+      if (da) put_part_rows<D>(contract<Ad, false>(part, *wc), *da, at);
       if (gathered) put_part_rows<D>(part, *gathered, at);
     });
     if (da) push_partial_grad(a, std::move(*da), contracted_axes<Ad, R, W>());

@@ -23,6 +23,7 @@
 #include "../runtime/collectives.hpp"
 #include "../kernels/pool.hpp"
 #include "../kernels/copy_region.hpp"
+#include "../autodiff/gradient_reduction.hpp"
 #include "detail/op_support.hpp"
 #include "sum_broadcast.hpp"
 
@@ -343,32 +344,86 @@ Out relayout_kernel(const X& x, const char* op) {
   return Out(x.mesh(), x.extents(), std::move(v));
 }
 
-// The addends' sum, with each processor along Axes receiving only its part under Out: every
-// processor packs its addend's pieces in the order of the peers that own them (sub-rank order),
-// then one MPI_Reduce_scatter. Not recorded.
+// An addend packed for a reduce_scatter over axes into Out's layout: its pieces in the order of the
+// peers that own them (sub-rank order), with each peer's count, and the result to receive into.
+template <Tensor Out, Tensor X>
+struct scatter_packing {
+  using Exec = typename X::execution_space;
+  using T = typename X::value_type;
+  Kokkos::View<T*, typename Exec::memory_space> packed;
+  std::shared_ptr<void> packed_claim;  // a plan's, while the run holds it
+  std::vector<int> counts;
+  Out out;
+
+  scatter_packing(const X& addend, axis_set axes) {
+    constexpr std::size_t R = X::rank;
+    auto& comm = addend.mesh().communicator();
+    const auto& shape = comm.shape();
+    const placement<R> from(X::splits, shape, addend.extents()), to(Out::splits, shape, addend.extents());
+    const auto old_box = from.box_at(comm.coords());
+    const exchange<R> parts(peer_boxes(to, shape, comm.coords(), axes));
+    packed = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(parts.total));
+    packed_claim = planned_claim(packed);
+    for (std::size_t p = 0; p < parts.peers(); ++p)
+      copy_region<Exec>(addend.view().data(), 0, old_box, packed.data(), parts.displs[p], parts.boxes[p], parts.boxes[p]);
+    counts = parts.counts;
+    out = Out(addend.mesh(), addend.extents(), uninitialized);
+  }
+};
+
+// The addends' sum, with each processor along Axes receiving only its part under Out: one
+// MPI_Reduce_scatter of the packed pieces. Not recorded.
 template <Tensor Out, Tensor X>
 Out reduce_scatter_kernel(const X& addend, axis_set axes) {
   const collective_subject subject(&X::type_name);
   using Exec = typename X::execution_space;
   using T = typename X::value_type;
-  constexpr std::size_t R = X::rank;
-  auto& comm = addend.mesh().communicator();
-  const auto& shape = comm.shape();
-  const placement<R> from(X::splits, shape, addend.extents()), to(Out::splits, shape, addend.extents());
-  const auto old_box = from.box_at(comm.coords());
-  const exchange<R> parts(peer_boxes(to, shape, comm.coords(), axes));
-  auto& pool = view_pool<T, typename Exec::memory_space>::get();
-  const auto packed = pool.allocate(static_cast<std::size_t>(parts.total));
-  const auto packed_claim = planned_claim(packed);  // a plan's, while the run holds it
-  for (std::size_t p = 0; p < parts.peers(); ++p)
-    copy_region<Exec>(addend.view().data(), 0, old_box, packed.data(), parts.displs[p], parts.boxes[p], parts.boxes[p]);
-  Out out(addend.mesh(), addend.extents(), uninitialized);
-  const auto send = mpi_buffer<Exec, T>::reading(packed);
-  const auto received = mpi_buffer<Exec, T>::receiving_into(out.view());
-  reduce_scatter_v(comm, axes, send.data(), received.data(), parts.counts);
-  received.copy_into(out.view());
-  return out;
+  scatter_packing<Out, X> pack(addend, axes);
+  const auto send = mpi_buffer<Exec, T>::reading(pack.packed);
+  const auto received = mpi_buffer<Exec, T>::receiving_into(pack.out.view());
+  reduce_scatter_v(addend.mesh().communicator(), axes, send.data(), received.data(), pack.counts);
+  received.copy_into(pack.out.view());
+  return std::move(pack.out);
 }
+
+// reduce_scatter_kernel started (MPI_Ireduce_scatter) for a parameter's gradient (an X, from the
+// addend G): on its way to the parameter's node while the backward pass goes on, added there when
+// it lands (autodiff/tape.hpp's arriving_gradient). Holds the packed addend and the result until then.
+template <Tensor X, Tensor G>
+class reduce_scatter_arriving final : public arriving_gradient {
+ public:
+  reduce_scatter_arriving(grad_node_of<X>* node, const G& addend, axis_set axes)
+      : node_(node), comm_(&addend.mesh().communicator()), axes_(axes), pack_(addend, axes),
+        send_(buffer::reading(pack_.packed)), received_(buffer::receiving_into(pack_.out.view())) {
+    const collective_subject subject(&G::type_name);
+    started_ = start_reduce_scatter_v(*comm_, axes_, send_.data(), received_.data(), pack_.counts);
+  }
+  ~reduce_scatter_arriving() override {
+    if (started_.request != MPI_REQUEST_NULL) MPI_Wait(&started_.request, MPI_STATUS_IGNORE);
+  }
+  void progress() override {
+    int done = 0;
+    if (started_.request != MPI_REQUEST_NULL) MPI_Test(&started_.request, &done, MPI_STATUS_IGNORE);
+  }
+  void land() override {
+    const collective_subject subject(&X::type_name);
+    std::int64_t n = 0;
+    for (const int k : pack_.counts) n += k;
+    comm_->await_started(started_, collective::reduce_scatter, axes_, n * static_cast<std::int64_t>(sizeof(T)));
+    received_.copy_into(pack_.out.view());
+    node_->accumulate_fresh(std::move(pack_.out).storage());
+  }
+
+ private:
+  using T = typename X::value_type;
+  using buffer = mpi_buffer<typename X::execution_space, T>;
+  grad_node_of<X>* node_;
+  communicator* comm_;
+  axis_set axes_;
+  scatter_packing<X, G> pack_;
+  buffer send_, received_;
+  started_collective started_;
+};
 
 template <class Out, class X>
 constexpr bool relayout_compatible_v = std::is_same_v<typename Out::value_type, typename X::value_type> &&
@@ -397,6 +452,15 @@ struct relayout_rule {
       }
     }
     if (!scatters_over<X::rank>(Out::splits, X::splits, axes)) return false;
+    if constexpr (!std::is_same_v<typename X::value_type, bf16>) {
+      // A parameter's gradient (read after the pass, nothing on the tape reads it before) can be
+      // on its way while the rest of the pass runs.
+      if (gradient_reduction_settings().overlap && x.tracks_grad() && x.node()->parents.empty() &&
+          nodes_read_after_pass() && nodes_read_after_pass()->count(x.node())) {
+        x.node()->arriving.push_back(std::make_unique<reduce_scatter_arriving<X, Out>>(x.node(), g, axes));
+        return true;
+      }
+    }
     push_fresh_grad(x, reduce_scatter_kernel<X>(g, axes));
     return true;
   }

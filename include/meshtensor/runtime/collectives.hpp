@@ -296,6 +296,19 @@ void reduce_scatter_v(communicator& c, axis_set axes, const T* send, T* recv, co
   }
 }
 
+// reduce_scatter_v, started: recv holds this processor's part of the sum once the communicator's
+// await_started has returned. Not for bf16, which is summed in float (reduce_widened): reduce_scatter_v.
+template <class T>
+started_collective start_reduce_scatter_v(communicator& c, axis_set axes, const T* send, T* recv,
+                                          const std::vector<int>& counts, reduce_op op = reduce_op::sum) {
+  static_assert(!std::is_same_v<T, bf16>, "meshtensor: start_reduce_scatter_v sums bf16 in float: call reduce_scatter_v");
+  std::int64_t n = 0;
+  for (const int k : counts) n += k;
+  return c.start({collective::reduce_scatter, axes, n * static_cast<std::int64_t>(sizeof(T))}, [&](MPI_Request* r) {
+    MPI_Ireduce_scatter(send, recv, counts.data(), detail::mpi_type<T>(), detail::mpi_op(op), c.over(axes), r);
+  });
+}
+
 // Along one mesh axis: this processor sends to coordinate + offset and receives from
 // coordinate - offset. Without wrap, processors whose source falls off the edge get zeros.
 template <class T>

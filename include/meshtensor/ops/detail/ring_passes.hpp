@@ -7,7 +7,7 @@
 //   ring_reduce_scattered: this processor's addends for every part summed around the ring, each
 //     sum ending on the part's owner (the reduce_scatter's data, P - 1 hops; the next addend is
 //     computed while the sum so far travels).
-// Each hop is one `shift` over A (ring_exchange, runtime/collectives.hpp): in a plan it sits over
+// Each hop is one `shift` over A (tensor/ring_hop.hpp, ring_exchange): in a plan it sits over
 // the step's products (plan/timeline.hpp). Addends are summed in float for bf16 (rounded once, as
 // the reduce_scatter of bf16 partials), in their own type otherwise.
 #include <Kokkos_Core.hpp>
@@ -27,6 +27,7 @@
 #include "../../kernels/rows.hpp"
 #include "../../runtime/collectives.hpp"
 #include "../../tensor/mpi_buffer.hpp"
+#include "../../tensor/ring_hop.hpp"
 #include "../../tensor/tensor.hpp"
 #include "along.hpp"
 
@@ -86,7 +87,6 @@ template <Dim D, Tensor G, Tensor X, class Use>
 void for_each_part_gathered(const X& x, const ring_parts& ring, Use&& use) {
   using Exec = typename X::execution_space;
   using T = typename X::value_type;
-  using buffer = mpi_buffer<Exec, T>;
   communicator& comm = x.mesh().communicator();
   const row_shape s = rows_along<D>(x);
   const std::int64_t per_position = s.outer * s.inner;  // elements of the slice per position along D
@@ -102,18 +102,9 @@ void for_each_part_gathered(const X& x, const ring_parts& ring, Use&& use) {
     const int next = ring.part(step + 1);
     const std::int64_t send_n = per_position * ring.extent[static_cast<std::size_t>(p)];
     const std::int64_t recv_n = per_position * ring.extent[static_cast<std::size_t>(next)];
-    std::optional<buffer> sent;
-    const buffer received = buffer::writing(static_cast<std::size_t>(recv_n));
-    auto received_claim = planned_claim_of_buffer(received);
-    ring_exchange<T>(
-        comm, ring.axes,
-        [&] {
-          sent.emplace(buffer::reading(here));
-          return static_cast<const T*>(sent->data());
-        },
-        send_n, ring.to, received.data(), recv_n, ring.from, true, [&] { use(part, p); });
-    here = received.view();
-    here_claim = std::move(received_claim);
+    auto arrived = ring_hop<Exec>(comm, ring.axes, ring.to, ring.from, here, send_n, recv_n, true, [&] { use(part, p); });
+    here = arrived.view;
+    here_claim = std::move(arrived.claim);
   }
 }
 
@@ -147,7 +138,6 @@ Out ring_reduce_scattered(const typename Out::mesh_type& m, const typename Out::
   using Mem = typename Exec::memory_space;
   using T = typename Out::value_type;
   using A = std::conditional_t<std::is_same_v<T, bf16>, float, T>;
-  using buffer = mpi_buffer<Exec, A>;
   using view = Kokkos::View<A*, Mem>;
   communicator& comm = m.communicator();
   // Elements per position along D, in every addend and in the result.
@@ -177,27 +167,18 @@ Out ring_reduce_scattered(const typename Out::mesh_type& m, const typename Out::
   for (int step = 1; step < ring.parts; ++step) {
     const int next = ring.part(step + 1);
     const std::int64_t send_n = static_cast<std::int64_t>(sum.extent(0));
-    std::optional<buffer> sent;
     const std::int64_t recv_n = per_position * ring.extent[static_cast<std::size_t>(next)];
-    const buffer received = buffer::writing(static_cast<std::size_t>(recv_n));
-    auto received_claim = planned_claim_of_buffer(received);
     std::optional<std::invoke_result_t<Addend&, int>> mine;
-    ring_exchange<A>(
-        comm, ring.axes,
-        [&] {
-          sent.emplace(buffer::reading(sum));
-          return static_cast<const A*>(sent->data());
-        },
-        send_n, ring.to, received.data(), recv_n, ring.from, true,
-        [&] { mine.emplace(addend(next)); });
-    const view arrived = received.view();
+    auto hop = ring_hop<Exec>(comm, ring.axes, ring.to, ring.from, sum, send_n, recv_n, true,
+                              [&] { mine.emplace(addend(next)); });
+    const view arrived = hop.view;
     check_addend_size(*mine, recv_n, next);
     const auto add = mine->view();
     kernels::parallel_for(
         "meshtensor::ring_reduce_scattered_add", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(arrived.extent(0))),
         KOKKOS_LAMBDA(std::int64_t e) { arrived(e) += static_cast<A>(add(e)); });
     sum = arrived;
-    sum_claim = std::move(received_claim);
+    sum_claim = std::move(hop.claim);
     p = next;
   }
   if constexpr (std::is_same_v<A, T>) {
