@@ -136,55 +136,72 @@ void check_started_gathers(const grid& g) {
 }
 
 // Under gradient_reduction's overlap the weights' reduce_scatters start nonblocking as the pass
-// makes them and land before gradient() hands the gradients out: the same gradients and the same
-// collectives counted as blocking, and in a plan each is started, the other weight's product runs
-// while the first is in flight, and both are waited for at the end.
-template <class Compute, class Shard>
+// makes them and land before gradient() hands the gradients out: the same collectives counted as
+// blocking, the same gradients (in double; with W's bf16 working copies of float weights, cast
+// before the gather, the sum is made in float and lands in the float weight's gradient without
+// the blocking path's rounding to bf16 on the way: equal to bf16's precision), and in a plan each
+// is started, the other weight's product runs while the first is in flight, and both are waited
+// for at the end.
+template <class Compute, class Shard, class Work>
 void check_overlapped_scatters(const grid& g) {
-  INFO("overlapped: " << layout_name<Compute>() << " stored as " << layout_name<Shard>());
-  using X = ten<Compute, i_, j_>;
-  using W = ten<Compute, j_, k_>;
-  using WS = ten<Shard, j_, k_>;
-  const auto step = [](const grid& on, bool overlap) {
+  INFO("overlapped: " << layout_name<Compute>() << " stored as " << layout_name<Shard>() << ", products in "
+                      << (std::is_same_v<Work, mt::bf16> ? "bf16" : "double"));
+  using Stored = std::conditional_t<std::is_same_v<Work, mt::bf16>, float, double>;
+  using X = mt::basic_tensor<Work, Compute, Kokkos::DefaultExecutionSpace, i_, j_>;
+  using WS = mt::basic_tensor<Stored, Shard, Kokkos::DefaultExecutionSpace, j_, k_>;
+  const auto step = [](const grid& on, bool overlap, int sums_in_flight = 2) {
     const mt::gradient_reduction defaults = mt::gradient_reduction_settings();
     mt::gradient_reduction r = defaults;
     r.overlap = overlap;
+    r.sums_in_flight = sums_in_flight;
     mt::set_gradient_reduction(r);
-    const auto x = mt::random_normal<X>(on, {I, J}, 1);
+    const auto x = mt::cast<Work>(mt::random_normal<typename X::template rebind<double>>(on, {I, J}, 1));
     auto w1 = mt::random_normal<WS>(on, {J, K}, 3), w2 = mt::random_normal<WS>(on, {J, K}, 4);
     w1.requires_grad();
     w2.requires_grad();
     on.reset_counters();
     if (on.is_planned()) mt::reset_plan(on);
-    const auto loss = weighted_sum(mt::einsum<i_, k_>(x, mt::gather_for_use<W>(w1)) +
-                                       mt::einsum<i_, k_>(x, mt::gather_for_use<W>(w2)), 2);
+    const auto product = [&](const WS& w) { return mt::einsum<i_, k_>(x, mt::use_as<Work, Compute>(w)); };
+    const auto loss = weighted_sum(mt::cast<double>(product(w1) + product(w2)), 2);
     auto grads = mt::gradient(loss, w1, w2);
     mt::set_gradient_reduction(defaults);
     return std::make_pair(on.counters(), std::move(grads));
   };
+  const double tolerance = std::is_same_v<Work, mt::bf16> ? 1e-2 : 1e-12;
   const auto [blocking, want] = step(g, false);
   const auto [overlapped, got] = step(g, true);
   INFO("blocking " << show(blocking) << " overlapped " << show(overlapped));
   REQUIRE(overlapped == blocking);
-  require_close(mt::gather_all(std::get<0>(got)), mt::gather_all(std::get<0>(want)), 1e-12);
-  require_close(mt::gather_all(std::get<1>(got)), mt::gather_all(std::get<1>(want)), 1e-12);
+  require_close(mt::gather_all(std::get<0>(got)), mt::gather_all(std::get<0>(want)), tolerance);
+  require_close(mt::gather_all(std::get<1>(got)), mt::gather_all(std::get<1>(want)), tolerance);
 
-  const grid planned = grid::planned(g.sizes(), {g.coord<r_>(), g.coord<c_>()});
-  (void)step(planned, true);
-  const auto events = mt::plan_report_of(planned).timeline.events;
-  using K = mt::plan_event_kind;
-  std::vector<std::size_t> started, waited;
-  for (std::size_t e = 0; e < events.size(); ++e) {
-    if (events[e].op != mt::collective::reduce_scatter) continue;
-    REQUIRE(events[e].kind != K::blocking);
-    (events[e].kind == K::started ? started : waited).push_back(e);
+  // The plan's order: where each sum starts and where it is waited for.
+  const auto planned_sums = [&](int sums_in_flight) {
+    const grid planned = grid::planned(g.sizes(), {g.coord<r_>(), g.coord<c_>()});
+    (void)step(planned, true, sums_in_flight);
+    const auto events = mt::plan_report_of(planned).timeline.events;
+    std::vector<std::size_t> started, waited;
+    for (std::size_t e = 0; e < events.size(); ++e) {
+      if (events[e].op != mt::collective::reduce_scatter) continue;
+      REQUIRE(events[e].kind != mt::plan_event_kind::blocking);
+      (events[e].kind == mt::plan_event_kind::started ? started : waited).push_back(e);
+    }
+    REQUIRE(started.size() == 2);
+    REQUIRE(waited.size() == 2);
+    return std::make_tuple(events, started, waited);
+  };
+  {
+    const auto [events, started, waited] = planned_sums(2);
+    REQUIRE(started[1] < waited[0]);  // both in flight at once
+    // The first weight's product (its gradient) is computed while the second's sum is in flight.
+    REQUIRE(!events[started[1]].before.products.empty());
   }
-  REQUIRE(started.size() == 2);
-  REQUIRE(waited.size() == 2);
-  REQUIRE(started[1] < waited[0]);  // both in flight at once
-  // The first weight's product (its gradient) is computed while the second's sum is in flight.
-  bool product_in_flight = !events[started[1]].before.products.empty();
-  REQUIRE(product_in_flight);
+  {
+    // One in flight at a time: the second waits for the first before it starts.
+    const auto [events, started, waited] = planned_sums(1);
+    REQUIRE(started[0] < waited[0]);
+    REQUIRE(waited[0] < started[1]);
+  }
 }
 
 // An optimizer stepping on parts gives the whole parameter's step: three steps of Inner on a
@@ -249,8 +266,11 @@ TEST_CASE("start_gather_for_use: in flight while other collectives run, then as 
 
 TEST_CASE("gather_for_use's reduce_scatters behind the backward pass (gradient_reduction::overlap)") {
   const grid g = world_grid();
-  check_overlapped_scatters<data, data_shard>(g);
-  check_overlapped_scatters<two_d, two_d_shard>(g);
+  check_overlapped_scatters<data, data_shard, double>(g);
+  check_overlapped_scatters<two_d, two_d_shard, double>(g);
+  check_overlapped_scatters<data, data_shard, mt::bf16>(g);
+  CHECK_THROWS_WITH(mt::set_gradient_reduction({.overlap = true, .sums_in_flight = 0}),
+                    Catch::Matchers::ContainsSubstring("sums_in_flight 0 must be at least 1"));
 }
 
 TEST_CASE("optimizers on parts (stages 1 and 3) step as on the whole parameter, state split") {

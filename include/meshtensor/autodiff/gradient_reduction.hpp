@@ -26,6 +26,12 @@ struct gradient_reduction {
   // Off by default: on the machine measured, Open MPI's nonblocking allreduce cost more than the
   // overlap saved.
   bool overlap = false;
+  // Under overlap, how many sharded parameters' sums may be on their way at once: starting one
+  // more first lands the oldest. Each holds its packed addend (the gathered weight's gradient,
+  // whole) until it lands, so without a bound a pass would hold every layer's at its end, the
+  // memory that sharding saves (planned: 29.8 GiB against 6.4 for a 32-layer, d_model 4096 model
+  // on [64 x 1]). Two: one moving while the pass makes the next.
+  int sums_in_flight = 2;
 };
 
 namespace detail {
@@ -46,6 +52,9 @@ inline void set_gradient_reduction(const gradient_reduction& r) {
   if (r.in_place_bytes < 0 || r.bucket_bytes < 0)
     throw error(detail::cat("set_gradient_reduction: in_place_bytes ", r.in_place_bytes, " and bucket_bytes ",
                             r.bucket_bytes, " must not be negative"));
+  if (r.sums_in_flight < 1)
+    throw error(detail::cat("set_gradient_reduction: sums_in_flight ", r.sums_in_flight,
+                            " must be at least 1 (the sum just started)"));
   detail::gradient_reduction_setting() = r;
 }
 

@@ -80,6 +80,8 @@ struct tape_node : std::enable_shared_from_this<tape_node> {
   virtual ~tape_node() = default;
   virtual void backward() = 0;
   virtual void clear_grad() = 0;
+  // Adds the gradients on their way here (arriving_gradient, below); nothing for a node that takes none.
+  virtual void land_arrivals() {}
   // Drops what the rule saved (its inputs, its closure) and the links to the parents, after the
   // rule has run in a pass that alone holds this node (gradient.hpp, run_backward).
   virtual void release() { parents.clear(); }
@@ -91,13 +93,14 @@ struct tape_node : std::enable_shared_from_this<tape_node> {
 // the collective runs behind the rest of the backward pass. Destroyed unlanded (an error left the
 // pass), it still waits: MPI writes its buffers until then.
 struct arriving_gradient {
-  arriving_gradient() { in_flight().push_back(this); }
+  tape_node* const owner;  // the node it lands in, which holds it
+  explicit arriving_gradient(tape_node* node) : owner(node) { in_flight().push_back(this); }
   arriving_gradient(const arriving_gradient&) = delete;
   arriving_gradient& operator=(const arriving_gradient&) = delete;
   virtual ~arriving_gradient() { std::erase(in_flight(), this); }
   virtual void progress() = 0;  // lets MPI move it on (one test)
   virtual void land() = 0;      // waits for it and adds it into its node
-  // Every gradient on its way, for progress_arrivals.
+  // Every gradient on its way, oldest first, for progress_arrivals and the limit on how many.
   static std::vector<arriving_gradient*>& in_flight() {
     static thread_local std::vector<arriving_gradient*> all;
     return all;
@@ -136,7 +139,7 @@ struct grad_node : tape_node {
   std::vector<std::unique_ptr<arriving_gradient>> arriving;
 
   // Adds what is on its way: before anything reads grad, has_grad or pending_axes.
-  void land_arrivals() {
+  void land_arrivals() override {
     if (arriving.empty()) return;
     auto landing = std::move(arriving);
     arriving.clear();

@@ -54,6 +54,27 @@ struct cast_rule {
     return true;
   }
 };
+
+// The float gradient that a product's result for `input` can be written into: input's own where
+// it is float, that of the float tensor input was cast from where it is a bf16 copy (a float
+// master weight's working copy, a gathered weight's, an activation's) whose cast has not yet run
+// backward and whose own gradient the pass does not hand out; else none.
+template <Tensor In>
+grad_node<float, In::rank, typename In::execution_space>* float_gradient_of(const In& input) {
+  using T = typename In::value_type;
+  if constexpr (std::is_same_v<T, float>) {
+    return input.node();
+  } else if constexpr (std::is_same_v<T, bf16>) {
+    using F = typename In::template rebind<float>;
+    auto* copy = dynamic_cast<rule_node<In, cast_rule<F, In>>*>(input.node());
+    if (!copy || !copy->rule() || !copy->rule()->x.tracks_grad()) return nullptr;
+    if (const auto* read = nodes_read_after_pass(); read && read->count(copy)) return nullptr;  // gradient(loss, copy)
+    return copy->rule()->x.node();
+  } else {
+    return nullptr;
+  }
+}
+
 }  // namespace detail
 
 // Gradient: the result's gradient cast back to x's element type, when both are floating point or

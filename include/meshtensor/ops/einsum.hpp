@@ -211,26 +211,6 @@ X conjugated_for_gradient(const X& x) {
     return x;
 }
 
-// The float gradient that a product's result for `input` can be written into: input's own where
-// it is float, that of the float tensor input was cast from where it is a bf16 copy (a float
-// master weight's working copy, a gathered weight's, an activation's) whose cast has not yet run
-// backward and whose own gradient the pass does not hand out; else none.
-template <Tensor In>
-grad_node<float, In::rank, typename In::execution_space>* float_gradient_of(const In& input) {
-  using T = typename In::value_type;
-  if constexpr (std::is_same_v<T, float>) {
-    return input.node();
-  } else if constexpr (std::is_same_v<T, bf16>) {
-    using F = typename In::template rebind<float>;
-    auto* copy = dynamic_cast<rule_node<In, cast_rule<F, In>>*>(input.node());
-    if (!copy || !copy->rule() || !copy->rule()->x.tracks_grad()) return nullptr;
-    if (const auto* read = nodes_read_after_pass(); read && read->count(copy)) return nullptr;  // gradient(loss, copy)
-    return copy->rule()->x.node();
-  } else {
-    return nullptr;
-  }
-}
-
 // Pushes the product of l and r into OutList's dims, a partial sum over `axes`, into input's
 // gradient. Where that gradient is float (float_gradient_of) and holds nothing yet or a partial
 // sum over the same axes, the product writes into it or adds to it (beta = 1): Megatron's

@@ -24,6 +24,7 @@
 #include "../kernels/pool.hpp"
 #include "../kernels/copy_region.hpp"
 #include "../autodiff/gradient_reduction.hpp"
+#include "cast.hpp"
 #include "detail/op_support.hpp"
 #include "sum_broadcast.hpp"
 
@@ -393,7 +394,7 @@ template <Tensor X, Tensor G>
 class reduce_scatter_arriving final : public arriving_gradient {
  public:
   reduce_scatter_arriving(grad_node_of<X>* node, const G& addend, axis_set axes)
-      : node_(node), comm_(&addend.mesh().communicator()), axes_(axes), pack_(addend, axes),
+      : arriving_gradient(node), node_(node), comm_(&addend.mesh().communicator()), axes_(axes), pack_(addend, axes),
         send_(buffer::reading(pack_.packed)), received_(buffer::receiving_into(pack_.out.view())) {
     const collective_subject subject(&G::type_name);
     started_ = start_reduce_scatter_v(*comm_, axes_, send_.data(), received_.data(), pack_.counts);
@@ -425,6 +426,38 @@ class reduce_scatter_arriving final : public arriving_gradient {
   started_collective started_;
 };
 
+// A parameter's gradient summed behind the rest of the backward pass (gradient_reduction's
+// overlap): where x is a leaf whose gradient the pass hands out, the reduce_scatter is started and
+// lands in x's node; where x is a bf16 copy of such a float leaf (a weight's working copy, cast
+// before its gather), it is summed in float and lands in the float leaf's node, where the
+// products' gradient-accumulation fusion writes too (ops/cast.hpp, float_gradient_of). Else false:
+// the caller reduces it now.
+template <Tensor X, Tensor G>
+bool start_sum_behind_pass(const X& x, const G& g, axis_set axes) {
+  const gradient_reduction& settings = gradient_reduction_settings();
+  if (!settings.overlap || !x.tracks_grad()) return false;
+  const auto* read = nodes_read_after_pass();
+  const auto handed_out = [&](const tape_node* n) { return n && n->parents.empty() && read && read->count(n); };
+  const auto make_room = [&] {  // the oldest sums land first (gradient_reduction::sums_in_flight)
+    auto& moving = arriving_gradient::in_flight();
+    while (!moving.empty() && static_cast<int>(moving.size()) >= settings.sums_in_flight)
+      moving.front()->owner->land_arrivals();
+  };
+  if constexpr (std::is_same_v<typename X::value_type, bf16>) {
+    auto* master = float_gradient_of(x);
+    if (!handed_out(master)) return false;
+    make_room();
+    using XF = typename X::template rebind<float>;
+    using GF = typename G::template rebind<float>;
+    master->arriving.push_back(std::make_unique<reduce_scatter_arriving<XF, GF>>(master, cast_local<float>(g), axes));
+  } else {
+    if (!handed_out(x.node())) return false;
+    make_room();
+    x.node()->arriving.push_back(std::make_unique<reduce_scatter_arriving<X, G>>(x.node(), g, axes));
+  }
+  return true;
+}
+
 template <class Out, class X>
 constexpr bool relayout_compatible_v = std::is_same_v<typename Out::value_type, typename X::value_type> &&
                                        std::is_same_v<typename Out::execution_space, typename X::execution_space> &&
@@ -452,15 +485,7 @@ struct relayout_rule {
       }
     }
     if (!scatters_over<X::rank>(Out::splits, X::splits, axes)) return false;
-    if constexpr (!std::is_same_v<typename X::value_type, bf16>) {
-      // A parameter's gradient (read after the pass, nothing on the tape reads it before) can be
-      // on its way while the rest of the pass runs.
-      if (gradient_reduction_settings().overlap && x.tracks_grad() && x.node()->parents.empty() &&
-          nodes_read_after_pass() && nodes_read_after_pass()->count(x.node())) {
-        x.node()->arriving.push_back(std::make_unique<reduce_scatter_arriving<X, Out>>(x.node(), g, axes));
-        return true;
-      }
-    }
+    if (start_sum_behind_pass(x, g, axes)) return true;
     push_fresh_grad(x, reduce_scatter_kernel<X>(g, axes));
     return true;
   }
