@@ -6,7 +6,11 @@
 # 1 (no overlap) against 2 and 4 (the next chunk's dispatch and the last one's return in flight
 # while a chunk's experts compute). Prints a Markdown table (docs/performance.md).
 #
-#   scripts/dev/bench_moe_overlap.sh [--rounds 5] [--steps 8] [--warmup 2]
+#   scripts/dev/bench_moe_overlap.sh [--rounds 5] [--steps 8] [--warmup 2] [--against BUILD]
+#
+# --against BUILD: BUILD/examples/llama (another commit's, built as this script builds it: e.g. a
+# `git worktree` of it with MESHTENSOR_BUILD_DIR set) runs every configuration too, interleaved,
+# and the table's last column is this build's median over it.
 #
 # Each round runs every configuration once, interleaved; each run's figure is the median tokens/s
 # of its steps after the warm-up; the table holds the median over the rounds (min and max beside)
@@ -18,8 +22,8 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=bench_common.sh
 source "$root/scripts/dev/bench_common.sh"
-rounds=5 steps=8 warmup=2
-bench_args "$0" 2,16 --rounds:rounds --steps:steps --warmup:warmup -- "$@"
+rounds=5 steps=8 warmup=2 against=""
+bench_args "$0" 2,20 --rounds:rounds --steps:steps --warmup:warmup --against:against -- "$@"
 build=${MESHTENSOR_BUILD_DIR:-$root/build/bench_moe}
 bench_build_target "$build" llama -- -DMESHTENSOR_BUILD_TESTS=OFF -DMESHTENSOR_BUILD_BENCHMARKS=OFF \
   -DMESHTENSOR_LLAMA_LAYOUT=data
@@ -30,28 +34,41 @@ echo "[bench_moe_overlap] CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc 
 model=(--experts 8 --top-k 2 --capacity 64 --d-model 256 --layers 2 --kv-heads 2 --group 2 --d-kv 64 --d-ff 512
        --batch 8 --length 256 --layout data --text "$root/README.md")
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
-# run RANKS CHUNKS: the median tokens/s of the steps after the warm-up
+declare -A got binary
+binary[this]="$build/examples/llama"
+[ -z "$against" ] || binary[against]="$against/examples/llama"
+# run BUILD RANKS CHUNKS: the median tokens/s of the steps after the warm-up
 run() {
-  mpiexec -n "$1" "$build/examples/llama" "${model[@]}" --mesh "$1" 1 --steps "$steps" --log-every 1 --expert-chunks "$2" |
+  mpiexec -n "$2" "${binary[$1]}" "${model[@]}" --mesh "$2" 1 --steps "$steps" --log-every 1 --expert-chunks "$3" |
     awk -v w="$warmup" '/^step / { if (++k > w) print $(NF - 1) }' | median
 }
-configs=("2 1" "2 2" "2 4" "4 1" "4 2" "4 4")
-declare -A got
+configs=()
+for c in "2 1" "2 2" "2 4" "4 1" "4 2" "4 4"; do
+  configs+=("this $c")
+  [ -z "$against" ] || configs+=("against $c")
+done
 for round in $(seq "$rounds"); do
   for c in "${configs[@]}"; do
     got[$c]+="$(run $c) "
-    echo "[bench_moe_overlap] round $round, ranks and chunks $c: ${got[$c]}" >&2
+    echo "[bench_moe_overlap] round $round, build, ranks and chunks $c: ${got[$c]}" >&2
   done
 done
-echo "| ranks | --expert-chunks | tokens/s (median of $rounds rounds; min, max) | against 1 chunk |"
-echo "|---|---|---|---|"
+of() { tr ' ' '\n' <<<"${got[$1]}" | grep . | "${@:2}"; }
+if [ -n "$against" ]; then
+  echo "| build | ranks | --expert-chunks | tokens/s (median of $rounds rounds; min, max) | against 1 chunk | this build against --against |"
+  echo "|---|---|---|---|---|---|"
+else
+  echo "| build | ranks | --expert-chunks | tokens/s (median of $rounds rounds; min, max) | against 1 chunk |"
+  echo "|---|---|---|---|---|"
+fi
 for c in "${configs[@]}"; do
-  read -r n k <<<"$c"
-  m=$(tr ' ' '\n' <<<"${got[$c]}" | grep . | median)
-  base=$(tr ' ' '\n' <<<"${got[$n 1]}" | grep . | median)
-  lo=$(tr ' ' '\n' <<<"${got[$c]}" | grep . | sort -g | head -1)
-  hi=$(tr ' ' '\n' <<<"${got[$c]}" | grep . | sort -g | tail -1)
-  awk -v n="$n" -v k="$k" -v m="$m" -v b="$base" -v lo="$lo" -v hi="$hi" \
-    'BEGIN { printf "| %d | %d | %.0f (%.0f, %.0f) | %.3f |\n", n, k, m, lo, hi, m / b }'
+  read -r b n k <<<"$c"
+  m=$(of "$c" median) base=$(of "$b $n 1" median) lo=$(of "$c" sort -g | head -1) hi=$(of "$c" sort -g | tail -1)
+  row=$(awk -v b="$b" -v n="$n" -v k="$k" -v m="$m" -v base="$base" -v lo="$lo" -v hi="$hi" \
+    'BEGIN { printf "| %s | %d | %d | %.0f (%.0f, %.0f) | %.3f |", b, n, k, m, lo, hi, m / base }')
+  if [ -n "$against" ]; then
+    [ "$b" = this ] && row+=$(awk -v m="$m" -v a="$(of "against $n $k" median)" 'BEGIN { printf " %.3f |", m / a }') || row+=" |"
+  fi
+  echo "$row"
 done
 echo "[bench_moe_overlap] load average after: $(cut -d' ' -f1-3 /proc/loadavg)" >&2

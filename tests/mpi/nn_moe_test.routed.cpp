@@ -6,6 +6,8 @@
 // evens a skewed router's load.
 #include <algorithm>
 #include <array>
+#include <map>
+#include <vector>
 #include <catch2/matchers/catch_matchers_string.hpp>
 #include <meshtensor/nn/routed_moe.hpp>
 #include <test_support.hpp>
@@ -352,6 +354,59 @@ TEST_CASE("routed_moe in chunks: the gradients of the whole layer's", "[nn][moe]
     for (std::size_t i = 0; i < whole.size(); ++i) {
       INFO("gradient " << i << " of x, w_router, w_gate, w_up, w_down");
       REQUIRE(max_rel_error(chunked[i], whole[i]) < 1e-12);
+    }
+  });
+}
+
+// The backward pass mirrors the forward's overlap: the gradient of each chunk's return and dispatch
+// goes back by an alltoall started where the pass reaches the chunk's wait and landed where it
+// reaches the chunk's start, so each is in flight while another chunk's products run (a plan's
+// events: every alltoall started and waited, none blocking; each of the backward's four has
+// products between its start and its wait). Counted: two alltoalls per chunk each way.
+TEST_CASE("routed_moe in chunks: the backward pass's alltoalls run behind the experts' products",
+          "[nn][moe][routed][gradient][comm_plan]") {
+  const auto g = world_grid();
+  for_each_type(list<L_ge_r, L_ge_rc>{}, [&]<class L>() {
+    INFO(layout_name<L>());
+    constexpr unsigned group_axes = L::template split_of<group>().mask();
+    const auto step = [&](const grid& on) {
+      model<L> m(on);
+      m.x.requires_grad();
+      m.wg.requires_grad();
+      m.wu.requires_grad();
+      m.wd.requires_grad();
+      on.reset_counters();
+      if (on.is_planned()) mt::reset_plan(on);
+      auto o = mixtral_like;
+      o.capacity = 3;
+      o.overlap_chunks = 2;
+      const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, o);
+      (void)mt::gradient(weighted_sum(r.y, 11) + r.aux_loss, m.x, m.wg, m.wu, m.wd);
+      REQUIRE(on.counters().at({mt::collective::alltoall, group_axes}).calls == 8);
+    };
+    step(g);
+    {  // a planned mesh in a scope of its own
+      const grid planned = grid::planned(g.sizes(), {g.coord<r_>(), g.coord<c_>()});
+      step(planned);
+      const auto events = mt::plan_report_of(planned).timeline.events;
+      std::map<std::int64_t, std::pair<std::size_t, std::size_t>> started_waited;  // by ticket
+      for (std::size_t e = 0; e < events.size(); ++e) {
+        if (events[e].op != mt::collective::alltoall || events[e].axes != mt::axis_set{group_axes}) continue;
+        REQUIRE(events[e].kind != mt::plan_event_kind::blocking);
+        auto& [start, wait] = started_waited[events[e].ticket];
+        (events[e].kind == mt::plan_event_kind::started ? start : wait) = e;
+      }
+      REQUIRE(started_waited.size() == 8);
+      std::vector<std::pair<std::size_t, std::size_t>> in_order;
+      for (const auto& [ticket, sw] : started_waited) in_order.push_back(sw);
+      std::sort(in_order.begin(), in_order.end());
+      for (std::size_t i = 4; i < in_order.size(); ++i) {
+        INFO("the backward pass's alltoall " << i - 4 << " (in the order they start)");
+        const auto [start, wait] = in_order[i];
+        bool products_between = false;
+        for (std::size_t e = start + 1; e <= wait; ++e) products_between |= !events[e].before.products.empty();
+        REQUIRE(products_between);
+      }
     }
   });
 }

@@ -42,6 +42,9 @@ class gradient_buckets {
 
   template <class Node, class M>
   void add(Node& n, const M& mesh) {
+    // A gradient on its way (arriving_gradient) is whole, and adding it settles a partial one
+    // first: land it before a partial one is handed to MPI, which would then write it in flight.
+    if (!n.arriving.empty() && n.has_grad && !n.pending_axes.empty()) n.land_arrivals();
     if (!n.has_grad || n.pending_axes.empty()) return;
     if constexpr (std::is_same_v<Node, grad_node<T, Node::storage_type::rank, Exec>>) {
       const std::pair<communicator*, axis_set> key{&mesh.communicator(), n.pending_axes};

@@ -37,7 +37,8 @@
 // combine, balance loss), an allreduce over Group's axes for each of load and routed, and the shared
 // experts' products; with overlap_chunks = n, the dispatch, expert products, return and combine n
 // times (on n pieces of the buffers). Gradients: through x, the router, the three expert weights and the shared
-// experts' weights, by the ops used.
+// experts' weights, by the ops used; in chunks, each chunk's alltoalls back run behind the other
+// chunks' products as forward (relayout_in_flight's rule).
 #include <cmath>
 #include <cstdint>
 #include <optional>

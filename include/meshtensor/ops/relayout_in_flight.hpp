@@ -13,8 +13,11 @@
 // in one order relative to its other collectives (MPI's rule for nonblocking collectives). Open
 // MPI moves a nonblocking collective on only inside MPI calls: between start and wait, the MPI
 // calls of the work in between (and progress()) are what move it.
-// Communication: the relayout's (relayout_plan), counted when it starts. Gradient: relayout's
-// rule (the result's gradient moved back, blocking).
+// Communication: the relayout's (relayout_plan), counted when it starts. Gradient: the result's
+// gradient moved back by the alltoall the other way, started where the backward pass reaches the
+// result and landed in x's node when the pass reaches x (autodiff/tape.hpp's arriving_gradient):
+// the work done between start and wait forward is what runs while it moves backward, in reverse.
+// Any other relayout's gradient is relayout's rule (blocking).
 #include <memory>
 #include <optional>
 #include <type_traits>
@@ -23,6 +26,66 @@
 #include "rename.hpp"
 
 namespace meshtensor {
+
+namespace detail {
+
+// The gradient of an alltoall started forward, g (an Out) on its way back to x's layout: started
+// when made, added into x's node when it lands. Holds g, which MPI may read in place, until then.
+template <Tensor Out, Tensor X>
+class alltoall_arriving final : public arriving_gradient {
+  static constexpr std::size_t R = X::rank;
+  using T = typename X::value_type;
+  using Exec = typename X::execution_space;
+
+ public:
+  alltoall_arriving(grad_node_of<X>* node, const Out& g, axis_set axes)
+      : arriving_gradient(node), node_(node), g_(g) {
+    auto& comm = g.mesh().communicator();
+    const collective_subject subject(&Out::type_name);
+    const placement<R> from(Out::splits, comm.shape(), g.extents()), to(X::splits, comm.shape(), g.extents());
+    dst_ = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(to.box_at(comm.coords()).size()));
+    dst_claim_ = planned_claim(dst_);  // a plan's, until x's gradient claims it
+    moving_.emplace(comm, g.view(), from, to, axes, dst_);
+    moving_->start();
+  }
+  void progress() override { moving_->progress(); }
+  void land() override {
+    {
+      const collective_subject subject(&X::type_name);
+      moving_->finish();
+    }
+    moving_.reset();
+    X moved(g_.mesh(), g_.extents(), std::move(dst_));  // a relayout keeps the extents
+    g_ = Out{};
+    dst_claim_.reset();
+    node_->accumulate_fresh(std::move(moved).storage());
+  }
+
+ private:
+  grad_node_of<X>* node_;
+  Out g_;
+  Kokkos::View<T*, typename Exec::memory_space> dst_;
+  std::shared_ptr<void> dst_claim_;
+  std::optional<alltoall_exchange<Exec, T, R>> moving_;  // last: destroyed (waited for) before the buffers
+};
+
+// relayout_in_flight's gradient rule: relayout's, with the way back, where it is one alltoall,
+// started and left with x's node (alltoall_arriving) rather than run blocking.
+template <Tensor Out, Tensor X>
+struct relayout_started_rule : relayout_rule<Out, X> {
+  void operator()(const Out& g) const {
+    constexpr auto back = analyze_relayout<X::rank>(Out::splits, X::splits);
+    if constexpr (back.kind == relayout_kind::alltoall) {
+      if (auto* node = this->x.node()) {
+        node->arriving.push_back(std::make_unique<alltoall_arriving<Out, X>>(node, g, back.axes));
+        return;
+      }
+    }
+    relayout_rule<Out, X>::operator()(g);
+  }
+};
+
+}  // namespace detail
 
 template <Tensor Out, Tensor X>
 class relayout_in_flight {
@@ -90,7 +153,7 @@ class relayout_in_flight {
   std::optional<detail::alltoall_exchange<Exec, T, R>> moving_;
 
   Out finished(Out out) const {
-    detail::record<Out>(out, detail::relayout_rule<Out, X>{detail::node_only(x_)}, x_);
+    detail::record<Out>(out, detail::relayout_started_rule<Out, X>{{detail::node_only(x_)}}, x_);
     return out;
   }
 };
