@@ -11,8 +11,13 @@
 #                N, the residual stream split along length over N).
 #   --kind fsdp: the weights' reduce_scatters behind the backward pass (--layout fsdp --zero 3
 #                [--overlap-grad-reduce]) on [N x 1] (the batch and the stored weights over N).
+#   --kind progress: how MPI moves behind the work: the data layout's gradient allreduces blocking,
+#                started and polled from the tape (--overlap-grad-reduce), and started with the
+#                progress thread beside the polling (MESHTENSOR_PROGRESS_THREAD=--progress-us,
+#                default 100), on [N x 1].
 #
-#   scripts/dev/bench_overlap.sh --kind tp|fsdp [--rounds 5] [--steps 8] [--warmup 2] [--calibration FILE]
+#   scripts/dev/bench_overlap.sh --kind tp|fsdp|progress [--rounds 5] [--steps 8] [--warmup 2]
+#                                [--calibration FILE] [--progress-us 100]
 #
 # Each round runs every configuration once, interleaved; each run's figure is meshtensor-lm's
 # median step time after its warm-up; the table holds the median over the rounds (min and max
@@ -24,8 +29,9 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=bench_common.sh
 source "$root/scripts/dev/bench_common.sh"
-kind="" rounds=5 steps=8 warmup=2 calibration=""
-bench_args "$0" 2,23 --kind:kind --rounds:rounds --steps:steps --warmup:warmup --calibration:calibration -- "$@"
+kind="" rounds=5 steps=8 warmup=2 calibration="" progress_us=100
+bench_args "$0" 2,28 --kind:kind --rounds:rounds --steps:steps --warmup:warmup --calibration:calibration \
+  --progress-us:progress_us -- "$@"
 build=${MESHTENSOR_BUILD_DIR:-$root/build/bench}
 bench_build_target "$build" meshtensor-lm -- -DMESHTENSOR_BUILD_TESTS=OFF
 lm="$build/tools/lm/meshtensor-lm"
@@ -42,18 +48,27 @@ case "$kind" in
     model+=(--layout fsdp --zero 3)
     mesh() { echo "$1" 1; }
     configs=("2" "2 --overlap-grad-reduce" "4" "4 --overlap-grad-reduce") ;;
-  *) echo "bench_overlap.sh: --kind '$kind': give tp or fsdp" >&2; exit 2 ;;
+  progress)
+    model+=(--layout data)
+    mesh() { echo "$1" 1; }
+    configs=("2" "2 --overlap-grad-reduce" "2 --overlap-grad-reduce --progress-thread"
+             "4" "4 --overlap-grad-reduce" "4 --overlap-grad-reduce --progress-thread") ;;
+  *) echo "bench_overlap.sh: --kind '$kind': give tp, fsdp or progress" >&2; exit 2 ;;
 esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+# --progress-thread is this script's: the progress thread's variable, not a flag of meshtensor-lm.
+# progress_env FLAG...: the environment it asks for; lm_flags FLAG...: the rest.
+progress_env() { for a in "$@"; do [ "$a" != --progress-thread ] || echo "MESHTENSOR_PROGRESS_THREAD=$progress_us"; done; }
+lm_flags() { for a in "$@"; do [ "$a" = --progress-thread ] || echo "$a"; done; }
 # run RANKS [FLAG]: the median step time (ms) after the warm-up
 run() {
   local n=$1
   shift
   # shellcheck disable=SC2046
-  mpiexec -n "$n" "$lm" "${model[@]}" --mesh $(mesh "$n") --steps $((warmup + steps)) --warmup "$warmup" \
-    --log-every 100000 --csv "$tmp/loss.csv" "$@" 2>&1 | sed -n 's/^step_time_median_ms \([0-9.]*\).*/\1/p'
+  env $(progress_env "$@") mpiexec -n "$n" "$lm" "${model[@]}" --mesh $(mesh "$n") --steps $((warmup + steps)) --warmup "$warmup" \
+    --log-every 100000 --csv "$tmp/loss.csv" $(lm_flags "$@") 2>&1 | sed -n 's/^step_time_median_ms \([0-9.]*\).*/\1/p'
 }
 # planned RANKS [FLAG]: "exposed hidden" communication (ms) the plan predicts on the calibration
 planned() {
@@ -61,7 +76,7 @@ planned() {
   shift
   [ -n "$calibration" ] || { echo "- -"; return; }
   # shellcheck disable=SC2046
-  "$lm" --plan "${model[@]}" --mesh $(mesh "$n") --calibration "$calibration" "$@" |
+  "$lm" --plan "${model[@]}" --mesh $(mesh "$n") --calibration "$calibration" $(lm_flags "$@") |
     awk '/^predicted step time/ { for (i = 1; i <= NF; ++i) if ($i == "communication") e = $(i + 1); h = 0
                                   for (i = 1; i <= NF; ++i) if ($i == "more" && $(i + 1) == "hidden") h = $(i - 1)
                                   gsub(/[(,]/, "", e); gsub(/[(,]/, "", h); print e, h }'

@@ -1,9 +1,13 @@
 // The collectives on a mesh's sub-communicators: calls and bytes counted per axis set, the right
 // data moved, an op's stated plan compared with what it ran where plans are checked, and the
-// sub-communicators cached and sized by their axes.
+// sub-communicators cached and sized by their axes; under MESHTENSOR_PROGRESS_THREAD, a transfer
+// moving while its rank makes no MPI call.
 #include <catch2/matchers/catch_matchers_exception.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>
+#include <chrono>
 #include <test_support.hpp>
+#include <thread>
+#include <vector>
 
 using namespace tst;
 namespace mt = meshtensor;
@@ -96,4 +100,36 @@ TEST_CASE("sub-communicators are cached and sized by their axes", "[collectives]
   MPI_Comm both = g.comm_over<r_, c_>();
   MPI_Comm_size(both, &n);
   REQUIRE(n == g.nprocs());
+}
+
+// The run mpi.collectives_test.progress_thread (MESHTENSOR_PROGRESS_THREAD=100): rank 1 sends rank
+// 0 a message past any eager limit (8 MiB: the sender waits until the receiver's MPI matches it and
+// copies it) while rank 0, its receive posted, sleeps a second without an MPI call. With the thread
+// the send ends long before rank 0 wakes; without it, it would end after. Skipped without the thread.
+TEST_CASE("the progress thread moves MPI on while a rank makes no MPI call", "[progress_thread]") {
+  if (!mt::progress_thread_running()) SKIP("MESHTENSOR_PROGRESS_THREAD is unset");
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 2) SKIP("one rank: nothing to send");
+  MPI_Comm comm;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  std::vector<char> message(8 << 20, 'm');
+  const int n = static_cast<int>(message.size());
+  double send_seconds = 0;
+  MPI_Barrier(comm);
+  if (rank == 0) {
+    MPI_Request received;
+    MPI_Irecv(message.data(), n, MPI_CHAR, 1, 7, comm, &received);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    MPI_Wait(&received, MPI_STATUS_IGNORE);
+  } else if (rank == 1) {
+    const auto start = std::chrono::steady_clock::now();
+    MPI_Send(message.data(), n, MPI_CHAR, 0, 7, comm);
+    send_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  MPI_Bcast(&send_seconds, 1, MPI_DOUBLE, 1, comm);  // every rank checks alike
+  MPI_Comm_free(&comm);
+  INFO("rank 1's send of 8 MiB took " << send_seconds << " s while rank 0 slept 1 s");
+  REQUIRE(send_seconds < 0.5);
 }

@@ -32,7 +32,11 @@
 //  of the program's own.
 //
 // MPI is initialised with MPI_Init_thread(MPI_THREAD_FUNNELED) (Kokkos' host threads run while the
-// main thread calls MPI); a library that provides less is an error naming both levels.
+// main thread calls MPI); a library that provides less is an error naming both levels. With
+// MESHTENSOR_PROGRESS_THREAD=US (progress_thread.hpp) it asks for MPI_THREAD_MULTIPLE and runs a
+// thread that moves MPI on every US microseconds until the environment ends; the setting is agreed
+// (a bad value, one that differs between ranks, or an MPI without MPI_THREAD_MULTIPLE is an
+// environment_start_error on every rank).
 //
 // Kokkos gets a copy of argv without --help and -h (Kokkos 3.4 would print its whole help before
 // the program's own; --kokkos-help still shows it), plus --kokkos-disable-warnings unless the
@@ -57,6 +61,7 @@
 #include "../error.hpp"
 #include "cpu_isa.hpp"
 #include "node.hpp"
+#include "progress_thread.hpp"
 
 namespace meshtensor {
 
@@ -160,9 +165,10 @@ class environment {
   environment(int& argc, char**& argv) {
     int mpi_ready = 0;
     MPI_Initialized(&mpi_ready);
+    const long progress_us = detail::progress_thread_setting();
     if (!mpi_ready) {
       int provided = 0;
-      MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+      MPI_Init_thread(&argc, &argv, progress_us >= 0 ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED, &provided);
       owns_mpi_ = true;
     }
     int provided = 0;
@@ -181,6 +187,7 @@ class environment {
     } catch (const std::exception& e) {
       throw environment_start_error(e.what(), rank_, owns_mpi_);
     }
+    check_progress_setting(progress_us, provided);
     MPI_Comm_dup(MPI_COMM_WORLD, &end_comm_);
     uncaught_at_start_ = std::uncaught_exceptions();
     previous_terminate_ = std::set_terminate(&detail::terminate_job);
@@ -188,10 +195,12 @@ class environment {
       initialize_kokkos(argc, argv);
       owns_kokkos_ = true;
     }
+    if (progress_us >= 0) progress_ = std::make_unique<detail::progress_thread>(progress_us);
   }
   environment(const environment&) = delete;
   environment& operator=(const environment&) = delete;
   ~environment() {
+    progress_.reset();  // before the rendezvous's MPI calls and MPI_Finalize
     if (detail::mpi_is_live()) {
       if (!met_) {
         if (std::uncaught_exceptions() > uncaught_at_start_) {
@@ -254,6 +263,31 @@ class environment {
   static double fail_timeout() { return detail::seconds_from_env("MESHTENSOR_FAIL_TIMEOUT", 5.0); }
 
  private:
+  // MESHTENSOR_PROGRESS_THREAD agreed over the ranks (an environment variable may differ per rank).
+  void check_progress_setting(long mine, int provided) const {
+    long range[2] = {mine, -mine};  // the largest, and minus the smallest
+    MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    const char* value = std::getenv("MESHTENSOR_PROGRESS_THREAD");
+    const std::string here = value ? detail::cat("'", value, "' on rank ", rank_) : detail::cat("unset on rank ", rank_);
+    if (-range[1] == -2)
+      throw environment_start_error(detail::cat("meshtensor::environment: MESHTENSOR_PROGRESS_THREAD must be the ",
+                                                "microseconds between the progress thread's polls, a whole number from ",
+                                                "0 to 1000000, or unset; it is not on some rank (", here, ")"),
+                                    rank_, owns_mpi_);
+    if (range[0] != -range[1])
+      throw environment_start_error(detail::cat("meshtensor::environment: MESHTENSOR_PROGRESS_THREAD differs between ",
+                                                "ranks (from ", -range[1], " to ", range[0], " microseconds, -1 unset; ",
+                                                here, "): set it alike for the whole job"),
+                                    rank_, owns_mpi_);
+    if (mine >= 0 && provided < MPI_THREAD_MULTIPLE)
+      throw environment_start_error(detail::cat("meshtensor::environment: MESHTENSOR_PROGRESS_THREAD needs MPI at ",
+                                                "MPI_THREAD_MULTIPLE (the thread calls MPI while the main thread does), ",
+                                                "but the MPI library provides ", detail::thread_level_name(provided),
+                                                owns_mpi_ ? "" : " (MPI was initialised before the environment)",
+                                                "; unset it, or use an MPI built with full thread support"),
+                                    rank_, owns_mpi_);
+  }
+
   // Every rank's environment meets here once, at its end or in fail(). Returns how many ranks
   // arrived failed, or -1 when the others did not all arrive within timeout seconds.
   int rendezvous(bool failed_here, double timeout) {
@@ -320,6 +354,7 @@ class environment {
   int uncaught_at_start_ = 0;
   MPI_Comm end_comm_ = MPI_COMM_NULL;
   std::terminate_handler previous_terminate_ = nullptr;
+  std::unique_ptr<detail::progress_thread> progress_;
 };
 
 }  // namespace meshtensor
