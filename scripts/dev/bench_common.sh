@@ -61,3 +61,7 @@ bench_side_by_side() {
   export OMP_NUM_THREADS=1 OMP_PROC_BIND=false
   echo "[$name] CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 }
+
+# median: the median of the numbers on stdin, one per line; fails on none (a run that printed no
+# figure is an error, not an empty cell).
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }

@@ -33,7 +33,6 @@ echo "[bench_moe_overlap] CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc 
 
 model=(--experts 8 --top-k 2 --capacity 64 --d-model 256 --layers 2 --kv-heads 2 --group 2 --d-kv 64 --d-ff 512
        --batch 8 --length 256 --layout data --text "$root/README.md")
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 declare -A got binary
 binary[this]="$build/examples/llama"
 [ -z "$against" ] || binary[against]="$against/examples/llama"

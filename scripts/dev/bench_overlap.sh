@@ -57,7 +57,6 @@ case "$kind" in
 esac
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit 1; print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 # --progress-thread is this script's: the progress thread's variable, not a flag of meshtensor-lm.
 # progress_env FLAG...: the environment it asks for; lm_flags FLAG...: the rest.
 progress_env() { for a in "$@"; do [ "$a" != --progress-thread ] || echo "MESHTENSOR_PROGRESS_THREAD=$progress_us"; done; }

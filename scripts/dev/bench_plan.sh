@@ -38,7 +38,6 @@ log "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-(unset)}; load average $load on $cor
 out=$(mktemp -d)
 lm="$build/tools/lm/meshtensor-lm" mlp="$build/examples/fashion_mnist" mlp_checks="$build/examples/checks/fashion_mnist_checks"
 lm_args=(--batch 8 --length 128 --d-model 256 --heads 4 --d-kv 64 --d-ff 1024 --vocab 256)
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
 rows=()
 for ranks in 1 2 4; do

@@ -46,7 +46,6 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-median() { sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 printf "%-10s %12s %12s %8s\n" case "off (ms)" "on (ms)" "on/off"
 for c in "${cases[@]}"; do
   name=${c%%|*}
