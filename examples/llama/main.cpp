@@ -129,6 +129,10 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
     const auto loss = o.dtype == "bf16" ? m.template loss<mt::bf16>(batch_ids, batch_labels) : m.loss(batch_ids, batch_labels);
     const auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
     adam.step(params, grads);
+    // One load per block, from its first run: a block recomputed in the backward pass adds none.
+    if (m.last_loads.size() != m.router_bias.size())
+      throw mt::error(fmt::format("step {}: {} experts' loads kept for {} blocks", step + 1, m.last_loads.size(),
+                                  m.router_bias.size()));
     if (o.router_bias_rate > 0)  // DeepSeek-V3's balancing: toward the mean load, off the tape
       for (std::size_t b = 0; b < m.router_bias.size(); ++b)
         nn::update_router_bias(m.router_bias[b], m.last_loads[b], o.router_bias_rate);
@@ -438,8 +442,6 @@ int main(int argc, char** argv) try {
       if (o.experts < 2 || o.top_k < 1 || o.top_k > o.experts)
         throw mt::error(fmt::format("--experts {} --top-k {}: needs at least 2 experts and 1 <= --top-k <= --experts",
                                     o.experts, o.top_k));
-      if (o.recompute)
-        throw mt::error("--experts with --recompute: a recomputed block would route twice and count its loads twice");
       if (o.generate > 0)
         throw mt::error("--experts with --generate: the key-value cache's decoder has no experts yet");
       if (!o.pretrained.empty() || !o.save_pretrained.empty())

@@ -209,7 +209,7 @@ struct model {
   // The last forward pass's tokens per expert, one tensor per block, for update_router_bias: what
   // a step leaves behind beside its loss (hence mutable in a const forward pass).
   mutable std::vector<t<experts_unsplit>> last_loads;
-  mutable std::optional<scalar> last_aux_loss;  // the blocks' balance losses summed, in float
+  mutable std::optional<scalar> last_aux_loss;  // the blocks' weighted balance losses summed, in float, off the tape
   bool ring = false;  // --attention ring: where the layout splits the sequence, attention by a ring
   nn::rope_config rope;  // q and k rotated at their positions (--rope-theta)
   float rms_eps = 1e-5f;
@@ -279,18 +279,25 @@ struct model {
   const t<vocab, d_model>& output_weight() const { return output.empty() ? embedding : output[0]; }
 
   // Block b's routed experts (and its shared ones) on the normalised n; keeps the block's loads
-  // and adds its balance loss to last_aux_loss. The shared experts are gated_feed_forward beside
+  // and adds its weighted balance loss's value to last_aux_loss, the first time the block runs (with --recompute
+  // the backward pass runs it again, for the gradients alone). The shared experts are gated_feed_forward beside
   // routed_moe (its overload with shared_experts is the same sum): one routed_moe per layout and
   // element type to compile, not two.
   template <class C, class N>
   N experts_of(const N& n, std::size_t b) const {
     const auto routed = nn::routed_moe<expert_dims>(n, as<C>(w_router[b]), as<C>(router_bias[b]), as<C>(expert_gate[b]),
                                                     as<C>(expert_up[b]), as<C>(expert_down[b]), routing);
-    last_loads.push_back(in_float(routed.load));
-    const scalar aux = in_float(routed.aux_loss);
-    last_aux_loss = last_aux_loss ? scalar(*last_aux_loss + aux) : aux;
-    if (w_gate.empty()) return routed.y;
-    return N(routed.y + nn::gated_feed_forward<d_model, d_ff>(n, as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
+    // The weighted balance loss rides on the block's output (mt::with_loss): a recomputed block makes
+    // it again with the rest, so nothing it reads (the attention's output, the norm) is kept for it
+    // between the passes; its value goes to last_aux_loss for the reported loss.
+    const scalar aux = scalar(in_float(routed.aux_loss) * aux_loss_weight);
+    if (!mt::recomputing()) {
+      last_loads.push_back(in_float(routed.load));
+      last_aux_loss = last_aux_loss ? scalar(*last_aux_loss + aux.detached()) : aux.detached();
+    }
+    const N y = mt::with_loss(routed.y, aux);
+    if (w_gate.empty()) return y;
+    return N(y + nn::gated_feed_forward<d_model, d_ff>(n, as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
   }
 
   // Inference with a key-value cache: each block's keys (rotated at their positions) and values,
@@ -345,7 +352,7 @@ struct model {
     // The float weight (gathered, with --fsdp): each piece casts it to C, so the pieces' gradients
     // add up in float.
     auto loss = nn::chunked_cross_entropy<d_model, vocab, length>(hidden<C>(ids), as<float>(output_weight()), labels, loss_chunks);
-    if (last_aux_loss) return scalar(loss + *last_aux_loss * aux_loss_weight);
+    if (last_aux_loss) return scalar(loss + *last_aux_loss);  // its value (its gradient rides on the blocks)
     return loss;
   }
 };

@@ -23,6 +23,7 @@
 #include "autodiff/tape.hpp"
 #include "autodiff/gradient.hpp"
 #include "autodiff/recompute.hpp"
+#include "autodiff/with_loss.hpp"
 #include "ops/elementwise.hpp"
 #include "ops/complex_parts.hpp"
 #include "ops/fused.hpp"

@@ -133,6 +133,56 @@ std::pair<std::int64_t, std::int64_t> backward_term(int blocks, bool rvalue_loss
 // at 2 and 8 blocks; what grows with depth is what the forward pass saved. Given the loss as an
 // rvalue, the pass also frees each op's saved tensors once its rule has run: the peak is then at
 // most what was saved plus that same term.
+// A block with effects beyond its result keeps them to its first run: recomputing() is false while
+// it runs forward and outside any block, true while the backward pass runs it again, and false
+// once that run is over.
+TEST_CASE("recomputing(): the block's run again in the backward pass, and only it", "[recompute]") {
+  const auto g = world_grid();
+  using L = mt::layout<grid, mt::split<batch, r_, c_>>;
+  using X = mt::tensor<float, L, batch, length, d_model>;
+  const auto x = mt::random_normal<X>(g, {4, 3, 2}, 5);
+  auto w = mt::random_normal<mt::tensor<float, L, d_model>>(g, {2}, 6);
+  w.requires_grad();
+  std::vector<bool> seen;
+  const auto block = [&](const X& in) {
+    seen.push_back(mt::recomputing());
+    return X(in * w);
+  };
+  const auto y = mt::recompute(block, x);
+  CHECK(!mt::recomputing());
+  (void)mt::gradient(mt::reduce_sum<batch, length, d_model>(y * y), w);
+  CHECK(!mt::recomputing());
+  REQUIRE(seen == std::vector<bool>{false, true});
+}
+
+// with_loss(y, extra): y's value, and extra's gradient as if extra were added to the loss y flows
+// into; inside a recomputed block too (made again with the block's other results), equal to the
+// plain sum's gradients (a balance loss on a mixture of experts' output, examples/llama).
+TEST_CASE("with_loss: an extra loss rides on a block's output, recomputed or not", "[recompute]") {
+  const auto g = world_grid();
+  using L = mt::layout<grid, mt::split<batch, r_, c_>>;
+  using X = mt::tensor<double, L, batch, length, d_model>;
+  using W = mt::tensor<double, L, d_model>;
+  auto x = mt::random_normal<X>(g, {4, 3, 2}, 5);
+  auto w = mt::random_normal<W>(g, {2}, 6), v = mt::random_normal<W>(g, {2}, 7);
+  x.requires_grad();
+  w.requires_grad();
+  v.requires_grad();
+  const auto extra_of = [&](const X& in) { return mt::reduce_sum<batch, length, d_model>(in * in * v); };
+  const auto block = [&](const X& in) { return mt::with_loss(X(in * w), extra_of(in)); };
+  const auto y_plain = X(x * w);
+  const auto want = mt::gradient(mt::reduce_sum<batch, length, d_model>(y_plain * y_plain) + extra_of(x), x, w, v);
+  for (const bool again : {false, true}) {
+    INFO((again ? "recomputed" : "not recomputed"));
+    const X y = again ? mt::recompute(block, x) : block(x);
+    require_close(mt::gather_all(y), mt::gather_all(y_plain), 0);
+    const auto got = mt::gradient(mt::reduce_sum<batch, length, d_model>(y * y), x, w, v);
+    require_close(mt::gather_all(std::get<0>(got)), mt::gather_all(std::get<0>(want)), 1e-12);
+    require_close(mt::gather_all(std::get<1>(got)), mt::gather_all(std::get<1>(want)), 1e-12);
+    require_close(mt::gather_all(std::get<2>(got)), mt::gather_all(std::get<2>(want)), 1e-12);
+  }
+}
+
 TEST_CASE("the backward pass frees as it goes: its term of the planned peak does not grow with depth", "[planned]") {
   const std::int64_t activation = B * T * D * 4;  // one block input, float
   for (bool rvalue : {false, true}) {

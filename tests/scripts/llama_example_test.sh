@@ -28,8 +28,9 @@
 #                  (experts over rows, their d_ff over cols) on [2 x 2] gives one processor's losses
 #                  (1e-4), a resumed run continues them (the biases in the checkpoint), and learns;
 #                  without the biases' updates the losses differ;
-#                  the buffers in 3 chunks (dispatch and return overlapped) give the same losses;
-#                  one step against its plan (bf16, capacity 8, 1 and 2 chunks); Mixtral 8x7B
+#                  the buffers in 3 chunks (dispatch and return overlapped) give the same losses,
+#                  and so does every block recomputed (--recompute); one step against its plan
+#                  (bf16, capacity 8, 1 and 2 chunks, 2 chunks recomputed); Mixtral 8x7B
 #                  planned: 46.70 billion parameters, 12.88 billion active (Mistral: 46.7 and 12.9);
 #                  --experts with a layout that splits the sequence, and --top-k without --experts,
 #                  refused by name
@@ -192,6 +193,10 @@ case $case_ in
     # the experts' buffers in 3 chunks, dispatch and return overlapping the products: the same losses
     run 4 --mesh 2 2 --layout tensor --steps 4 "${moe[@]}" --expert-chunks 3 --csv chunks.csv
     same one.csv chunks.csv 1
+    # every block recomputed in the backward pass: routed again alike, its loads and balance loss
+    # kept from the first run, the same losses (the router's bias moved by the loads each step)
+    run 2 --mesh 2 1 --steps 4 "${moe[@]}" --recompute --csv recomputed.csv
+    same one.csv recomputed.csv 1
     # the router's biases are in the checkpoint: a resumed run routes as the whole one did
     run 2 --mesh 2 1 --steps 6 "${moe[@]}" --csv whole.csv
     run 2 --mesh 2 1 --steps 3 "${moe[@]}" --checkpoint ckpt --save-every 3
@@ -199,13 +204,14 @@ case $case_ in
     same whole.csv resumed.csv 4
     run 4 --mesh 2 2 --layout tensor --steps 40 "${moe[@]}" --csv learns.csv
     awk -F, 'NR == 2 { first = $2 } END { print "loss " first " -> " $2; exit !($2 < 0.8 * first) }' learns.csv
-    for chunks in 1 2; do
+    for extra in "--expert-chunks 1" "--expert-chunks 2" "--expert-chunks 2 --recompute"; do
+      # shellcheck disable=SC2086
       out=$("$mpiexec" -n 4 "$llama" --text "$text" --check-plan --memory-tolerance 0.01 --layout data --mesh 2 2 \
-              --dtype bf16 --capacity 8 --expert-chunks "$chunks" "${moe[@]}" 2>&1) ||
-        { echo "$out"; echo "FAIL: --check-plan with --experts, $chunks chunks"; exit 1; }
+              --dtype bf16 --capacity 8 $extra "${moe[@]}" 2>&1) ||
+        { echo "$out"; echo "FAIL: --check-plan with --experts, $extra"; exit 1; }
       grep 'check-plan' <<<"$out"
       grep -q 'the plan equals the real step on every rank' <<<"$out" && grep -q ': close$' <<<"$out" ||
-        { echo "$out"; echo "FAIL: --check-plan with --experts, $chunks chunks: the plan not equal or the peak not close"; exit 1; }
+        { echo "$out"; echo "FAIL: --check-plan with --experts, $extra: the plan not equal or the peak not close"; exit 1; }
     done
     # Mixtral 8x7B (its config.json): Llama 2's blocks at 4096 wide, 8 experts of 14336, top 2.
     # 32 x (attention 41943040 + router 32768 + 8 x 176160768 + norms 8192) + 2 x 32000 x 4096 + 4096

@@ -9,6 +9,8 @@
 // The block may use tensors it does not take as inputs (its weights, captured by reference): their
 // gradients come out as without recompute. It must compute the same thing when run again: dropout
 // is (its mask is a function of seed and step), a block that reads a changing global state is not.
+// A block with effects beyond its result (a mixture of experts' loads, a balance loss added to the
+// loss) asks recomputing() and keeps them to its first run: the run again is for the gradients.
 // Tensors it captures must outlive the gradient() call. Communication: the block's own, twice.
 #include <algorithm>
 #include <concepts>
@@ -22,6 +24,11 @@
 
 namespace meshtensor {
 namespace detail {
+
+inline int& blocks_recomputing() {
+  static thread_local int depth = 0;
+  return depth;
+}
 
 // The nodes that `from` depends on through nodes made after `after` (the block's own): the first
 // ones made before it (the block's inputs and captured weights), or, with own, the block's nodes.
@@ -55,6 +62,10 @@ struct recompute_rule {
       const recording_scope record(true);
       const plan_phase_scope recomputing(plan_phase::recompute);
       const plan_node_scope unnamed(nullptr);  // the block's ops name themselves, as in the forward pass
+      struct again_scope {
+        again_scope() { ++blocks_recomputing(); }
+        ~again_scope() { --blocks_recomputing(); }
+      } again_running;
       return std::apply(block, inputs);
     }();
     if (!again.tracks_grad() || again.node()->id <= before) return;
@@ -70,6 +81,9 @@ struct recompute_rule {
 };
 
 }  // namespace detail
+
+// Whether a recomputed block is running again (in the backward pass), not for the first time.
+inline bool recomputing() { return detail::blocks_recomputing() > 0; }
 
 template <class Block, Tensor... In>
   requires std::invocable<const Block&, const In&...> && Tensor<std::invoke_result_t<const Block&, const In&...>>
