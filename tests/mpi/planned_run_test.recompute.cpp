@@ -128,11 +128,6 @@ std::pair<std::int64_t, std::int64_t> backward_term(int blocks, bool rvalue_loss
 }
 }  // namespace
 
-// Issue 60: each op's gradient is dropped once its rule has run (it was kept to the pass's end, one
-// block input's gradient and more per block), so the backward pass's term of the peak is the same
-// at 2 and 8 blocks; what grows with depth is what the forward pass saved. Given the loss as an
-// rvalue, the pass also frees each op's saved tensors once its rule has run: the peak is then at
-// most what was saved plus that same term.
 // A block with effects beyond its result keeps them to its first run: recomputing() is false while
 // it runs forward and outside any block, true while the backward pass runs it again, and false
 // once that run is over.
@@ -183,6 +178,11 @@ TEST_CASE("with_loss: an extra loss rides on a block's output, recomputed or not
   }
 }
 
+// Issue 60: each op's gradient is dropped once its rule has run (it was kept to the pass's end, one
+// block input's gradient and more per block), so the backward pass's term of the peak is the same
+// at 2 and 8 blocks; what grows with depth is what the forward pass saved. Given the loss as an
+// rvalue, the pass also frees each op's saved tensors once its rule has run: the peak is then at
+// most what was saved plus that same term.
 TEST_CASE("the backward pass frees as it goes: its term of the planned peak does not grow with depth", "[planned]") {
   const std::int64_t activation = B * T * D * 4;  // one block input, float
   for (bool rvalue : {false, true}) {

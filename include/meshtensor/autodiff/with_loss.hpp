@@ -6,8 +6,8 @@
 // recomputed block (recompute.hpp) computes it again with everything else and keeps none of its
 // inputs alive between the passes (Megatron-Core's MoEAuxLossAutoScaler). Its value is not in any
 // loss: add extra.detached() to the loss you report. A loss that is scaled after the fact (a
-// microbatch's loss over the count) needs extra scaled alike before it is attached. Where y takes
-// no gradient, extra takes none either.
+// microbatch's loss over the count) needs extra scaled alike before it is attached. Where the
+// result takes no gradient (nothing the loss depends on reads it), extra takes none either.
 #include "../tensor/init.hpp"
 #include "tape.hpp"
 

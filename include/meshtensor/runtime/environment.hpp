@@ -200,7 +200,7 @@ class environment {
   environment(const environment&) = delete;
   environment& operator=(const environment&) = delete;
   ~environment() {
-    progress_.reset();  // before the rendezvous's MPI calls and MPI_Finalize
+    if (progress_) progress_->stop();  // no MPI call of its own past here; its communicator goes below
     if (detail::mpi_is_live()) {
       if (!met_) {
         if (std::uncaught_exceptions() > uncaught_at_start_) {
@@ -214,6 +214,7 @@ class environment {
                                         "and left the others waiting in a collective; aborting the job"));
         }
       }
+      progress_.reset();
       MPI_Comm_free(&end_comm_);
     }
     if (owns_kokkos_) Kokkos::finalize();
@@ -265,8 +266,9 @@ class environment {
  private:
   // MESHTENSOR_PROGRESS_THREAD agreed over the ranks (an environment variable may differ per rank).
   void check_progress_setting(long mine, int provided) const {
-    long range[2] = {mine, -mine};  // the largest, and minus the smallest
-    MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    long range[3] = {mine, -mine, -static_cast<long>(provided)};  // the largest, minus the smallest, minus the least support
+    MPI_Allreduce(MPI_IN_PLACE, range, 3, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    const int least_provided = static_cast<int>(-range[2]);
     const char* value = std::getenv("MESHTENSOR_PROGRESS_THREAD");
     const std::string here = value ? detail::cat("'", value, "' on rank ", rank_) : detail::cat("unset on rank ", rank_);
     if (-range[1] == -2)
@@ -279,10 +281,10 @@ class environment {
                                                 "ranks (from ", -range[1], " to ", range[0], " microseconds, -1 unset; ",
                                                 here, "): set it alike for the whole job"),
                                     rank_, owns_mpi_);
-    if (mine >= 0 && provided < MPI_THREAD_MULTIPLE)
+    if (mine >= 0 && least_provided < MPI_THREAD_MULTIPLE)
       throw environment_start_error(detail::cat("meshtensor::environment: MESHTENSOR_PROGRESS_THREAD needs MPI at ",
                                                 "MPI_THREAD_MULTIPLE (the thread calls MPI while the main thread does), ",
-                                                "but the MPI library provides ", detail::thread_level_name(provided),
+                                                "but the MPI library provides ", detail::thread_level_name(least_provided),
                                                 owns_mpi_ ? "" : " (MPI was initialised before the environment)",
                                                 "; unset it, or use an MPI built with full thread support"),
                                     rank_, owns_mpi_);

@@ -16,8 +16,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
-#include <string>
+#include <mutex>
 #include <thread>
 
 namespace meshtensor {
@@ -44,26 +45,44 @@ class progress_thread {
   explicit progress_thread(long interval_us) {
     MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
     thread_ = std::thread([this, interval_us] {
-      while (!stop_.load(std::memory_order_relaxed)) {
+      while (!stopping_.load()) {
         int matched = 0;
         MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &matched, MPI_STATUS_IGNORE);
-        if (interval_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(interval_us));
+        if (interval_us == 0) continue;
+        // Woken at once by stop(): an environment's end does not wait out a long interval.
+        std::unique_lock lock(mutex_);
+        woken_.wait_for(lock, std::chrono::microseconds(interval_us), [this] { return stopping_.load(); });
       }
     });
     progress_thread_flag() = true;
   }
   progress_thread(const progress_thread&) = delete;
   progress_thread& operator=(const progress_thread&) = delete;
-  ~progress_thread() {
+  // Ends the thread: no MPI call of its own after this (before MPI's last calls or an abort).
+  void stop() {
+    if (!thread_.joinable()) return;
     progress_thread_flag() = false;
-    stop_ = true;
+    {
+      const std::lock_guard lock(mutex_);  // a wait between its check and its sleep still sees it
+      stopping_ = true;
+    }
+    woken_.notify_all();
     thread_.join();
-    MPI_Comm_free(&comm_);
+  }
+  // The communicator is freed where MPI still lives (the environment frees it after its rendezvous).
+  ~progress_thread() {
+    stop();
+    int started = 0, finished = 0;
+    MPI_Initialized(&started);
+    MPI_Finalized(&finished);
+    if (started && !finished) MPI_Comm_free(&comm_);
   }
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
-  std::atomic<bool> stop_{false};
+  std::mutex mutex_;
+  std::condition_variable woken_;
+  std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
 
