@@ -3,10 +3,10 @@
 //   -laplacian(u) = f on the unit cube, u = 0 on its boundary,
 //
 // on nx x ny x nz interior points (spacing 1 / (n + 1) along each dim). Two layouts: pencils (x over
-// the mesh's rows, y over its cols, z whole) and slabs (x over rows and cols). An iteration is six
-// shifts of u, one per face (along a split dim a shift sends one face to the neighbour on that
-// axis, a sendrecv; zero_fill past the ends is the boundary's zeros), and one fused kernel for the
-// update. The residual's norm takes one allreduce, every --log-every iterations (every iteration
+// the mesh's rows, y over its cols, z whole) and slabs (x over rows and cols). An iteration is one
+// stencil: u's box copied with a ghost layer on each side (along a split dim a face comes from the
+// neighbour on that axis, a sendrecv each way; zero_fill past the ends is the boundary's zeros),
+// and one kernel for the update. The residual's norm takes one allreduce, every --log-every iterations (every iteration
 // with --csv). f = 3 pi^2 sin(pi x) sin(pi y) sin(pi z), whose solution sin(pi x) sin(pi y)
 // sin(pi z) the discrete one approaches as h^2: the error against it is printed too.
 //
@@ -39,6 +39,9 @@ using pencils = mt::layout<grid, mt::split<x_, rows>, mt::split<y_, cols>>;
 using slabs = mt::layout<grid, mt::split<x_, rows, cols>>;
 template <class L>
 using field = mt::tensor<double, L, x_, y_, z_>;
+// What a stencil over x, y and z reads u's neighbours through (a device lambda's parameter types
+// are spelled out: nvcc takes no generic one).
+using neighbours = mt::stencil_neighbours<double, 3>;
 // [names]
 
 struct options {
@@ -69,34 +72,34 @@ struct product_of_sines {
 };
 
 // [sweep]
-// One Jacobi sweep: u' = (ax (u[x-1] + u[x+1]) + ay (..) + az (..) + f) / (2 (ax + ay + az)).
+// One Jacobi sweep: u' = (ax (u[x-1] + u[x+1]) + ay (..) + az (..) + f) / (2 (ax + ay + az)). The
+// neighbours are read in place from u's box and its ghost cells (one face from each neighbour along
+// a split dim; zeros past the ends, the boundary's), one kernel for the update.
 template <class F>
 F jacobi_sweep(const F& u, const F& f, const spacing& s) {
-  using mt::boundary;
-  const double inv_diagonal = 1.0 / (2.0 * (s.ax + s.ay + s.az));
-  return mt::fuse(
-      [&](auto xm, auto xp, auto ym, auto yp, auto zm, auto zp, auto rhs) {
-        return ((xm + xp) * s.ax + (ym + yp) * s.ay + (zm + zp) * s.az + rhs) * inv_diagonal;
+  const double ax = s.ax, ay = s.ay, az = s.az, inv_diagonal = 1.0 / (2.0 * (ax + ay + az));
+  return mt::stencil<x_, y_, z_>(
+      u, 1, mt::boundary::zero_fill,
+      KOKKOS_LAMBDA(const neighbours& at, double rhs) {
+        return ((at(-1, 0, 0) + at(1, 0, 0)) * ax + (at(0, -1, 0) + at(0, 1, 0)) * ay + (at(0, 0, -1) + at(0, 0, 1)) * az +
+                rhs) * inv_diagonal;
       },
-      mt::shift<x_>(u, 1, boundary::zero_fill), mt::shift<x_>(u, -1, boundary::zero_fill),
-      mt::shift<y_>(u, 1, boundary::zero_fill), mt::shift<y_>(u, -1, boundary::zero_fill),
-      mt::shift<z_>(u, 1, boundary::zero_fill), mt::shift<z_>(u, -1, boundary::zero_fill), f);
+      f);
 }
 // [sweep]
 
 // The residual's root mean square, sqrt(mean((f + laplacian(u))^2)): one allreduce.
 template <class F>
 double residual_rms(const F& u, const F& f, const spacing& s) {
-  using mt::boundary;
-  const double diagonal = 2.0 * (s.ax + s.ay + s.az);
-  const auto r = mt::fuse(
-      [&](auto c, auto xm, auto xp, auto ym, auto yp, auto zm, auto zp, auto rhs) {
-        const auto v = (xm + xp) * s.ax + (ym + yp) * s.ay + (zm + zp) * s.az - c * diagonal + rhs;
+  const double ax = s.ax, ay = s.ay, az = s.az, diagonal = 2.0 * (ax + ay + az);
+  const auto r = mt::stencil<x_, y_, z_>(
+      u, 1, mt::boundary::zero_fill,
+      KOKKOS_LAMBDA(const neighbours& at, double rhs) {
+        const double v = (at(-1, 0, 0) + at(1, 0, 0)) * ax + (at(0, -1, 0) + at(0, 1, 0)) * ay +
+                         (at(0, 0, -1) + at(0, 0, 1)) * az - at(0, 0, 0) * diagonal + rhs;
         return v * v;
       },
-      u, mt::shift<x_>(u, 1, boundary::zero_fill), mt::shift<x_>(u, -1, boundary::zero_fill),
-      mt::shift<y_>(u, 1, boundary::zero_fill), mt::shift<y_>(u, -1, boundary::zero_fill),
-      mt::shift<z_>(u, 1, boundary::zero_fill), mt::shift<z_>(u, -1, boundary::zero_fill), f);
+      f);
   return std::sqrt(mt::item(mt::reduce_mean<x_, y_, z_>(r)));
 }
 

@@ -34,6 +34,7 @@
 #include "ops/take.hpp"
 #include "ops/update_slice.hpp"
 #include "ops/shift.hpp"
+#include "ops/stencil.hpp"
 #include "ops/unfold.hpp"
 #include "ops/one_hot.hpp"
 #include "ops/gather.hpp"

@@ -235,6 +235,34 @@ TEMPLATE_TEST_CASE("data movement: smoke in every execution space", "[equivalenc
                reference_of<TestType>(g), "host loop");
 }
 
+// stencil with a device lambda (as a user writes it; nvcc compiles this file in cuda_build), a 5-point
+// update along j and k wrapped around, against a host loop (stencil_test.cpp sweeps the layouts).
+template <class Exec>
+void check_stencil_lambda() {
+  auto g = world_grid();
+  using X = mt::basic_tensor<double, mt::layout<grid, mt::split<j_, c_, r_>>, Exec, i_, j_, k_>;
+  const auto x = mt::random_normal<X>(g, ext, 31), c = mt::random_normal<X>(g, ext, 32);
+  const auto got = mt::gather_all(mt::stencil<j_, k_>(
+      x, 1, mt::boundary::wrap,
+      KOKKOS_LAMBDA(const mt::stencil_neighbours<double, 2>& at, double cc) {
+        return at(-1, 0) + at(1, 0) * 2.0 - at(0, -1) * cc + at(0, 1) - at(0, 0) * 4.0;
+      },
+      c));
+  const auto xh = mt::gather_all(x), ch = mt::gather_all(c);
+  const auto at = [&](std::int64_t i, std::int64_t j, std::int64_t k) {
+    return xh[std::size_t((i * J + wrap_index(j, J)) * K + wrap_index(k, K))];
+  };
+  REQUIRE(got == build(J, [&](std::int64_t i, std::int64_t j, std::int64_t k) {
+            return at(i, j - 1, k) + at(i, j + 1, k) * 2.0 - at(i, j, k - 1) * ch[std::size_t((i * J + j) * K + k)] +
+                   at(i, j, k + 1) - at(i, j, k) * 4.0;
+          }));
+}
+
+TEMPLATE_TEST_CASE("stencil: a device lambda in every execution space", "[equivalence]", MESHTENSOR_TEST_SPACES) {
+  choose_extents(GENERATE(false, true));
+  check_stencil_lambda<TestType>();
+}
+
 TEST_CASE("data movement errors are raised on every rank alike, naming dims and extents", "[equivalence]") {
   choose_extents(false);
   auto g = world_line();
