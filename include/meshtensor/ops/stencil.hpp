@@ -48,7 +48,8 @@ template <class X, class Field>
 struct stencil_field_differs_in_dims_or_layout {
   static_assert(sizeof(Field) == 0,
                 "meshtensor: a stencil's fields are read at the point being computed and must have the tensor's "
-                "dims in its order and its layout (Field against X); relayout the field first");
+                "dims in its order and its layout, in its memory space (Field against X); relayout or copy the "
+                "field first");
 };
 template <class X>
 struct stencil_rank_above_six {
@@ -282,6 +283,13 @@ constexpr bool stencil_dims_valid() {
   }
 }
 
+// A field is read through the kernel's own indices: the same dims in the same order, the same
+// parts on each processor, and memory the kernel's space can read.
+template <class X, class Field>
+inline constexpr bool stencil_field_matches =
+    std::is_same_v<typename Field::dims, typename X::dims> && std::is_same_v<typename Field::layout_type, typename X::layout_type> &&
+    std::is_same_v<typename Field::memory_space, typename X::memory_space>;
+
 }  // namespace detail
 
 template <Dim... Ds, Tensor X, class F, Tensor... Fields>
@@ -289,12 +297,9 @@ X stencil(const X& x, std::int64_t width, boundary b, const F& f, const Fields&.
   static_assert(sizeof...(Ds) > 0, "meshtensor: stencil<Ds...> needs at least one dim to read neighbours along");
   if constexpr (!detail::stencil_dims_valid<X, Ds...>()) {
     return x;
-  } else if constexpr (!((std::is_same_v<typename Fields::dims, typename X::dims> &&
-                          std::is_same_v<typename Fields::layout_type, typename X::layout_type>) && ...)) {
+  } else if constexpr (!(detail::stencil_field_matches<X, Fields> && ...)) {
     [&]<class... Fs>(type_list<Fs...>) {
-      ((std::is_same_v<typename Fs::dims, typename X::dims> && std::is_same_v<typename Fs::layout_type, typename X::layout_type>
-            ? void()
-            : (void)sizeof(diagnostic::stencil_field_differs_in_dims_or_layout<X, Fs>)),
+      ((detail::stencil_field_matches<X, Fs> ? void() : (void)sizeof(diagnostic::stencil_field_differs_in_dims_or_layout<X, Fs>)),
        ...);
     }(type_list<Fields...>{});
     return x;
