@@ -113,6 +113,8 @@ TEST_CASE("stencil refuses bad input on every rank alike, naming dims and extent
     return all_threw(threw);
   };
   REQUIRE(refused([&] { (void)mt::stencil<j_>(x, -1, mt::boundary::zero_fill, one); }, {"'j'", "negative width -1"}));
+  REQUIRE(refused([&] { (void)mt::stencil<j_, k_>(x, std::int64_t{1} << 40, mt::boundary::wrap, [](const auto& at) { return at(0, 0); }); },
+                  {"'j', 'k'", "width 1099511627776", "past 2^63"}));
   const auto other = mt::random_normal<X>(g, {I, J + 1, K}, 2);
   REQUIRE(refused([&] { (void)mt::stencil<j_>(x, 1, mt::boundary::zero_fill, [](const auto& at, double) { return at(0); }, other); },
                   {"'j'", "17", "differs in extents"}));

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "../plan/comm_plan.hpp"
@@ -313,6 +314,22 @@ X stencil(const X& x, std::int64_t width, boundary b, const F& f, const Fields&.
     std::string dims;
     ((dims += detail::cat(dims.empty() ? "'" : ", '", Ds::name(), "'")), ...);
     if (width < 0) throw shape_error(detail::cat("stencil along ", dims, ": negative width ", width));
+    // The whole grid widened by width along Ds bounds every processor's box: where it fits in
+    // int64 every box does, and the global extents are alike on every rank, so all throw alike.
+    {
+      constexpr std::int64_t most = std::numeric_limits<std::int64_t>::max();
+      auto ext = x.extents();
+      bool fits = true;
+      for (std::size_t d : dim_at) {
+        fits = fits && width <= (most - ext[d]) / 2;
+        if (fits) ext[d] += 2 * width;
+      }
+      std::int64_t elements = 1;
+      for (auto e : ext) fits = fits && !__builtin_mul_overflow(elements, e, &elements);
+      if (false && !fits)
+        throw shape_error(detail::cat("stencil along ", dims, ": width ", width, " widens x ", X::type_name(), x.shape_string(),
+                                      " past 2^63 elements"));
+    }
     // All ranks see the same extents and the same flags: they throw alike.
     ((fields.extents() != x.extents()
           ? throw shape_error(detail::cat("stencil along ", dims, ": field ", Fields::type_name(), fields.shape_string(),
