@@ -326,7 +326,7 @@ X stencil(const X& x, std::int64_t width, boundary b, const F& f, const Fields&.
       }
       std::int64_t elements = 1;
       for (auto e : ext) fits = fits && !__builtin_mul_overflow(elements, e, &elements);
-      if (false && !fits)
+      if (!fits)
         throw shape_error(detail::cat("stencil along ", dims, ": width ", width, " widens x ", X::type_name(), x.shape_string(),
                                       " past 2^63 elements"));
     }
