@@ -8,6 +8,7 @@
 #include <catch2/matchers/catch_matchers_string.hpp>
 
 #include <complex>
+#include <memory>
 #include <meshtensor/fft/fft.hpp>
 #include <random>
 #include <test_support.hpp>
@@ -229,4 +230,54 @@ TEST_CASE("gradients of fft, ifft, rfft and irfft against central differences", 
   const auto g = world_line();
   for (const std::int64_t nz : {std::int64_t{6}, std::int64_t{7}}) check_gradients<mt::layout<line, mt::split<x_d, x_>>>(g, nz);
   check_gradients<mt::layout<line>>(g, 6);  // x whole: 2-D transforms
+}
+
+namespace {
+// FFTW's new-array execution needs the arrays' SIMD alignment to be the plan's: arrays at it take a
+// plan with SIMD codelets, others one made with FFTW_UNALIGNED. Both against a direct DFT.
+template <class R>
+void check_local_alignment(std::size_t offset_reals, const char* what) {
+  INFO(what);
+  namespace fw = mt::detail::fftw;
+  constexpr std::int64_t A = 6, B = 7, L = 3;  // a 2-D transform of 6 x 7 at 3 loop positions
+  const std::int64_t n = A * B * L;
+  // The arrays `offset_reals` reals past a 64-byte boundary (FFTW's widest SIMD).
+  std::vector<R> in_store(2 * n + 64), out_store(2 * n + 64);
+  const auto at_boundary = [&](std::vector<R>& v) {
+    void* p = v.data();
+    std::size_t space = v.size() * sizeof(R);
+    return static_cast<R*>(std::align(64, sizeof(R), p, space)) + offset_reals;
+  };
+  R* in = at_boundary(in_store);
+  R* out = at_boundary(out_store);
+  REQUIRE((fw::api<R>::alignment_of(in) != 0) == (offset_reals != 0));  // an off case is off FFTW's alignment
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<R> u(-1, 1);
+  for (std::int64_t k = 0; k < 2 * n; ++k) in[k] = u(rng);
+  const std::vector<fw::dim> dims{{A, B, B}, {B, 1, 1}}, loops{{L, A * B, A * B}};
+  fw::execute<R>(fw::kind::forward, dims, loops, in, out);
+  const double pi = std::acos(-1.0);
+  double worst = 0;
+  for (std::int64_t l = 0; l < L; ++l)
+    for (std::int64_t a = 0; a < A; ++a)
+      for (std::int64_t b = 0; b < B; ++b) {
+        std::complex<double> want = 0;
+        for (std::int64_t j = 0; j < A; ++j)
+          for (std::int64_t k = 0; k < B; ++k) {
+            const std::int64_t at = 2 * (l * A * B + j * B + k);
+            want += std::complex<double>(in[at], in[at + 1]) *
+                    std::polar(1.0, -2 * pi * (double(a * j) / A + double(b * k) / B));
+          }
+        const std::int64_t at = 2 * (l * A * B + a * B + b);
+        worst = std::max(worst, std::abs(std::complex<double>(out[at], out[at + 1]) - want));
+      }
+  REQUIRE(worst < (std::is_same_v<R, double> ? 1e-12 : 1e-4));
+}
+}  // namespace
+
+TEST_CASE("local transforms of arrays at and off FFTW's SIMD alignment equal a direct DFT", "[equivalence]") {
+  check_local_alignment<double>(0, "double, aligned");
+  check_local_alignment<double>(1, "double, 8 bytes off");
+  check_local_alignment<float>(0, "float, aligned");
+  check_local_alignment<float>(1, "float, 4 bytes off");
 }
