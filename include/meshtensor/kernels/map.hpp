@@ -4,6 +4,7 @@
 // ops/detail/map_to.hpp) is host glue, so an op instantiated for many layouts emits one Kokkos kernel, not one per layout.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <tuple>
 #include <utility>
 
 #include "../runtime/cpu_isa.hpp"
@@ -100,9 +101,20 @@ struct map_operand_pack;
 template <std::size_t... I, class... Operands>
 struct map_operand_pack<std::index_sequence<I...>, Operands...> : map_operand_slot<I, Operands>... {};
 
+// Runs of a transposing map taken together: as many as fill 128 bytes of the input (8 complex
+// doubles, 32 floats), at least 8.
+template <class T>
+inline constexpr std::int64_t map_tile_runs = sizeof(T) >= 16 ? 8 : static_cast<std::int64_t>(128 / sizeof(T));
+
 // One work item per run of the output's last dim: the operands' offsets (a 64-bit division per
 // dim) are computed once per run, not once per element, which made broadcasts and the
 // permutations before and after einsum's products several times slower than a copy.
+// A transpose (one operand, strided along the output's last dim, unit-strided along another of the
+// output's dims: the tile dim) takes map_tile_runs runs per work item, neighbours along the tile
+// dim, and walks them side by side, so each cache line it reads is used whole at once. A run
+// alone reads one element per line, and at a power-of-two stride (a 128^3 grid's 256 KiB) every
+// line falls in one cache set, so the line is evicted before the next runs use the rest of it:
+// each was read from memory 4 times for complex doubles.
 template <class F, class TO, class Mem, class... TI>
 struct map_runs {
   TO* out;
@@ -112,13 +124,40 @@ struct map_runs {
   map_isa isa;
   F f;
   map_operand_pack<std::index_sequence_for<TI...>, map_operand<TI, Mem>...> ops;
+  std::int64_t runs = 0;  // in all
+  // Tiled (one operand only): the tile dim's extent, its tiles, and the runs between neighbours
+  // along it (the product of the extents of the output's dims after it, the last excepted).
+  bool tiled = false;
+  std::int64_t tile_extent = 0, tiles = 0, tile_gap = 0;
 
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t run) const { apply(run, std::index_sequence_for<TI...>{}); }
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t item) const {
+    if constexpr (sizeof...(TI) == 1) {
+      if (tiled) return apply_tiled(item);
+    }
+    apply(item, std::index_sequence_for<TI...>{});
+  }
   template <std::size_t... I>
   KOKKOS_INLINE_FUNCTION void apply(std::int64_t run, std::index_sequence<I...>) const {
     const std::int64_t o = run * len;
     map_run(out + o, len, f, isa,
             cursor_at(static_cast<const map_operand_slot<I, map_operand<TI, Mem>>&>(ops).operand, o, ext, r)...);
+  }
+  KOKKOS_INLINE_FUNCTION void apply_tiled(std::int64_t item) const {
+    using T = std::tuple_element_t<0, std::tuple<TI...>>;
+    constexpr std::int64_t tile = map_tile_runs<T>;
+    const auto& op = static_cast<const map_operand_slot<0, map_operand<T, Mem>>&>(ops).operand;
+    // item = (the runs' index outside the tile dim, the tile): outer and inner of the tile dim.
+    const std::int64_t tile_at = item % tiles, rest = item / tiles;
+    const std::int64_t outer = rest / tile_gap, inner = rest % tile_gap;
+    const std::int64_t first = tile_at * tile, count = tile_extent - first < tile ? tile_extent - first : tile;
+    const std::int64_t first_run = (outer * tile_extent + first) * tile_gap + inner;
+    std::int64_t start[tile];
+    for (std::int64_t t = 0; t < count; ++t) start[t] = cursor_at(op, (first_run + t * tile_gap) * len, ext, r).off;
+    const T* in = op.v.data();
+    const std::int64_t step = op.stride[r - 1], gap = tile_gap * len;
+    TO* o = out + first_run * len;
+    for (std::int64_t j = 0; j < len; ++j)
+      for (std::int64_t t = 0; t < count; ++t) o[t * gap + j] = f(in[start[t] + j * step]);
   }
 };
 
@@ -152,8 +191,23 @@ void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const
   const std::int64_t len = r > 0 ? ext[r - 1] : 1;
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, mem>::accessible;
   const map_isa isa = host ? map_isa_of_job() : map_isa::baseline;
-  const map_runs<F, TO, mem, TI...> runs{out.data(), len, ext, r, isa, f, {{map_operand_at(ins, ext, r)}...}};
-  kernels::parallel_for("meshtensor::map", Kokkos::RangePolicy<Exec>(0, n / len), runs);
+  map_runs<F, TO, mem, TI...> runs{out.data(), len, ext, r, isa, f, {{map_operand_at(ins, ext, r)}...}};
+  runs.runs = n / len;
+  std::int64_t items = runs.runs;
+  if constexpr (host && sizeof...(TI) == 1) {
+    const auto& op = static_cast<const map_operand_slot<0, map_operand<TI..., mem>>&>(runs.ops).operand;
+    int d = r - 2;  // the tile dim: the innermost before the last along which the operand is unit-strided
+    while (d >= 0 && !(op.stride[d] == 1 && ext[d] > 1)) --d;
+    runs.tiled = d >= 0 && op.stride[r - 1] > 1;
+    if (runs.tiled) {
+      runs.tile_extent = ext[d];
+      runs.tiles = (ext[d] + map_tile_runs<TI...> - 1) / map_tile_runs<TI...>;
+      runs.tile_gap = 1;
+      for (int i = d + 1; i < r - 1; ++i) runs.tile_gap *= ext[i];
+      items = runs.runs / ext[d] * runs.tiles;
+    }
+  }
+  kernels::parallel_for("meshtensor::map", Kokkos::RangePolicy<Exec>(0, items), runs);
 }
 
 struct identity_fn {
