@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 
 #include "../runtime/cpu_isa.hpp"
@@ -101,6 +102,16 @@ struct map_operand_pack;
 template <std::size_t... I, class... Operands>
 struct map_operand_pack<std::index_sequence<I...>, Operands...> : map_operand_slot<I, Operands>... {};
 
+struct identity_fn {
+  template <class T>
+  KOKKOS_INLINE_FUNCTION T operator()(T v) const {
+    return v;
+  }
+};
+
+template <class F, class... TI>
+inline constexpr bool map_tiles_copy = std::is_same_v<F, identity_fn> && sizeof...(TI) == 1;
+
 // Runs of a transposing map taken together: as many as fill 128 bytes of the input (8 complex
 // doubles, 32 floats), at least 8.
 template <class T>
@@ -109,12 +120,13 @@ inline constexpr std::int64_t map_tile_runs = sizeof(T) >= 16 ? 8 : static_cast<
 // One work item per run of the output's last dim: the operands' offsets (a 64-bit division per
 // dim) are computed once per run, not once per element, which made broadcasts and the
 // permutations before and after einsum's products several times slower than a copy.
-// A transpose (one operand, strided along the output's last dim, unit-strided along another of the
+// A transpose (a copy of one operand, strided along the output's last dim, unit-strided along another of the
 // output's dims: the tile dim) takes map_tile_runs runs per work item, neighbours along the tile
 // dim, and walks them side by side, so each cache line it reads is used whole at once. A run
 // alone reads one element per line, and at a power-of-two stride (a 128^3 grid's 256 KiB) every
 // line falls in one cache set, so the line is evicted before the next runs use the rest of it:
-// each was read from memory 4 times for complex doubles.
+// each was read from memory 4 times for complex doubles. Copies only (transpose, einsum's
+// permutations, broadcasts), so that the other functors' kernels do not carry it.
 template <class F, class TO, class Mem, class... TI>
 struct map_runs {
   TO* out;
@@ -125,13 +137,13 @@ struct map_runs {
   F f;
   map_operand_pack<std::index_sequence_for<TI...>, map_operand<TI, Mem>...> ops;
   std::int64_t runs = 0;  // in all
-  // Tiled (one operand only): the tile dim's extent, its tiles, and the runs between neighbours
+  // Tiled (copies only, map_tiles_copy): the tile dim's extent, its tiles, and the runs between neighbours
   // along it (the product of the extents of the output's dims after it, the last excepted).
   bool tiled = false;
   std::int64_t tile_extent = 0, tiles = 0, tile_gap = 0;
 
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t item) const {
-    if constexpr (sizeof...(TI) == 1) {
+    if constexpr (map_tiles_copy<F, TI...>) {
       if (tiled) return apply_tiled(item);
     }
     apply(item, std::index_sequence_for<TI...>{});
@@ -194,7 +206,7 @@ void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const
   map_runs<F, TO, mem, TI...> runs{out.data(), len, ext, r, isa, f, {{map_operand_at(ins, ext, r)}...}};
   runs.runs = n / len;
   std::int64_t items = runs.runs;
-  if constexpr (host && sizeof...(TI) == 1) {
+  if constexpr (host && map_tiles_copy<F, TI...>) {
     const auto& op = static_cast<const map_operand_slot<0, map_operand<TI..., mem>>&>(runs.ops).operand;
     int d = r - 2;  // the tile dim: the innermost before the last along which the operand is unit-strided
     while (d >= 0 && !(op.stride[d] == 1 && ext[d] > 1)) --d;
@@ -209,12 +221,5 @@ void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const
   }
   kernels::parallel_for("meshtensor::map", Kokkos::RangePolicy<Exec>(0, items), runs);
 }
-
-struct identity_fn {
-  template <class T>
-  KOKKOS_INLINE_FUNCTION T operator()(T v) const {
-    return v;
-  }
-};
 
 }  // namespace meshtensor::detail
