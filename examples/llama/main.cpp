@@ -136,8 +136,9 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
     if (o.router_bias_rate > 0)  // DeepSeek-V3's balancing: toward the mean load, off the tape
       for (std::size_t b = 0; b < m.router_bias.size(); ++b)
         nn::update_router_bias(m.router_bias[b], m.last_loads[b], o.router_bias_rate);
+    const double loss_value = mt::item(loss);  // a plan counts the read's wait for the device
     if (g.is_planned()) continue;
-    losses.push_back(mt::item(loss));
+    losses.push_back(loss_value);
     if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
       auto meta = data_config;
       meta["step"] = std::to_string(step + 1);
@@ -207,12 +208,14 @@ int check_plan(const grid& g, options o, const std::vector<unsigned char>& text)
   g.reset_counters();
   const std::int64_t before = mt::memory_stats().bytes_in_use;
   mt::reset_peak_memory();
+  const std::int64_t waits_before = mt::host_waits();
   const auto real = train<L, PL>(g, o, text);
+  const std::int64_t waits = mt::host_waits() - waits_before;
   const std::int64_t measured = mt::memory_stats().peak_bytes_in_use - before;
   const mt::comm_counters counted = g.counters();
   const grid pm = grid::planned({o.mesh[0], o.mesh[1]}, {g.template coord<rows>(), g.template coord<cols>()});
   const auto p = *train<L, PL>(pm, o, text).plan;
-  const auto v = mt::agree_on_plan(g.communicator().cart(), g, counted, p, real.param_bytes, real.state_bytes);
+  const auto v = mt::agree_on_plan(g.communicator().cart(), g, counted, p, real.param_bytes, real.state_bytes, waits);
   if (!v.differences.empty()) fmt::print("rank {}: {}", g.rank(), v.differences);
   const auto memory = mt::agree_on_peak(g.communicator().cart(), p.peak_bytes, measured, o.memory_tolerance);
   if (g.rank() == 0) {

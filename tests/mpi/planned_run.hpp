@@ -75,12 +75,14 @@ struct measured {
   mt::comm_counters counters;
   std::int64_t param_bytes = 0, state_bytes = 0;
   std::optional<mt::plan_report> report;  // a planned run's, taken while its tensors are alive
+  std::int64_t waits = 0;                 // the host's waits for the device: a real run's host_waits()
 };
 
 // One step of a Transformer block language model; the same code for a real and a planned mesh.
 template <class L>
 measured transformer_step(const grid& g) {
   using X = mt::tensor<float, L, batch, length, d_model>;
+  const std::int64_t waits_before = mt::host_waits();
   block_weights<L> w(g);
   auto params = w.tie();
   auto& [emb, wq, wk, wv, wo, scale, bias, w_in, w_out, w_logits] = w;
@@ -99,7 +101,8 @@ measured transformer_step(const grid& g) {
   adam.step(params, grads);
   adafactor.step(params, grads);
   (void)mt::item(loss);
-  measured m{g.counters(), mt::local_bytes(params), adam.state_bytes(params) + adafactor.state_bytes(params), {}};
+  measured m{g.counters(), mt::local_bytes(params), adam.state_bytes(params) + adafactor.state_bytes(params), {},
+             mt::host_waits() - waits_before};
   if (g.is_planned()) m.report = mt::plan_report_of(g);
   return m;
 }
@@ -107,6 +110,7 @@ measured transformer_step(const grid& g) {
 // One step of a two-layer MLP classifier with SGD-free Adam.
 template <class L>
 measured mlp_step(const grid& g) {
+  const std::int64_t waits_before = mt::host_waits();
   std::optional<mt::plan_kind_scope> as_params(std::in_place, mt::memory_kind::parameters);
   auto w1 = nn::normal_fan_in<mt::tensor<float, L, d_model, hidden>, d_model>(g, {D, HID}, 1);
   auto b1 = mt::zeros<mt::tensor<float, L, hidden>>(g, {HID});
@@ -125,7 +129,7 @@ measured mlp_step(const grid& g) {
   auto grads = std::apply([&](auto&... p) { return mt::gradient(loss, p...); }, params);
   adam.step(params, grads);
   (void)mt::item(loss);
-  measured m{g.counters(), mt::local_bytes(params), adam.state_bytes(params), {}};
+  measured m{g.counters(), mt::local_bytes(params), adam.state_bytes(params), {}, mt::host_waits() - waits_before};
   if (g.is_planned()) m.report = mt::plan_report_of(g);
   return m;
 }
@@ -147,5 +151,11 @@ void check_planned_equals_real(const grid& g, Step step) {
   // gradients: one per param, alive when the report is taken.
   CHECK(report.bytes_of(mt::memory_kind::gradients) == real.param_bytes);
   CHECK(report.peak_bytes >= real.param_bytes + real.state_bytes);
+  // The host waits for the device where the plan says: as many times (a planned run counts each
+  // wait instead of waiting, and makes none).
+  INFO("waits for the device: real " << real.waits << ", planned " << report.waits);
+  CHECK(real.waits > 0);
+  CHECK(planned.waits == 0);
+  CHECK(report.waits == real.waits);
 }
 }  // namespace tst::planned_run

@@ -685,17 +685,18 @@ double normwise_error(const std::vector<float>& got, const std::vector<float>& w
 }
 }  // namespace
 
-TEST_CASE("ring attention in bf16 takes its products in float", "[gradient]") {
+TEST_CASE("ring attention in bf16 takes its products in bf16, its sums in float", "[gradient]") {
   // x and every weight bf16 (the library's bf16 element, leaves of their own: the gradients are
-  // bf16 too); q, k, v bf16, the tiles widened to float for the products, the accumulators float.
+  // bf16 too); q, k, v bf16, the tiles' products of bf16 operands into float scores, the weights
+  // and their gradients rounded to bf16 for the products that read them, the accumulators float.
   // Blocks of several tiles (1100 positions: 3, 2, 1 and 1 tiles at 1 to 4 parts), the sequence
   // contiguous or zigzag. The result and the gradients through x and every weight against
   // grouped_causal_attention in float on the whole sequence, all from the same bf16-rounded
   // inputs: within the stated bf16 tolerance, 2e-2 of the largest element (bf16 keeps 8 bits,
   // 2^-8 = 3.9e-3 per rounding, several on the way: q, k, v, the output, the gradients' products),
-  // and as close as grouped_causal_attention's own in bf16 (which rounds the softmax's weights to
-  // bf16, where the ring keeps them in float), within a factor 2. The ring in float is the float
-  // whole sequence's to 1e-5.
+  // and as close as grouped_causal_attention's own in bf16 (which rounds the scores to bf16 too,
+  // where the ring keeps them in float), within a factor 2. The ring in float is the float whole
+  // sequence's to 1e-5. The plan of the bf16 step counts every product's operands as bf16.
   using LA = mt::layout<grid, mt::split<length, r_, c_>>;
   using LZ = mt::layout<grid, mt::zigzag<length, r_, c_>>;
   using L0 = mt::layout<grid>;
@@ -762,6 +763,26 @@ TEST_CASE("ring attention in bf16 takes its products in float", "[gradient]") {
       CHECK(e16 <= 2 * e_whole16);
       CHECK(e32 < 1e-5);
     }
+    // Every product of the step, the ring's tiles included, takes bf16 operands (oneDNN's or
+    // cuBLAS's bf16 kernels, float accumulation): the plan counts each as the run calls it.
+    const auto flops = [&] {  // in a scope of its own: no real tensor is made while it exists
+      const auto pm = grid::planned(g.sizes(), {g.coord<r_>(), g.coord<c_>()});
+      auto px = mt::cast<bf16>(mt::random_normal<X>(pm, ex, 65));
+      auto pq = mt::cast<bf16>(mt::random_normal<WQ>(pm, eq, 61));
+      auto pk = mt::cast<bf16>(mt::random_normal<WK>(pm, ek, 62)), pv = mt::cast<bf16>(mt::random_normal<WK>(pm, ek, 63));
+      auto po = mt::cast<bf16>(mt::random_normal<WO>(pm, eo, 64));
+      px.requires_grad(), pq.requires_grad(), pk.requires_grad(), pv.requires_grad(), po.requires_grad();
+      mt::reset_plan(pm);
+      const auto y = mt::cast<float>(ring(px, pq, pk, pv, po));
+      (void)mt::gradient(weighted_sum(y, 2), px, pq, pk, pv, po);
+      const auto r = mt::plan_report_of(pm);
+      std::int64_t in_bf16 = 0;
+      for (const auto& [mnk, f] : r.bf16_product_flops_by_size) in_bf16 += f;
+      return std::pair{in_bf16, r.total_flops};
+    }();
+    INFO("FLOPs of bf16 products " << flops.first << " of " << flops.second);
+    CHECK(flops.second > 0);
+    CHECK(flops.first == flops.second);
   });
 }
 

@@ -67,26 +67,31 @@ TEST_CASE("the cost model adds up what a plan recorded", "[planned]") {
 }
 
 TEST_CASE("products of bf16 operands are timed at the bf16 rate where the machine has one", "[planned]") {
-  // c split, the contraction whole: no partial sums (which bf16 takes in float, widened).
+  // c split, the contraction whole; then b split: partial sums, whose bf16 operands are multiplied
+  // into float sums (reduced in float, rounded once), bf16 products all the same.
   using L = mt::layout<mesh2, mt::split<c, m1>>;
+  using LB = mt::layout<mesh2, mt::split<b, m1>>;
   const auto pm = mesh2::planned({4, 2});
   const auto x = mt::zeros<mt::tensor<float, L, a, b>>(pm, {10, 8});
   const auto y = mt::zeros<mt::tensor<float, L, b, c>>(pm, {8, 20});
   const auto xh = mt::cast<mt::bf16>(x);
   const auto yh = mt::cast<mt::bf16>(y);
+  const auto xb = mt::cast<mt::bf16>(mt::zeros<mt::tensor<float, LB, a, b>>(pm, {10, 8}));
+  const auto yb = mt::cast<mt::bf16>(mt::zeros<mt::tensor<float, LB, b, c>>(pm, {8, 20}));
   mt::reset_plan(pm);
   (void)mt::einsum<a, c>(x, y);    // [10 x 8] x [8 x 5] in float: 800 FLOPs
   (void)mt::einsum<a, c>(xh, yh);  // the same in bf16: 800 more
+  (void)mt::einsum<a, c>(xb, yb);  // [10 x 2] x [2 x 20], a partial sum over m1, in bf16: 800 more
   const auto r = mt::plan_report_of(pm);
-  CHECK(r.total_flops == 1600);
+  CHECK(r.total_flops == 2400);
   std::int64_t in_bf16 = 0;
   for (const auto& [mnk, f] : r.bf16_product_flops_by_size) in_bf16 += f;
-  CHECK(in_bf16 == 800);
+  CHECK(in_bf16 == 1600);
   auto machine = round_machine();
   machine.gemm_rates = {{1e2, 1e9}, {1e4, 1e9}};       // 1 ns per float FLOP at every size
-  CHECK(mt::predict(r, machine).products == Catch::Approx(1600e-9));  // no bf16 figures: float's rate
+  CHECK(mt::predict(r, machine).products == Catch::Approx(2400e-9));  // no bf16 figures: float's rate
   machine.bf16_gemm_rates = {{1e2, 4e9}, {1e4, 4e9}};  // bf16 four times as fast
-  CHECK(mt::predict(r, machine).products == Catch::Approx(800e-9 + 200e-9));
+  CHECK(mt::predict(r, machine).products == Catch::Approx(800e-9 + 400e-9));
   const std::string path = "layout_choice_test_bf16_calibration.txt";
   machine.save(path);
   const auto back = mt::machine_calibration::load(path);

@@ -43,4 +43,10 @@ TEST_CASE("plan_differences is empty when the plan equals the step, and names ea
   REQUIRE_THAT(memory, ContainsSubstring("parameter bytes: planned 4096, real 4000"));
   REQUIRE_THAT(memory, ContainsSubstring("optimizer state bytes: planned 8192, real 8000"));
   REQUIRE_THAT(memory, !ContainsSubstring("collectives"));
+
+  // The host's waits for the device, where the step's are given.
+  planned.waits = 5;
+  REQUIRE(mt::plan_differences(two_axes{}, counted, planned, 4096, 8192).empty());  // not given: not compared
+  REQUIRE(mt::plan_differences(two_axes{}, counted, planned, 4096, 8192, 5).empty());
+  REQUIRE(mt::plan_differences(two_axes{}, counted, planned, 4096, 8192, 6) == "waits for the device: planned 5, real 6\n");
 }

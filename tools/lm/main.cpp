@@ -202,13 +202,15 @@ int check_plan(const grid& g, options o, const std::vector<unsigned char>& text,
   // gradients, activations).
   const std::int64_t before = mt::memory_stats().bytes_in_use;
   mt::reset_peak_memory();
+  const std::int64_t waits_before = mt::host_waits();
   const auto real = train_layout(o.layout, g, o, text, false);
+  const std::int64_t waits = mt::host_waits() - waits_before;
   const std::int64_t measured_peak = mt::memory_stats().peak_bytes_in_use - before;
   const mt::comm_counters counted = g.counters();
   const grid pm = grid::planned({g.size<rows>(), g.size<cols>()}, {g.coord<rows>(), g.coord<cols>()});
   const auto planned = train_layout(o.layout, pm, o, text, false);
   const auto& p = *planned.plan;
-  const auto v = mt::agree_on_plan(g.communicator().cart(), g, counted, p, real.param_bytes, real.state_bytes);
+  const auto v = mt::agree_on_plan(g.communicator().cart(), g, counted, p, real.param_bytes, real.state_bytes, waits);
   if (!v.differences.empty()) std::printf("rank %d: %s", g.rank(), v.differences.c_str());
   const auto memory = mt::agree_on_peak(g.communicator().cart(), p.peak_bytes, measured_peak, memory_tolerance);
   if (g.rank() == 0) {
@@ -258,13 +260,15 @@ int run_pipeline(const mt::environment& env, options o, const std::vector<unsign
     // As unpipelined: the caching allocator's peak over the step, from before the stage's model is made.
     const std::int64_t before = mt::memory_stats().bytes_in_use;
     mt::reset_peak_memory();
+    const std::int64_t waits_before = mt::host_waits();
     const auto real = train_pipelined(st, o, text);
+    const std::int64_t waits = mt::host_waits() - waits_before;
     const std::int64_t measured_peak = mt::memory_stats().peak_bytes_in_use - before;
     const mt::comm_counters counted = g.counters();
     const auto planned_stage = pl::stages<grid>::planned(o.pipeline, st.index(), {o.mesh[0], o.mesh[1]},
                                                          {g.coord<rows>(), g.coord<cols>()});
     const auto planned = train_pipelined(planned_stage, o, text);
-    const auto v = mt::agree_on_plan(env.world(), g, counted, *planned.plan, real.param_bytes, real.state_bytes);
+    const auto v = mt::agree_on_plan(env.world(), g, counted, *planned.plan, real.param_bytes, real.state_bytes, waits);
     if (!v.differences.empty()) std::printf("rank %d (stage %d): %s", env.world_rank(), st.index(), v.differences.c_str());
     const std::int64_t planned_peak = planned.plan->peak_bytes;
     const auto memory = mt::agree_on_peak(env.world(), planned_peak, measured_peak, memory_tolerance);

@@ -111,11 +111,11 @@ inline std::int64_t transform_flops(kind k, const std::pair<std::vector<fftw::di
 // FFTW on host arrays; a device slice goes through host copies. A plan counts the FLOPs instead.
 template <class R, class In, class Out>
 void run(kind k, const std::pair<std::vector<fftw::dim>, std::vector<fftw::dim>>& shape, const In& in, const Out& out) {
+  kernels::fence(typename In::execution_space{});  // counted in a plan too
   if (planning()) {
     plan_ledger::get().add_flops(transform_flops(k, shape));
     return;
   }
-  kernels::fence(typename In::execution_space{});
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, typename In::memory_space>::accessible) {
     fftw::execute<R>(k, shape.first, shape.second, in.data(), out.data());
   } else {

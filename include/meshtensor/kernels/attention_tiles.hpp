@@ -19,6 +19,7 @@
 #include "launch.hpp"
 #include "pool.hpp"
 #include "product.hpp"
+#include "product_into_float.hpp"
 
 namespace meshtensor::detail {
 
@@ -39,13 +40,17 @@ namespace meshtensor::detail {
 // nq, inner] as it lies, and one product per KV head covers its group's query heads (the backward
 // products over group x nq rows sum dk and dv over the group).
 //
-// Every product and kernel runs in the accumulator type C (compute_t: float for bf16, float, double):
-// q (and the output's gradient) are passed in C (for bf16 a widened copy, q's size in float), the
-// tiles of k and v gathered into C. Why products: scalar loops over keys and DKv per query row
-// trained about 20x slower than the all-to-all attention, whose core is products
-// (docs/performance.md). Why 512: the products are then large enough for the providers, and the
-// scratch stays small: with 8192 local query rows (4 heads of 2048 positions) one tile's scores
-// are 16 MiB in float (backward 32 MiB), not a block's [rows, nk].
+// The products take their operands in the tensors' element type E and write the accumulator type C
+// (compute_t<E>: float for bf16, else E itself): for bf16, bf16 operands with float accumulation and
+// output (kernels::ring_tile_product: oneDNN's AVX512_BF16 kernels, cuBLAS's tensor cores), so q
+// and the output's gradient are used as they lie and k's and v's tiles are the message's own memory
+// in the forward pass. The scores, the online softmax and the running sums are in C; the weights P
+// and their gradient dS are rounded to E for the products that read them, as flash attention's
+// bf16 kernels do. Why products: scalar loops over keys and DKv per query row trained about 20x
+// slower than the all-to-all attention, whose core is products (docs/performance.md). Why 512: the
+// products are then large enough for the providers, and the scratch stays small: with 8192 local
+// query rows (4 heads of 2048 positions) one tile's scores are 16 MiB in float (backward 32 MiB),
+// not a block's [rows, nk].
 inline constexpr std::int64_t ring_tile_keys = 512;
 
 // The tiles of a block's keys tb .. te (global positions from k0) against its nq queries (global
@@ -70,24 +75,47 @@ inline std::vector<ring_key_tile> ring_key_tiles(std::int64_t nq, std::int64_t q
   return tiles;
 }
 
+// c = op(a) . op(b) per batch (kernels::product's arguments), operands in E and c in C =
+// compute_t<E>: one product where E is C, else bf16 operands with float accumulation and output.
+template <class Exec, class E, class C>
+void ring_tile_product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,
+                       const Kokkos::View<E*, typename Exec::memory_space>& a,
+                       const Kokkos::View<E*, typename Exec::memory_space>& b,
+                       const Kokkos::View<C*, typename Exec::memory_space>& c) {
+  if constexpr (std::is_same_v<E, C>)
+    kernels::product<Exec, C>(nb, m, n, k, trans_a, trans_b, a, b, c);
+  else
+    kernels::product_into_float<Exec, E>(nb, m, n, k, trans_a, trans_b, a, b, c, false);
+}
+
+// A tile's weights (or their gradient) in E, the operand of the products that read them: the
+// scores' own memory where E is C, else scratch of the scores' size.
+template <class Exec, class E, class CV>
+Kokkos::View<E*, typename Exec::memory_space> ring_tile_operand(const CV& scores) {
+  if constexpr (std::is_same_v<E, typename CV::value_type>)
+    return scores;
+  else
+    return view_pool<E, typename Exec::memory_space>::get().allocate(scores.extent(0));
+}
+
 // Keys (at = 0) or values (at = the block's elements) of positions t0 .. t0 + tn of a block
 // [kv_outer, nk, inner] held in `from` (the ring's message), as a contiguous [kv_outer, tn,
-// inner] in C: the message's own memory where the tile is the whole block and already in C, else
-// gathered (and widened) into scratch.
-template <class Exec, class C, class V>
-Kokkos::View<C*, typename Exec::memory_space> ring_tile(const V& from, std::int64_t at, std::int64_t kv_outer,
+// inner] in E (the products' operand type): the message's own memory where the tile is the whole
+// block and already in E, else gathered (and converted) into scratch.
+template <class Exec, class E, class V>
+Kokkos::View<E*, typename Exec::memory_space> ring_tile(const V& from, std::int64_t at, std::int64_t kv_outer,
                                                         std::int64_t nk, std::int64_t inner, std::int64_t t0,
                                                         std::int64_t tn) {
   using Mem = typename Exec::memory_space;
-  using CView = Kokkos::View<C*, Mem>;
-  if constexpr (std::is_same_v<typename V::value_type, C>)
-    if (t0 == 0 && tn == nk) return CView(from.data() + at, static_cast<std::size_t>(kv_outer * nk * inner));
-  const CView to = view_pool<C, Mem>::get().allocate(static_cast<std::size_t>(kv_outer * tn * inner));
+  using EView = Kokkos::View<E*, Mem>;
+  if constexpr (std::is_same_v<typename V::value_type, E>)
+    if (t0 == 0 && tn == nk) return EView(from.data() + at, static_cast<std::size_t>(kv_outer * nk * inner));
+  const EView to = view_pool<E, Mem>::get().allocate(static_cast<std::size_t>(kv_outer * tn * inner));
   const std::int64_t per = tn * inner;
   kernels::parallel_for(
       "meshtensor::ring_attention_tile", Kokkos::RangePolicy<Exec>(0, kv_outer * per), KOKKOS_LAMBDA(std::int64_t e) {
         const std::int64_t ok = e / per, r = e % per;
-        to(e) = static_cast<C>(from(at + (ok * nk + t0) * inner + r));
+        to(e) = static_cast<E>(from(at + (ok * nk + t0) * inner + r));
       });
   return to;
 }
@@ -139,18 +167,19 @@ struct ring_key_bias {
   bool biased() const { return values.extent(0) > 0; }
 };
 
-// Forward, one block: q [kv_outer x group, nq, inner] (in C) at global positions q0.., keys and
-// values kv = [k; v], each [kv_outer, nk, inner] at global positions k0..; m, l [kv_outer x group,
+// Forward, one block: q [kv_outer x group, nq, inner] (in E) at global positions q0.., keys and
+// values kv = [k; v] (in E), each [kv_outer, nk, inner] at global positions k0..; m, l [kv_outer x group,
 // nq] the running max and sum, acc (q's shape) the running sum of weights times values (rescaled
 // as the max grows).
 // Only the block's keys tb .. te (a chunk; 0 .. nk: all), at global positions k0.. . With a key
 // bias (ring_key_bias), each score is (q . k + bias at the key's global position) * scale.
-template <class Exec, class CV, class KV>
-void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, const CV& acc, std::int64_t kv_outer,
+template <class Exec, class EV, class CV, class KV>
+void ring_forward_block(const EV& q, const KV& kv, const CV& m, const CV& l, const CV& acc, std::int64_t kv_outer,
                         std::int64_t group, std::int64_t nq, std::int64_t nk, std::int64_t inner, std::int64_t q0,
                         std::int64_t k0, typename CV::value_type scale, std::int64_t tb, std::int64_t te,
                         const ring_key_bias<CV>& kb) {
   using C = typename CV::value_type;
+  using E = typename EV::value_type;
   const CV bias = kb.values;
   const bool biased = kb.biased();
   const std::int64_t bias_len = kb.length, bias_heads = kb.heads;
@@ -159,23 +188,27 @@ void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, con
   const std::int64_t blk = kv_outer * nk * inner, gq = group * nq, rows = kv_outer * gq;
   const std::int64_t tile = ring_tile_length(tb, te);
   const CV scores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
+  const EV weights = ring_tile_operand<Exec, E>(scores);
   const CV alpha = CPool::get().allocate(static_cast<std::size_t>(rows));
   const CV pv = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
-  // Counted in a plan while these buffers live (planned_claim).
-  const std::shared_ptr<void> claims[] = {planned_claim(scores), planned_claim(alpha), planned_claim(pv)};
+  // Counted in a plan while these buffers live (planned_claim; the weights once where they are the
+  // scores' memory).
+  const std::shared_ptr<void> claims[] = {planned_claim(scores), planned_claim(weights), planned_claim(alpha),
+                                          planned_claim(pv)};
   for (const ring_key_tile& t : ring_key_tiles(nq, q0, k0, tb, te)) {
     const std::int64_t t0 = t.t0, tn = t.tn, kg = t.kg, kq = t.kq;
-    const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
-    const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
+    const EV kt = ring_tile<Exec, E>(kv, 0, kv_outer, nk, inner, t0, tn);
+    const EV vt = ring_tile<Exec, E>(kv, blk, kv_outer, nk, inner, t0, tn);
     const std::shared_ptr<void> tile_claims[] = {ring_tile_claim(kv, kt), ring_tile_claim(kv, vt)};
     const CV s(scores.data(), static_cast<std::size_t>(rows * tn));
-    kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, q, kt, s);
+    const EV w(weights.data(), static_cast<std::size_t>(rows * tn));  // s's memory where E is C
+    ring_tile_product<Exec>(kv_outer, gq, tn, inner, false, true, q, kt, s);
     kernels::parallel_for(
         "meshtensor::ring_attention_forward", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
           const std::int64_t i = row % nq, sa = row * tn;
           const std::int64_t last = i - kq + 1 < tn ? i - kq + 1 : tn;  // keys at or before the query
           if (last <= 0) {
-            for (std::int64_t t = 0; t < tn; ++t) s(sa + t) = C(0);
+            for (std::int64_t t = 0; t < tn; ++t) w(sa + t) = E(0);
             alpha(row) = C(1);
             return;
           }
@@ -191,15 +224,15 @@ void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, con
           C sum = l(row) * a;
           for (std::int64_t t = 0; t < last; ++t) {
             const C p = kmath::exp((s(sa + t) + (biased ? bias(ba + t) : C(0))) * scale - m_new);
-            s(sa + t) = p;
+            w(sa + t) = static_cast<E>(p);
             sum += p;
           }
-          for (std::int64_t t = last; t < tn; ++t) s(sa + t) = C(0);
+          for (std::int64_t t = last; t < tn; ++t) w(sa + t) = E(0);
           m(row) = m_new;
           l(row) = sum;
           alpha(row) = a;
         });
-    kernels::product<Exec, C>(kv_outer, gq, inner, tn, false, false, s, vt, pv);
+    ring_tile_product<Exec>(kv_outer, gq, inner, tn, false, false, w, vt, pv);
     kernels::parallel_for(
         "meshtensor::ring_attention_forward_accumulate", Kokkos::RangePolicy<Exec>(0, rows * inner),
         KOKKOS_LAMBDA(std::int64_t e) { acc(e) = acc(e) * alpha(e / inner) + pv(e); });
@@ -207,17 +240,18 @@ void ring_forward_block(const CV& q, const KV& kv, const CV& m, const CV& l, con
 }
 
 // Backward, one block: dq [outer, nq, inner] += the block's contribution, and the block's dk, dv
-// (in kv after k and v: [k; v; dk; dv], all in C) += this processor's queries' contributions,
+// (in kv after k and v: [k; v; dk; dv], all in C; q and dO in E) += this processor's queries' contributions,
 // summed over the group's query heads that share each key's head; from the weights P = exp(S
 // scale - lse) and dS = P (dO . v - delta) scale, delta = dO . O per row. Per tile: S = q . k^T,
 // dP = dO . v^T, the row kernel (P into S, dS into dP), then dq += dS . k, dk += dS^T . q, dv +=
 // P^T . dO. No atomics: the products' sums come out the same on every run.
-template <class Exec, class CV>
-void ring_backward_block(const CV& q, const CV& dout, const CV& lse, const CV& delta, const CV& kv, const CV& dq,
+template <class Exec, class EV, class CV>
+void ring_backward_block(const EV& q, const EV& dout, const CV& lse, const CV& delta, const CV& kv, const CV& dq,
                          std::int64_t kv_outer, std::int64_t group, std::int64_t nq, std::int64_t nk,
                          std::int64_t inner, std::int64_t q0, std::int64_t k0, typename CV::value_type scale,
                          std::int64_t tb, std::int64_t te, const ring_key_bias<CV>& kb) {
   using C = typename CV::value_type;
+  using E = typename EV::value_type;
   const CV bias = kb.values;
   const bool biased = kb.biased();
   const std::int64_t bias_len = kb.length, bias_heads = kb.heads;
@@ -227,20 +261,24 @@ void ring_backward_block(const CV& q, const CV& dout, const CV& lse, const CV& d
   const std::int64_t tile = ring_tile_length(tb, te);
   const CV scores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
   const CV dscores = CPool::get().allocate(static_cast<std::size_t>(rows * tile));
+  const EV weights = ring_tile_operand<Exec, E>(scores), dweights = ring_tile_operand<Exec, E>(dscores);
   const CV dq_tile = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
   const CV dk_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
   const CV dv_tile = CPool::get().allocate(static_cast<std::size_t>(kv_outer * tile * inner));
   // Counted in a plan while these buffers live (planned_claim).
-  const std::shared_ptr<void> claims[] = {planned_claim(scores), planned_claim(dscores), planned_claim(dq_tile),
-                                          planned_claim(dk_tile), planned_claim(dv_tile)};
+  const std::shared_ptr<void> claims[] = {planned_claim(scores),  planned_claim(dscores), planned_claim(weights),
+                                          planned_claim(dweights), planned_claim(dq_tile), planned_claim(dk_tile),
+                                          planned_claim(dv_tile)};
   for (const ring_key_tile& t : ring_key_tiles(nq, q0, k0, tb, te)) {
     const std::int64_t t0 = t.t0, tn = t.tn, kg = t.kg, kq = t.kq;
-    const CV kt = ring_tile<Exec, C>(kv, 0, kv_outer, nk, inner, t0, tn);
-    const CV vt = ring_tile<Exec, C>(kv, blk, kv_outer, nk, inner, t0, tn);
+    const EV kt = ring_tile<Exec, E>(kv, 0, kv_outer, nk, inner, t0, tn);
+    const EV vt = ring_tile<Exec, E>(kv, blk, kv_outer, nk, inner, t0, tn);
     const std::shared_ptr<void> tile_claims[] = {ring_tile_claim(kv, kt), ring_tile_claim(kv, vt)};
     const CV s(scores.data(), static_cast<std::size_t>(rows * tn)), ds(dscores.data(), static_cast<std::size_t>(rows * tn));
-    kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, q, kt, s);
-    kernels::product<Exec, C>(kv_outer, gq, tn, inner, false, true, dout, vt, ds);
+    // s's and ds's memory where E is C
+    const EV w(weights.data(), static_cast<std::size_t>(rows * tn)), dw(dweights.data(), static_cast<std::size_t>(rows * tn));
+    ring_tile_product<Exec>(kv_outer, gq, tn, inner, false, true, q, kt, s);
+    ring_tile_product<Exec>(kv_outer, gq, tn, inner, false, true, dout, vt, ds);
     kernels::parallel_for(
         "meshtensor::ring_attention_backward", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
           const std::int64_t i = row % nq, sa = row * tn;
@@ -250,19 +288,20 @@ void ring_backward_block(const CV& q, const CV& dout, const CV& lse, const CV& d
           const std::int64_t ba = biased ? row / gq / bias_heads * bias_len + kg : 0;
           for (std::int64_t t = 0; t < last; ++t) {
             const C p = kmath::exp((s(sa + t) + (biased ? bias(ba + t) : C(0))) * scale - lr);
-            s(sa + t) = p;
-            ds(sa + t) = p * (ds(sa + t) - dr) * scale;
+            const C dp = p * (ds(sa + t) - dr) * scale;
+            w(sa + t) = static_cast<E>(p);
+            dw(sa + t) = static_cast<E>(dp);
           }
           for (std::int64_t t = last; t < tn; ++t) {
-            s(sa + t) = C(0);
-            ds(sa + t) = C(0);
+            w(sa + t) = E(0);
+            dw(sa + t) = E(0);
           }
         });
     const CV dkt(dk_tile.data(), static_cast<std::size_t>(kv_outer * tn * inner)),
         dvt(dv_tile.data(), static_cast<std::size_t>(kv_outer * tn * inner));
-    kernels::product<Exec, C>(kv_outer, gq, inner, tn, false, false, ds, kt, dq_tile);
-    kernels::product<Exec, C>(kv_outer, tn, inner, gq, true, false, ds, q, dkt);
-    kernels::product<Exec, C>(kv_outer, tn, inner, gq, true, false, s, dout, dvt);
+    ring_tile_product<Exec>(kv_outer, gq, inner, tn, false, false, dw, kt, dq_tile);
+    ring_tile_product<Exec>(kv_outer, tn, inner, gq, true, false, dw, q, dkt);
+    ring_tile_product<Exec>(kv_outer, tn, inner, gq, true, false, w, dout, dvt);
     kernels::parallel_for(
         "meshtensor::ring_attention_backward_dq", Kokkos::RangePolicy<Exec>(0, rows * inner),
         KOKKOS_LAMBDA(std::int64_t e) { dq(e) += dq_tile(e); });

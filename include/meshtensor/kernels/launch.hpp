@@ -12,6 +12,7 @@
 // The entry points mirror Kokkos's names and arguments, so that an op's kernel reads as it would
 // with Kokkos alone.
 #include <Kokkos_Core.hpp>
+#include <atomic>
 #include <cstdint>
 #include <initializer_list>
 #include <type_traits>
@@ -19,6 +20,14 @@
 
 #include "../plan/ledger.hpp"
 #include "pool.hpp"
+
+namespace meshtensor::detail {
+// The host's waits for an execution space's work in this process (kernels::fence).
+inline std::atomic<std::int64_t>& host_wait_count() {
+  static std::atomic<std::int64_t> count{0};
+  return count;
+}
+}  // namespace meshtensor::detail
 
 namespace meshtensor::kernels {
 
@@ -58,9 +67,18 @@ void deep_copy(Args&&... args) {
 }
 
 // Waits for the work launched on an execution space instance: before the host reads or writes
-// memory that kernels use, or hands it to MPI or to a provider with threads of its own.
+// memory that kernels use, or hands it to MPI. The one place where a step waits for a device
+// (docs/design/devices.md), so it is counted: in a plan instead of waiting (plan_report::waits),
+// and in a run (meshtensor::host_waits()), so that a step's waits can be checked against its
+// plan as its collectives are. (oneDNN's hand-offs fence host spaces, where kernels have already
+// finished when they return: not counted.)
 template <class Exec>
 void fence(const Exec& exec) {
+  if (meshtensor::detail::planning()) {
+    meshtensor::detail::plan_ledger::get().add_wait();
+    return;
+  }
+  ++meshtensor::detail::host_wait_count();
   exec.fence();
 }
 
@@ -97,3 +115,11 @@ auto copy_to(const Space& space, const View& v) {
 }
 
 }  // namespace meshtensor::kernels
+
+namespace meshtensor {
+// The times this process's host has waited for an execution space's work (kernels::fence: before
+// MPI reads or writes a buffer, before the host reads or writes a tensor's memory). A step's
+// count is what its plan's report counts (plan_report::waits); on a GPU each is a stream
+// synchronisation, the host idle until the device catches up.
+inline std::int64_t host_waits() { return detail::host_wait_count().load(); }
+}  // namespace meshtensor

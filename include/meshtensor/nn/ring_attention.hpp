@@ -202,9 +202,9 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   }
   using buffer = mpi_buffer<Exec, C>;
   using CView = Kokkos::View<C*, Mem>;
-  const CView qc = ring_in_compute_type<Exec, C>(q.view()), gc = ring_in_compute_type<Exec, C>(g.view());
-  scratch.push_back(planned_claim(qc));
-  scratch.push_back(planned_claim(gc));
+  using TView = Kokkos::View<T*, Mem>;
+  // q and dO as they lie: the products' operands (ring_tile_product).
+  const TView qc(q.view().data(), q.view().extent(0)), gc(g.view().data(), g.view().extent(0));
   CView home(cur.data() + 2 * own_blk, static_cast<std::size_t>(2 * own_blk));  // this part's [dk; dv]
   // Keeps home's memory alive (home does not count as its reference): the first message only
   // where it is home (P == 1); else the last step's, so that the ring holds two messages, not three.
@@ -215,7 +215,8 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   const auto me = static_cast<std::size_t>(ring.me);
   const int q_chunks = ring.chunk_extent[me][1] > 0 ? 2 : 1;
   const std::int64_t heads_rows = kv_outer * group;
-  std::array<CView, 2> qcs{qc, CView()}, gcs{gc, CView()}, lses{lse, CView()}, deltas{delta, CView()}, dqs{dq, CView()};
+  std::array<TView, 2> qcs{qc, TView()}, gcs{gc, TView()};
+  std::array<CView, 2> lses{lse, CView()}, deltas{delta, CView()}, dqs{dq, CView()};
   if (q_chunks == 2)
     for (int c = 0; c < 2; ++c) {
       const std::int64_t b = ring.chunk_start(ring.me, c), n = ring.chunk_extent[me][c];
@@ -224,7 +225,8 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
       lses[c] = ring_chunk_rows<Exec>(lse, heads_rows, nq, std::int64_t{1}, b, n);
       deltas[c] = ring_chunk_rows<Exec>(CView(delta), heads_rows, nq, std::int64_t{1}, b, n);
       dqs[c] = CPool::get().allocate(static_cast<std::size_t>(heads_rows * n * inner));
-      for (const CView* chunk : {&qcs[c], &gcs[c], &lses[c], &deltas[c], &dqs[c]}) scratch.push_back(planned_claim(*chunk));
+      for (const TView* chunk : {&qcs[c], &gcs[c]}) scratch.push_back(planned_claim(*chunk));
+      for (const CView* chunk : {&lses[c], &deltas[c], &dqs[c]}) scratch.push_back(planned_claim(*chunk));
       kernels::deep_copy(dqs[c], C(0));
     }
   for (int step = 0; step < P; ++step) {
@@ -340,9 +342,9 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
   auto cur_claim = planned_claim(cur);
   kernels::deep_copy(Kokkos::View<T*, Mem>(cur.data(), static_cast<std::size_t>(own_blk)), k.view());
   kernels::deep_copy(Kokkos::View<T*, Mem>(cur.data() + own_blk, static_cast<std::size_t>(own_blk)), v.view());
-  const auto qc = ring_in_compute_type<Exec, C>(q.view());  // q in C: the products' operand
-  scratch.push_back(planned_claim(qc));
-  std::array<CView, 2> qcs{qc, CView()};
+  using TView = Kokkos::View<T*, Mem>;
+  const TView qc(q.view().data(), q.view().extent(0));  // q as it lies: the products' operand
+  std::array<TView, 2> qcs{qc, TView()};
   if (q_chunks == 2)
     for (int c = 0; c < 2; ++c) {
       qcs[c] = ring_chunk_rows<Exec>(qc, heads_rows, nq, inner, ring.chunk_start(ring.me, c), ring.chunk_extent[me][c]);

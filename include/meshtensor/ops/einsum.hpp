@@ -158,25 +158,32 @@ void with_product_operands(const contract_shape& s, const Kokkos::View<T*, typen
 
 // out = the product of the local slices of a and b (local extents a_ext, b_ext) of shape s, out's
 // local extents out_ext. The product writes every element of its result (beta = 0; zeros when
-// k == 0), so out needs no zero fill.
-template <class Exec, class T>
+// k == 0), so out needs no zero fill. TOut float with bf16 operands: float accumulation and output
+// (kernels::product_into_float), for a partial sum that is reduced before it is rounded.
+template <class Exec, class T, class TOut = T>
 void contract_slices(const contract_shape& s, const Kokkos::View<T*, typename Exec::memory_space>& a,
                      const std::int64_t* a_ext, const Kokkos::View<T*, typename Exec::memory_space>& b,
-                     const std::int64_t* b_ext, const Kokkos::View<T*, typename Exec::memory_space>& out,
+                     const std::int64_t* b_ext, const Kokkos::View<TOut*, typename Exec::memory_space>& out,
                      const std::int64_t* out_ext) {
   using mem = typename Exec::memory_space;
   with_product_operands<Exec, T>(s, a, a_ext, b, b_ext, [&](std::int64_t nb, std::int64_t m, std::int64_t n,
                                                             std::int64_t k, const auto& av, const auto& bv) {
-    if (s.out_plain) return kernels::product<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, out);
-    const temporary_view<T, mem> c(static_cast<std::size_t>(nb * m * n));
-    kernels::product<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, c.v);
+    const auto product = [&](const Kokkos::View<TOut*, mem>& c) {
+      if constexpr (std::is_same_v<T, TOut>)
+        kernels::product<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, c);
+      else
+        kernels::product_into_float<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, c, false);
+    };
+    if (s.out_plain) return product(out);
+    const temporary_view<TOut, mem> c(static_cast<std::size_t>(nb * m * n));
+    product(c.v);
     // c's local extents: [batch, m] from a, [n] from b; then c permuted into out's order.
     kidx c_ext{};
     std::size_t i = 0;
     for (std::size_t j = 0; j != s.nb + s.nm; ++j) c_ext[i++] = a_ext[s.a_order[j]];
     for (std::size_t j = 0; j != s.nn; ++j) c_ext[i++] = b_ext[s.b_order[s.nb + s.nk + j]];
     map_kernel<Exec>(out, out_ext, static_cast<int>(s.out_rank), identity_fn{},
-                     map_input<T, mem>{c.v, s.out_order.data(), c_ext.data(), i});
+                     map_input<TOut, mem>{c.v, s.out_order.data(), c_ext.data(), i});
   });
 }
 
@@ -188,9 +195,16 @@ auto contract(const A& a, const B& b) {
   using Out = with_dims_t<A, OutList>;
   using T = typename A::value_type;
   if constexpr (sum_partials && std::is_same_v<T, bf16> && contracted_axes<OutList, A, B>() != 0) {
-    // Partial products rounded to bf16 before the allreduce would be rounded twice: in float,
-    // reduced, rounded once (on a host the bf16 product widens its operands anyway).
-    return cast_local<bf16>(contract<OutList, true>(cast_local<float>(a), cast_local<float>(b)));
+    // Partial products rounded to bf16 before the allreduce would be rounded twice: bf16 operands
+    // into float partial sums (bf16 kernels, float accumulation), reduced in float, rounded once.
+    using F = typename Out::template rebind<float>;
+    F partial(a.mesh(), result_extents<F>(a, b), uninitialized);
+    contract_slices<typename A::execution_space, T, float>(contract_shape_v<OutList, A, B>, a.view(),
+                                                           a.local_extents().data(), b.view(),
+                                                           b.local_extents().data(), partial.view(),
+                                                           partial.local_extents().data());
+    allreduce_slice(partial, contracted_axes<OutList, A, B>(), reduce_op::sum);
+    return cast_local<bf16>(partial);
   } else {
     Out out(a.mesh(), result_extents<Out>(a, b), uninitialized);
     contract_slices<typename A::execution_space, T>(contract_shape_v<OutList, A, B>, a.view(), a.local_extents().data(),

@@ -152,6 +152,9 @@ class plan_ledger {
     optimizer_bytes_ += b;
     timeline_.after.optimizer_bytes += b;
   }
+  // A wait of the host for an execution space's work (kernels::fence): where a GPU's step would
+  // stop the host, counted as collectives are.
+  void add_wait() { ++waits_; }
   void add_host_bytes(std::int64_t b) {
     host_bytes_ += b;
     timeline_.after.host_bytes += b;
@@ -168,6 +171,7 @@ class plan_ledger {
   const plan_timeline& timeline() const { return timeline_; }
   std::int64_t optimizer_bytes() const { return optimizer_bytes_; }
   std::int64_t host_bytes() const { return host_bytes_; }
+  std::int64_t waits() const { return waits_; }
   std::int64_t kernels() const { return kernels_; }
   std::int64_t allocated_bytes() const { return allocated_bytes_; }
 
@@ -178,6 +182,7 @@ class plan_ledger {
     allocated_bytes_ = 0;
     optimizer_bytes_ = 0;
     host_bytes_ = 0;
+    waits_ = 0;
     product_flops_.clear();
     bf16_product_flops_.clear();
     timeline_ = {};  // tickets go on counting: a wait for one started before is not this step's
@@ -259,7 +264,7 @@ class plan_ledger {
   std::map<const void*, std::weak_ptr<claim_record>> claims_;
   kind_bytes live_{}, at_peak_{};
   std::int64_t total_live_ = 0, peak_total_ = 0;
-  std::int64_t kernels_ = 0, allocated_bytes_ = 0, optimizer_bytes_ = 0, host_bytes_ = 0;
+  std::int64_t kernels_ = 0, allocated_bytes_ = 0, optimizer_bytes_ = 0, host_bytes_ = 0, waits_ = 0;
   memory_kind kind_ = memory_kind::activations;
   const char* op_ = nullptr;
   plan_phase phase_ = plan_phase::forward;

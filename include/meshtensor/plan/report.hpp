@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,7 @@ struct plan_report {
   std::int64_t allocated_bytes = 0;  // bytes of every slice allocated (results and scratch)
   std::int64_t optimizer_bytes = 0;  // bytes of parameters updated in place by optimizers
   std::int64_t host_bytes = 0;       // bytes the host copied into tensors (from_host)
+  std::int64_t waits = 0;            // the host's waits for the device (kernels::fence; host_waits())
   std::map<std::string, std::int64_t> activations_at_peak_by_op;  // by the op (and pass) that allocated them
   // Activations alive when a backward pass started (the largest such moment): what the tape saved
   // for it, by the op that allocated each (0 when no backward pass ran).
@@ -70,7 +72,8 @@ struct plan_report {
     for (const auto& [mnk, f] : bf16_product_flops_by_size) bf16_flops += f;
     s += detail::cat("local FLOPs (products): ", total_flops, "; kernels: ", kernels, "; bytes allocated: ",
                      allocated_bytes, "; updated by the optimizer: ", optimizer_bytes, "; copied from the host: ",
-                     host_bytes, "; FLOPs of products of bf16 operands: ", bf16_flops, "\n");
+                     host_bytes, "; FLOPs of products of bf16 operands: ", bf16_flops, "; waits for the device: ", waits,
+                     "\n");
     for (const auto& f : flops) s += detail::cat("  ", f.op, ": ", f.flops, "\n");
     s += "memory (bytes)             now    at the peak\n";
     for (int k = 0; k < memory_kind_count; ++k)
@@ -102,7 +105,7 @@ struct plan_report {
                        ", \"axes\": ", quoted(r.axes), ", \"calls\": ", r.calls, ", \"bytes\": ", r.bytes, "}");
     }
     s += detail::cat("], \"kernels\": ", kernels, ", \"allocated_bytes\": ", allocated_bytes, ", \"optimizer_bytes\": ",
-                     optimizer_bytes, ", \"host_bytes\": ", host_bytes,
+                     optimizer_bytes, ", \"host_bytes\": ", host_bytes, ", \"waits\": ", waits,
                      ", \"flops\": {\"total\": ", total_flops);
     for (const auto& f : flops) s += detail::cat(", ", quoted(f.op), ": ", f.flops);
     s += "}, \"memory\": {\"now\": {";
@@ -171,6 +174,7 @@ plan_report plan_report_of(const M& m) {
   r.allocated_bytes = ledger.allocated_bytes();
   r.optimizer_bytes = ledger.optimizer_bytes();
   r.host_bytes = ledger.host_bytes();
+  r.waits = ledger.waits();
   r.live = ledger.live();
   r.at_peak = ledger.at_peak();
   r.activations_at_peak_by_op = ledger.activations_at_peak_by_op();
@@ -189,11 +193,13 @@ void reset_plan(const M& m) {
 }
 
 // What one real step and its plan disagree on, empty when nothing: the collectives per (kind,
-// axes) with their calls and bytes, and the bytes of parameters and optimizer state. The examples'
+// axes) with their calls and bytes, the bytes of parameters and optimizer state, and the host's
+// waits for the device (when `waits`, the step's host_waits(), is given). The examples'
 // --check-plan prints it on each rank that differs (Mesh: the real mesh, which names the axes).
 template <class Mesh>
 std::string plan_differences(const Mesh& m, const comm_counters& counted, const plan_report& planned,
-                             std::int64_t parameter_bytes, std::int64_t optimizer_state_bytes) {
+                             std::int64_t parameter_bytes, std::int64_t optimizer_state_bytes,
+                             std::optional<std::int64_t> waits = std::nullopt) {
   std::string wrong;
   if (planned.totals != counted) {
     wrong += "collectives differ:\n";
@@ -208,6 +214,8 @@ std::string plan_differences(const Mesh& m, const comm_counters& counted, const 
   if (planned.bytes_of(memory_kind::optimizer_state) != optimizer_state_bytes)
     wrong += detail::cat("optimizer state bytes: planned ", planned.bytes_of(memory_kind::optimizer_state), ", real ",
                          optimizer_state_bytes, "\n");
+  if (waits && planned.waits != *waits)
+    wrong += detail::cat("waits for the device: planned ", planned.waits, ", real ", *waits, "\n");
   return wrong;
 }
 

@@ -352,10 +352,16 @@ void ring_exchange(communicator& c, axis_set axes, Send send, std::int64_t send_
   constexpr int tag = 0x7269;  // apart from shift's and the allreduce's messages on the same communicator
   const std::int64_t bytes = send_n * static_cast<std::int64_t>(sizeof(T));
   const collective_call call{collective::shift, axes, bytes};
-  if (c.planned()) {
-    if (!send_first) compute();
+  if (c.planned()) {  // send() too: staging it is where the run waits for the device (kernels::fence)
+    if (!send_first) {
+      compute();
+      (void)send();
+    }
     auto moving = c.start(call, [](MPI_Request*) {});
-    if (send_first) compute();
+    if (send_first) {
+      (void)send();
+      compute();
+    }
     c.await_started(moving, collective::shift, axes, bytes);
     return;
   }

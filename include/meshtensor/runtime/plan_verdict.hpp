@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "../plan/report.hpp"
@@ -22,9 +23,10 @@ struct plan_verdict {
 // Collective over comm (every rank calls it with its own step and plan).
 template <class Mesh>
 plan_verdict agree_on_plan(MPI_Comm comm, const Mesh& m, const comm_counters& counted, const plan_report& planned,
-                           std::int64_t parameter_bytes, std::int64_t optimizer_state_bytes) {
+                           std::int64_t parameter_bytes, std::int64_t optimizer_state_bytes,
+                           std::optional<std::int64_t> waits = std::nullopt) {
   plan_verdict v;
-  v.differences = plan_differences(m, counted, planned, parameter_bytes, optimizer_state_bytes);
+  v.differences = plan_differences(m, counted, planned, parameter_bytes, optimizer_state_bytes, waits);
   int ok = v.differences.empty() ? 1 : 0, all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
   v.equal_everywhere = all == 1;

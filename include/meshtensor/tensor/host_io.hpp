@@ -165,11 +165,11 @@ TT from_host(const typename TT::mesh_type& m, const typename TT::extents_type& e
     wrong_size = e.what();
   }
   m.communicator().agree_or_throw(wrong_size.empty(), wrong_size);
-  if (m.is_planned()) {
+  kernels::fence(typename TT::execution_space{});  // kernels that used the slice's reused block, before the host writes
+  if (m.is_planned()) {  // the wait above counted, the copy's bytes too
     detail::plan_ledger::get().add_host_bytes(t.local_size() * static_cast<std::int64_t>(sizeof(typename TT::value_type)));
     return t;
   }
-  kernels::fence(typename TT::execution_space{});  // kernels that used the slice's reused block, before the host writes
   auto host = kernels::host_mirror(t.view());
   detail::copy_box_from_full(t.placement(), m.rank(), full, host.data());
   kernels::deep_copy(t.view(), host);
@@ -185,6 +185,7 @@ TT scatter(const typename TT::mesh_type& m, const typename TT::extents_type& ext
   auto& comm = m.communicator();
   std::int64_t root_size = static_cast<std::int64_t>(full_on_root.size());
   if (comm.planned()) {
+    kernels::fence(typename TT::execution_space{});  // counted: the run waits before the host writes
     // The plan may stand for a processor other than the root, which passes an empty span.
     if (!full_on_root.empty()) detail::check_full_size(t, static_cast<std::size_t>(root_size), "scatter");
     detail::scatter_from_root(comm, t.placement(), full_on_root, root, static_cast<typename TT::value_type*>(nullptr),
