@@ -136,7 +136,6 @@ struct map_runs {
   map_isa isa;
   F f;
   map_operand_pack<std::index_sequence_for<TI...>, map_operand<TI, Mem>...> ops;
-  std::int64_t runs = 0;  // in all
   // Tiled (copies only, map_tiles_copy): the tile dim's extent, its tiles, and the runs between neighbours
   // along it (the product of the extents of the output's dims after it, the last excepted).
   bool tiled = false;
@@ -204,8 +203,8 @@ void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, mem>::accessible;
   const map_isa isa = host ? map_isa_of_job() : map_isa::baseline;
   map_runs<F, TO, mem, TI...> runs{out.data(), len, ext, r, isa, f, {{map_operand_at(ins, ext, r)}...}};
-  runs.runs = n / len;
-  std::int64_t items = runs.runs;
+  const std::int64_t all_runs = n / len;
+  std::int64_t items = all_runs;
   if constexpr (host && map_tiles_copy<F, TI...>) {
     const auto& op = static_cast<const map_operand_slot<0, map_operand<TI..., mem>>&>(runs.ops).operand;
     int d = r - 2;  // the tile dim: the innermost before the last along which the operand is unit-strided
@@ -216,7 +215,7 @@ void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const
       runs.tiles = (ext[d] + map_tile_runs<TI...> - 1) / map_tile_runs<TI...>;
       runs.tile_gap = 1;
       for (int i = d + 1; i < r - 1; ++i) runs.tile_gap *= ext[i];
-      items = runs.runs / ext[d] * runs.tiles;
+      items = all_runs / ext[d] * runs.tiles;
     }
   }
   kernels::parallel_for("meshtensor::map", Kokkos::RangePolicy<Exec>(0, items), runs);
