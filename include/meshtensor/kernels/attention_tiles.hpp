@@ -42,7 +42,7 @@ namespace meshtensor::detail {
 //
 // The products take their operands in the tensors' element type E and write the accumulator type C
 // (compute_t<E>: float for bf16, else E itself): for bf16, bf16 operands with float accumulation and
-// output (kernels::ring_tile_product: oneDNN's AVX512_BF16 kernels, cuBLAS's tensor cores), so q
+// output (kernels::product_to: oneDNN's AVX512_BF16 kernels, cuBLAS's tensor cores), so q
 // and the output's gradient are used as they lie and k's and v's tiles are the message's own memory
 // in the forward pass. The scores, the online softmax and the running sums are in C; the weights P
 // and their gradient dS are rounded to E for the products that read them, as flash attention's
@@ -73,19 +73,6 @@ inline std::vector<ring_key_tile> ring_key_tiles(std::int64_t nq, std::int64_t q
     tiles.push_back({t0, te - t0 < tile ? te - t0 : tile, kg, kq});
   }
   return tiles;
-}
-
-// c = op(a) . op(b) per batch (kernels::product's arguments), operands in E and c in C =
-// compute_t<E>: one product where E is C, else bf16 operands with float accumulation and output.
-template <class Exec, class E, class C>
-void ring_tile_product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,
-                       const Kokkos::View<E*, typename Exec::memory_space>& a,
-                       const Kokkos::View<E*, typename Exec::memory_space>& b,
-                       const Kokkos::View<C*, typename Exec::memory_space>& c) {
-  if constexpr (std::is_same_v<E, C>)
-    kernels::product<Exec, C>(nb, m, n, k, trans_a, trans_b, a, b, c);
-  else
-    kernels::product_into_float<Exec, E>(nb, m, n, k, trans_a, trans_b, a, b, c, false);
 }
 
 // A tile's weights (or their gradient) in E, the operand of the products that read them: the
@@ -202,7 +189,7 @@ void ring_forward_block(const EV& q, const KV& kv, const CV& m, const CV& l, con
     const std::shared_ptr<void> tile_claims[] = {ring_tile_claim(kv, kt), ring_tile_claim(kv, vt)};
     const CV s(scores.data(), static_cast<std::size_t>(rows * tn));
     const EV w(weights.data(), static_cast<std::size_t>(rows * tn));  // s's memory where E is C
-    ring_tile_product<Exec>(kv_outer, gq, tn, inner, false, true, q, kt, s);
+    kernels::product_to<Exec>(kv_outer, gq, tn, inner, false, true, q, kt, s);
     kernels::parallel_for(
         "meshtensor::ring_attention_forward", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
           const std::int64_t i = row % nq, sa = row * tn;
@@ -232,7 +219,7 @@ void ring_forward_block(const EV& q, const KV& kv, const CV& m, const CV& l, con
           l(row) = sum;
           alpha(row) = a;
         });
-    ring_tile_product<Exec>(kv_outer, gq, inner, tn, false, false, w, vt, pv);
+    kernels::product_to<Exec>(kv_outer, gq, inner, tn, false, false, w, vt, pv);
     kernels::parallel_for(
         "meshtensor::ring_attention_forward_accumulate", Kokkos::RangePolicy<Exec>(0, rows * inner),
         KOKKOS_LAMBDA(std::int64_t e) { acc(e) = acc(e) * alpha(e / inner) + pv(e); });
@@ -277,8 +264,8 @@ void ring_backward_block(const EV& q, const EV& dout, const CV& lse, const CV& d
     const CV s(scores.data(), static_cast<std::size_t>(rows * tn)), ds(dscores.data(), static_cast<std::size_t>(rows * tn));
     // s's and ds's memory where E is C
     const EV w(weights.data(), static_cast<std::size_t>(rows * tn)), dw(dweights.data(), static_cast<std::size_t>(rows * tn));
-    ring_tile_product<Exec>(kv_outer, gq, tn, inner, false, true, q, kt, s);
-    ring_tile_product<Exec>(kv_outer, gq, tn, inner, false, true, dout, vt, ds);
+    kernels::product_to<Exec>(kv_outer, gq, tn, inner, false, true, q, kt, s);
+    kernels::product_to<Exec>(kv_outer, gq, tn, inner, false, true, dout, vt, ds);
     kernels::parallel_for(
         "meshtensor::ring_attention_backward", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
           const std::int64_t i = row % nq, sa = row * tn;
@@ -299,9 +286,9 @@ void ring_backward_block(const EV& q, const EV& dout, const CV& lse, const CV& d
         });
     const CV dkt(dk_tile.data(), static_cast<std::size_t>(kv_outer * tn * inner)),
         dvt(dv_tile.data(), static_cast<std::size_t>(kv_outer * tn * inner));
-    ring_tile_product<Exec>(kv_outer, gq, inner, tn, false, false, dw, kt, dq_tile);
-    ring_tile_product<Exec>(kv_outer, tn, inner, gq, true, false, dw, q, dkt);
-    ring_tile_product<Exec>(kv_outer, tn, inner, gq, true, false, w, dout, dvt);
+    kernels::product_to<Exec>(kv_outer, gq, inner, tn, false, false, dw, kt, dq_tile);
+    kernels::product_to<Exec>(kv_outer, tn, inner, gq, true, false, dw, q, dkt);
+    kernels::product_to<Exec>(kv_outer, tn, inner, gq, true, false, w, dout, dvt);
     kernels::parallel_for(
         "meshtensor::ring_attention_backward_dq", Kokkos::RangePolicy<Exec>(0, rows * inner),
         KOKKOS_LAMBDA(std::int64_t e) { dq(e) += dq_tile(e); });

@@ -111,4 +111,18 @@ void product_into_float(std::int64_t nb, std::int64_t m, std::int64_t n, std::in
   }
 }
 
+// c = op(a) . op(b) per batch in TOut: kernels::product where TOut is T, else bf16 operands with
+// float accumulation and output (product_into_float, beta 0): a sum that is reduced or carried on
+// in float before it is rounded (einsum's partial sums, ring attention's tiles).
+template <class Exec, class T, class TOut>
+void product_to(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bool trans_a, bool trans_b,
+                const Kokkos::View<T*, typename Exec::memory_space>& a,
+                const Kokkos::View<T*, typename Exec::memory_space>& b,
+                const Kokkos::View<TOut*, typename Exec::memory_space>& c) {
+  if constexpr (std::is_same_v<T, TOut>)
+    product<Exec, T>(nb, m, n, k, trans_a, trans_b, a, b, c);
+  else
+    product_into_float<Exec, T>(nb, m, n, k, trans_a, trans_b, a, b, c, false);
+}
+
 }  // namespace meshtensor::kernels

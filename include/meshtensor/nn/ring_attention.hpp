@@ -203,7 +203,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   using buffer = mpi_buffer<Exec, C>;
   using CView = Kokkos::View<C*, Mem>;
   using TView = Kokkos::View<T*, Mem>;
-  // q and dO as they lie: the products' operands (ring_tile_product).
+  // q and dO as they lie: the products' operands (kernels::product_to).
   const TView qc(q.view().data(), q.view().extent(0)), gc(g.view().data(), g.view().extent(0));
   CView home(cur.data() + 2 * own_blk, static_cast<std::size_t>(2 * own_blk));  // this part's [dk; dv]
   // Keeps home's memory alive (home does not count as its reference): the first message only

@@ -168,15 +168,9 @@ void contract_slices(const contract_shape& s, const Kokkos::View<T*, typename Ex
   using mem = typename Exec::memory_space;
   with_product_operands<Exec, T>(s, a, a_ext, b, b_ext, [&](std::int64_t nb, std::int64_t m, std::int64_t n,
                                                             std::int64_t k, const auto& av, const auto& bv) {
-    const auto product = [&](const Kokkos::View<TOut*, mem>& c) {
-      if constexpr (std::is_same_v<T, TOut>)
-        kernels::product<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, c);
-      else
-        kernels::product_into_float<Exec, T>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, c, false);
-    };
-    if (s.out_plain) return product(out);
+    if (s.out_plain) return kernels::product_to<Exec, T, TOut>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, out);
     const temporary_view<TOut, mem> c(static_cast<std::size_t>(nb * m * n));
-    product(c.v);
+    kernels::product_to<Exec, T, TOut>(nb, m, n, k, s.a_trans, s.b_trans, av, bv, c.v);
     // c's local extents: [batch, m] from a, [n] from b; then c permuted into out's order.
     kidx c_ext{};
     std::size_t i = 0;
