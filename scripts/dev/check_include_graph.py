@@ -45,6 +45,11 @@ KERNELS = "kernels"
 KOKKOS_CALL = re.compile(r'\bKokkos::(parallel_for|parallel_reduce|parallel_scan|deep_copy|create_mirror\w*|single|fence)\b'
                          r'|[.]fence\(\)')
 COMMENT = re.compile(r'//[^\n]*')
+# Policies are made on the library's execution space instance (kernels/instance.hpp: kernels::range,
+# kernels::policy): a policy constructed elsewhere lands on the default instance, and on a GPU its
+# kernel runs on another stream than the library's work, unordered with it.
+POLICY_HOME = "kernels/instance.hpp"
+POLICY_CONSTRUCTION = re.compile(r'\bKokkos::(?:Range|Team|MDRange)Policy<[^;]*?>\s*[({]')
 
 
 def unit_of(path):
@@ -73,9 +78,11 @@ def read_graph(root):
     for path, text in headers(root):
         graph[path] = [os.path.normpath(os.path.join(os.path.dirname(path), inc)).replace(os.sep, "/")
                        for inc in INCLUDE.findall(text)]
-        if unit_of(path) != KERNELS:
-            code = COMMENT.sub("", text)
-            calls[path] = sorted({m.group(0) for m in KOKKOS_CALL.finditer(code)})
+        code = COMMENT.sub("", text)
+        found = {m.group(0) for m in KOKKOS_CALL.finditer(code)} if unit_of(path) != KERNELS else set()
+        if path != POLICY_HOME:
+            found |= {"a policy constructor, " + m.group(0).rstrip("({ ") for m in POLICY_CONSTRUCTION.finditer(code)}
+        calls[path] = sorted(found)
         if unit_of(path) in PURE:
             graph[path] += [f"<{inc}>" for inc in SYSTEM_INCLUDE.findall(text)
                             if inc.startswith("mpi") or unit_of(path) not in KOKKOS_ALLOWED]
@@ -128,7 +135,10 @@ def problems(graph, calls):
     out = []
     for path, found in sorted(calls.items()):
         for call in found:
-            out.append(f"{path}: calls {call} outside {KERNELS}/ (enter through kernels/launch.hpp)")
+            if call.startswith("a policy"):
+                out.append(f"{path}: calls {call}, outside {POLICY_HOME} (make it with kernels::range or kernels::policy)")
+            else:
+                out.append(f"{path}: calls {call} outside {KERNELS}/ (enter through kernels/launch.hpp)")
     for path, includes in sorted(graph.items()):
         for inc in includes:
             if inc.startswith("<"):
@@ -193,6 +203,12 @@ def self_test():
                                           'void f() { Kokkos::parallel_for(1, g); }\n'}, "calls Kokkos::parallel_for outside"),
         "a fence outside kernels": ({**clean, "tensor/t.hpp": '#include "../runtime/a.hpp"\nvoid f() { E{}.fence(); }\n'},
                                     "calls .fence() outside"),
+        "a policy off the library's instance": ({**clean, "kernels/k.hpp": 'auto p = Kokkos::RangePolicy<E>(0, n);\n'},
+                                               "a policy constructor, Kokkos::RangePolicy<E>"),
+        "a team policy off the library's instance": ({**clean, "ops/o.hpp": 'auto p = Kokkos::TeamPolicy<E>{n, Kokkos::AUTO};\n'},
+                                                    "a policy constructor, Kokkos::TeamPolicy<E>"),
+        "policy types, and a policy made on the instance": ({**clean, "ops/o.hpp": 'using p = Kokkos::MDRangePolicy<E, Kokkos::Rank<3>>;\n'
+                                                            'Kokkos::RangePolicy<E> range(int b);\n'}, None),
         "a launch in kernels, a call in a comment": ({**clean, "kernels/k.hpp": 'void f() { Kokkos::deep_copy(a, b); }\n',
                                                      "tensor/t.hpp": '// not Kokkos::deep_copy(a, b) here\n'}, None),
         "a folder's own detail": ({**clean, "ops/detail/d.hpp": "", "ops/o.hpp": '#include "detail/d.hpp"\n'}, None),

@@ -2,6 +2,8 @@
 // enough to travel as a CUDA kernel argument (kernels/launch.hpp): on a GPU such a launch does not
 // wait for the previous one, as a launch through constant memory does. A large functor keeps the
 // policy as it was (with the hint it would go through global memory), and both run alike here.
+// And the door's policies and copies are made on the library's one execution space instance
+// (kernels/instance.hpp): on a host space its default, on CUDA a stream of the library's own.
 #include <catch2/catch_test_macros.hpp>
 
 #include <array>
@@ -57,4 +59,40 @@ TEST_CASE("a small functor gets the light-weight launch hint, a large one keeps 
     CHECK(s(i) == i + 2);
     CHECK(l(i) == i + 5);
   }
+}
+
+TEST_CASE("policies are made on the library's instance; copies the host takes part in stay blocking", "[kernels]") {
+  const auto r = kernels::range<exec>(2, 7);
+  static_assert(std::is_same_v<std::remove_const_t<decltype(r)>, Kokkos::RangePolicy<exec>>);
+  CHECK(r.begin() == 2);
+  CHECK(r.end() == 7);
+  const auto wide = kernels::range<exec, Kokkos::IndexType<std::int64_t>>(0, std::int64_t{1} << 40);
+  CHECK(wide.end() == std::int64_t{1} << 40);
+  const auto team = kernels::policy<Kokkos::TeamPolicy<exec>>(3, 1);
+  CHECK(team.league_size() == 3);
+  // Host memory takes part: Kokkos's blocking copy, never one queued on an instance.
+  static_assert(!kernels::device_only_copy_v<Kokkos::View<float*, Kokkos::HostSpace>>);
+  static_assert(!kernels::device_only_copy_on_instance<Kokkos::View<float*, Kokkos::HostSpace>, float>());
+  static_assert(!kernels::device_only_copy_on_instance<exec, Kokkos::View<float*, exec::memory_space>>());
+#if defined(KOKKOS_ENABLE_CUDA)
+  using device = Kokkos::View<float*, Kokkos::CudaSpace>;
+  static_assert(kernels::device_only_copy_on_instance<device, device>());
+  static_assert(kernels::device_only_copy_on_instance<device, float>());
+  static_assert(!kernels::device_only_copy_on_instance<device, Kokkos::View<float*, Kokkos::CudaHostPinnedSpace>>());
+  static_assert(!kernels::device_only_copy_on_instance<Kokkos::View<float*, Kokkos::CudaUVMSpace>, device>());
+  CHECK(kernels::range<Kokkos::Cuda>(0, 1).space().cuda_stream() == kernels::instance<Kokkos::Cuda>().cuda_stream());
+  CHECK(kernels::instance<Kokkos::Cuda>().cuda_stream() != nullptr);  // not CUDA's legacy stream
+#endif
+
+  // A fill and a copy through the door, counted waits unchanged by either.
+  const std::int64_t n = 16;
+  Kokkos::View<float*, exec::memory_space> a("a", n), b("b", n);
+  const std::int64_t waits = mt::host_waits();
+  kernels::deep_copy(a, 1.5f);
+  kernels::deep_copy(b, a);
+  CHECK(mt::host_waits() == waits);
+  kernels::fence(exec{});
+  CHECK(mt::host_waits() == waits + 1);
+  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, b);
+  for (std::int64_t i = 0; i < n; ++i) CHECK(h(i) == 1.5f);
 }

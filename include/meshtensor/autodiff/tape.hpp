@@ -121,7 +121,7 @@ TT clone(const TT& t) {
 // would be compiled again for every layout and dim list (compile time).
 template <class Exec, class V>
 void accumulate_kernel(const V& acc, const V& add) {
-  kernels::parallel_for("meshtensor::grad_accumulate", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(acc.extent(0))),
+  kernels::parallel_for("meshtensor::grad_accumulate", kernels::range<Exec>(0, static_cast<std::int64_t>(acc.extent(0))),
                        KOKKOS_LAMBDA(std::int64_t i) { acc(i) += add(i); });
 }
 

@@ -131,7 +131,7 @@ template <class V>
 void scale_all(const V& v, double factor) {
   using Rl = real_of_t<typename V::value_type>;
   kernels::parallel_for(
-      "meshtensor::fft_scale", Kokkos::RangePolicy<typename V::execution_space>(0, static_cast<std::int64_t>(v.extent(0))),
+      "meshtensor::fft_scale", kernels::range<typename V::execution_space>(0, static_cast<std::int64_t>(v.extent(0))),
       KOKKOS_LAMBDA(std::int64_t i) { v(i) *= Rl(factor); });
 }
 
@@ -142,7 +142,7 @@ template <class V>
 void scale_bins(const V& v, std::int64_t m, std::int64_t inner, std::int64_t n, double single, double paired) {
   using Rl = real_of_t<typename V::value_type>;
   kernels::parallel_for(
-      "meshtensor::fft_scale_bins", Kokkos::RangePolicy<typename V::execution_space>(0, static_cast<std::int64_t>(v.extent(0))),
+      "meshtensor::fft_scale_bins", kernels::range<typename V::execution_space>(0, static_cast<std::int64_t>(v.extent(0))),
       KOKKOS_LAMBDA(std::int64_t i) {
         const std::int64_t k = (i / inner) % m;
         v(i) *= Rl(k == 0 || (n % 2 == 0 && k == n / 2) ? single : paired);
@@ -215,7 +215,7 @@ Z padded(const Z& z, std::int64_t n) {
   const auto src = z.view();
   const auto dst = out.view();
   kernels::parallel_for(
-      "meshtensor::fft_pad", Kokkos::RangePolicy<typename Z::execution_space>(0, static_cast<std::int64_t>(src.extent(0))),
+      "meshtensor::fft_pad", kernels::range<typename Z::execution_space>(0, static_cast<std::int64_t>(src.extent(0))),
       KOKKOS_LAMBDA(std::int64_t i) {
         const std::int64_t o = i / (m * inner), r = i - o * m * inner;
         dst(o * n * inner + r) = src(i);

@@ -100,7 +100,7 @@ Kokkos::View<E*, typename Exec::memory_space> ring_tile(const V& from, std::int6
   const EView to = view_pool<E, Mem>::get().allocate(static_cast<std::size_t>(kv_outer * tn * inner));
   const std::int64_t per = tn * inner;
   kernels::parallel_for(
-      "meshtensor::ring_attention_tile", Kokkos::RangePolicy<Exec>(0, kv_outer * per), KOKKOS_LAMBDA(std::int64_t e) {
+      "meshtensor::ring_attention_tile", kernels::range<Exec>(0, kv_outer * per), KOKKOS_LAMBDA(std::int64_t e) {
         const std::int64_t ok = e / per, r = e % per;
         to(e) = static_cast<E>(from(at + (ok * nk + t0) * inner + r));
       });
@@ -116,7 +116,7 @@ Kokkos::View<C*, typename Exec::memory_space> ring_in_compute_type(const V& x) {
   } else {
     const auto to = view_pool<C, Mem>::get().allocate(x.extent(0));
     kernels::parallel_for(
-        "meshtensor::ring_attention_widen", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(x.extent(0))),
+        "meshtensor::ring_attention_widen", kernels::range<Exec>(0, static_cast<std::int64_t>(x.extent(0))),
         KOKKOS_LAMBDA(std::int64_t e) { to(e) = static_cast<C>(x(e)); });
     return to;
   }
@@ -191,7 +191,7 @@ void ring_forward_block(const EV& q, const KV& kv, const CV& m, const CV& l, con
     const EV w(weights.data(), static_cast<std::size_t>(rows * tn));  // s's memory where E is C
     kernels::product_to<Exec>(kv_outer, gq, tn, inner, false, true, q, kt, s);
     kernels::parallel_for(
-        "meshtensor::ring_attention_forward", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
+        "meshtensor::ring_attention_forward", kernels::range<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
           const std::int64_t i = row % nq, sa = row * tn;
           const std::int64_t last = i - kq + 1 < tn ? i - kq + 1 : tn;  // keys at or before the query
           if (last <= 0) {
@@ -221,7 +221,7 @@ void ring_forward_block(const EV& q, const KV& kv, const CV& m, const CV& l, con
         });
     kernels::product_to<Exec>(kv_outer, gq, inner, tn, false, false, w, vt, pv);
     kernels::parallel_for(
-        "meshtensor::ring_attention_forward_accumulate", Kokkos::RangePolicy<Exec>(0, rows * inner),
+        "meshtensor::ring_attention_forward_accumulate", kernels::range<Exec>(0, rows * inner),
         KOKKOS_LAMBDA(std::int64_t e) { acc(e) = acc(e) * alpha(e / inner) + pv(e); });
   }
 }
@@ -267,7 +267,7 @@ void ring_backward_block(const EV& q, const EV& dout, const CV& lse, const CV& d
     kernels::product_to<Exec>(kv_outer, gq, tn, inner, false, true, q, kt, s);
     kernels::product_to<Exec>(kv_outer, gq, tn, inner, false, true, dout, vt, ds);
     kernels::parallel_for(
-        "meshtensor::ring_attention_backward", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
+        "meshtensor::ring_attention_backward", kernels::range<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
           const std::int64_t i = row % nq, sa = row * tn;
           std::int64_t last = i - kq + 1 < tn ? i - kq + 1 : tn;
           if (last < 0) last = 0;
@@ -290,11 +290,11 @@ void ring_backward_block(const EV& q, const EV& dout, const CV& lse, const CV& d
     kernels::product_to<Exec>(kv_outer, tn, inner, gq, true, false, dw, q, dkt);
     kernels::product_to<Exec>(kv_outer, tn, inner, gq, true, false, w, dout, dvt);
     kernels::parallel_for(
-        "meshtensor::ring_attention_backward_dq", Kokkos::RangePolicy<Exec>(0, rows * inner),
+        "meshtensor::ring_attention_backward_dq", kernels::range<Exec>(0, rows * inner),
         KOKKOS_LAMBDA(std::int64_t e) { dq(e) += dq_tile(e); });
     const std::int64_t per = tn * inner;
     kernels::parallel_for(
-        "meshtensor::ring_attention_backward_dkv", Kokkos::RangePolicy<Exec>(0, kv_outer * per),
+        "meshtensor::ring_attention_backward_dkv", kernels::range<Exec>(0, kv_outer * per),
         KOKKOS_LAMBDA(std::int64_t e) {
           const std::int64_t at = (e / per * nk + t0) * inner + e % per;
           kv(2 * blk + at) += dkt(e);

@@ -16,7 +16,7 @@ void copy_rows_out(const V& x, std::int64_t outer, std::int64_t n, std::int64_t 
                    std::int64_t count, const V& to) {
   const std::int64_t per = count * inner;
   kernels::parallel_for(
-      "meshtensor::copy_rows_out", Kokkos::RangePolicy<Exec>(0, outer * per),
+      "meshtensor::copy_rows_out", kernels::range<Exec>(0, outer * per),
       KOKKOS_LAMBDA(std::int64_t e) { to(e) = x((e / per * n + begin) * inner + e % per); });
 }
 
@@ -25,7 +25,7 @@ void copy_rows_in(const V& chunk, std::int64_t outer, std::int64_t n, std::int64
                   std::int64_t count, const V& dst) {
   const std::int64_t per = count * inner;
   kernels::parallel_for(
-      "meshtensor::copy_rows_in", Kokkos::RangePolicy<Exec>(0, outer * per),
+      "meshtensor::copy_rows_in", kernels::range<Exec>(0, outer * per),
       KOKKOS_LAMBDA(std::int64_t e) { dst((e / per * n + begin) * inner + e % per) = chunk(e); });
 }
 

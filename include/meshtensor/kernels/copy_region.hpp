@@ -74,7 +74,7 @@ void copy_region(const T* src, std::int64_t soff, const box<R>& sb, T* dst, std:
     f.chunk = std::max<std::int64_t>(min_chunk, (f.run + want - 1) / want);
   }
   f.chunks = (f.run + f.chunk - 1) / f.chunk;
-  kernels::parallel_for("meshtensor::copy_region", Kokkos::RangePolicy<Exec>(0, rows * f.chunks), f);
+  kernels::parallel_for("meshtensor::copy_region", kernels::range<Exec>(0, rows * f.chunks), f);
 }
 
 }  // namespace meshtensor::detail

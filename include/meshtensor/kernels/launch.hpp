@@ -11,16 +11,20 @@
 //                                             takes its portable unfold + product path)
 // The entry points mirror Kokkos's names and arguments, so that an op's kernel reads as it would
 // with Kokkos alone.
+// All of it runs on one execution space instance (kernels/instance.hpp): policies come from
+// kernels::range and kernels::policy, and fence waits for that instance.
 #include <Kokkos_Core.hpp>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <initializer_list>
 #include <type_traits>
 #include <utility>
 
 #include "../plan/ledger.hpp"
+#include "instance.hpp"
 #include "pool.hpp"
 
 namespace meshtensor::detail {
@@ -68,9 +72,21 @@ auto light_weight(const Policy& policy) {
     return policy;
 }
 
+// True for (destination view, source view or value) where neither is memory the host can read.
+template <class Dst, class Src>
+constexpr bool device_only_copy_on_instance() {
+  if constexpr (!Kokkos::is_view<Dst>::value) return false;  // an instance first: the caller's choice
+  else if constexpr (Kokkos::is_view<Src>::value) return device_only_copy_v<Dst, Src>;
+  else return device_only_copy_v<Dst>;
+}
+
 template <class Policy, class Functor>
 void parallel_for(const std::string& name, const Policy& policy, const Functor& f) {
-  if (!planned_away()) Kokkos::parallel_for(name, light_weight<Functor>(policy), f);
+  if (planned_away()) return;
+  if constexpr (std::is_integral_v<Policy>)  // a count, as Kokkos takes it: the default space's range
+    Kokkos::parallel_for(name, light_weight<Functor>(range<Kokkos::DefaultExecutionSpace>(Policy{0}, policy)), f);
+  else
+    Kokkos::parallel_for(name, light_weight<Functor>(policy), f);
 }
 
 template <class... Args>
@@ -79,10 +95,20 @@ void parallel_reduce(Args&&... args) {
 }
 
 // A copy between views, or a fill with a value (Kokkos::deep_copy's overloads, with or without an
-// execution space instance first).
+// execution space instance first). Without an instance, a copy or fill that stays in device memory
+// is queued on the library's instance and the host goes on; one that the host's memory takes part
+// in is Kokkos's, which waits for the device before and after (the host reads or writes the data).
 template <class... Args>
 void deep_copy(Args&&... args) {
-  if (!planned_away()) Kokkos::deep_copy(std::forward<Args>(args)...);
+  if (planned_away()) return;
+  if constexpr (sizeof...(Args) == 2) {
+    if constexpr (device_only_copy_on_instance<std::remove_cvref_t<Args>...>()) {
+      using dst = std::remove_cvref_t<std::tuple_element_t<0, std::tuple<Args...>>>;
+      Kokkos::deep_copy(instance<typename dst::execution_space>(), std::forward<Args>(args)...);
+      return;
+    }
+  }
+  Kokkos::deep_copy(std::forward<Args>(args)...);
 }
 
 // Waits for the work launched on an execution space instance: before the host reads or writes
@@ -91,14 +117,15 @@ void deep_copy(Args&&... args) {
 // and in a run (meshtensor::host_waits()), so that a step's waits can be checked against its
 // plan as its collectives are. (oneDNN's hand-offs fence host spaces, where kernels have already
 // finished when they return: not counted.)
+// Whichever instance of Exec is given, the library's is waited for: the one its work runs on.
 template <class Exec>
-void fence(const Exec& exec) {
+void fence(const Exec&) {
   if (meshtensor::detail::planning()) {
     meshtensor::detail::plan_ledger::get().add_wait();
     return;
   }
   ++meshtensor::detail::host_wait_count();
-  exec.fence();
+  instance<Exec>().fence();
 }
 
 // A host view of v's shape (v itself where v is host memory); nothing is copied. Not skipped while

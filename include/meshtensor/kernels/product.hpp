@@ -44,7 +44,7 @@ constexpr bool host_space_v = Kokkos::SpaceAccessibility<Kokkos::HostSpace, type
 namespace detail {
 template <class Exec, class From, class To>
 void convert(const Kokkos::View<From*, typename Exec::memory_space>& from, const Kokkos::View<To*, typename Exec::memory_space>& to) {
-  Kokkos::parallel_for("meshtensor::product_convert", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(from.extent(0))),
+  Kokkos::parallel_for("meshtensor::product_convert", kernels::range<Exec>(0, static_cast<std::int64_t>(from.extent(0))),
                        KOKKOS_LAMBDA(std::int64_t i) { to(i) = from(i); });
 }
 }  // namespace detail
@@ -134,13 +134,13 @@ void product(std::int64_t nb, std::int64_t m, std::int64_t n, std::int64_t k, bo
 #if defined(KOKKOS_ENABLE_CUDA)
   else if constexpr (std::is_same_v<Exec, Kokkos::Cuda> && meshtensor::detail::cublas_type_v<T>) {
     // cuBLAS scales C by beta = 0 when k is 0.
-    meshtensor::detail::cublas_batched_gemm<T>(Exec{}.cuda_stream(), nb, m, n, k, trans_a, trans_b, a.data(), b.data(),
+    meshtensor::detail::cublas_batched_gemm<T>(kernels::instance<Exec>().cuda_stream(), nb, m, n, k, trans_a, trans_b, a.data(), b.data(),
                                                c.data());
   }
 #endif
   else {
     Kokkos::parallel_for(
-        "meshtensor::product", Kokkos::RangePolicy<Exec>(0, nb * m * n), KOKKOS_LAMBDA(std::int64_t idx) {
+        "meshtensor::product", kernels::range<Exec>(0, nb * m * n), KOKKOS_LAMBDA(std::int64_t idx) {
           const std::int64_t j = idx % n, i = (idx / n) % m, bi = idx / (m * n);
           compute_t<T> acc = 0;
           for (std::int64_t p = 0; p < k; ++p) {

@@ -92,13 +92,13 @@ void product_into_float(std::int64_t nb, std::int64_t m, std::int64_t n, std::in
   }
 #if defined(KOKKOS_ENABLE_CUDA)
   else if constexpr (std::is_same_v<Exec, Kokkos::Cuda>) {
-    meshtensor::detail::cublas_batched_gemm_into_float<T>(Exec{}.cuda_stream(), nb, m, n, k, trans_a, trans_b,
+    meshtensor::detail::cublas_batched_gemm_into_float<T>(kernels::instance<Exec>().cuda_stream(), nb, m, n, k, trans_a, trans_b,
                                                           a.data(), b.data(), c.data(), accumulate);
   }
 #endif
   else {
     Kokkos::parallel_for(
-        "meshtensor::product_into_float", Kokkos::RangePolicy<Exec>(0, nb * m * n), KOKKOS_LAMBDA(std::int64_t idx) {
+        "meshtensor::product_into_float", kernels::range<Exec>(0, nb * m * n), KOKKOS_LAMBDA(std::int64_t idx) {
           const std::int64_t j = idx % n, i = (idx / n) % m, bi = idx / (m * n);
           float acc = 0;
           for (std::int64_t p = 0; p < k; ++p) {

@@ -165,13 +165,13 @@ void reduce_kernel(const Kokkos::View<T*, typename Exec::memory_space>& xv,
     using policy = Kokkos::TeamPolicy<Exec>;
     if (n > INT32_MAX)
       throw error(cat("meshtensor: a reduction to ", n, " outputs exceeds a Kokkos team policy's int league"));
-    kernels::parallel_for("meshtensor::reduce_team", policy(static_cast<int>(n), Kokkos::AUTO),
+    kernels::parallel_for("meshtensor::reduce_team", kernels::policy<policy>(static_cast<int>(n), Kokkos::AUTO),
                          reduce_team_functor<T, typename policy::member_type>{f});
     return;
   }
   if (!host) f.tile_len = 1;
   f.tiles = (f.run + f.tile_len - 1) / f.tile_len;
-  kernels::parallel_for("meshtensor::reduce", Kokkos::RangePolicy<Exec>(0, (n / f.run) * f.tiles), f);
+  kernels::parallel_for("meshtensor::reduce", kernels::range<Exec>(0, (n / f.run) * f.tiles), f);
 }
 
 // The local part of reduce_to: x's slice (local extents x_ext) reduced onto out's (out_ext). Dim i

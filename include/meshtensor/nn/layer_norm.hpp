@@ -48,9 +48,9 @@ void layer_norm_column_sums(const Kokkos::View<T*, Mem>& x, const Kokkos::View<T
   const std::int64_t count = chunks::chunks(gs);
   const temporary_view<C, Mem> part_ds(static_cast<std::size_t>(count * gs.n)),
       part_db(static_cast<std::size_t>(count * gs.n));  // counted in a plan, as the run allocates them
-  kernels::parallel_for("meshtensor::layer_norm_column_chunks", Kokkos::RangePolicy<Exec>(0, count * gs.n),
+  kernels::parallel_for("meshtensor::layer_norm_column_chunks", kernels::range<Exec>(0, count * gs.n),
                         chunks{x, g, mean, rstd, part_ds.v, part_db.v, gs});
-  kernels::parallel_for("meshtensor::layer_norm_column_totals", Kokkos::RangePolicy<Exec>(0, gs.n),
+  kernels::parallel_for("meshtensor::layer_norm_column_totals", kernels::range<Exec>(0, gs.n),
                         layer_norm_grad_column_totals<T, Mem>{part_ds.v, part_db.v, ds, db, gs.n, count});
 }
 

@@ -177,7 +177,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   {
     const auto gv = g.view(), ov = out.view();
     kernels::parallel_for(
-        "meshtensor::ring_attention_delta", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
+        "meshtensor::ring_attention_delta", kernels::range<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
           C d = 0;
           for (std::int64_t e = 0; e < inner; ++e) d += static_cast<C>(gv(row * inner + e)) * static_cast<C>(ov(row * inner + e));
           delta(row) = d;
@@ -193,7 +193,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   {
     const auto kv_ = k.view(), vv = v.view();
     kernels::parallel_for(
-        "meshtensor::ring_attention_pack", Kokkos::RangePolicy<Exec>(0, own_blk), KOKKOS_LAMBDA(std::int64_t e) {
+        "meshtensor::ring_attention_pack", kernels::range<Exec>(0, own_blk), KOKKOS_LAMBDA(std::int64_t e) {
           cur(e) = static_cast<C>(kv_(e));
           cur(own_blk + e) = static_cast<C>(vv(e));
           cur(2 * own_blk + e) = C(0);
@@ -282,11 +282,11 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   {
     const auto a = gq.view();
     kernels::parallel_for(
-        "meshtensor::ring_attention_unpack_dq", Kokkos::RangePolicy<Exec>(0, rows * inner),
+        "meshtensor::ring_attention_unpack_dq", kernels::range<Exec>(0, rows * inner),
         KOKKOS_LAMBDA(std::int64_t e) { a(e) = static_cast<T>(dq(e)); });
     const auto b = gk.view(), c = gvv.view();
     kernels::parallel_for(
-        "meshtensor::ring_attention_unpack", Kokkos::RangePolicy<Exec>(0, own_blk), KOKKOS_LAMBDA(std::int64_t e) {
+        "meshtensor::ring_attention_unpack", kernels::range<Exec>(0, own_blk), KOKKOS_LAMBDA(std::int64_t e) {
           b(e) = static_cast<T>(home(e));
           c(e) = static_cast<T>(home(own_blk + e));
         });
@@ -383,7 +383,7 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
     const CView m = ms[c], l = ls[c], acc = accs[c];
     const std::int64_t n = q_chunks == 1 ? nq : ring.chunk_extent[me][c], b = q_chunks == 1 ? 0 : ring.chunk_start(ring.me, c);
     kernels::parallel_for(
-        "meshtensor::ring_attention_finish", Kokkos::RangePolicy<Exec>(0, heads_rows * n), KOKKOS_LAMBDA(std::int64_t row) {
+        "meshtensor::ring_attention_finish", kernels::range<Exec>(0, heads_rows * n), KOKKOS_LAMBDA(std::int64_t row) {
           const std::int64_t to = row / n * nq + b + row % n;
           const C sum = l(row);
           for (std::int64_t d = 0; d < inner; ++d) ov(to * inner + d) = static_cast<T>(acc(row * inner + d) / sum);

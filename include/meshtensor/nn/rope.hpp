@@ -102,7 +102,7 @@ void rope_kernel(const View& out, const View& in, std::int64_t n, std::int64_t f
   using C = compute_t<T>;
   const std::int64_t half = d / 2;
   kernels::parallel_for(
-      "meshtensor::rope", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t l) {
+      "meshtensor::rope", kernels::range<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t l) {
         const std::int64_t feature = (l / feature_stride) % d;
         const std::int64_t p = position_of((l / position_stride) % positions);
         const bool first = feature < half;

@@ -32,7 +32,7 @@ X cumsum_impl(const X& x, bool reverse) {
   auto ov = out.view();
   const std::int64_t rows = src.outer * src.inner, n = src.n, inner = src.inner;
   kernels::parallel_for(
-      "meshtensor::cumsum_local", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
+      "meshtensor::cumsum_local", kernels::range<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
         const std::int64_t o = r / inner, i = r % inner;
         T acc = 0;
         for (std::int64_t k = 0; k < n; ++k) {
@@ -45,7 +45,7 @@ X cumsum_impl(const X& x, bool reverse) {
     // Slice totals per row: the last element of the running sum.
     const auto totals = detail::view_pool<T, typename X::memory_space>::get().allocate(static_cast<std::size_t>(rows));
     kernels::parallel_for(
-        "meshtensor::cumsum_totals", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
+        "meshtensor::cumsum_totals", kernels::range<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
           totals(r) = n == 0 ? T(0) : ov(src.at(r / inner, reverse ? 0 : n - 1, r % inner));
         });
     // The totals are few (one per row) and the host adds them up: a host copy.
@@ -66,7 +66,7 @@ X cumsum_impl(const X& x, bool reverse) {
     }
     auto add = kernels::copy_to(typename X::memory_space{}, before);
     kernels::parallel_for(
-        "meshtensor::cumsum_offset", Kokkos::RangePolicy<Exec>(0, out.local_size()), KOKKOS_LAMBDA(std::int64_t idx) {
+        "meshtensor::cumsum_offset", kernels::range<Exec>(0, out.local_size()), KOKKOS_LAMBDA(std::int64_t idx) {
           ov(idx) += add((idx / (n * inner)) * inner + idx % inner);
         });
   }

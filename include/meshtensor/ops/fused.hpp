@@ -432,7 +432,7 @@ void launch_fused_runs(const Out& out, const Functor& f) {
   const std::int64_t n = out.local_size();
   if (n == 0) return;
   const std::int64_t len = Out::rank > 0 ? out.local_extents()[Out::rank - 1] : 1;
-  kernels::parallel_for("meshtensor::fuse", Kokkos::RangePolicy<typename Out::execution_space>(0, n / len), f);
+  kernels::parallel_for("meshtensor::fuse", kernels::range<typename Out::execution_space>(0, n / len), f);
 }
 
 // The union of the tensors' dims: the first's in order, then each next one's that are new.

@@ -64,7 +64,7 @@ void check_ids(const Idx& ids, std::int64_t n) {
   auto iv = ids.view();
   std::int64_t bad = 0;
   kernels::parallel_reduce(
-      "meshtensor::check_ids", Kokkos::RangePolicy<typename Idx::execution_space>(0, ids.local_size()),
+      "meshtensor::check_ids", kernels::range<typename Idx::execution_space>(0, ids.local_size()),
       KOKKOS_LAMBDA(std::int64_t k, std::int64_t & acc) {
         const IT v = iv(k);
         bool ok = v >= IT(0) && v < static_cast<IT>(n);
@@ -125,7 +125,7 @@ auto gather_local(const Table& table, const Idx& ids) {
   const auto tab = local_along<V>(table);
   const gather_rows_fn<typename Table::value_type, typename Idx::value_type, typename Table::memory_space> f{
       tab, ids.view(), out.view(), false, false};
-  kernels::parallel_for("meshtensor::gather", Kokkos::RangePolicy<Exec>(0, ids.local_size() * tab.outer), f);
+  kernels::parallel_for("meshtensor::gather", kernels::range<Exec>(0, ids.local_size() * tab.outer), f);
   return out;
 }
 
@@ -139,7 +139,7 @@ Table gather_grad(const Table& table, const Idx& ids, const G& g) {
   tab.v = gt.view();
   const gather_rows_fn<typename Table::value_type, typename Idx::value_type, typename Table::memory_space> f{
       tab, ids.view(), g.view(), true, Exec{}.concurrency() > 1};
-  kernels::parallel_for("meshtensor::gather_grad", Kokkos::RangePolicy<Exec>(0, ids.local_size() * tab.outer), f);
+  kernels::parallel_for("meshtensor::gather_grad", kernels::range<Exec>(0, ids.local_size() * tab.outer), f);
   return gt;
 }
 }  // namespace detail

@@ -75,7 +75,7 @@ void take_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space, R
       const std::int64_t nl = h.from_left, nr = h.from_right, right_lo = std::max(lo, own_hi);
       View next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
       kernels::parallel_for(
-          "meshtensor::unfold_halo", Kokkos::RangePolicy<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
+          "meshtensor::unfold_halo", kernels::range<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
             const std::int64_t o = ol / n, g = lo + ol % n;
             const T* from = g < own_lo   ? &lv((o * nl + g - lo) * inner)
                             : g < own_hi ? &cur.v(cur.at(o, g - own_lo, 0))
@@ -107,7 +107,7 @@ void return_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space,
     const View s = sum.view();
     View next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
     kernels::parallel_for(
-        "meshtensor::fold_own", Kokkos::RangePolicy<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
+        "meshtensor::fold_own", kernels::range<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
           const std::int64_t o = ol / n, l = ol % n;
           const T* from = &s((o * cur_n + own_lo + l) * inner);
           T* to = &next(ol * inner);
@@ -129,7 +129,7 @@ void return_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space,
     if (h.from_left + h.from_right > 0) {
       next = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(outer * n * inner));
       kernels::parallel_for(
-          "meshtensor::fold_own", Kokkos::RangePolicy<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
+          "meshtensor::fold_own", kernels::range<Exec>(0, outer * n), KOKKOS_LAMBDA(std::int64_t ol) {
             // Own positions that no window here read lie outside the buffer: zeros.
             const std::int64_t o = ol / n, c = own_lo + ol % n - cur_lo;
             T* to = &next(ol * inner);
@@ -143,7 +143,7 @@ void return_halo(communicator& comm, halo_buffer<T, typename Exec::memory_space,
     }
     // What the neighbours read here comes back and is added (two ranges of positions).
     if (r_n + l_n > 0) kernels::parallel_for(
-        "meshtensor::fold_halo", Kokkos::RangePolicy<Exec>(0, outer * (r_n + l_n)), KOKKOS_LAMBDA(std::int64_t ol) {
+        "meshtensor::fold_halo", kernels::range<Exec>(0, outer * (r_n + l_n)), KOKKOS_LAMBDA(std::int64_t ol) {
           const std::int64_t o = ol / (r_n + l_n), q = ol % (r_n + l_n);
           const bool from_right = q < r_n;
           const std::int64_t l = from_right ? r_at + q : l_at + q - r_n;

@@ -41,7 +41,7 @@ void copy_chunk_rows(const X& from, X& to, const chunk_rows& rows, bool to_piece
   auto pv = piece_view.v;
   auto wv = whole_view.v;
   kernels::parallel_for(
-      "meshtensor::local_chunk", Kokkos::RangePolicy<typename X::execution_space>(0, piece_view.outer * piece_view.n * piece_view.inner),
+      "meshtensor::local_chunk", kernels::range<typename X::execution_space>(0, piece_view.outer * piece_view.n * piece_view.inner),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (piece_view.n * piece_view.inner), l = (idx / piece_view.inner) % piece_view.n,
                            i = idx % piece_view.inner;

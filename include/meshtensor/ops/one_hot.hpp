@@ -52,7 +52,7 @@ detail::one_hot_result_t<NewDim, V, I> one_hot(const I& indices, std::int64_t de
   auto iv = indices.view();
   auto ov = out.view();
   kernels::parallel_for(
-      "meshtensor::one_hot", Kokkos::RangePolicy<typename Out::execution_space>(0, out.local_size()),
+      "meshtensor::one_hot", kernels::range<typename Out::execution_space>(0, out.local_size()),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const IT id = iv(idx / n);
         ov(idx) = (id == static_cast<IT>(begin + idx % n)) ? on : off;

@@ -233,7 +233,7 @@ halo_slice<X, D> halo_exchange(const X& x, std::int64_t width, boundary b = boun
   auto hv = h.data;
   const std::int64_t n = dst.n, inner = dst.inner, w = width;
   kernels::parallel_for(
-      "meshtensor::halo", Kokkos::RangePolicy<Exec>(0, h.size()), KOKKOS_LAMBDA(std::int64_t idx) {
+      "meshtensor::halo", kernels::range<Exec>(0, h.size()), KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (n * inner), l = (idx / inner) % n, i = idx % inner;
         T v;
         if (l < w)

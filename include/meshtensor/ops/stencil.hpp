@@ -116,7 +116,7 @@ template <class Exec, std::size_t R, class Body>
 void for_each_in_box(const char* name, const std::array<std::int64_t, R>& ext, const Body& body) {
   const box_point<R, Body> point{body};
   if constexpr (R == 1) {
-    kernels::parallel_for(name, Kokkos::RangePolicy<Exec, Kokkos::IndexType<std::int64_t>>(0, ext[0]), point);
+    kernels::parallel_for(name, kernels::range<Exec, Kokkos::IndexType<std::int64_t>>(0, ext[0]), point);
   } else {
     using policy = Kokkos::MDRangePolicy<Exec, Kokkos::Rank<R>, Kokkos::IndexType<std::int64_t>>;
     Kokkos::Array<std::int64_t, R> lower{}, upper{}, tile{};
@@ -129,9 +129,9 @@ void for_each_in_box(const char* name, const std::array<std::int64_t, R>& ext, c
       const std::int64_t last = std::max<std::int64_t>(ext[R - 1], 1);
       tile[R - 1] = last;
       tile[R - 2] = std::clamp<std::int64_t>(4096 / last, 1, std::max<std::int64_t>(ext[R - 2], 1));
-      kernels::parallel_for(name, policy(lower, upper, tile), point);
+      kernels::parallel_for(name, kernels::policy<policy>(lower, upper, tile), point);
     } else {
-      kernels::parallel_for(name, policy(lower, upper), point);
+      kernels::parallel_for(name, kernels::policy<policy>(lower, upper), point);
     }
   }
 }

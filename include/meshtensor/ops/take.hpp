@@ -86,7 +86,7 @@ void take_rows(const along_view<View>& dst, const along_view<View>& src,
   const std::int64_t chunk = take_chunk, chunks = (dst.inner + chunk - 1) / chunk;  // captured: no host constant in a device lambda
   if (!scatter_add) {
     kernels::parallel_for(
-        "meshtensor::take", Kokkos::RangePolicy<Exec>(0, dst.outer * dst.n * chunks), KOKKOS_LAMBDA(std::int64_t item) {
+        "meshtensor::take", kernels::range<Exec>(0, dst.outer * dst.n * chunks), KOKKOS_LAMBDA(std::int64_t item) {
           const std::int64_t o = item / (dst.n * chunks), l = (item / chunks) % dst.n, c = item % chunks;
           const std::int64_t lo = c * chunk, hi = lo + chunk < dst.inner ? lo + chunk : dst.inner;
           const std::int64_t from = src.at(o, at(l), 0), to = dst.at(o, l, 0);
@@ -94,7 +94,7 @@ void take_rows(const along_view<View>& dst, const along_view<View>& src,
         });
   } else {
     kernels::parallel_for(
-        "meshtensor::take_grad", Kokkos::RangePolicy<Exec>(0, dst.outer * chunks), KOKKOS_LAMBDA(std::int64_t item) {
+        "meshtensor::take_grad", kernels::range<Exec>(0, dst.outer * chunks), KOKKOS_LAMBDA(std::int64_t item) {
           const std::int64_t o = item / chunks, c = item % chunks;
           const std::int64_t lo = c * chunk, hi = lo + chunk < dst.inner ? lo + chunk : dst.inner;
           for (std::int64_t l = 0; l < dst.n; ++l) {

@@ -73,7 +73,7 @@ X top_k_grad(const X& x, const Kokkos::View<std::int64_t*, typename X::memory_sp
   const auto gf = full_along<KDim>(g);
   const std::int64_t rows = dst.outer * dst.inner;
   kernels::parallel_for(
-      "meshtensor::top_k_grad", Kokkos::RangePolicy<typename X::execution_space>(0, rows * k),
+      "meshtensor::top_k_grad", kernels::range<typename X::execution_space>(0, rows * k),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t r = idx / k, j = idx % k;
         const std::int64_t l = sel(idx) - dst.begin;
@@ -121,7 +121,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
   const Kokkos::View<std::int64_t*, Mem> ci = detail::view_pool<std::int64_t, Mem>::get().allocate(static_cast<std::size_t>(rows * c));
   kernels::deep_copy(cv, 0.0);
   kernels::parallel_for(
-      "meshtensor::top_k_local", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
+      "meshtensor::top_k_local", kernels::range<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
         std::int64_t filled = 0;
         for (std::int64_t l = 0; l < n; ++l)
           detail::insert_candidate(cv, ci, r * c, c, filled, static_cast<double>(src.v(src.at(r / inner, l, r % inner))),
@@ -136,7 +136,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
     const std::int64_t P = comm.size_over(s.mask());
     const Kokkos::View<double*, Mem> packed = detail::view_pool<double, Mem>::get().allocate(static_cast<std::size_t>(rows * c * 2));
     kernels::parallel_for(
-        "meshtensor::top_k_pack", Kokkos::RangePolicy<Exec>(0, rows * c), KOKKOS_LAMBDA(std::int64_t q) {
+        "meshtensor::top_k_pack", kernels::range<Exec>(0, rows * c), KOKKOS_LAMBDA(std::int64_t q) {
           packed(2 * q) = cv(q);
           packed(2 * q + 1) = static_cast<double>(ci(q));
         });
@@ -152,7 +152,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
     auto fv_ = fv;
     auto fi_ = fi;
     kernels::parallel_for(
-        "meshtensor::top_k_merge", Kokkos::RangePolicy<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
+        "meshtensor::top_k_merge", kernels::range<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t r) {
           std::int64_t filled = 0;
           for (std::int64_t p = 0; p < P; ++p)
             for (std::int64_t j = 0; j < c; ++j) {
@@ -173,7 +173,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
   auto ov = out.values.view();
   auto oi = out.indices.view();
   kernels::parallel_for(
-      "meshtensor::top_k_out", Kokkos::RangePolicy<Exec>(0, rows * kl), KOKKOS_LAMBDA(std::int64_t idx) {
+      "meshtensor::top_k_out", kernels::range<Exec>(0, rows * kl), KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t q = (idx / kl) * k + kb + idx % kl;
         ov(idx) = static_cast<T>(fv(q));
         oi(idx) = fi(q);

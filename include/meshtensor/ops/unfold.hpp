@@ -84,7 +84,7 @@ void unfold_kernel(const halo_buffer<T, typename Exec::memory_space, R>& b, cons
   for (std::size_t d = P + N; d < RO; ++d) inner *= out_ext[d];
   const auto bv = b.v;
   kernels::parallel_for(
-      "meshtensor::unfold", Kokkos::RangePolicy<Exec>(0, runs), KOKKOS_LAMBDA(std::int64_t run) {
+      "meshtensor::unfold", kernels::range<Exec>(0, runs), KOKKOS_LAMBDA(std::int64_t run) {
         Kokkos::Array<std::int64_t, RO> at;
         std::int64_t rest = run;
         for (std::size_t d = P + N; d-- > 0;) {
@@ -127,7 +127,7 @@ void fold_kernel(const Kokkos::View<T*, typename Exec::memory_space>& cv, const 
   for (std::size_t j = 0; j < N; ++j) taps *= cols_ext[P + j];
   const auto bv = b.v;
   kernels::parallel_for(
-      "meshtensor::fold", Kokkos::RangePolicy<Exec>(0, runs), KOKKOS_LAMBDA(std::int64_t run) {
+      "meshtensor::fold", kernels::range<Exec>(0, runs), KOKKOS_LAMBDA(std::int64_t run) {
         Kokkos::Array<std::int64_t, R> at;
         std::int64_t rest = run;
         for (std::size_t d = P; d-- > 0;) {

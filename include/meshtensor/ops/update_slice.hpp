@@ -30,7 +30,7 @@ void write_along(const along_view<View>& dst, const along_view<View>& src, std::
   const std::int64_t count = hi - lo;
   if (count <= 0) return;
   kernels::parallel_for(
-      "meshtensor::update_slice", Kokkos::RangePolicy<Exec>(0, dst.outer * count * dst.inner),
+      "meshtensor::update_slice", kernels::range<Exec>(0, dst.outer * count * dst.inner),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (count * dst.inner), l = (idx / dst.inner) % count, i = idx % dst.inner;
         dst.v(dst.at(o, lo + l - dst.begin, i)) = src.v(src.at(o, lo + l - start - src.begin, i));

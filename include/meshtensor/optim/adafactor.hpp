@@ -62,7 +62,7 @@ Out mean_onto(const X& x) {
   const T n = static_cast<T>(x.size() / std::max<std::int64_t>(1, s.size()));
   auto sv = s.view();
   kernels::parallel_for(
-      "meshtensor::optim::mean", Kokkos::RangePolicy<typename X::execution_space>(0, s.local_size()),
+      "meshtensor::optim::mean", kernels::range<typename X::execution_space>(0, s.local_size()),
       KOKKOS_LAMBDA(std::int64_t i) { sv(i) /= n; });
   return s;
 }
@@ -176,7 +176,7 @@ class adafactor : public optimizer<adafactor> {
     auto uv = u.view();
     auto mv = momentum ? s.m->view() : typename P::view_type{};
     kernels::parallel_for(
-        "meshtensor::optim::adafactor", Kokkos::RangePolicy<E>(0, p.local_size()), KOKKOS_LAMBDA(std::int64_t i) {
+        "meshtensor::optim::adafactor", kernels::range<E>(0, p.local_size()), KOKKOS_LAMBDA(std::int64_t i) {
           T ui = uv(i) * scale;
           if (momentum) {
             ui = b1 * mv(i) + (T(1) - b1) * ui;
@@ -193,7 +193,7 @@ class adafactor : public optimizer<adafactor> {
     auto av = acc.view();
     auto xv = x.view();
     kernels::parallel_for(
-        "meshtensor::optim::ema", Kokkos::RangePolicy<typename S::execution_space>(0, acc.local_size()),
+        "meshtensor::optim::ema", kernels::range<typename S::execution_space>(0, acc.local_size()),
         KOKKOS_LAMBDA(std::int64_t i) { av(i) = b * av(i) + (T(1) - b) * xv(i); });
   }
 

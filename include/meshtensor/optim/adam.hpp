@@ -83,7 +83,7 @@ class adam : public optimizer<adam> {
     auto mv = s.m.view();
     auto vv = s.v.view();
     kernels::parallel_for(
-        "meshtensor::optim::adam", Kokkos::RangePolicy<typename P::execution_space>(0, p.local_size()),
+        "meshtensor::optim::adam", kernels::range<typename P::execution_space>(0, p.local_size()),
         KOKKOS_LAMBDA(std::int64_t i) {
           if (k.decoupled)
             element<true>(k, pv(i), gv(i), mv(i), vv(i));
@@ -101,7 +101,7 @@ class adam : public optimizer<adam> {
     std::copy(runs.begin(), runs.end(), host.data());
     const auto table = kernels::copy_to(Exec{}, host);
     kernels::parallel_for(
-        "meshtensor::optim::adam", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(runs.size())),
+        "meshtensor::optim::adam", kernels::range<Exec>(0, static_cast<std::int64_t>(runs.size())),
         KOKKOS_LAMBDA(std::int64_t r) {
           const run<T> w = table(r);
           if (k.decoupled)

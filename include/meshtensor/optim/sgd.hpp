@@ -49,7 +49,7 @@ class sgd : public optimizer<sgd> {
     auto gv = g.view();
     auto vv = s.velocity.view();
     kernels::parallel_for(
-        "meshtensor::optim::sgd", Kokkos::RangePolicy<typename P::execution_space>(0, p.local_size()),
+        "meshtensor::optim::sgd", kernels::range<typename P::execution_space>(0, p.local_size()),
         KOKKOS_LAMBDA(std::int64_t i) {
           const T gi = gv(i) + wd * pv(i);
           const T v = first ? gi : mu * vv(i) + gi;

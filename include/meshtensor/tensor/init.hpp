@@ -32,7 +32,7 @@ template <class Exec, class T, std::size_t R, class F>
 void fill_kernel(const Kokkos::View<T*, typename Exec::memory_space>& v, std::int64_t n, const local_to_global<R>& map,
                  F f) {
   kernels::parallel_for(
-      "meshtensor::init", Kokkos::RangePolicy<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t l) { v(l) = f(map(l)); });
+      "meshtensor::init", kernels::range<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t l) { v(l) = f(map(l)); });
 }
 
 // The map from t's local flat index to its global one, under any layout: each dim's ranges from

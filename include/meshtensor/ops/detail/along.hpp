@@ -64,9 +64,9 @@ along_policy<Exec> along_range(const along_view<View>& a) {
     constexpr index long_run = 64, tile_elements = 4096;
     const index one = 1, short_runs = std::clamp(tile_elements / std::max(inner, one), one, std::max(n, one));
     const index tile_n = inner >= long_run ? one : short_runs;
-    return policy({0, 0, 0}, {outer, n, inner}, {one, tile_n, std::max(inner, one)});
+    return policy(kernels::instance<Exec>(), {0, 0, 0}, {outer, n, inner}, {one, tile_n, std::max(inner, one)});
   } else {
-    return policy({0, 0, 0}, {outer, n, inner});
+    return policy(kernels::instance<Exec>(), {0, 0, 0}, {outer, n, inner});
   }
 }
 
@@ -126,7 +126,7 @@ Kokkos::View<T*, typename Exec::memory_space> allgather_along(communicator& comm
   const auto parts_at = kernels::copy_to(Mem{}, where);
   Kokkos::View<T*, Mem> full = view_pool<T, Mem>::get().allocate(static_cast<std::size_t>(total));
   kernels::parallel_for(
-      "meshtensor::reorder_parts", Kokkos::RangePolicy<Exec>(0, P * outer), KOKKOS_LAMBDA(std::int64_t qo) {
+      "meshtensor::reorder_parts", kernels::range<Exec>(0, P * outer), KOKKOS_LAMBDA(std::int64_t qo) {
         const std::int64_t q = qo / outer, o = qo % outer;
         const std::int64_t off = parts_at(3 * q), nq = parts_at(3 * q + 1), at = parts_at(3 * q + 2);
         for (std::int64_t l = 0; l < nq; ++l)
@@ -177,7 +177,7 @@ void place_along(Out& out, const along_view<View>& src, std::int64_t start) {
   auto ov = out.view();
   const std::int64_t lo = src.begin, hi = src.begin + src.n;
   kernels::parallel_for(
-      "meshtensor::place_along", Kokkos::RangePolicy<typename Out::execution_space>(0, out.local_size()),
+      "meshtensor::place_along", kernels::range<typename Out::execution_space>(0, out.local_size()),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (dst.n * dst.inner), l = (idx / dst.inner) % dst.n, i = idx % dst.inner;
         const std::int64_t s = dst.begin + l - start;
@@ -194,7 +194,7 @@ Kokkos::View<typename View::value_type*, typename View::memory_space> pack_along
   Kokkos::View<T*, typename View::memory_space> slab =
       view_pool<T, typename View::memory_space>::get().allocate(static_cast<std::size_t>(src.outer * count * src.inner));
   kernels::parallel_for(
-      "meshtensor::pack_along", Kokkos::RangePolicy<Exec>(0, src.outer * count * src.inner),
+      "meshtensor::pack_along", kernels::range<Exec>(0, src.outer * count * src.inner),
       KOKKOS_LAMBDA(std::int64_t idx) {
         const std::int64_t o = idx / (count * src.inner), l = (idx / src.inner) % count, i = idx % src.inner;
         slab(idx) = src.v(src.at(o, from + l, i));

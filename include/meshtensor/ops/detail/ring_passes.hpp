@@ -114,7 +114,7 @@ template <class Exec, class From, class To>
 void convert_into(const From& from, const To& to) {
   using A = typename To::value_type;
   kernels::parallel_for(
-      "meshtensor::ring_reduce_scattered_convert", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(from.extent(0))),
+      "meshtensor::ring_reduce_scattered_convert", kernels::range<Exec>(0, static_cast<std::int64_t>(from.extent(0))),
       KOKKOS_LAMBDA(std::int64_t e) { to(e) = static_cast<A>(from(e)); });
 }
 
@@ -175,7 +175,7 @@ Out ring_reduce_scattered(const typename Out::mesh_type& m, const typename Out::
     check_addend_size(*mine, recv_n, next);
     const auto add = mine->view();
     kernels::parallel_for(
-        "meshtensor::ring_reduce_scattered_add", Kokkos::RangePolicy<Exec>(0, static_cast<std::int64_t>(arrived.extent(0))),
+        "meshtensor::ring_reduce_scattered_add", kernels::range<Exec>(0, static_cast<std::int64_t>(arrived.extent(0))),
         KOKKOS_LAMBDA(std::int64_t e) { arrived(e) += static_cast<A>(add(e)); });
     sum = arrived;
     sum_claim = std::move(hop.claim);
