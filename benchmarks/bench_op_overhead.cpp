@@ -11,6 +11,9 @@
 //                        exp, log, tanh, sigmoid, gelu (tanh form), silu over n = 4 K (64 x 64)
 //                        and 1 M (1024 x 1024) floats or bf16s, forward, and for float with its
 //                        gradient (issue 59, item 7); the time is per op, the peer divides by n
+//   door/<name>/<pass>   the op/ benchmarks on a planned mesh (mesh::planned): every kernel and product
+//                        is counted and skipped, so what is left is the door's checks, the plan's and
+//                        the tape's bookkeeping, and a planned tensor's (small) allocation
 //   parts/...            what an op is made of, measured alone: a fresh Kokkos allocation (and its
 //                        free), the pool's, an empty kernel's launch, a fence
 // The peer is benchmarks/peers/torch_op_overhead.py: the same ops, the same chain, PyTorch eager,
@@ -40,7 +43,11 @@ using rc = mt::tensor<float, plain, r, c>;
 namespace bench_overhead {
 
 mt::environment* env_ptr = nullptr;
+bool planned = false;  // the door/ benchmarks: ops on a planned mesh
 constexpr std::int64_t side = 64;
+
+// The one-processor mesh the ops run on: a real one, or a planned one for door/.
+one make_mesh() { return planned ? one::planned({1}) : one(*env_ptr, {1}); }
 int chain() { return bench::smoke() ? 2 : 200; }
 
 // Times n calls of f and one fence; the iteration's time is per call.
@@ -65,7 +72,7 @@ auto sum_all(const Y& y) {
 // The op named, forward alone or with its gradient (Y2: the second dim of its result).
 template <class Y2 = c, class Op>
 void unary(benchmark::State& state, Op op, bool backward) {
-  one g(*env_ptr, {1});
+  const one g = make_mesh();
   auto x = mt::random_normal<rc>(g, {side, side}, 1);
   if (!backward) {
     per_op(state, [&] {
@@ -88,18 +95,18 @@ struct add_op {
 };
 
 void add(benchmark::State& state, bool backward) {
-  one g(*env_ptr, {1});
+  const one g = make_mesh();
   unary(state, add_op{mt::random_normal<rc>(g, {side, side}, 2)}, backward);
 }
 
 void einsum(benchmark::State& state, bool backward) {
-  one g(*env_ptr, {1});
+  const one g = make_mesh();
   const auto w = mt::random_normal<mt::tensor<float, plain, c, k>>(g, {side, side}, 2);
   unary<k>(state, [&](const rc& x) { return mt::einsum<r, k>(x, w); }, backward);
 }
 
 void layer_norm(benchmark::State& state, bool backward) {
-  one g(*env_ptr, {1});
+  const one g = make_mesh();
   const auto scale = mt::full<mt::tensor<float, plain, c>>(g, {side}, 1.0f);
   const auto bias = mt::zeros<mt::tensor<float, plain, c>>(g, {side});
   unary(state, [&](const rc& x) { return mt::nn::layer_norm<c>(x, scale, bias); }, backward);
@@ -107,7 +114,7 @@ void layer_norm(benchmark::State& state, bool backward) {
 
 void adam(benchmark::State& state) {
   using W = mt::tensor<float, plain, e>;
-  one g(*env_ptr, {1});
+  const one g = make_mesh();
   auto w = mt::random_normal<W>(g, {1024}, 1);
   const auto grad = mt::random_normal<W>(g, {1024}, 2);
   mt::optim::adam opt;
@@ -121,7 +128,7 @@ void adam(benchmark::State& state) {
 template <class T, class Op>
 void math(benchmark::State& state, std::int64_t n_side, Op op, bool backward) {
   using X = mt::tensor<T, plain, r, c>;
-  one g(*env_ptr, {1});
+  const one g = make_mesh();
   auto x = mt::random_uniform<X>(g, {n_side, n_side}, 3, 0.5, 1.5);
   const int chain_here = bench::smoke() ? 2 : std::max<int>(2, static_cast<int>(chain() * (side * side) / (n_side * n_side)));
   if (!backward) {
@@ -161,7 +168,7 @@ void register_math(const auto& add_bench) {
 // One Adam step over 64 tensors of 1 K (a model's parameters): one kernel for all of them.
 void adam_step(benchmark::State& state) {
   using W = mt::tensor<float, plain, e>;
-  one g(*env_ptr, {1});
+  const one g = make_mesh();
   std::vector<W> ws, gs;
   for (std::uint64_t k = 0; k < 64; ++k) {
     ws.push_back(mt::random_normal<W>(g, {1024}, 1 + k));
@@ -203,16 +210,25 @@ void register_all() {
     benchmark::RegisterBenchmark(name.c_str(), fn)
         ->Iterations(bench::iters(25))->UseManualTime()->Unit(benchmark::kMicrosecond);
   };
+  // Each op/ benchmark also on a planned mesh (door/): its time without kernels.
+  const auto add_op_bench = [&](const std::string& name, auto fn) {
+    add_bench("op/" + name, [fn](benchmark::State& s) { fn(s); });
+    add_bench("door/" + name, [fn](benchmark::State& s) {
+      planned = true;
+      fn(s);
+      planned = false;
+    });
+  };
   for (bool bwd : {false, true}) {
     const std::string pass = bwd ? "/fwd_bwd" : "/fwd";
-    add_bench("op/add" + pass, [bwd](benchmark::State& s) { add(s, bwd); });
-    add_bench("op/exp" + pass, [bwd](benchmark::State& s) { unary(s, [](const rc& x) { return mt::exp(x); }, bwd); });
-    add_bench("op/exp_half" + pass,
-              [bwd](benchmark::State& s) { unary(s, [](const rc& x) { return mt::exp(x * 0.5f); }, bwd); });
-    add_bench("op/einsum64" + pass, [bwd](benchmark::State& s) { einsum(s, bwd); });
-    add_bench("op/softmax" + pass,
-              [bwd](benchmark::State& s) { unary(s, [](const rc& x) { return mt::softmax<c>(x); }, bwd); });
-    add_bench("op/layer_norm" + pass, [bwd](benchmark::State& s) { layer_norm(s, bwd); });
+    add_op_bench("add" + pass, [bwd](benchmark::State& s) { add(s, bwd); });
+    add_op_bench("exp" + pass, [bwd](benchmark::State& s) { unary(s, [](const rc& x) { return mt::exp(x); }, bwd); });
+    add_op_bench("exp_half" + pass,
+                 [bwd](benchmark::State& s) { unary(s, [](const rc& x) { return mt::exp(x * 0.5f); }, bwd); });
+    add_op_bench("einsum64" + pass, [bwd](benchmark::State& s) { einsum(s, bwd); });
+    add_op_bench("softmax" + pass,
+                 [bwd](benchmark::State& s) { unary(s, [](const rc& x) { return mt::softmax<c>(x); }, bwd); });
+    add_op_bench("layer_norm" + pass, [bwd](benchmark::State& s) { layer_norm(s, bwd); });
   }
   add_bench("op/adam/1024", adam);
   add_bench("op/adam_step/64x1024", adam_step);

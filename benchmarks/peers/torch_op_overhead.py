@@ -5,7 +5,9 @@ The same ops on the same 64 x 64 float tensors (and the transcendental functions
 elements, float and bf16: math/...), each run CHAIN times in a row and the device
 waited for once at the end, the median over ROUNDS rounds, in microseconds per op. With --ours
 (bench_op_overhead's --benchmark_out JSON from the same device) it prints both side by side and
-the ratio PyTorch / meshtensor (above 1: meshtensor is faster), and writes both to --out.
+the ratio PyTorch / meshtensor (above 1: meshtensor is faster) and, beside it, meshtensor's same op
+on a planned mesh (its door/ benchmarks: the door's checks and the plan's and tape's bookkeeping,
+no kernel), and writes both to --out.
 
     python3 benchmarks/peers/torch_op_overhead.py --device cuda --ours ours.json --out both.json
 """
@@ -102,7 +104,7 @@ def main():
     dev = torch.device(args.device)
     theirs = measure(dev, args.chain, args.rounds)
     where = torch.cuda.get_device_name(dev) if dev.type == "cuda" else f"CPU, {torch.get_num_threads()} thread(s)"
-    ours, parts = {}, {}
+    ours, parts, door = {}, {}, {}
     if args.ours:
         with open(args.ours) as f:
             for b in json.load(f)["benchmarks"]:
@@ -110,16 +112,21 @@ def main():
                     continue
                 us = b["real_time"] * {"us": 1, "ms": 1e3, "ns": 1e-3, "s": 1e6}[b["time_unit"]]
                 name = re.sub(r"/(iterations:\d+|manual_time|real_time)", "", b["name"])
-                (parts if name.startswith("parts/") else ours)[name] = us
+                if name.startswith("door/"):  # the op on a planned mesh: its time without kernels
+                    door["op/" + name[len("door/"):]] = us
+                else:
+                    (parts if name.startswith("parts/") else ours)[name] = us
     print(f"per-op time, microseconds (median of {args.rounds} rounds of {args.chain}); torch {torch.__version__}, {where}")
-    print(f"{'op':36s} {'meshtensor':>11s} {'PyTorch':>9s} {'PyTorch/ours':>13s}")
+    print(f"{'op':36s} {'meshtensor':>11s} {'PyTorch':>9s} {'PyTorch/ours':>13s} {'door+tape':>10s}")
     rows = []
     for name, t in theirs.items():
         o = ours.get(name)
         ratio = t / o if o else None
-        rows.append({"op": name, "meshtensor_us": o, "pytorch_us": t, "pytorch_over_meshtensor": ratio})
+        d = door.get(name)
+        rows.append({"op": name, "meshtensor_us": o, "pytorch_us": t, "pytorch_over_meshtensor": ratio,
+                     "meshtensor_planned_us": d})
         print(f"{name:36s} {o if o is not None else float('nan'):11.2f} {t:9.2f} "
-              f"{ratio if ratio is not None else float('nan'):13.2f}")
+              f"{ratio if ratio is not None else float('nan'):13.2f} {d if d is not None else float('nan'):10.2f}")
     for name, t in parts.items():
         print(f"{name:36s} {t:11.2f}")
     if args.out:

@@ -186,3 +186,60 @@ TEST_CASE("logsumexp and softmax are stable for large and infinite inputs", "[so
   for (int n = 0; n < 4; ++n) s += sm[n];
   REQUIRE(std::abs(s - 1.0) < 1e-12);
 }
+
+// Float rows in host memory take their own path (kernels/rows.hpp: the max and sum in lanes, the
+// exponentials vectorised): every row length around the lanes' width, with its tail, split over the
+// ranks or not, against a double host loop; log_softmax and a causal window; NaN and -inf rows.
+TEST_CASE("float softmax rows of every length equal a double host loop", "[softmax][equivalence]") {
+  auto m = world_line();
+  using F = mt::basic_tensor<float, mt::layout<line>, Kokkos::DefaultExecutionSpace, i_, j_>;
+  using Fs = mt::basic_tensor<float, mt::layout<line, mt::split<j_, x_>>, Kokkos::DefaultExecutionSpace, i_, j_>;
+  const double tol = 4e-7;  // float's rounding of a few operations, relative to the row's largest
+  for (const std::int64_t n : {1, 7, 8, 9, 17, 40}) {
+    std::vector<double> h(3 * n);
+    for (std::size_t k = 0; k < h.size(); ++k) h[k] = std::sin(0.7 * k) * 6 - 1;
+    std::vector<double> want(h.size()), want_log(h.size()), want_causal(h.size());
+    for (std::int64_t i = 0; i < 3; ++i) {
+      const auto row = [&](std::int64_t len) {
+        double mx = -std::numeric_limits<double>::infinity(), s = 0;
+        for (std::int64_t j = 0; j < len; ++j) mx = std::max(mx, h[i * n + j]);
+        for (std::int64_t j = 0; j < len; ++j) s += std::exp(h[i * n + j] - mx);
+        return std::pair{mx, s};
+      };
+      const auto [mx, s] = row(n);
+      const std::int64_t visible = std::min<std::int64_t>(i + 1, n);  // causal: query i sees j <= i
+      const auto [cmx, cs] = row(visible);
+      for (std::int64_t j = 0; j < n; ++j) {
+        want[i * n + j] = std::exp(h[i * n + j] - mx) / s;
+        want_log[i * n + j] = h[i * n + j] - mx - std::log(s);
+        want_causal[i * n + j] = j < visible ? std::exp(h[i * n + j] - cmx) / cs : 0.0;
+      }
+    }
+    const auto check = [&](const std::vector<float>& got, const std::vector<double>& w, const char* what) {
+      INFO(what << ", rows of " << n);
+      REQUIRE(got.size() == w.size());
+      for (std::size_t k = 0; k < w.size(); ++k) REQUIRE(std::abs(got[k] - w[k]) <= tol * std::max(1.0, std::abs(w[k])));
+    };
+    const std::vector<float> hf(h.begin(), h.end());
+    const auto x = mt::from_host<F>(m, {3, n}, hf);
+    const auto xs = mt::from_host<Fs>(m, {3, n}, hf);
+    check(mt::gather_all(mt::softmax<j_>(x)), want, "softmax");
+    check(mt::gather_all(mt::softmax<j_>(xs)), want, "softmax, rows split over the ranks");
+    check(mt::gather_all(mt::log_softmax<j_>(x)), want_log, "log_softmax");
+    check(mt::gather_all(mt::causal_softmax<i_, j_>(x, 1.0)), want_causal, "causal_softmax (query i, along j)");
+  }
+  // A NaN anywhere in a row makes the whole row NaN; a row of -inf gives NaN too (0 / 0), as the
+  // double path does, and a row of large values does not overflow.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> h(3 * 9, 0.5f);
+  h[4] = nan;
+  for (int j = 0; j < 9; ++j) h[9 + j] = -inf, h[18 + j] = 80.0f + j;
+  const auto sm = mt::gather_all(mt::softmax<j_>(mt::from_host<F>(m, {3, 9}, h)));
+  for (int j = 0; j < 9; ++j) {
+    REQUIRE(std::isnan(sm[j]));
+    REQUIRE(std::isnan(sm[9 + j]));
+    REQUIRE(std::isfinite(sm[18 + j]));
+  }
+  REQUIRE(std::abs(sm[26] - 1 / (1 + 1 / std::exp(1.0) + 1 / std::exp(2.0) + 1 / std::exp(3.0) + 1 / std::exp(4.0) +
+                                 1 / std::exp(5.0) + 1 / std::exp(6.0) + 1 / std::exp(7.0) + 1 / std::exp(8.0))) < 1e-6);
+}

@@ -5,7 +5,8 @@
 // kmath::vectorised holds exp, log and tanh for the elementwise maps: float on the host is
 // meshtensor's own there (element/vector_math.hpp: a loop of them vectorises, libm's calls do not),
 // and bf16 reaches it through its conversion to float. The row kernels keep libm's (a scalar loop,
-// where its expf is the faster).
+// where its expf is the faster), except softmax's float rows on the host, whose exponentials are
+// taken as a map's run (kernels/rows.hpp, shifted_exp).
 #include <Kokkos_Core.hpp>
 #include <type_traits>
 

@@ -77,6 +77,29 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), optimize("fp-contra
 }
 #endif
 
+#if MESHTENSOR_MAP_ISA_CLONES
+template <class F>
+__attribute__((target("avx2"), optimize("fp-contract=off"), flatten)) void with_avx2(const F& f) {
+  f();
+}
+template <class F>
+__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), optimize("fp-contract=off"), flatten)) void with_avx512(
+    const F& f) {
+  f();
+}
+#endif
+
+// f() compiled for the ISA given, as a map's runs are (host loops of the row kernels): f and what it
+// calls are inlined into a clone per ISA, each rounding as the baseline does.
+template <class F>
+KOKKOS_INLINE_FUNCTION void with_isa([[maybe_unused]] map_isa isa, const F& f) {
+#if MESHTENSOR_MAP_ISA_CLONES
+  if (isa == map_isa::avx512) return with_avx512(f);
+  if (isa == map_isa::avx2) return with_avx2(f);
+#endif
+  f();
+}
+
 template <class TO, class F, class... TI>
 KOKKOS_INLINE_FUNCTION void map_run(TO* out, std::int64_t len, const F& f, [[maybe_unused]] map_isa isa,
                                     const map_cursor<TI>&... c) {
@@ -218,7 +241,7 @@ void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const
       items = all_runs / ext[d] * runs.tiles;
     }
   }
-  kernels::parallel_for("meshtensor::map", Kokkos::RangePolicy<Exec>(0, items), runs);
+  kernels::parallel_for("meshtensor::map", kernels::range<Exec>(0, items), runs);
 }
 
 }  // namespace meshtensor::detail

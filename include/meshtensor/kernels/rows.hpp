@@ -23,6 +23,7 @@
 #include "../names/names.hpp"
 #include "indexing.hpp"
 #include "launch.hpp"
+#include "map.hpp"
 
 namespace meshtensor::detail {
 
@@ -189,17 +190,17 @@ void for_each_row(std::int64_t count, const F& f) {
     using policy = Kokkos::TeamPolicy<Exec>;
     if (count > INT32_MAX)
       throw error(cat("meshtensor: a row kernel over ", count, " rows exceeds a Kokkos team policy's int league"));
-    kernels::parallel_for("meshtensor::rows_team", policy(static_cast<int>(count), Kokkos::AUTO),
+    kernels::parallel_for("meshtensor::rows_team", kernels::policy<policy>(static_cast<int>(count), Kokkos::AUTO),
                          team_rows_kernel<F, typename policy::member_type>{f});
   } else {
-    kernels::parallel_for("meshtensor::rows", Kokkos::RangePolicy<Exec>(0, count), serial_rows_kernel<F>{f});
+    kernels::parallel_for("meshtensor::rows", kernels::range<Exec>(0, count), serial_rows_kernel<F>{f});
   }
 }
 
 // One work item per index, for kernels that are not one row each (layer_norm_grad_columns).
 template <class Exec, class F>
 void for_each_item(std::int64_t count, const F& f) {
-  kernels::parallel_for("meshtensor::items", Kokkos::RangePolicy<Exec>(0, count), f);
+  kernels::parallel_for("meshtensor::items", kernels::range<Exec>(0, count), f);
 }
 
 // Phases of a row kernel: all at once (D not split), or one at a time with an allreduce between.
@@ -239,21 +240,93 @@ KOKKOS_INLINE_FUNCTION T exp_or_zero(T d) {
   return d < lowest ? T(0) : kmath::exp(d);
 }
 
+// exp(scale x - shift), or 0 below float's smallest subnormal exponent (exp_or_zero), with the host's
+// vectorisable exp (element/vector_math.hpp): softmax's exponentials over a contiguous float row,
+// compiled for the job's ISA as a map's runs are (with_isa, rounding as the baseline does).
+struct shifted_exp {
+  float scale, shift;
+  KOKKOS_FORCEINLINE_FUNCTION float operator()(float v) const {
+    const float d = scale * v - shift;
+    return vector_math::select(d < -104.0f, 0.0f, kmath::vectorised::exp(d));
+  }
+};
+
+// The max of scale * p[l] (NaN if any is, nan_max) and the sum of p[l] over a contiguous row, in 8
+// lanes: a loop carrying one accumulator waits for each add or compare before the next (4 cycles a
+// float), 8 independent ones do not. The max is the same in any order; the sum's order is fixed
+// (lane by lane, then the lanes pairwise), so every rank and ISA rounds it alike.
+inline constexpr int row_lanes = 8;
+KOKKOS_INLINE_FUNCTION float lanes_max(const float* p, std::int64_t n, float scale) {
+  float acc[row_lanes];
+  int nan[row_lanes] = {};  // a NaN seen, kept apart: the compare-and-pick below is a max instruction
+  for (float& a : acc) a = -kmath::infinity<float>();
+  std::int64_t l = 0;
+  for (; l + row_lanes <= n; l += row_lanes)
+    for (int k = 0; k < row_lanes; ++k) {
+      const float v = scale * p[l + k];
+      nan[k] |= v != v;
+      acc[k] = acc[k] < v ? v : acc[k];
+    }
+  for (; l < n; ++l) {
+    const float v = scale * p[l];
+    nan[0] |= v != v;
+    acc[0] = acc[0] < v ? v : acc[0];
+  }
+  float m = acc[0];
+  int any_nan = nan[0];
+  for (int k = 1; k < row_lanes; ++k) {
+    m = m < acc[k] ? acc[k] : m;
+    any_nan |= nan[k];
+  }
+  return any_nan ? vector_math::float_of(0x7fc00000u) : m;  // a quiet NaN
+}
+KOKKOS_INLINE_FUNCTION float lanes_sum(const float* p, std::int64_t n) {
+  float acc[row_lanes] = {};
+  std::int64_t l = 0;
+  for (; l + row_lanes <= n; l += row_lanes)
+    for (int k = 0; k < row_lanes; ++k) acc[k] += p[l + k];
+  for (; l < n; ++l) acc[0] += p[l];
+  for (int width = row_lanes / 2; width > 0; width /= 2)
+    for (int k = 0; k < width; ++k) acc[k] += acc[k + width];
+  return acc[0];
+}
+
 // softmax / log_softmax along D of scale * x: m = row max, s = sum exp(scale x - shift(m)), then
 // y = exp(scale x - shift(m)) / s, or y = scale x - lse with lse = shift(m) + log(s). Under a causal
 // window the masked elements take no part and are written 0 (softmax) or -inf (log_softmax).
 template <class T, class Mem>
 struct softmax_rows {
   using C = compute_t<T>;  // what a row computes and accumulates in (float for bf16)
+  // A contiguous float row in host memory: its max and sum in lanes, its exponentials vectorised
+  // (shifted_exp) and written to y; one loop of libm's expf and one accumulator each took 2.7 times
+  // PyTorch's time at 64 x 64 (bench_op_overhead).
+  static constexpr bool host_float =
+      std::is_same_v<T, float> && Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible;
   Kokkos::View<T*, Mem> x, y, m, s;
   row_shape sh;
   int phase;
   bool log;
   C scale = 1;
   causal_rows causal{};
+  map_isa isa = map_isa_of_job();
   template <class Row>
   KOKKOS_INLINE_FUNCTION void row(const Row& w, std::int64_t r) const {
     const std::int64_t b = sh.base(r), st = sh.inner, n = causal.visible(b, sh);
+    if constexpr (host_float) {
+      if (st == 1) {  // y holds the exponentials until the write phase (log_softmax's too)
+        const float* in = x.data() + b;
+        float* out = y.data() + b;
+        with_isa(isa, [&] {
+          if (phase == phase_all || phase == phase_max) m(r) = lanes_max(in, n, scale);
+          if (phase == phase_all || phase == phase_sum) {
+            const shifted_exp e{scale, finite_shift(m(r))};
+            for (std::int64_t l = 0; l < n; ++l) out[l] = e(in[l]);
+            s(r) = lanes_sum(out, n);
+          }
+        });
+        return write(w, r, n);
+      }
+    }
     if (phase == phase_all || phase == phase_max) {
       const C mx = w.template max<C>(n, [&](std::int64_t l) { return scale * C(x(b + l * st)); });
       w.single([&] { m(r) = mx; });
@@ -267,17 +340,21 @@ struct softmax_rows {
       });
       w.single([&] { s(r) = acc; });
     }
-    if (phase == phase_all || phase == phase_write) {
-      if (log) {
-        const C lse = finite_shift(m(r)) + kmath::log(s(r));
-        w.for_each(n, [&](std::int64_t l) { y(b + l * st) = scale * C(x(b + l * st)) - lse; });
-      } else {
-        const C inv = C(1) / s(r);
-        w.for_each(n, [&](std::int64_t l) { y(b + l * st) *= inv; });
-      }
-      const T masked = log ? T(-kmath::infinity<C>()) : T(0);
-      w.for_each(sh.n - n, [&](std::int64_t l) { y(b + (n + l) * st) = masked; });
+    write(w, r, n);
+  }
+  template <class Row>
+  KOKKOS_INLINE_FUNCTION void write(const Row& w, std::int64_t r, std::int64_t n) const {
+    if (phase != phase_all && phase != phase_write) return;
+    const std::int64_t b = sh.base(r), st = sh.inner;
+    if (log) {
+      const C lse = finite_shift(m(r)) + kmath::log(s(r));
+      w.for_each(n, [&](std::int64_t l) { y(b + l * st) = scale * C(x(b + l * st)) - lse; });
+    } else {
+      const C inv = C(1) / s(r);
+      w.for_each(n, [&](std::int64_t l) { y(b + l * st) *= inv; });
     }
+    const T masked = log ? T(-kmath::infinity<C>()) : T(0);
+    w.for_each(sh.n - n, [&](std::int64_t l) { y(b + (n + l) * st) = masked; });
   }
 };
 
