@@ -11,6 +11,9 @@
                                        header's "Communication:" line is on it, no `detail::`
   check_site.py browser SITE SHOTS     headless Chromium renders three pages (front, a guide, the
                                        ops API) with their expected headings; screenshots in SHOTS
+  check_site.py design DIR             the design pages (DIR/*.md) state the design, not its history:
+                                       none cites an issue number (history is docs/performance.md's
+                                       and git's)
 
 Exit status 0: checked; 1: a failure, each named; 77: skipped (what is missing is printed).
 """
@@ -326,6 +329,24 @@ def check_labels(page, build, absent):
     return 1 if errors or not labels else 0
 
 
+ISSUE_CITATION = re.compile(r'\b[Ii]ssues? #?\d+')
+
+
+def check_design(folder):
+    """No design page cites an issue: each finding names the page, the line and the citation."""
+    errors = []
+    pages = sorted(n for n in os.listdir(folder) if n.endswith('.md'))
+    for name in pages:
+        with open(os.path.join(folder, name), encoding='utf-8') as f:
+            for number, line in enumerate(f, 1):
+                errors += [f'{folder}/{name}:{number}: cites "{m.group(0)}" (a design page states the design; its '
+                           f'history goes to docs/performance.md and git)' for m in ISSUE_CITATION.finditer(line)]
+    for e in errors:
+        print(e)
+    print(f'{len(pages)} design pages: {len(errors)} issue citations')
+    return 1 if errors or not pages else 0
+
+
 def main(argv):
     if len(argv) >= 3 and argv[1] == 'links':
         return check_links(argv[2], argv[3] if len(argv) >= 4 else None)
@@ -333,6 +354,8 @@ def main(argv):
         return check_labels(argv[2], argv[3], argv[4:])
     if len(argv) >= 4 and argv[1] == 'api':
         return check_api(argv[2], argv[3])
+    if len(argv) >= 3 and argv[1] == 'design':
+        return check_design(argv[2])
     if len(argv) >= 4 and argv[1] == 'browser':
         return check_browser(argv[2], argv[3])
     print(__doc__)
