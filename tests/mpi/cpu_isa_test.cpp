@@ -2,7 +2,8 @@
 // rank runs under the least ISA of the job, oneDNN is capped at it, the products' provider is the
 // same on every rank, and replicas of a bf16 product are bit for bit alike. tests/CMakeLists.txt
 // also runs it with the last rank alone under ONEDNN_MAX_CPU_ISA=AVX2 (mpi.cpu_isa_test.mixed):
-// one rank reporting a lesser ISA lowers the whole job's.
+// one rank reporting a lesser ISA lowers the whole job's; and with the ranks' OpenBLAS told different
+// kernels (mpi.cpu_isa_test.openblas_mixed): float products then run on oneDNN, alike on every rank.
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -62,6 +63,49 @@ TEST_CASE("every rank runs under the least ISA of the job") {
 #endif
 }
 
+// tests/CMakeLists.txt runs this under ONEDNN_MAX_CPU_ISA=AVX2 with each rank's OpenBLAS told another
+// kernel (OPENBLAS_CORETYPE Haswell and Sandybridge: FMA or not, so their sgemms round apart), as a
+// job over unlike nodes would pick them (mpi.cpu_isa_test.openblas_mixed).
+TEST_CASE("replicas of a float product are bit for bit alike, whatever kernels each rank's OpenBLAS picked") {
+  const auto& isa = mt::cpu_isa();
+  const int agree = isa.openblas_cores_agree ? 1 : 0;
+  REQUIRE(all_min(agree) == all_max(agree));  // one verdict for everyone
+  const char* asked = std::getenv("OPENBLAS_CORETYPE");
+  const int told = asked ? mt::detail::name_hash(asked) : 0;
+  if (!isa.openblas_core.empty() && all_min(told) != all_max(told) && all_min(told) != 0)
+    REQUIRE(!isa.openblas_cores_agree);  // ranks told different kernels see that they differ
+#if MESHTENSOR_HAVE_DNNL
+  const char* kernels = std::getenv("MESHTENSOR_KERNELS");
+  const bool portable = kernels && std::string(kernels) == "portable";
+  const bool avx512 = isa.job >= mt::cpu_isa_level::avx512_core;
+  REQUIRE(mt::kernels::dnnl_provider::float_products() == (!portable && (avx512 || !isa.openblas_cores_agree)));
+  if (!isa.openblas_core.empty() && !portable) {
+    const std::string words = mt::kernels::describe();
+    INFO(words);
+    REQUIRE(words.find(isa.openblas_cores_agree ? " on every rank" : "differ between ranks (this rank's: " +
+                                                                         isa.openblas_core) != std::string::npos);
+  }
+  if (portable) return;  // OpenBLAS on every rank, by request: replicas round as their kernels do
+#endif
+  auto g = world_line();
+  using X = mt::tensor<float, mt::layout<line>, i_, j_>;
+  using Y = mt::tensor<float, mt::layout<line>, j_, k_>;
+  constexpr std::int64_t I = 48, J = 384, K = 40;
+  const auto x = mt::random_normal<X>(g, {I, J}, 7);
+  const auto y = mt::random_normal<Y>(g, {J, K}, 8);
+  // Every rank computes the whole product: compared as each rank holds it (gather_all would read
+  // one replica for all).
+  const auto p = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, mt::einsum<i_, k_>(x, y).view());
+  std::vector<std::uint32_t> mine(p.size()), rank0(p.size());
+  for (std::size_t e = 0; e < p.size(); ++e) std::memcpy(&mine[e], &p(e), sizeof(float));
+  rank0 = mine;
+  MPI_Bcast(rank0.data(), static_cast<int>(rank0.size()), MPI_UINT32_T, 0, MPI_COMM_WORLD);
+  int differ = 0;
+  for (std::size_t e = 0; e < p.size(); ++e) differ += mine[e] != rank0[e];
+  INFO("elements that differ from rank 0's: " << differ << "; this rank's OpenBLAS kernels: " << isa.openblas_core);
+  REQUIRE(all_max(differ) == 0);
+}
+
 TEST_CASE("replicas of a bf16 product are bit for bit alike") {
   auto g = world_line();
   using X = mt::tensor<mt::bf16, mt::layout<line>, i_, j_>;
@@ -70,9 +114,11 @@ TEST_CASE("replicas of a bf16 product are bit for bit alike") {
   const auto x = mt::cast<mt::bf16>(mt::random_normal<mt::tensor<float, mt::layout<line>, i_, j_>>(g, {I, J}, 7));
   const auto y = mt::cast<mt::bf16>(mt::random_normal<mt::tensor<float, mt::layout<line>, j_, k_>>(g, {J, K}, 8));
   static_assert(std::is_same_v<std::decay_t<decltype(x)>, X> && std::is_same_v<std::decay_t<decltype(y)>, Y>);
-  const auto p = mt::gather_all(mt::einsum<i_, k_>(x, y));  // every rank computes the whole product
+  const auto z = mt::einsum<i_, k_>(x, y);  // every rank computes the whole product
+  const auto local = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace{}, z.view());  // this rank's replica
+  const auto p = mt::gather_all(z);
   std::vector<std::uint16_t> mine(p.size()), rank0(p.size());
-  for (std::size_t e = 0; e < p.size(); ++e) mine[e] = p[e].bits();
+  for (std::size_t e = 0; e < p.size(); ++e) mine[e] = local(e).bits();
   rank0 = mine;
   MPI_Bcast(rank0.data(), static_cast<int>(rank0.size()), MPI_UINT16_T, 0, MPI_COMM_WORLD);
   int differ = 0;

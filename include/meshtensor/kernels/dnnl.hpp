@@ -62,11 +62,13 @@ inline context& ctx() {
 // sgemm at every shape of a Transformer step there (1.07-1.24x, docs/performance.md), exists only
 // there too. Below AVX-512, float products stay with OpenBLAS and bf16 products and convolutions
 // take the portable paths: operands widened to float, float accumulation, one rounding.
-// A fixed rule, not a per-shape race at run time.
+// A fixed rule, not a per-shape race at run time. One exception, for replicas' sake: OpenBLAS picks
+// its kernels per CPU (or by OPENBLAS_CORETYPE), so where the ranks' picks differ (a job over unlike
+// nodes) float products go to oneDNN below AVX-512 too, capped at the agreed ISA on every rank.
 inline bool avx512() { return meshtensor::cpu_isa().job >= cpu_isa_level::avx512_core; }
-// bf16 products and convolutions, and float products, go to oneDNN (one rule: the same answer).
+// bf16 products and convolutions go to oneDNN on AVX-512 (one rule: the same answer on every rank).
 inline bool has_bf16() { return enabled() && avx512(); }
-inline bool float_products() { return has_bf16(); }
+inline bool float_products() { return enabled() && (avx512() || !meshtensor::cpu_isa().openblas_cores_agree); }
 
 // The ISA oneDNN dispatches to (for the reports; asked after the agreement, which it would fix).
 inline const char* isa_name() {

@@ -169,8 +169,16 @@ inline std::string describe() {
   if (dnnl_provider::avx512())
     s += "float and bf16 products, float and bf16 convolutions";
   else
-    s += "float convolutions; float products on OpenBLAS, bf16 products and convolutions portable (widened to float, "
-         "one rounding): oneDNN 2.x has no bf16 kernels and no brgemm matmul below avx512_core";
+    s += meshtensor::detail::cat(
+        "float convolutions; float products on ", dnnl_provider::float_products() ? "oneDNN" : "OpenBLAS",
+        ", bf16 products and convolutions portable (widened to float, one rounding): oneDNN 2.x has no bf16 kernels "
+        "and no brgemm matmul below avx512_core");
+  if (!isa.openblas_core.empty())
+    s += isa.openblas_cores_agree
+             ? meshtensor::detail::cat("; OpenBLAS's kernels: ", isa.openblas_core, " on every rank")
+             : meshtensor::detail::cat("; OpenBLAS's kernels differ between ranks (this rank's: ", isa.openblas_core,
+                                       "), so float products run on oneDNN (replicas round alike); double and "
+                                       "complex products stay on OpenBLAS and may round differently per rank");
   auto& r = dnnl_provider::matmul_refusals();
   std::lock_guard<std::mutex> lock(r.mu);
   if (r.shapes > 0)

@@ -25,12 +25,12 @@
 
 namespace meshtensor::kernels {
 
-// Whether a host product into float runs on oneDNN in this job: where kernels::product's float
-// and bf16 products do.
-template <class Exec>
+// Whether a host product into float of T operands runs on oneDNN in this job: where
+// kernels::product's float or bf16 products do.
+template <class Exec, class T>
 bool on_dnnl() {
 #if MESHTENSOR_HAVE_DNNL
-  return host_space_v<Exec> && dnnl_provider::float_products();
+  return host_space_v<Exec> && (std::is_same_v<T, bf16> ? dnnl_provider::has_bf16() : dnnl_provider::float_products());
 #else
   return false;
 #endif
@@ -45,7 +45,7 @@ void product_into_float(std::int64_t nb, std::int64_t m, std::int64_t n, std::in
                 "meshtensor: product_into_float takes float or bf16 operands");
   using Mem = typename Exec::memory_space;
   // The sgemm path widens bf16 operands; oneDNN takes them as they are.
-  const bool widened = host_space_v<Exec> && std::is_same_v<T, bf16> && !on_dnnl<Exec>();
+  const bool widened = host_space_v<Exec> && std::is_same_v<T, bf16> && !on_dnnl<Exec, T>();
   if (meshtensor::detail::planning()) {
     if (widened && meshtensor::detail::plan_ledger::get().counts_host_scratch) {
       const meshtensor::detail::temporary_view<float, Mem> wa(a.extent(0)), wb(b.extent(0));
@@ -62,7 +62,7 @@ void product_into_float(std::int64_t nb, std::int64_t m, std::int64_t n, std::in
       return;
     }
 #if MESHTENSOR_HAVE_DNNL
-    if (on_dnnl<Exec>()) {
+    if (on_dnnl<Exec, T>()) {
       Exec().fence();  // oneDNN runs on its own threads: Kokkos's writes to a, b and c come first
       if (dnnl_provider::matmul<T, float>(nb, m, n, k, trans_a, trans_b, a.data(), b.data(), c.data(), accumulate))
         return;

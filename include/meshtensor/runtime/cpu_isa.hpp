@@ -61,9 +61,29 @@ struct cpu_isa_agreement {
   int ranks = 1;                                  // how many ranks agreed (1: not agreed, this process alone)
   bool agreed = false;                            // by meshtensor::environment
   bool onednn_capped = false;                     // dnnl::set_max_cpu_isa(job) took effect
+  // OpenBLAS picks its kernels per CPU by itself (or by OPENBLAS_CORETYPE): where ranks' picks differ,
+  // replicas of an OpenBLAS product round differently, so float products go to oneDNN under the
+  // agreed ISA instead (kernels/dnnl.hpp). Empty where the BLAS linked is not OpenBLAS.
+  std::string openblas_core;         // this rank's, as openblas_get_corename() names it
+  bool openblas_cores_agree = true;  // every rank's is the same
 };
 
 namespace detail {
+
+// OpenBLAS's name for the kernels it picked, where the BLAS linked is OpenBLAS (a weak reference: any
+// other BLAS leaves it null).
+extern "C" char* openblas_get_corename(void) __attribute__((weak));
+inline std::string openblas_core_name() {
+  if (openblas_get_corename == nullptr) return {};
+  const char* name = openblas_get_corename();
+  return name ? std::string(name) : std::string();
+}
+// FNV-1a: ranks compare their cores' names by a number.
+inline int name_hash(std::string_view s) {
+  unsigned h = 2166136261u;
+  for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  return static_cast<int>(h & 0x7fffffffu);
+}
 
 #if defined(__x86_64__) || defined(__i386__)
 struct cpuid_regs {
@@ -171,6 +191,11 @@ inline void agree_cpu_isa(MPI_Comm comm) {
   s.job = static_cast<cpu_isa_level>(least);
   s.ranks = ranks;
   s.agreed = true;
+  s.openblas_core = openblas_core_name();
+  const int core = name_hash(s.openblas_core);
+  int bounds[2] = {core, -core}, least_most[2] = {0, 0};  // the least hash and minus the largest
+  MPI_Allreduce(bounds, least_most, 2, MPI_INT, MPI_MIN, comm);
+  s.openblas_cores_agree = least_most[0] == -least_most[1];
 #if MESHTENSOR_HAVE_DNNL
   // Fails (and changes nothing) where oneDNN already made a kernel in this process: then the level
   // it runs at is its own, and describe() says so.
