@@ -181,7 +181,7 @@ inline node_order nodes_newest_first(tape_node* loss) {
 // final(p) is called once node p's gradient is final (every node that pushes into it has run).
 // A node's gradient is dropped as soon as its rule has pushed it on, unless kept(node) (a param's,
 // read after the pass): nothing else reads it, and kept to the pass's end every block's gradient
-// stayed alive at once, the backward pass's memory growing with the layers (issue 60). A node that
+// stayed alive at once, the backward pass's memory growing with the layers. A node that
 // only the pass holds (no tensor, no later node, no rule refers to it: the pass's own reference
 // is its only one) is released too, its saved tensors freed: no backward pass can reach it again.
 // The loss's node is held by the caller's loss unless gradient() was given it as an rvalue.

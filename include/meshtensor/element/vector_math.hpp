@@ -1,8 +1,7 @@
 #pragma once
 // float exp, log and tanh on the host as straight-line arithmetic: no call, no branch, so that a
-// loop of them vectorises (kernels/map.hpp's runs, the row kernels), where a call to libm's expf
-// per element kept every elementwise op with a transcendental function scalar (issue 59, item 7:
-// 3-4x PyTorch's time per element, whose SLEEF kernels are vectorised).
+// loop of them vectorises (kernels/map.hpp's runs, softmax's rows), where a call to libm's expf per
+// element keeps a loop scalar (PyTorch's SLEEF kernels are vectorised).
 //
 // Cody and Waite's range reduction with Cephes's minimax polynomials (Moshier, "Methods and
 // Programs for Mathematical Functions", 1989): within 1 ulp of the correctly rounded result over
