@@ -65,19 +65,6 @@ inline map_isa map_isa_of_job() {
 }
 
 #if MESHTENSOR_MAP_ISA_CLONES
-template <class TO, class F, class... TI>
-__attribute__((target("avx2"), optimize("fp-contract=off"), flatten)) void map_contiguous_avx2(TO* out, std::int64_t len,
-                                                                                      const F& f, const TI*... p) {
-  for (std::int64_t j = 0; j < len; ++j) out[j] = f(p[j]...);
-}
-template <class TO, class F, class... TI>
-__attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), optimize("fp-contract=off"), flatten)) void map_contiguous_avx512(
-    TO* out, std::int64_t len, const F& f, const TI*... p) {
-  for (std::int64_t j = 0; j < len; ++j) out[j] = f(p[j]...);
-}
-#endif
-
-#if MESHTENSOR_MAP_ISA_CLONES
 template <class F>
 __attribute__((target("avx2"), optimize("fp-contract=off"), flatten)) void with_avx2(const F& f) {
   f();
@@ -89,8 +76,8 @@ __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl"), optimize("fp-contra
 }
 #endif
 
-// f() compiled for the ISA given, as a map's runs are (host loops of the row kernels): f and what it
-// calls are inlined into a clone per ISA, each rounding as the baseline does.
+// f() compiled for the ISA given (a map's contiguous runs, softmax's rows): f and what it calls are
+// inlined into a clone per ISA, each rounding as the baseline does.
 template <class F>
 KOKKOS_INLINE_FUNCTION void with_isa([[maybe_unused]] map_isa isa, const F& f) {
 #if MESHTENSOR_MAP_ISA_CLONES
@@ -100,15 +87,21 @@ KOKKOS_INLINE_FUNCTION void with_isa([[maybe_unused]] map_isa isa, const F& f) {
   f();
 }
 
+// The common case of a run, written so that the compiler can vectorise it.
+template <class TO, class F, class... TI>
+KOKKOS_INLINE_FUNCTION void map_contiguous(TO* out, std::int64_t len, const F& f, const TI*... p) {
+  for (std::int64_t j = 0; j < len; ++j) out[j] = f(p[j]...);
+}
+
 template <class TO, class F, class... TI>
 KOKKOS_INLINE_FUNCTION void map_run(TO* out, std::int64_t len, const F& f, [[maybe_unused]] map_isa isa,
                                     const map_cursor<TI>&... c) {
-  if ((... && (c.step == 1))) {  // the common case, written so that the compiler can vectorise it
-#if MESHTENSOR_MAP_ISA_CLONES
-    if (isa == map_isa::avx512) return map_contiguous_avx512(out, len, f, (c.p + c.off)...);
-    if (isa == map_isa::avx2) return map_contiguous_avx2(out, len, f, (c.p + c.off)...);
+  if ((... && (c.step == 1))) {
+#if MESHTENSOR_MAP_ISA_CLONES  // (device builds: no lambda over the cursors' pack, which nvcc refuses)
+    with_isa(isa, [&] { map_contiguous(out, len, f, (c.p + c.off)...); });
+#else
+    map_contiguous(out, len, f, (c.p + c.off)...);
 #endif
-    for (std::int64_t j = 0; j < len; ++j) out[j] = f(c.p[c.off + j]...);
   } else {
     for (std::int64_t j = 0; j < len; ++j) out[j] = f(c.p[c.off + j * c.step]...);
   }

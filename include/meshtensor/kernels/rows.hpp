@@ -235,9 +235,10 @@ KOKKOS_INLINE_FUNCTION T finite_shift(T v) {
 // exp(d), with 0 for d below float's smallest subnormal exponent: the same value, without libm's
 // slow underflow path, which every masked logit (-1e9) of causal attention took.
 template <class T>
+inline constexpr T exp_zero_below = sizeof(T) == 4 ? T(-104) : T(-746);
+template <class T>
 KOKKOS_INLINE_FUNCTION T exp_or_zero(T d) {
-  constexpr T lowest = sizeof(T) == 4 ? T(-104) : T(-746);
-  return d < lowest ? T(0) : kmath::exp(d);
+  return d < exp_zero_below<T> ? T(0) : kmath::exp(d);
 }
 
 // exp(scale x - shift), or 0 below float's smallest subnormal exponent (exp_or_zero), with the host's
@@ -247,7 +248,7 @@ struct shifted_exp {
   float scale, shift;
   KOKKOS_FORCEINLINE_FUNCTION float operator()(float v) const {
     const float d = scale * v - shift;
-    return vector_math::select(d < -104.0f, 0.0f, kmath::vectorised::exp(d));
+    return vector_math::select(d < exp_zero_below<float>, 0.0f, kmath::vectorised::exp(d));
   }
 };
 
