@@ -10,8 +10,9 @@
 #      test: no allocation in a steady-state step), the matmul example on [2 x 2], bench_local's
 #      products against cuBLAS called directly, bench_op_overhead against PyTorch eager, the
 #      Transformer step against PyTorch on the same GPU (float32 against eager and torch.compile,
-#      bf16 against autocast) and by kernel (--kernel-times), the Transformer with its sequence over
-#      2 ranks (ring attention) against the data layout, and what the GPU sustains
+#      bf16 against autocast), by kernel (--kernel-times) and its memory (the measured peak against
+#      the plan's and PyTorch's), the Transformer with its sequence over 2 ranks (ring attention)
+#      against the data layout, and what the GPU sustains
 #      (scripts/dev/gpu_calibrate.py).
 # MESHTENSOR_GPU_TARGETS narrows the programs built, MESHTENSOR_GPU_SKIP (a regex) the steps run.
 # Keeps going past a failure and ends with a summary; exit status 1 if anything failed. Each phase
@@ -132,6 +133,10 @@ MESHTENSOR_CHECK_PLANS=0 run_built meshtensor-lm tools/lm "transformer step, our
 # Where our step's time goes, by kernel (each waited for alone).
 run_built meshtensor-lm tools/lm "transformer step, ours, by kernel" 90 1 --layout data --mesh 1 1 "${model[@]}" \
   --steps 4 --log-every 100000 --kernel-times
+# The step's memory on the GPU: the caching allocator's measured peak against the plan's (the
+# tests check it on the CPU); PyTorch's peak is printed by its step below.
+run_built meshtensor-lm tools/lm "transformer step, planned against measured memory" 90 1 --layout data --mesh 1 1 \
+  "${model[@]}" --check-plan
 step "transformer step, PyTorch" 90 python3 "$root/tools/lm/torch_reference.py" bench "${model[@]}" \
   --warmup 3 --steps 10 --device cuda
 # bf16 products (float master weights) against PyTorch's autocast; torch.compile's float32 step as

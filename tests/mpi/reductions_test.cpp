@@ -52,6 +52,41 @@ TEST_CASE("reductions over long rows equal a host loop, tile by tile", "[equival
   REQUIRE(mt::gather_all(mt::reduce_min<i_>(xt)) == min_t);
 }
 
+// Many positions onto few outputs: under the team walk (a GPU's; mpi.reductions_test.team_rows on
+// the CPU) each output's positions are reduced in chunks of 4096 by a team each, then the chunks'
+// results combined (kernels/reduce.hpp). J = 20000 split over the line's axis: at 1 and 2 ranks
+// every output here has two or more chunks, the last one partial; a NaN in one chunk of row 1.
+TEST_CASE("reductions of many positions onto few outputs equal a host loop, chunk by chunk", "[equivalence]") {
+  const line g = world_line();
+  constexpr std::int64_t I = 3, J = 20000;
+  using L = mt::layout<line, mt::split<j_, x_>>;
+  using X = mt::tensor<float, L, i_, j_>;
+  std::vector<float> h(I * J);
+  for (std::int64_t n = 0; n < I * J; ++n) h[n] = static_cast<float>(std::sin(0.37 * static_cast<double>(n)) + 0.25);
+  const auto x = mt::from_host<X>(g, {I, J}, std::span<const float>(h));
+  std::vector<float> with_nan = h;
+  with_nan[1 * J + 15000] = NAN;
+  const auto xn = mt::from_host<X>(g, {I, J}, std::span<const float>(with_nan));
+  std::vector<double> row_sum(I, 0.0), row_abs(I, 0.0);
+  std::vector<float> row_min(I, INFINITY);
+  for (std::int64_t i = 0; i < I; ++i)
+    for (std::int64_t j = 0; j < J; ++j) {
+      row_sum[i] += h[i * J + j];
+      row_abs[i] += std::abs(h[i * J + j]);
+      row_min[i] = std::min(row_min[i], h[i * J + j]);
+    }
+  // A float sum of n addends is within n ulps of the exact one, relative to the sum of magnitudes.
+  const auto rows = mt::gather_all(mt::reduce_sum<j_>(x));
+  for (std::int64_t i = 0; i < I; ++i) REQUIRE(std::abs(rows[i] - row_sum[i]) <= 1e-7 * J * row_abs[i]);
+  const double total = row_sum[0] + row_sum[1] + row_sum[2], total_abs = row_abs[0] + row_abs[1] + row_abs[2];
+  REQUIRE(std::abs(mt::gather_all(mt::reduce_sum<i_, j_>(x))[0] - total) <= 1e-7 * I * J * total_abs);
+  REQUIRE(mt::gather_all(mt::reduce_min<j_>(x)) == row_min);
+  REQUIRE(mt::gather_all(mt::reduce_min<i_, j_>(x))[0] == *std::min_element(row_min.begin(), row_min.end()));
+  const auto maxes = mt::gather_all(mt::reduce_max<j_>(xn));
+  REQUIRE((!std::isnan(maxes[0]) && std::isnan(maxes[1]) && !std::isnan(maxes[2])));
+  REQUIRE(std::isnan(mt::gather_all(mt::reduce_max<i_, j_>(xn))[0]));
+}
+
 namespace {
 // x[i, j, k] transposed to [j, k, i] and [k, i, j], and a matrix [j, k] to [k, j], against a host
 // loop over the gathered input, exactly. [j, k, i] and [k, j] read the input strided along their

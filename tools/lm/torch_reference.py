@@ -157,6 +157,10 @@ def bench(args):
     print(f"torch {torch.__version__}, {where}, {args.dtype}{' (autocast)' if args.dtype == 'bf16' else ''}"
           f"{', torch.compile' if args.compile else ', eager'}")
     print(f"step_time_median_ms {1e3 * median:.3f} over {n} steps after {args.warmup} warm-up steps")
+    if dev.type == "cuda":
+        # PyTorch's caching allocator's peak over the run (parameters, Adam state, gradients and
+        # activations): what meshtensor-lm --check-plan's measured peak is compared with.
+        print(f"peak_memory_mib {torch.cuda.max_memory_allocated(dev) / 2**20:.1f}")
     return 0
 
 

@@ -11,6 +11,7 @@
 #include "../runtime/cpu_isa.hpp"
 #include "indexing.hpp"
 #include "launch.hpp"
+#include "walk.hpp"
 
 // Host builds by g++ with optimisation compile the common case of a map (every operand laid out as
 // the output) three times: for the x86-64 baseline (SSE2), AVX2 and AVX-512, picked per kernel from
@@ -133,8 +134,8 @@ inline constexpr bool map_tiles_copy = std::is_same_v<F, identity_fn> && sizeof.
 template <class T>
 inline constexpr std::int64_t map_tile_runs = sizeof(T) >= 16 ? 8 : static_cast<std::int64_t>(128 / sizeof(T));
 
-// One work item per run of the output's last dim: the operands' offsets (a 64-bit division per
-// dim) are computed once per run, not once per element, which made broadcasts and the
+// One work item per run of the output's last dim on a host (per element on a GPU: len 1, walk.hpp's
+// elements_per_item): the operands' offsets (a 64-bit division per dim) are computed once per run, not once per element, which made broadcasts and the
 // permutations before and after einsum's products several times slower than a copy.
 // A transpose (a copy of one operand, strided along the output's last dim, unit-strided along another of the
 // output's dims: the tile dim) takes map_tile_runs runs per work item, neighbours along the tile
@@ -215,8 +216,9 @@ void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const
   std::int64_t n = 1;
   for (int i = 0; i != r; ++i) ext[i] = out_ext[i], n *= out_ext[i];
   if (n == 0) return;
-  const std::int64_t len = r > 0 ? ext[r - 1] : 1;
   constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, mem>::accessible;
+  const std::int64_t run = r > 0 ? ext[r - 1] : 1;
+  const std::int64_t len = elements_per_item<mem>(run);  // a run on a host, an element on a GPU
   const map_isa isa = host ? map_isa_of_job() : map_isa::baseline;
   map_runs<F, TO, mem, TI...> runs{out.data(), len, ext, r, isa, f, {{map_operand_at(ins, ext, r)}...}};
   const std::int64_t all_runs = n / len;
@@ -225,7 +227,7 @@ void map_kernel(const Kokkos::View<TO*, typename Exec::memory_space>& out, const
     const auto& op = static_cast<const map_operand_slot<0, map_operand<TI..., mem>>&>(runs.ops).operand;
     int d = r - 2;  // the tile dim: the innermost before the last along which the operand is unit-strided
     while (d >= 0 && !(op.stride[d] == 1 && ext[d] > 1)) --d;
-    runs.tiled = d >= 0 && op.stride[r - 1] > 1;
+    runs.tiled = len == run && d >= 0 && op.stride[r - 1] > 1;  // (tiles are of whole runs)
     if (runs.tiled) {
       runs.tile_extent = ext[d];
       runs.tiles = (ext[d] + map_tile_runs<TI...> - 1) / map_tile_runs<TI...>;

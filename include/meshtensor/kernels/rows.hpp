@@ -24,6 +24,7 @@
 #include "indexing.hpp"
 #include "launch.hpp"
 #include "map.hpp"
+#include "walk.hpp"
 
 namespace meshtensor::detail {
 
@@ -162,22 +163,6 @@ struct team_rows_kernel {
     f.row(team_row<Member>{team}, static_cast<std::int64_t>(team.league_rank()));
   }
 };
-
-enum class row_walk { automatic, serial, team };
-
-// MESHTENSOR_ROW_WALK=serial or team forces the walk of every row kernel: the tests run the team
-// walk on CPUs this way, so that it is checked where no GPU is, and on a GPU it compares the two.
-inline row_walk row_walk_from_environment() {
-  static const row_walk walk = [] {
-    const char* v = std::getenv("MESHTENSOR_ROW_WALK");
-    const std::string_view value = v ? v : "";
-    if (value.empty() || value == "automatic") return row_walk::automatic;
-    if (value == "serial") return row_walk::serial;
-    if (value == "team") return row_walk::team;
-    throw error(cat("meshtensor: MESHTENSOR_ROW_WALK is '", value, "'; expected serial, team or automatic"));
-  }();
-  return walk;
-}
 
 // Runs f.row(walk, r) for every row r. automatic: a team per row on a GPU where rows are
 // contiguous and long enough to share (inner == 1, n >= 32), one thread per row elsewhere.

@@ -35,6 +35,7 @@
 #include "../element/complex.hpp"
 #include "elementwise.hpp"
 #include "../kernels/indexing.hpp"
+#include "../kernels/walk.hpp"
 #include "../tensor/init.hpp"
 
 namespace meshtensor {
@@ -347,9 +348,9 @@ KOKKOS_INLINE_FUNCTION bool unit_steps(const Kokkos::Array<map_cursor<T>, N>& c)
   return true;
 }
 
-// One work item per run of the result's last dim, as the map kernel's (kernels/map.hpp): the tensors'
-// cursors and the run's global index once per run, then each(i, values, global index) per element,
-// with the values of the tensors in Used.
+// One work item per run of the result's last dim on a host, per element on a GPU (len 1), as the
+// map kernel's (kernels/map.hpp): the tensors' cursors and the run's global index once per item,
+// then each(i, values, global index) per element, with the values of the tensors in Used.
 template <class Expr, class T, class Mem, std::size_t N, std::size_t R>
 struct fused_runs {
   using C = compute_t<T>;
@@ -420,7 +421,7 @@ auto fused_runs_over(const Out& out, const Expr& e, const Xs&... xs) {
   kidx ext{};
   for (int i = 0; i != r; ++i) ext[i] = out.local_extents()[i];
   return fused_runs<Expr, typename Out::value_type, mem, sizeof...(Xs), Out::rank>{
-      r > 0 ? ext[r - 1] : 1, ext, e,
+      elements_per_item<mem>(r > 0 ? ext[r - 1] : 1), ext, e,
       {map_operand_at(map_input<typename Xs::value_type, mem>{xs.view(), positions_in_v<Out, Xs>.data(),
                                                               xs.local_extents().data(), Xs::rank},
                       ext, r)...},
@@ -431,8 +432,7 @@ template <class Functor, Tensor Out>
 void launch_fused_runs(const Out& out, const Functor& f) {
   const std::int64_t n = out.local_size();
   if (n == 0) return;
-  const std::int64_t len = Out::rank > 0 ? out.local_extents()[Out::rank - 1] : 1;
-  kernels::parallel_for("meshtensor::fuse", kernels::range<typename Out::execution_space>(0, n / len), f);
+  kernels::parallel_for("meshtensor::fuse", kernels::range<typename Out::execution_space>(0, n / f.runs.len), f);
 }
 
 // The union of the tensors' dims: the first's in order, then each next one's that are new.

@@ -118,6 +118,16 @@ void convert_into(const From& from, const To& to) {
       KOKKOS_LAMBDA(std::int64_t e) { to(e) = static_cast<A>(from(e)); });
 }
 
+// to += from, in to's element type. A named function, not a lambda in ring_reduce_scattered: nvcc
+// takes no device lambda in a function whose template arguments name a local type (the addend).
+template <class Exec, class From, class To>
+void add_into(const From& from, const To& to) {
+  using A = typename To::value_type;
+  kernels::parallel_for(
+      "meshtensor::ring_reduce_scattered_add", kernels::range<Exec>(0, static_cast<std::int64_t>(to.extent(0))),
+      KOKKOS_LAMBDA(std::int64_t e) { to(e) += static_cast<A>(from(e)); });
+}
+
 // An addend of the wrong size would be summed out of bounds: a bug in the op that makes it, named.
 template <Tensor R>
 void check_addend_size(const R& addend, std::int64_t expected, int part) {
@@ -173,10 +183,7 @@ Out ring_reduce_scattered(const typename Out::mesh_type& m, const typename Out::
                               [&] { mine.emplace(addend(next)); });
     const view arrived = hop.view;
     check_addend_size(*mine, recv_n, next);
-    const auto add = mine->view();
-    kernels::parallel_for(
-        "meshtensor::ring_reduce_scattered_add", kernels::range<Exec>(0, static_cast<std::int64_t>(arrived.extent(0))),
-        KOKKOS_LAMBDA(std::int64_t e) { arrived(e) += static_cast<A>(add(e)); });
+    add_into<Exec>(mine->view(), arrived);
     sum = arrived;
     sum_claim = std::move(hop.claim);
     p = next;
