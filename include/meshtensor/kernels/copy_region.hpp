@@ -2,8 +2,8 @@
 // Copies a box-shaped region between two row-major buffers, in contiguous runs: the packing and
 // unpacking around relayout's collectives. The runs are geometry's (runs_between in
 // geometry/box.hpp: the innermost dims merged with every dim along which the region covers both
-// buffers whole). One work item copies (a chunk of) one run; the index division is paid
-// once per run, not per element. The kernel is a named functor templated on (execution space,
+// buffers whole). One work item copies (a chunk of) one run, on a host; the index division is paid
+// once per run, not per element. On a GPU one work item copies one element. The kernel is a named functor templated on (execution space,
 // element type) only, so every rank and layout shares it (see docs/design/devices.md, kernels).
 #include <Kokkos_Core.hpp>
 #include <algorithm>
@@ -13,6 +13,7 @@
 #include "../geometry/box.hpp"
 #include "indexing.hpp"
 #include "launch.hpp"
+#include "walk.hpp"
 
 namespace meshtensor::detail {
 
@@ -64,12 +65,13 @@ void copy_region(const T* src, std::int64_t soff, const box<R>& sb, T* dst, std:
     f.sstride[i] = runs.stride_a[i];
     f.dstride[i] = runs.stride_b[i];
   }
-  // Few long runs: cut them into chunks so that every thread gets work.
+  // Few long runs: cut them into chunks so that every thread gets work. On a GPU a chunk is one
+  // element (walk.hpp): neighbouring threads copy neighbouring elements, as the map's do.
   const std::int64_t rows = runs.count;
   constexpr std::int64_t min_chunk = 1 << 14;
   const std::int64_t threads = Exec().concurrency();
-  f.chunk = f.run;
-  if (rows < 4 * threads && f.run > min_chunk) {
+  f.chunk = elements_per_item<typename Exec::memory_space>(f.run);
+  if (f.chunk == f.run && rows < 4 * threads && f.run > min_chunk) {
     const std::int64_t want = (4 * threads + rows - 1) / rows;
     f.chunk = std::max<std::int64_t>(min_chunk, (f.run + want - 1) / want);
   }

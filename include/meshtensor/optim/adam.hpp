@@ -18,6 +18,7 @@
 #include "../element/kokkos_math.hpp"
 #include "../kernels/launch.hpp"
 #include "../kernels/pool.hpp"
+#include "../kernels/walk.hpp"
 
 namespace meshtensor::optim {
 
@@ -100,6 +101,19 @@ class adam : public optimizer<adam> {
     auto host = detail::host_table<run<T>>(runs.size());
     std::copy(runs.begin(), runs.end(), host.data());
     const auto table = kernels::copy_to(Exec{}, host);
+    if (detail::gpu_shaped_walk<typename Exec::memory_space>()) {  // a team per run (kernels/walk.hpp)
+      detail::team_per_item<Exec>(
+          "meshtensor::optim::adam", static_cast<std::int64_t>(runs.size()),
+          KOKKOS_LAMBDA(std::int64_t r) { return table(r).n; },
+          KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) {
+            const run<T> w = table(r);
+            if (k.decoupled)
+              element<true>(k, w.p[j], w.g[j], w.m[j], w.v[j]);
+            else
+              element<false>(k, w.p[j], w.g[j], w.m[j], w.v[j]);
+          });
+      return;
+    }
     kernels::parallel_for(
         "meshtensor::optim::adam", kernels::range<Exec>(0, static_cast<std::int64_t>(runs.size())),
         KOKKOS_LAMBDA(std::int64_t r) {
