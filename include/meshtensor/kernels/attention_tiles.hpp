@@ -303,4 +303,57 @@ void ring_backward_block(const EV& q, const EV& dout, const CV& lse, const CV& d
   }
 }
 
+// What the ring does around the blocks, element by element.
+
+// delta(row) = the dot product of rows `row` of g and o (inner elements each), in C: the backward
+// pass's row sums of dO * O.
+template <class Exec, class TV, class CV>
+void ring_row_dots(const TV& g, const TV& o, const CV& delta, std::int64_t rows, std::int64_t inner) {
+  using C = typename CV::value_type;
+  kernels::parallel_for(
+      "meshtensor::ring_attention_delta", kernels::range<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
+        C d = 0;
+        for (std::int64_t e = 0; e < inner; ++e) d += static_cast<C>(g(row * inner + e)) * static_cast<C>(o(row * inner + e));
+        delta(row) = d;
+      });
+}
+
+// The backward pass's travelling message [k; v; dk; dv] of a block of n elements each: k and v in
+// C, the sums zero.
+template <class Exec, class TV, class CV>
+void ring_pack_message(const TV& k, const TV& v, const CV& message, std::int64_t n) {
+  using C = typename CV::value_type;
+  kernels::parallel_for(
+      "meshtensor::ring_attention_pack", kernels::range<Exec>(0, n), KOKKOS_LAMBDA(std::int64_t e) {
+        message(e) = static_cast<C>(k(e));
+        message(n + e) = static_cast<C>(v(e));
+        message(2 * n + e) = C(0);
+        message(3 * n + e) = C(0);
+      });
+}
+
+// to = from's first to.extent(0) elements in to's element type (the gradients back from C).
+template <class Exec, class FromV, class ToV>
+void ring_round_into(const FromV& from, const ToV& to, const char* name) {
+  using T = typename ToV::value_type;
+  kernels::parallel_for(name, kernels::range<Exec>(0, static_cast<std::int64_t>(to.extent(0))),
+                        KOKKOS_LAMBDA(std::int64_t e) { to(e) = static_cast<T>(from(e)); });
+}
+
+// The forward pass's end for one chunk of query rows: o = acc / l and lse = m + log(l). Chunk row
+// (h, i) of heads_rows x n is row (h, b + i) of the part's nq.
+template <class Exec, class CV, class TV>
+void ring_finish_rows(const CV& m, const CV& l, const CV& acc, const TV& out, const CV& lse, std::int64_t heads_rows,
+                      std::int64_t n, std::int64_t nq, std::int64_t b, std::int64_t inner) {
+  using C = typename CV::value_type;
+  using T = typename TV::value_type;
+  kernels::parallel_for(
+      "meshtensor::ring_attention_finish", kernels::range<Exec>(0, heads_rows * n), KOKKOS_LAMBDA(std::int64_t row) {
+        const std::int64_t to = row / n * nq + b + row % n;
+        const C sum = l(row);
+        for (std::int64_t d = 0; d < inner; ++d) out(to * inner + d) = static_cast<T>(acc(row * inner + d) / sum);
+        lse(to) = m(row) + kmath::log(sum);
+      });
+}
+
 }  // namespace meshtensor::detail

@@ -174,15 +174,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   // delta = rowsum(dO * O), per query row.
   const auto delta = CPool::get().allocate(static_cast<std::size_t>(rows));
   scratch.push_back(planned_claim(delta));
-  {
-    const auto gv = g.view(), ov = out.view();
-    kernels::parallel_for(
-        "meshtensor::ring_attention_delta", kernels::range<Exec>(0, rows), KOKKOS_LAMBDA(std::int64_t row) {
-          C d = 0;
-          for (std::int64_t e = 0; e < inner; ++e) d += static_cast<C>(gv(row * inner + e)) * static_cast<C>(ov(row * inner + e));
-          delta(row) = d;
-        });
-  }
+  ring_row_dots<Exec>(g.view(), out.view(), delta, rows, inner);
   const auto dq = CPool::get().allocate(static_cast<std::size_t>(rows * inner));
   scratch.push_back(planned_claim(dq));
   kernels::deep_copy(dq, C(0));
@@ -190,16 +182,7 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   const auto own_blk = ring.block(ring.me);
   auto cur = CPool::get().allocate(static_cast<std::size_t>(4 * own_blk));
   auto cur_claim = planned_claim(cur);  // released when cur moves on to the next message
-  {
-    const auto kv_ = k.view(), vv = v.view();
-    kernels::parallel_for(
-        "meshtensor::ring_attention_pack", kernels::range<Exec>(0, own_blk), KOKKOS_LAMBDA(std::int64_t e) {
-          cur(e) = static_cast<C>(kv_(e));
-          cur(own_blk + e) = static_cast<C>(vv(e));
-          cur(2 * own_blk + e) = C(0);
-          cur(3 * own_blk + e) = C(0);
-        });
-  }
+  ring_pack_message<Exec>(k.view(), v.view(), cur, own_blk);
   using buffer = mpi_buffer<Exec, C>;
   using CView = Kokkos::View<C*, Mem>;
   using TView = Kokkos::View<T*, Mem>;
@@ -279,18 +262,10 @@ void ring_core_backward(const Q& g, const Q& q, const K& k, const K& v, const Q&
   // Back to T: dq here, and this part's dk and dv.
   Q gq(q.mesh(), q.extents());
   K gk(k.mesh(), k.extents()), gvv(k.mesh(), k.extents());
-  {
-    const auto a = gq.view();
-    kernels::parallel_for(
-        "meshtensor::ring_attention_unpack_dq", kernels::range<Exec>(0, rows * inner),
-        KOKKOS_LAMBDA(std::int64_t e) { a(e) = static_cast<T>(dq(e)); });
-    const auto b = gk.view(), c = gvv.view();
-    kernels::parallel_for(
-        "meshtensor::ring_attention_unpack", kernels::range<Exec>(0, own_blk), KOKKOS_LAMBDA(std::int64_t e) {
-          b(e) = static_cast<T>(home(e));
-          c(e) = static_cast<T>(home(own_blk + e));
-        });
-  }
+  ring_round_into<Exec>(dq, gq.view(), "meshtensor::ring_attention_unpack_dq");
+  ring_round_into<Exec>(home, gk.view(), "meshtensor::ring_attention_unpack_dk");
+  ring_round_into<Exec>(CView(home.data() + own_blk, static_cast<std::size_t>(own_blk)), gvv.view(),
+                        "meshtensor::ring_attention_unpack_dv");
   push_fresh_grad(q, std::move(gq));
   push_fresh_grad(k, std::move(gk));
   push_fresh_grad(v, std::move(gvv));
@@ -378,17 +353,8 @@ Q ring_core(const Q& q, const K& k, const K& v, double scale, const char* name, 
   const auto lse = CPool::get().allocate(static_cast<std::size_t>(rows));
   auto lse_claim = planned_claim(lse);  // kept with lse for the backward pass
   for (int c = 0; c < q_chunks; ++c) {
-    // Chunk c's row (o, i) is row (o, b + i) of the part's.
-    const auto ov = out.view();
-    const CView m = ms[c], l = ls[c], acc = accs[c];
     const std::int64_t n = q_chunks == 1 ? nq : ring.chunk_extent[me][c], b = q_chunks == 1 ? 0 : ring.chunk_start(ring.me, c);
-    kernels::parallel_for(
-        "meshtensor::ring_attention_finish", kernels::range<Exec>(0, heads_rows * n), KOKKOS_LAMBDA(std::int64_t row) {
-          const std::int64_t to = row / n * nq + b + row % n;
-          const C sum = l(row);
-          for (std::int64_t d = 0; d < inner; ++d) ov(to * inner + d) = static_cast<T>(acc(row * inner + d) / sum);
-          lse(to) = m(row) + kmath::log(sum);
-        });
+    ring_finish_rows<Exec>(ms[c], ls[c], accs[c], out.view(), lse, heads_rows, n, nq, b, inner);
   }
   record<Q>(
       out,
