@@ -20,6 +20,42 @@
 // A block's parameter kinds, in the order of the model's tuple (and the checkpoints' names).
 inline constexpr std::array<const char*, 10> block_param_kinds{"ln1_scale", "ln1_bias", "wq",   "wk",   "wv",
                                                                 "wo",        "ln2_scale", "ln2_bias", "w_in", "w_out"};
+// A block's parameters, declared once, in block_param_kinds's order: Holder<Dims...> holds one
+// kind (model's per_block: a vector over the blocks; a pipeline stage's over its own blocks).
+template <template <class...> class Holder>
+struct block_params {
+  Holder<d_model> ln1_scale, ln1_bias;
+  Holder<d_model, heads, d_kv> wq, wk, wv;
+  Holder<heads, d_kv, d_model> wo;
+  Holder<d_model> ln2_scale, ln2_bias;
+  Holder<d_model, d_ff> w_in;
+  Holder<d_ff, d_model> w_out;
+
+  auto tie() { return tie_of(*this); }
+  auto tie() const { return tie_of(*this); }
+  std::size_t count() const { return wq.size(); }
+  // Block b's parameters through f (a cast for use, a gather started), in the kinds' order: the
+  // arguments of transformer_block after its input.
+  template <class F>
+  auto at(std::size_t b, const F& f) const {
+    return std::apply([&](const auto&... kind) { return std::make_tuple(f(kind[b])...); }, tie());
+  }
+
+ private:
+  template <class Self>
+  static auto tie_of(Self& s) {
+    return std::tie(s.ln1_scale, s.ln1_bias, s.wq, s.wk, s.wv, s.wo, s.ln2_scale, s.ln2_bias, s.w_in, s.w_out);
+  }
+};
+
+// The values of a tuple of references (a gradient per parameter kind, say).
+template <class Refs>
+struct values_of;
+template <class... T>
+struct values_of<std::tuple<T&...>> {
+  using type = std::tuple<std::remove_const_t<T>...>;
+};
+
 inline std::vector<std::string> param_names(std::int64_t layers, bool tied_embeddings) {
   std::vector<std::string> names{"embedding", "positions"};
   for (const char* n : block_param_kinds)
@@ -95,22 +131,21 @@ XS sequence_parallel_block(const XS& in, const S& ln1_scale, const S& ln1_bias, 
 // One block's weights, appended to the vectors of its kinds, drawn with model<L>'s seeds for block b
 // (seed * 1000 + 2 + 6 b onwards: after the embedding and positions), so that a pipeline stage
 // holding some blocks draws them as the whole model does.
-template <class S, class Q, class O, class Wi, class Wo>
-void push_block(const typename S::value_type::mesh_type& g, const options& o, std::int64_t b, S& ln1_scale,
-                S& ln1_bias, Q& wq, Q& wk, Q& wv, O& wo, S& ln2_scale, S& ln2_bias, Wi& w_in, Wo& w_out) {
-  using s_t = typename S::value_type;
+template <class G, template <class...> class H>
+void push_block(const G& g, const options& o, std::int64_t b, block_params<H>& w) {
+  using s_t = typename decltype(w.ln1_scale)::value_type;
   const std::uint64_t s = o.seed * 1000 + 2 + 6 * static_cast<std::uint64_t>(b);
   const std::int64_t dm = o.d_model, h = o.heads, kv = o.d_kv, ff = o.d_ff;
-  ln1_scale.push_back(mt::full<s_t>(g, {dm}, 1.0f));
-  ln1_bias.push_back(mt::zeros<s_t>(g, {dm}));
-  wq.push_back(nn::normal_fan_in<typename Q::value_type, d_model>(g, {dm, h, kv}, s));
-  wk.push_back(nn::normal_fan_in<typename Q::value_type, d_model>(g, {dm, h, kv}, s + 1));
-  wv.push_back(nn::normal_fan_in<typename Q::value_type, d_model>(g, {dm, h, kv}, s + 2));
-  wo.push_back(nn::normal_fan_in<typename O::value_type, heads, d_kv>(g, {h, kv, dm}, s + 3));
-  ln2_scale.push_back(mt::full<s_t>(g, {dm}, 1.0f));
-  ln2_bias.push_back(mt::zeros<s_t>(g, {dm}));
-  w_in.push_back(nn::normal_fan_in<typename Wi::value_type, d_model>(g, {dm, ff}, s + 4));
-  w_out.push_back(nn::normal_fan_in<typename Wo::value_type, d_ff>(g, {ff, dm}, s + 5));
+  w.ln1_scale.push_back(mt::full<s_t>(g, {dm}, 1.0f));
+  w.ln1_bias.push_back(mt::zeros<s_t>(g, {dm}));
+  w.wq.push_back(nn::normal_fan_in<typename decltype(w.wq)::value_type, d_model>(g, {dm, h, kv}, s));
+  w.wk.push_back(nn::normal_fan_in<typename decltype(w.wk)::value_type, d_model>(g, {dm, h, kv}, s + 1));
+  w.wv.push_back(nn::normal_fan_in<typename decltype(w.wv)::value_type, d_model>(g, {dm, h, kv}, s + 2));
+  w.wo.push_back(nn::normal_fan_in<typename decltype(w.wo)::value_type, heads, d_kv>(g, {h, kv, dm}, s + 3));
+  w.ln2_scale.push_back(mt::full<s_t>(g, {dm}, 1.0f));
+  w.ln2_bias.push_back(mt::zeros<s_t>(g, {dm}));
+  w.w_in.push_back(nn::normal_fan_in<typename decltype(w.w_in)::value_type, d_model>(g, {dm, ff}, s + 4));
+  w.w_out.push_back(nn::normal_fan_in<typename decltype(w.w_out)::value_type, d_ff>(g, {ff, dm}, s + 5));
 }
 // The output projection's seed: after every block's.
 inline std::uint64_t softmax_seed(const options& o) { return o.seed * 1000 + 2 + 6 * static_cast<std::uint64_t>(o.layers); }
@@ -129,20 +164,14 @@ struct model {
   using per_block = std::vector<param<D...>>;
   param<vocab, d_model> embedding;
   param<length, d_model> positions;
-  per_block<d_model> ln1_scale, ln1_bias;
-  per_block<d_model, heads, d_kv> wq, wk, wv;
-  per_block<heads, d_kv, d_model> wo;
-  per_block<d_model> ln2_scale, ln2_bias;
-  per_block<d_model, d_ff> w_in;
-  per_block<d_ff, d_model> w_out;
+  block_params<per_block> blocks;
   param<d_model> lnf_scale, lnf_bias;
   // The output projection: none with --tie-embeddings (the logits use the embedding, as GPT-2 and
   // GPT-3 do), else one.
   std::vector<param<d_model, vocab>> softmax_weights;
 
   auto tie() {
-    return std::tie(embedding, positions, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out,
-                    lnf_scale, lnf_bias, softmax_weights);
+    return std::tuple_cat(std::tie(embedding, positions), blocks.tie(), std::tie(lnf_scale, lnf_bias, softmax_weights));
   }
 
   model() = default;
@@ -154,7 +183,7 @@ struct model {
     embedding = mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, s, 0, 0.3);
     positions = mt::random_normal<decltype(positions)>(g, {o.length, dm}, s + 1, 0, 0.1);
     for (std::int64_t b = 0; b < o.layers; ++b)
-      push_block(g, o, b, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out);
+      push_block(g, o, b, blocks);
     lnf_scale = mt::full<param<d_model>>(g, {dm}, 1.0f);
     lnf_bias = mt::zeros<param<d_model>>(g, {dm});
     if (!o.tie_embeddings)
@@ -236,15 +265,13 @@ struct model {
       // allgathers) before block b computes, and waited for when block b + 1 needs them.
       if (o.prefetch) {
         const auto start_block = [this](std::size_t b) {
-          return std::make_tuple(start_use(ln1_scale[b]), start_use(ln1_bias[b]), start_use(wq[b]), start_use(wk[b]),
-                                 start_use(wv[b]), start_use(wo[b]), start_use(ln2_scale[b]), start_use(ln2_bias[b]),
-                                 start_use(w_in[b]), start_use(w_out[b]));
+          return blocks.at(b, [](const auto& p) { return start_use(p); });
         };
         std::optional<decltype(start_block(0))> next;
-        if (!wq.empty()) next.emplace(start_block(0));
-        for (std::size_t b = 0; b < wq.size(); ++b) {
+        if (blocks.count() > 0) next.emplace(start_block(0));
+        for (std::size_t b = 0; b < blocks.count(); ++b) {
           auto w = std::apply([](auto&... g) { return std::make_tuple(g.wait()...); }, *next);
-          if (b + 1 < wq.size()) next.emplace(start_block(b + 1));
+          if (b + 1 < blocks.count()) next.emplace(start_block(b + 1));
           x = std::apply([&](const auto&... ws) {
             return transformer_block(x, ws..., o.dropout, dseed + 2 * b, step, o.attention_memory());
           }, w);
@@ -252,16 +279,15 @@ struct model {
         return nn::layer_norm<d_model>(x, as<C>(lnf_scale), as<C>(lnf_bias));
       }
     }
-    for (std::size_t b = 0; b < wq.size(); ++b) {
+    for (std::size_t b = 0; b < blocks.count(); ++b) {
       // Captures by value what dies with this call: the block runs again in gradient() with --recompute.
       const std::uint64_t site = dseed + 2 * b;
       const double rate = o.dropout;
       const auto memory = o.attention_memory();
       const bool ring = o.ring();
       const auto block = [this, b, site, rate, step, memory, ring](const X& in) {
-        return transformer_block(in, as<C>(ln1_scale[b]), as<C>(ln1_bias[b]), as<C>(wq[b]), as<C>(wk[b]), as<C>(wv[b]),
-                                 as<C>(wo[b]), as<C>(ln2_scale[b]), as<C>(ln2_bias[b]), as<C>(w_in[b]), as<C>(w_out[b]),
-                                 rate, site, step, memory, ring);
+        return std::apply([&](const auto&... w) { return transformer_block(in, w..., rate, site, step, memory, ring); },
+                          blocks.at(b, [](const auto& p) { return as<C>(p); }));
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
@@ -302,15 +328,17 @@ struct model {
     const std::uint64_t dseed = o.seed * 7919;
     // Local: each processor keeps its part of the sequence.
     XS x = mt::relayout<XS>(X(nn::embedding<vocab>(as<C>(embedding), ids) + as<C>(positions)));
-    for (std::size_t b = 0; b < wq.size(); ++b) {
+    for (std::size_t b = 0; b < blocks.count(); ++b) {
       const std::uint64_t site = dseed + 2 * b;
       const double rate = o.dropout;
       const auto memory = o.attention_memory();
       const bool overlap = o.tp_overlap, overlap_qkv = o.tp_overlap_qkv;
       const auto block = [this, b, site, rate, step, memory, overlap, overlap_qkv](const XS& in) {
-        return sequence_parallel_block<X>(in, as<C>(ln1_scale[b]), as<C>(ln1_bias[b]), as<C>(wq[b]), as<C>(wk[b]),
-                                          as<C>(wv[b]), as<C>(wo[b]), as<C>(ln2_scale[b]), as<C>(ln2_bias[b]),
-                                          as<C>(w_in[b]), as<C>(w_out[b]), rate, site, step, memory, overlap, overlap_qkv);
+        return std::apply(
+            [&](const auto&... w) {
+              return sequence_parallel_block<X>(in, w..., rate, site, step, memory, overlap, overlap_qkv);
+            },
+            blocks.at(b, [](const auto& p) { return as<C>(p); }));
       };
       x = o.recompute ? mt::recompute(block, x) : block(x);
     }
@@ -325,9 +353,8 @@ struct model {
   struct kv_cache {
     std::vector<t<batch, heads, memory_length, d_kv>> k, v;
     kv_cache(const model& m, const grid& g, std::int64_t capacity) {
-      for (std::size_t b = 0; b < m.wq.size(); ++b) {
-        const std::array<std::int64_t, 4> e{1, m.wq[b].template extent<heads>(), capacity,
-                                            m.wq[b].template extent<d_kv>()};
+      for (const auto& wq : m.blocks.wq) {
+        const std::array<std::int64_t, 4> e{1, wq.template extent<heads>(), capacity, wq.template extent<d_kv>()};
         k.emplace_back(g, e);
         v.emplace_back(g, e);
       }
@@ -341,7 +368,8 @@ struct model {
   auto next_logits(const t<batch, length>& token, std::int64_t p, kv_cache& cache) const {
     using X = t<batch, length, d_model>;
     X x = nn::embedding<vocab>(embedding, token) + mt::slice<length>(positions, p, 1);
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(wq[0].template extent<d_kv>())));
+    const auto& blk = blocks;
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(blk.wq[0].template extent<d_kv>())));
     // Positions after p masked out (weight exactly 0): the attention reads the cache where it
     // lies. slice<memory_length>(cache, 0, p + 1) would copy positions 0..p of every block's keys
     // and values for every token, as concat did (its copy was 40% of a 600-byte generation).
@@ -349,17 +377,17 @@ struct model {
     std::vector<float> mask(static_cast<std::size_t>(capacity), 0.0f);
     std::fill(mask.begin() + p + 1, mask.end(), -1e9f);
     const auto bias = mt::from_host<t<memory_length>>(token.mesh(), {capacity}, mask);
-    for (std::size_t b = 0; b < wq.size(); ++b) {
-      const auto h = nn::layer_norm<d_model>(x, ln1_scale[b], ln1_bias[b]);
-      const auto q = mt::einsum<batch, heads, length, d_kv>(h, wq[b]) * scale;
+    for (std::size_t b = 0; b < blk.count(); ++b) {
+      const auto h = nn::layer_norm<d_model>(x, blk.ln1_scale[b], blk.ln1_bias[b]);
+      const auto q = mt::einsum<batch, heads, length, d_kv>(h, blk.wq[b]) * scale;
       const auto hm = mt::rename<length, memory_length>(h);
-      mt::update_slice<memory_length>(cache.k[b], mt::einsum<batch, heads, memory_length, d_kv>(hm, wk[b]), p);
-      mt::update_slice<memory_length>(cache.v[b], mt::einsum<batch, heads, memory_length, d_kv>(hm, wv[b]), p);
+      mt::update_slice<memory_length>(cache.k[b], mt::einsum<batch, heads, memory_length, d_kv>(hm, blk.wk[b]), p);
+      mt::update_slice<memory_length>(cache.v[b], mt::einsum<batch, heads, memory_length, d_kv>(hm, blk.wv[b]), p);
       const auto w = mt::softmax<memory_length>(mt::einsum<batch, heads, length, memory_length>(q, cache.k[b]) + bias);
       const auto o = mt::einsum<batch, heads, length, d_kv>(w, cache.v[b]);
-      const X a = x + mt::einsum<batch, length, d_model>(o, wo[b]);
-      const auto f = nn::layer_norm<d_model>(a, ln2_scale[b], ln2_bias[b]);
-      x = a + nn::feed_forward<d_model, d_ff>(f, w_in[b], w_out[b]);
+      const X a = x + mt::einsum<batch, length, d_model>(o, blk.wo[b]);
+      const auto f = nn::layer_norm<d_model>(a, blk.ln2_scale[b], blk.ln2_bias[b]);
+      x = a + nn::feed_forward<d_model, d_ff>(f, blk.w_in[b], blk.w_out[b]);
     }
     return project_out<float>(nn::layer_norm<d_model>(x, lnf_scale, lnf_bias));
   }

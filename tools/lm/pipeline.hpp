@@ -51,27 +51,22 @@ struct pipeline_stage {
   bool holds_input = false, holds_loss = false;  // parts 0 and P v - 1
   some<vocab, d_model> embedding;
   some<length, d_model> positions;
-  some<d_model> ln1_scale, ln1_bias;
-  some<d_model, heads, d_kv> wq, wk, wv;
-  some<heads, d_kv, d_model> wo;
-  some<d_model> ln2_scale, ln2_bias;
-  some<d_model, d_ff> w_in;
-  some<d_ff, d_model> w_out;
+  block_params<some> blocks;
   some<d_model> lnf_scale, lnf_bias;
   some<d_model, vocab> softmax_weights;
   // The step's microbatches, and its number.
   std::vector<t<batch, length>> ids, labels;
   std::uint64_t step = 0;
   mutable double step_loss = 0;  // the last stage's: the step's loss, summed from the microbatches'
-  using grads_type = std::tuple<some<vocab, d_model>, some<length, d_model>, some<d_model>, some<d_model>,
-                                some<d_model, heads, d_kv>, some<d_model, heads, d_kv>, some<d_model, heads, d_kv>,
-                                some<heads, d_kv, d_model>, some<d_model>, some<d_model>, some<d_model, d_ff>,
-                                some<d_ff, d_model>, some<d_model>, some<d_model>, some<d_model, vocab>>;
+  // A value per tensor of params(): the step's gradients.
+  using grads_type = decltype(std::tuple_cat(
+      std::declval<std::tuple<some<vocab, d_model>, some<length, d_model>>>(),
+      std::declval<typename values_of<decltype(std::declval<block_params<some>&>().tie())>::type>(),
+      std::declval<std::tuple<some<d_model>, some<d_model>, some<d_model, vocab>>>()));
   std::optional<grads_type> grads;  // this step's, summed over its microbatches
 
   auto params() {
-    return std::tie(embedding, positions, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out, lnf_scale,
-                    lnf_bias, softmax_weights);
+    return std::tuple_cat(std::tie(embedding, positions), blocks.tie(), std::tie(lnf_scale, lnf_bias, softmax_weights));
   }
 
   pipeline_stage(const pl::stages<grid>& s, const options& opt, const pl::step_schedule& sch)
@@ -97,7 +92,7 @@ struct pipeline_stage {
       positions.push_back(mt::random_normal<t<length, d_model>>(g, {o.length, dm}, s0 + 1, 0, 0.1));
     }
     for (std::int64_t b : block_ids)
-      push_block(g, o, b, ln1_scale, ln1_bias, wq, wk, wv, wo, ln2_scale, ln2_bias, w_in, w_out);
+      push_block(g, o, b, blocks);
     if (holds_loss) {
       lnf_scale.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
       lnf_bias.push_back(mt::zeros<t<d_model>>(g, {dm}));
@@ -119,17 +114,16 @@ struct pipeline_stage {
   // microbatch's activations: a copy per microbatch, which each microbatch's products kept until its
   // backward pass, was p copies on the first stage of a 1F1B pipeline. Every microbatch's gradient
   // reaches the float weight through the copy's cast, as before.
-  using block_weights = decltype(std::make_tuple(as_c(ln1_scale[0]), as_c(ln1_bias[0]), as_c(wq[0]), as_c(wk[0]),
-                                                 as_c(wv[0]), as_c(wo[0]), as_c(ln2_scale[0]), as_c(ln2_bias[0]),
-                                                 as_c(w_in[0]), as_c(w_out[0])));
+  template <class Blocks>
+  static auto weights_in_c(const Blocks& w, std::size_t j) {
+    return w.at(j, [](const auto& p) { return as_c(p); });
+  }
+  using block_weights = decltype(weights_in_c(std::declval<const block_params<some>&>(), 0));
   mutable std::vector<block_weights> working;  // this step's; emptied when a step starts
   const block_weights& weights_of(std::size_t k) const {
     if (working.empty()) {
       const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);
-      for (std::size_t j = 0; j < wq.size(); ++j)
-        working.push_back(std::make_tuple(as_c(ln1_scale[j]), as_c(ln1_bias[j]), as_c(wq[j]), as_c(wk[j]), as_c(wv[j]),
-                                          as_c(wo[j]), as_c(ln2_scale[j]), as_c(ln2_bias[j]), as_c(w_in[j]),
-                                          as_c(w_out[j])));
+      for (std::size_t j = 0; j < blocks.count(); ++j) working.push_back(weights_in_c(blocks, j));
     }
     return working[k];
   }
@@ -228,7 +222,7 @@ double compare_gradients(pipeline_stage<L, C, A>& stage, const grid& g, const op
           const auto& got = std::get<I>(*stage.grads);
           if constexpr (mt::Tensor<std::remove_cvref_t<decltype(ref)>>) {
             if (!got.empty()) compare(got[0], ref);
-          } else if constexpr (I >= 2 && I <= 11) {  // the blocks' kinds
+          } else if constexpr (I >= 2 && I < 2 + block_param_kinds.size()) {  // the blocks' kinds
             for (std::size_t k = 0; k < got.size(); ++k) compare(got[k], ref[static_cast<std::size_t>(stage.block_ids[k])]);
           } else if (!got.empty()) {
             compare(got[0], ref[0]);
