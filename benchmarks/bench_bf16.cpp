@@ -85,7 +85,7 @@ void float_provider(benchmark::State& state, batched_shape s, bool onednn) {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   const std::vector<shape> shapes = bench::smoke() ? std::vector<shape>{{8, 8, 8}}
                                                    : std::vector<shape>{{512, 512, 512}, {1024, 1024, 1024}, {1024, 256, 1024}};
@@ -122,4 +122,6 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond);
     }
   return bench::main(argc, argv);
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("bench_bf16: error: ");
 }

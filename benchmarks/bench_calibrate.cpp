@@ -59,7 +59,7 @@ double median_time(MPI_Comm comm, int repeats, F&& f) {
 }
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   const int ranks = env.world_size();
   std::string out = "calibration-" + std::to_string(ranks) + ".txt";
@@ -203,4 +203,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return env.fail(e, "bench_calibrate: error: ");
   }
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("bench_calibrate: error: ");
 }

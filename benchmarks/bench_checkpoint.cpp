@@ -20,7 +20,7 @@ using line = mt::mesh<x_>;
 using L = mt::layout<line, mt::split<rows_, x_>>;
 using W = mt::tensor<float, L, rows_, cols_>;
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   try {
     if (argc < 4) throw mt::error("usage: bench_checkpoint DIR MB ROUNDS");
@@ -59,4 +59,6 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return env.fail(e, "bench_checkpoint: ");
   }
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("bench_checkpoint: error: ");
 }

@@ -163,9 +163,11 @@ void register_all() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   env_ptr = &env;
   register_all();
   return bench::main(argc, argv);
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("bench_comm: error: ");
 }

@@ -60,7 +60,7 @@ void conv_ours(benchmark::State& state, shape s) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   const std::vector<shape> shapes = bench::smoke() ? std::vector<shape>{{1, 8, 2}}
                                                    : std::vector<shape>{{8, 32, 16}, {8, 64, 32}, {4, 128, 16}};
@@ -73,4 +73,6 @@ int main(int argc, char** argv) {
         ->Unit(benchmark::kMillisecond);
   }
   return bench::main(argc, argv);
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("bench_conv: error: ");
 }

@@ -242,9 +242,11 @@ void register_all() {
 
 }  // namespace bench_overhead
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   mt::environment env(argc, argv);
   bench_overhead::env_ptr = &env;
   bench_overhead::register_all();
   return bench::main(argc, argv);
+} catch (const mt::environment_start_error& e) {  // every rank alike, before there is an environment
+  return e.report("bench_op_overhead: error: ");
 }
