@@ -106,6 +106,33 @@ TEST_CASE("relayout of large slices through the memory cache moves the data exac
   REQUIRE(mt::gather_all(kept.front()) == h);
 }
 
+// Where the axes a relayout exchanges over have size 1 (one processor; cols of [3 x 1] at 3 ranks),
+// a processor's slice is the same box under both layouts: the result is the source's own slice,
+// nothing copied, and the collective is still counted as the plan counts it. The gradient through
+// it must not add into the shared slice.
+TEST_CASE("a relayout over a group of one keeps the slice where it lies, counted as planned", "[relayout][equivalence]") {
+  auto m = world_grid();
+  using A = ten<mt::layout<grid, mt::split<i_, c_>>, i_, j_>;
+  using B = ten<mt::layout<grid, mt::split<j_, c_>>, i_, j_>;
+  const bool alone = m.communicator().size_over(grid::mask<c_>()) == 1;
+  INFO("cols of size " << m.communicator().size_over(grid::mask<c_>()));
+  auto a = mt::random_normal<A>(m, {6, 10}, 3);
+  a.requires_grad();
+  const auto before = mt::gather_all(a);
+  m.reset_counters();
+  const auto b = mt::relayout<B>(a);
+  require_counts(m.communicator().counters(), counts({{mt::collective::alltoall, grid::mask<c_>(), 1}}));
+  REQUIRE((b.view().data() == a.view().data()) == alone);
+  REQUIRE(mt::gather_all(b) == before);
+  const auto [da] = mt::gradient(mt::reduce_sum<i_, j_>(b * b + b), a);
+  const auto got = mt::gather_all(da);
+  REQUIRE(mt::gather_all(a) == before);
+  for (std::size_t n = 0; n < before.size(); ++n) {  // 2 b + 1, its two b's added in either order
+    const double want = 2 * before[n] + 1;
+    REQUIRE(std::abs(got[n] - want) <= 1e-14 * (1 + std::abs(want)));
+  }
+}
+
 namespace {
 const std::array<std::int64_t, 2> ext{8, 12};
 }  // namespace

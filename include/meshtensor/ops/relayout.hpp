@@ -160,6 +160,19 @@ void check_relayout_counts(const communicator& comm, const placement<R>& from, c
   }
 }
 
+// The elements of this processor's slice where it is the same box under both layouts and the step's
+// collective, if any, runs over a group of one (one processor; axes of size 1): the result is then
+// the source itself. Else none. Zigzag layouts (two ranges per processor) move through their pieces.
+template <std::size_t R>
+std::optional<std::int64_t> kept_alone(const communicator& comm, const placement<R>& from, const placement<R>& to,
+                                       relayout_step step) {
+  if (from.zigzag() || to.zigzag() || (step.kind != relayout_kind::local && comm.size_over(step.axes) != 1))
+    return std::nullopt;
+  const auto mine = from.box_at(comm.coords());
+  if (!(mine == to.box_at(comm.coords()))) return std::nullopt;
+  return mine.size();
+}
+
 // A relayout's alltoall step (sub-rank q gets old slice ∩ its new slice and sends new slice ∩ its
 // old slice) into dst, this processor's new slice: constructed, the blocks are packed (where they
 // do not already lie in the collective's order in the slice) and MPI's buffers readied; run() is
@@ -282,6 +295,13 @@ Kokkos::View<T*, typename Exec::memory_space> move_slices(communicator& comm,
   const auto& shape = comm.shape();
   const placement<R> from(from_splits, shape, ext), to(to_splits, shape, ext);
   check_relayout_counts(comm, from, to, ext, step);
+  if (const auto kept = kept_alone(comm, from, to, step)) {
+    // The collective over a group of one is counted, as a plan counts it; nothing is copied.
+    const auto kind = step.kind == relayout_kind::allgather ? collective::allgather : collective::alltoall;
+    if (step.kind != relayout_kind::local)
+      comm.run({kind, step.axes, *kept * static_cast<std::int64_t>(sizeof(T)), true}, [] {}, [](MPI_Request*) {});
+    return src;
+  }
   if (step.kind == relayout_kind::general) {
     view dst = view_pool<T, mem>::get().allocate(static_cast<std::size_t>(to.local_size(comm.coords())));
     const auto dst_claim = planned_claim(dst);  // a plan's, until the result's tensor claims it
