@@ -13,6 +13,9 @@
 // step needs per processor and what it communicates, on a mesh of any size, without running it;
 // --check-plan runs one step and checks on every rank that its plan is what ran (collectives,
 // bytes, peak memory).
+// --experts N puts routed SwiGLU experts in the blocks' feed-forward (Mixtral; with --dense-blocks,
+// --kv-rank and their siblings, DeepSeek-V3's blocks: dense first blocks and multi-head latent
+// attention).
 // Rotary positions (nn/rope.hpp) are global, so they are the same under every layout, the zigzag
 // sequence included. --generate N continues --ids greedily, one token at a time through a key-value
 // cache written in place. The model is model.hpp; Hugging Face checkpoints in and out are
@@ -392,6 +395,17 @@ int main(int argc, char** argv) try {
   app.add_option("--router-bias-rate", o.router_bias_rate, "with --experts: after each step, each expert's router bias "
                  "moves by this toward the mean load (DeepSeek-V3: 0.001; 0: no bias)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--dense-blocks", o.dense_blocks, "with --experts: the first N blocks have a dense SwiGLU feed-forward "
+                 "(--dense-d-ff wide) in place of the experts (DeepSeek-V3: 3)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--dense-d-ff", o.dense_d_ff, "with --dense-blocks: their feed-forward's width (0: --d-ff; DeepSeek-V3: 18432)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--kv-rank", o.kv_rank, "multi-head latent attention (DeepSeek-V2 and V3): keys and values from a "
+                 "projection this wide (kv_lora_rank; --d-kv is then a head's width without positions, its value's too; "
+                 "0: grouped-query attention)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--q-rank", o.q_rank, "with --kv-rank: queries from a projection this wide (q_lora_rank)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--d-rope", o.d_rope, "with --kv-rank: the rotated part of a query and key head, beside --d-kv's "
+                 "(qk_rope_head_dim; even)")->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_flag("--fsdp", o.fsdp, "with --layout context_tensor: store the float weights, their gradients and Adam's state "
                "split over rows (d_model), each weight gathered where a block uses it (fully sharded data parallelism "
                "over the context axis)");
@@ -450,10 +464,29 @@ int main(int argc, char** argv) try {
       if (!o.pretrained.empty() || !o.save_pretrained.empty())
         throw mt::error("--experts: Hugging Face's MoE checkpoints (one tensor per expert) are not mapped: drop "
                         "--from-pretrained and --save-pretrained");
+      if (o.dense_blocks >= o.layers)
+        throw mt::error(fmt::format("--dense-blocks {} leaves none of the --layers {} blocks to the experts", o.dense_blocks,
+                                    o.layers));
+      if (app.count("--dense-d-ff") > 0 && o.dense_blocks == 0) throw mt::error("--dense-d-ff needs --dense-blocks N");
     } else {
       for (const char* flag : {"--top-k", "--shared-experts", "--router", "--routed-scale", "--capacity",
-                               "--expert-chunks", "--aux-loss", "--router-bias-rate"})
+                               "--expert-chunks", "--aux-loss", "--router-bias-rate", "--dense-blocks", "--dense-d-ff"})
         if (app.count(flag) > 0) throw mt::error(fmt::format("{} needs --experts N", flag));
+    }
+    if (o.kv_rank > 0) {
+      if (o.layout != "data" && o.layout != "tensor")
+        throw mt::error(fmt::format("--kv-rank: latent attention runs where the sequence is whole, which --layout {} "
+                                    "splits: use --layout data or tensor", o.layout));
+      if (o.q_rank <= 0 || o.d_rope <= 0 || o.d_rope % 2 != 0)
+        throw mt::error(fmt::format("--kv-rank {} needs --q-rank > 0 and an even --d-rope > 0 (got --q-rank {}, --d-rope {})",
+                                    o.kv_rank, o.q_rank, o.d_rope));
+      if (o.generate > 0) throw mt::error("--kv-rank with --generate: the key-value cache's decoder has no latent attention");
+      if (!o.pretrained.empty() || !o.save_pretrained.empty() || !o.config.empty())
+        throw mt::error("--kv-rank: DeepSeek's checkpoints and config.json are not mapped: drop --from-pretrained, "
+                        "--save-pretrained and --config");
+    } else {
+      for (const char* flag : {"--q-rank", "--d-rope"})
+        if (app.count(flag) > 0) throw mt::error(fmt::format("{} needs --kv-rank N (latent attention)", flag));
     }
     if (o.fsdp && o.layout != "context_tensor")
       throw mt::error(fmt::format("--fsdp splits the weights over rows, the axis --layout context_tensor splits the sequence "

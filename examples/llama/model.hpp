@@ -26,6 +26,11 @@ struct d_kv : mt::dim<"d_kv"> {};
 struct d_ff : mt::dim<"d_ff"> {};
 struct vocab : mt::dim<"vocab"> {};
 struct experts : mt::dim<"experts"> {};  // routed experts (--experts), each d_ff wide
+// Multi-head latent attention (--kv-rank): the queries' and the keys' and values' compressed widths
+// (DeepSeek's q_lora_rank and kv_lora_rank), and the rotated part of a query or key head.
+struct q_rank : mt::dim<"q_rank"> {};
+struct kv_rank : mt::dim<"kv_rank"> {};
+struct d_rope : mt::dim<"d_rope"> {};
 // A sequence routes as a group: the experts are split over the axes that split the batch.
 using expert_dims = nn::moe_dims<batch, length, d_model, d_ff, experts>;
 using experts_unsplit = expert_dims::experts_unsplit;
@@ -49,7 +54,8 @@ using context_tensor_layout = mt::layout<grid, mt::zigzag<length, rows>, mt::spl
 // reduce_scatter, and Adam's state is split as the weight is.
 using context_tensor_sharded = mt::layout<grid, mt::split<d_model, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
                                           mt::split<vocab, cols>>;
-// Routing is decided within a sequence: the layouts that split it have no experts.
+// Routing is decided within a sequence: the layouts that split it have no experts (nor latent
+// attention, whose blocks are DeepSeek's).
 template <class L>
 constexpr bool routes_experts = L::template split_of<length>().count == 0;
 
@@ -79,6 +85,9 @@ struct options {
   std::int64_t experts = 0, top_k = 2, shared_experts = 0, capacity = 0, expert_chunks = 1;
   std::string router = "softmax";
   double routed_scale = 1, aux_loss = 0.01, router_bias_rate = 0;
+  // DeepSeek-V3's blocks: the first --dense-blocks with a dense SwiGLU of --dense-d-ff (0: --d-ff)
+  // in place of the experts; multi-head latent attention where --kv-rank > 0 (--q-rank, --d-rope).
+  std::int64_t dense_blocks = 0, dense_d_ff = 0, q_rank = 0, kv_rank = 0, d_rope = 0;
 };
 
 template <class T>
@@ -114,10 +123,23 @@ struct model {
   per_block<experts, d_model, d_ff> expert_down;
   // Not parameters: update_router_bias moves them after each step (--router-bias-rate).
   per_block<experts_unsplit> router_bias;
+  // --kv-rank: multi-head latent attention's weights (wq, wk and wv then empty; wo its output's).
+  // The queries and the keys and values each come from a compressed projection of the block's input
+  // (normalised); a head's query and key are a part without position (d_kv) and a rotated part
+  // (d_rope), the key's rotated part one for all heads.
+  per_block<q_rank, d_model> w_q_a;
+  per_block<q_rank> q_a_norm;
+  per_block<kv_heads, group, d_kv, q_rank> w_q_nope;
+  per_block<kv_heads, group, d_rope, q_rank> w_q_rope;
+  per_block<kv_rank, d_model> w_kv_a;
+  per_block<d_rope, d_model> w_k_rope;
+  per_block<kv_rank> kv_a_norm;
+  per_block<kv_heads, d_kv, kv_rank> w_k_nope, w_v;
 
   auto tie() {
     return std::tie(embedding, attention_norm, feed_forward_norm, wq, wk, wv, wo, w_gate, w_up, w_down, final_norm, output,
-                    w_router, expert_gate, expert_up, expert_down);
+                    w_router, expert_gate, expert_up, expert_down, w_q_a, q_a_norm, w_q_nope, w_q_rope, w_kv_a, w_k_rope,
+                    kv_a_norm, w_k_nope, w_v);
   }
   // Hugging Face's names (LlamaForCausalLM's state dict): its checkpoints and this model's name the
   // same tensors. "{}" is the block.
@@ -129,15 +151,24 @@ struct model {
       "model.layers.{}.mlp.up_proj.weight", "model.layers.{}.mlp.down_proj.weight", "model.norm.weight", "lm_head.weight",
       // --experts (stacked over the experts, where Mixtral's checkpoints hold one tensor per expert)
       "model.layers.{}.moe.router.weight", "model.layers.{}.moe.experts.gate_proj", "model.layers.{}.moe.experts.up_proj",
-      "model.layers.{}.moe.experts.down_proj"};
+      "model.layers.{}.moe.experts.down_proj",
+      // --kv-rank (DeepSeek's names where a tensor is theirs; their q_b_proj and kv_b_proj in parts)
+      "model.layers.{}.self_attn.q_a_proj.weight", "model.layers.{}.self_attn.q_a_layernorm.weight",
+      "model.layers.{}.self_attn.q_b_proj.nope", "model.layers.{}.self_attn.q_b_proj.rope",
+      "model.layers.{}.self_attn.kv_a_proj.latent", "model.layers.{}.self_attn.kv_a_proj.rope",
+      "model.layers.{}.self_attn.kv_a_layernorm.weight", "model.layers.{}.self_attn.kv_b_proj.k",
+      "model.layers.{}.self_attn.kv_b_proj.v"};
   static constexpr const char* router_bias_name = "model.layers.{}.moe.router.bias";
-  // f(name, tensor) for every weight.
+  static constexpr std::size_t first_expert_kind = 12, last_expert_kind = 15;  // names' router to down_proj
+  // f(name, tensor) for every weight, named by its block (the experts' entries start at the first
+  // block with experts, after --dense-blocks).
   template <class F>
   void each_named(F&& f) {
     std::size_t kind = 0;
     const auto visit = [&]<class P>(P& p) {
+      const std::size_t first = kind >= first_expert_kind && kind <= last_expert_kind ? dense_blocks : 0;
       if constexpr (is_vector<P>)
-        for (std::size_t b = 0; b < p.size(); ++b) f(fmt::format(fmt::runtime(names[kind]), b), p[b]);
+        for (std::size_t b = 0; b < p.size(); ++b) f(fmt::format(fmt::runtime(names[kind]), first + b), p[b]);
       else
         f(std::string(names[kind]), p);
       ++kind;
@@ -147,7 +178,8 @@ struct model {
   // f(name, tensor) for the state that is not a parameter (a checkpoint holds it too).
   template <class F>
   void each_buffer(F&& f) {
-    for (std::size_t b = 0; b < router_bias.size(); ++b) f(fmt::format(fmt::runtime(router_bias_name), b), router_bias[b]);
+    for (std::size_t b = 0; b < router_bias.size(); ++b)
+      f(fmt::format(fmt::runtime(router_bias_name), dense_blocks + b), router_bias[b]);
   }
 
   // random: drawn as for training from scratch; else zeros, for weights a checkpoint fills (drawing
@@ -163,21 +195,36 @@ struct model {
     };
     embedding = random ? mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, seed, 0, 1) : decltype(embedding)(g, {o.vocab, dm});
     ++seed;
+    dense_blocks = static_cast<std::size_t>(o.experts > 0 ? o.dense_blocks : 0);
     for (std::int64_t b = 0; b < o.layers; ++b) {
       attention_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
       feed_forward_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
-      wq.push_back(make.template operator()<t<kv_heads, group, d_kv, d_model>>({kv, gr, dk, dm}, mt::type_list<d_model>{}));
-      wk.push_back(make.template operator()<t<kv_heads, d_kv, d_model>>({kv, dk, dm}, mt::type_list<d_model>{}));
-      wv.push_back(make.template operator()<t<kv_heads, d_kv, d_model>>({kv, dk, dm}, mt::type_list<d_model>{}));
+      if (o.kv_rank > 0) {
+        const std::int64_t qr = o.q_rank, kr = o.kv_rank, dr = o.d_rope;
+        w_q_a.push_back(make.template operator()<t<q_rank, d_model>>({qr, dm}, mt::type_list<d_model>{}));
+        q_a_norm.push_back(mt::full<t<q_rank>>(g, {qr}, 1.0f));
+        w_q_nope.push_back(make.template operator()<t<kv_heads, group, d_kv, q_rank>>({kv, gr, dk, qr}, mt::type_list<q_rank>{}));
+        w_q_rope.push_back(make.template operator()<t<kv_heads, group, d_rope, q_rank>>({kv, gr, dr, qr}, mt::type_list<q_rank>{}));
+        w_kv_a.push_back(make.template operator()<t<kv_rank, d_model>>({kr, dm}, mt::type_list<d_model>{}));
+        w_k_rope.push_back(make.template operator()<t<d_rope, d_model>>({dr, dm}, mt::type_list<d_model>{}));
+        kv_a_norm.push_back(mt::full<t<kv_rank>>(g, {kr}, 1.0f));
+        w_k_nope.push_back(make.template operator()<t<kv_heads, d_kv, kv_rank>>({kv, dk, kr}, mt::type_list<kv_rank>{}));
+        w_v.push_back(make.template operator()<t<kv_heads, d_kv, kv_rank>>({kv, dk, kr}, mt::type_list<kv_rank>{}));
+      } else {
+        wq.push_back(make.template operator()<t<kv_heads, group, d_kv, d_model>>({kv, gr, dk, dm}, mt::type_list<d_model>{}));
+        wk.push_back(make.template operator()<t<kv_heads, d_kv, d_model>>({kv, dk, dm}, mt::type_list<d_model>{}));
+        wv.push_back(make.template operator()<t<kv_heads, d_kv, d_model>>({kv, dk, dm}, mt::type_list<d_model>{}));
+      }
       wo.push_back(make.template operator()<t<d_model, kv_heads, group, d_kv>>({dm, kv, gr, dk},
                                                                           mt::type_list<kv_heads, group, d_kv>{}));
-      const std::int64_t dense_ff = o.experts > 0 ? o.shared_experts * ff : ff;
+      const bool routed = o.experts > 0 && b >= o.dense_blocks;
+      const std::int64_t dense_ff = routed ? o.shared_experts * ff : (o.experts > 0 && o.dense_d_ff > 0 ? o.dense_d_ff : ff);
       if (dense_ff > 0) {
         w_gate.push_back(make.template operator()<t<d_ff, d_model>>({dense_ff, dm}, mt::type_list<d_model>{}));
         w_up.push_back(make.template operator()<t<d_ff, d_model>>({dense_ff, dm}, mt::type_list<d_model>{}));
         w_down.push_back(make.template operator()<t<d_model, d_ff>>({dm, dense_ff}, mt::type_list<d_ff>{}));
       }
-      if (o.experts > 0) {
+      if (routed) {
         const std::int64_t e = o.experts;
         w_router.push_back(make.template operator()<t<d_model, experts_unsplit>>({dm, e}, mt::type_list<d_model>{}));
         expert_gate.push_back(make.template operator()<t<experts, d_ff, d_model>>({e, ff, dm}, mt::type_list<d_model>{}));
@@ -203,6 +250,7 @@ struct model {
   }
 
   bool recompute = false;
+  std::size_t dense_blocks = 0;  // with --experts, the first blocks' feed-forward is dense (--dense-blocks)
   std::int64_t loss_chunks = 1;  // --loss-chunks
   nn::routed_moe_options routing;  // --experts
   float aux_loss_weight = 0.01f;   // --aux-loss
@@ -231,6 +279,8 @@ struct model {
   // Grouped-query attention: where the layout splits the sequence, by all-to-all or by a ring.
   template <class C, class X>
   X attention(const X& x, std::size_t b) const {
+    if constexpr (routes_experts<L>)
+      if (!w_q_a.empty()) return latent_attention<C>(x, b);
     const auto q = as<C>(wq[b]);  // one declaration each: an auto declaration deduces one type, and these differ
     const auto k = as<C>(wk[b]);
     const auto v = as<C>(wv[b]);
@@ -243,6 +293,33 @@ struct model {
                         x, q, k, v, o, rope);
     else
       return nn::grouped_causal_attention<length, memory_length, d_model, kv_heads, group, d_kv>(x, q, k, v, o, rope);
+  }
+
+  // Multi-head latent attention (DeepSeek-V2, Liu et al. 2024; DeepSeek-V3): the queries from a
+  // compressed projection of x, normalised (q_rank wide), the keys and values from another (kv_rank
+  // wide: what a cache would keep). A head's score is its query and key without positions (d_kv)
+  // dotted, plus their rotated parts (d_rope; the key's one for all heads) dotted, over
+  // sqrt(d_kv + d_rope); causal, as grouped-query attention's (its group of query heads per KV
+  // head, 1 in DeepSeek's). Under --layout tensor the heads are split over cols, the compressed
+  // projections computed whole on each.
+  template <class C, class X>
+  X latent_attention(const X& x, std::size_t b) const {
+    const auto cq = nn::rms_norm<q_rank>(mt::einsum<batch, length, q_rank>(x, as<C>(w_q_a[b])), as<C>(q_a_norm[b]), rms_eps);
+    const auto xm = mt::rename<length, memory_length>(x);
+    const auto ckv = nn::rms_norm<kv_rank>(mt::einsum<batch, memory_length, kv_rank>(xm, as<C>(w_kv_a[b])),
+                                           as<C>(kv_a_norm[b]), rms_eps);
+    const auto q_nope = mt::einsum<batch, kv_heads, group, length, d_kv>(cq, as<C>(w_q_nope[b]));
+    const auto q_rope = nn::rope<length, d_rope>(mt::einsum<batch, kv_heads, group, length, d_rope>(cq, as<C>(w_q_rope[b])), rope);
+    const auto k_rope = nn::rope<memory_length, d_rope>(mt::einsum<batch, memory_length, d_rope>(xm, as<C>(w_k_rope[b])), rope);
+    const auto k_nope = mt::einsum<batch, kv_heads, memory_length, d_kv>(ckv, as<C>(w_k_nope[b]));
+    const auto v = mt::einsum<batch, kv_heads, memory_length, d_kv>(ckv, as<C>(w_v[b]));
+    using scores = mt::tensor<C, L, batch, kv_heads, group, length, memory_length>;
+    const scores logits = scores(mt::einsum<batch, kv_heads, group, length, memory_length>(q_nope, k_nope) +
+                                 mt::einsum<batch, kv_heads, group, length, memory_length>(q_rope, k_rope));
+    const auto d = static_cast<double>(w_k_nope[b].template extent<d_kv>() + w_k_rope[b].template extent<d_rope>());
+    const auto weights = mt::causal_softmax<length, memory_length>(logits, 1.0 / std::sqrt(d));
+    const auto heads = mt::einsum<batch, length, kv_heads, group, d_kv>(weights, v);
+    return mt::einsum<batch, length, d_model>(heads, as<C>(wo[b]));
   }
 
   // The next token's logits [batch, length, vocab] at each position of a batch of token ids,
@@ -263,12 +340,12 @@ struct model {
     X x = nn::embedding<vocab>(as<C>(embedding), ids);
     last_loads.clear();
     last_aux_loss.reset();
-    for (std::size_t b = 0; b < wq.size(); ++b) {
+    for (std::size_t b = 0; b < attention_norm.size(); ++b) {
       const auto block = [this, b](const X& in) {
         const X a = in + attention<C>(nn::rms_norm<d_model>(in, as<C>(attention_norm[b]), rms_eps), b);
         const auto n = nn::rms_norm<d_model>(a, as<C>(feed_forward_norm[b]), rms_eps);
         if constexpr (routes_experts<L>)
-          if (!expert_gate.empty()) return X(a + experts_of<C>(n, b));
+          if (b >= dense_blocks && !expert_gate.empty()) return X(a + experts_of<C>(n, b));
         return X(a + nn::gated_feed_forward<d_model, d_ff>(n, as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
       };
       // --recompute: only each block's input is kept; the backward pass runs the block again
@@ -278,15 +355,17 @@ struct model {
   }
   const t<vocab, d_model>& output_weight() const { return output.empty() ? embedding : output[0]; }
 
-  // Block b's routed experts (and its shared ones) on the normalised n; keeps the block's loads
+  // Block b's routed experts (its entry b - dense_blocks of the experts' weights) and its shared ones
+  // on the normalised n; keeps the block's loads
   // and adds its weighted balance loss's value to last_aux_loss, the first time the block runs (with --recompute
   // the backward pass runs it again, for the gradients alone). The shared experts are gated_feed_forward beside
   // routed_moe (its overload with shared_experts is the same sum): one routed_moe per layout and
   // element type to compile, not two.
   template <class C, class N>
   N experts_of(const N& n, std::size_t b) const {
-    const auto routed = nn::routed_moe<expert_dims>(n, as<C>(w_router[b]), as<C>(router_bias[b]), as<C>(expert_gate[b]),
-                                                    as<C>(expert_up[b]), as<C>(expert_down[b]), routing);
+    const std::size_t e = b - dense_blocks;
+    const auto routed = nn::routed_moe<expert_dims>(n, as<C>(w_router[e]), as<C>(router_bias[e]), as<C>(expert_gate[e]),
+                                                    as<C>(expert_up[e]), as<C>(expert_down[e]), routing);
     // The weighted balance loss rides on the block's output (mt::with_loss): a recomputed block makes
     // it again with the rest, so nothing it reads (the attention's output, the norm) is kept for it
     // between the passes; its value goes to last_aux_loss for the reported loss.
@@ -296,7 +375,7 @@ struct model {
       last_aux_loss = last_aux_loss ? scalar(*last_aux_loss + aux.detached()) : aux.detached();
     }
     const N y = mt::with_loss(routed.y, aux);
-    if (w_gate.empty()) return y;
+    if (b >= w_gate.size()) return y;  // no shared experts
     return N(y + nn::gated_feed_forward<d_model, d_ff>(n, as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
   }
 

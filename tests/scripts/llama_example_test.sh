@@ -24,16 +24,22 @@
 #                  than 2e-5 apart: float32 layouts differ by about 1e-6) and
 #                  learns; its plan's ring shifts move half float32's bytes
 #   moe            a mixture of experts (4 routed SwiGLU experts, top 2, one shared, sigmoid scores,
-#                  DeepSeek-V3's bias balancing) under data (experts over all 4 ranks) and tensor
-#                  (experts over rows, their d_ff over cols) on [2 x 2] gives one processor's losses
-#                  (1e-4), a resumed run continues them (the biases in the checkpoint), and learns;
-#                  without the biases' updates the losses differ;
-#                  the buffers in 3 chunks (dispatch and return overlapped) give the same losses,
-#                  and so does every block recomputed (--recompute); one step against its plan
+#                  DeepSeek-V3's bias balancing) under tensor (experts over rows, their d_ff over
+#                  cols) on [2 x 2], its buffers in 3 chunks (dispatch and return overlapped), gives
+#                  one processor's losses (1e-4; data and tensor whole: the deepseek case), a resumed
+#                  run continues them (the biases in the checkpoint), and learns;
+#                  without the biases' updates the losses differ; every block recomputed
+#                  (--recompute) gives the same losses; one step against its plan
 #                  (bf16, capacity 8, 1 and 2 chunks, 2 chunks recomputed); Mixtral 8x7B
 #                  planned: 46.70 billion parameters, 12.88 billion active (Mistral: 46.7 and 12.9);
 #                  --experts with a layout that splits the sequence, and --top-k without --experts,
 #                  refused by name
+#   deepseek       DeepSeek-V3's blocks (multi-head latent attention, a dense first block, then 4
+#                  routed experts, top 2, beside a shared one, sigmoid scores) under data and tensor
+#                  on [2 x 2] give one processor's losses (1e-4) and learn; one bf16 step against its
+#                  plan; DeepSeek-V3 planned: 671.03 billion parameters, 37.55 billion active
+#                  (DeepSeek: 671 and 37); --q-rank without --kv-rank, --kv-rank under --layout
+#                  context and --dense-blocks as many as --layers refused by name
 #   check_plan     one step against its plan under tensor, context (bf16, all-to-all) and
 #                  context_tensor (the ring, the loss in 4 pieces; and bf16 with --fsdp and
 #                  --recompute) on 4 ranks: collectives and bytes equal, peak within 1%
@@ -49,6 +55,27 @@ same() {
                            d = ($2 - a[$1]) / a[$1]; if (d < 0) d = -d; if (d > 1e-4) { print "step " $1 ": " a[$1] " != " $2; bad = 1 } }
     END { if (n == 0) { print "no steps compared"; bad = 1 } exit bad }' "$1" "$2" || { echo "FAIL: $2 differs from $1"; exit 1; }
   echo "$2 equals $1 from step $3"
+}
+# refused "ARGS|TEXT"...: each ARGS ends a run with an error that holds TEXT
+refused() {
+  local bad out rc
+  for bad in "$@"; do
+    set +e
+    # shellcheck disable=SC2086
+    out=$("$mpiexec" -n 1 "$llama" --text "$text" --steps 1 ${bad%%|*} 2>&1)
+    rc=$?
+    set -e
+    [ "$rc" != 0 ] && grep -q -- "${bad#*|}" <<<"$out" || { echo "$out"; echo "FAIL: ${bad%%|*} not refused by name"; exit 1; }
+  done
+}
+# parameters NAME TOTAL ACTIVE ARGS...: the model ARGS plans has TOTAL parameters, ACTIVE of them per token
+parameters() {
+  local name=$1 total=$2 active=$3 out
+  shift 3
+  out=$("$mpiexec" -n 1 "$llama" --plan "$@")
+  grep -E '^(parameters|active)' <<<"$out"
+  grep -q "^parameters: $total " <<<"$out" && grep -q "^active parameters per token: $active " <<<"$out" ||
+    { echo "$out"; echo "FAIL: $name's parameters"; exit 1; }
 }
 case $case_ in
   layouts_agree)
@@ -186,10 +213,6 @@ case $case_ in
     # the bias steers the routing: without its updates the losses differ
     run 1 --steps 4 "${unbiased[@]}" --csv unbiased.csv
     if (same one.csv unbiased.csv 2) >/dev/null; then echo "FAIL: --router-bias-rate changed nothing"; exit 1; fi
-    for layout in data tensor; do
-      run 4 --mesh 2 2 --layout "$layout" --steps 4 "${moe[@]}" --csv "$layout.csv"
-      same one.csv "$layout.csv" 1
-    done
     # the experts' buffers in 3 chunks, dispatch and return overlapping the products: the same losses
     run 4 --mesh 2 2 --layout tensor --steps 4 "${moe[@]}" --expert-chunks 3 --csv chunks.csv
     same one.csv chunks.csv 1
@@ -216,19 +239,37 @@ case $case_ in
     # Mixtral 8x7B (its config.json): Llama 2's blocks at 4096 wide, 8 experts of 14336, top 2.
     # 32 x (attention 41943040 + router 32768 + 8 x 176160768 + norms 8192) + 2 x 32000 x 4096 + 4096
     # = 46702792704; active: less 32 x 6 x 176160768 = 12879925248.
-    out=$("$mpiexec" -n 1 "$llama" --plan --mesh 8 1 --layout tensor --d-model 4096 --layers 32 --kv-heads 8 --group 4 \
-            --d-kv 128 --d-ff 14336 --vocab 32000 --experts 8 --top-k 2 --batch 8 --length 4096 --dtype bf16)
-    grep -E '^(parameters|active)' <<<"$out"
-    grep -q '^parameters: 46702792704 ' <<<"$out" && grep -q '^active parameters per token: 12879925248 ' <<<"$out" ||
-      { echo "$out"; echo "FAIL: Mixtral 8x7B's parameters"; exit 1; }
-    for bad in "--layout context --experts 4|--experts: a sequence is routed as a group, which --layout context splits" \
-               "--top-k 2|--top-k needs --experts N"; do
-      set +e
-      out=$("$mpiexec" -n 1 "$llama" --text "$text" --steps 1 ${bad%%|*} 2>&1)
-      rc=$?
-      set -e
-      [ "$rc" != 0 ] && grep -q -- "${bad#*|}" <<<"$out" || { echo "$out"; echo "FAIL: ${bad%%|*} not refused by name"; exit 1; }
-    done ;;
+    parameters "Mixtral 8x7B" 46702792704 12879925248 --mesh 8 1 --layout tensor --d-model 4096 --layers 32 --kv-heads 8 \
+      --group 4 --d-kv 128 --d-ff 14336 --vocab 32000 --experts 8 --top-k 2 --batch 8 --length 4096 --dtype bf16
+    refused "--layout context --experts 4|--experts: a sequence is routed as a group, which --layout context splits" \
+            "--top-k 2|--top-k needs --experts N" ;;
+  deepseek)
+    blocks=(--layers 3 --dense-blocks 1 --dense-d-ff 96 --kv-rank 24 --q-rank 32 --d-rope 8 --group 1 --kv-heads 4
+            --experts 4 --top-k 2 --shared-experts 1 --router sigmoid --routed-scale 2.5 --d-ff 32 --router-bias-rate 0.01)
+    run 1 --steps 4 "${blocks[@]}" --csv one.csv
+    for layout in data tensor; do
+      run 4 --mesh 2 2 --layout "$layout" --steps 4 "${blocks[@]}" --csv "$layout.csv"
+      same one.csv "$layout.csv" 1
+    done
+    run 2 --mesh 2 1 --steps 30 "${blocks[@]}" --csv learns.csv
+    awk -F, 'NR == 2 { first = $2 } END { print "loss " first " -> " $2; exit !($2 < 0.8 * first) }' learns.csv
+    out=$("$mpiexec" -n 4 "$llama" --text "$text" --check-plan --memory-tolerance 0.01 --layout tensor --mesh 2 2 \
+            --dtype bf16 "${blocks[@]}" 2>&1) || { echo "$out"; echo "FAIL: --check-plan with latent attention"; exit 1; }
+    grep 'check-plan' <<<"$out"
+    grep -q 'the plan equals the real step on every rank' <<<"$out" && grep -q ': close$' <<<"$out" ||
+      { echo "$out"; echo "FAIL: --check-plan with latent attention: the plan not equal or the peak not close"; exit 1; }
+    # DeepSeek-V3 (its config.json's sizes): 61 blocks of d_model 7168, 128 heads; latent attention
+    # per block 7168 x 1536 + 1536 + 128 x 128 x 1536 + 128 x 64 x 1536 + 512 x 7168 + 64 x 7168 + 512
+    # + 2 x 128 x 128 x 512 + 7168 x 128 x 128, norms 2 x 7168: 187121664; 3 dense blocks of
+    # 3 x 7168 x 18432; 58 of a router 256 x 7168, 256 routed and 1 shared expert of 3 x 7168 x 2048;
+    # embedding and output 2 x 129280 x 7168, final norm 7168: 671026404352; active: less
+    # 58 x 248 x 44040192 = 37552282624.
+    parameters DeepSeek-V3 671026404352 37552282624 --mesh 64 1 --layout data --d-model 7168 --layers 61 --dense-blocks 3 \
+      --dense-d-ff 18432 --kv-heads 128 --group 1 --d-kv 128 --kv-rank 512 --q-rank 1536 --d-rope 64 --d-ff 2048 \
+      --experts 256 --top-k 8 --shared-experts 1 --router sigmoid --vocab 129280 --batch 64 --length 64 --dtype bf16
+    refused "--q-rank 8|--q-rank needs --kv-rank N" \
+            "--layout context --kv-rank 8 --q-rank 8 --d-rope 4|--kv-rank: latent attention runs where the sequence is whole" \
+            "--experts 2 --layers 2 --dense-blocks 2|--dense-blocks 2 leaves none of the --layers 2 blocks" ;;
   check_plan)
     # Each layout's step against its plan on 4 ranks: collectives, parameter and Adam bytes equal on
     # every rank, the planned peak within 1% of the caching allocator's (0.9995-0.9997 measured).
