@@ -474,13 +474,12 @@ int main(int argc, char** argv) try {
         if (app.count(flag) > 0) throw mt::error(fmt::format("{} needs --experts N", flag));
     }
     if (o.kv_rank > 0) {
-      if (o.layout != "data" && o.layout != "tensor")
-        throw mt::error(fmt::format("--kv-rank: latent attention runs where the sequence is whole, which --layout {} "
-                                    "splits: use --layout data or tensor", o.layout));
+      if (o.layout != "tensor")
+        throw mt::error(fmt::format("--kv-rank: latent attention is built for --layout tensor (on [N x 1] the batch "
+                                    "and the experts over N, DeepSeek's expert and data parallelism), not {}", o.layout));
       if (o.q_rank <= 0 || o.d_rope <= 0 || o.d_rope % 2 != 0)
         throw mt::error(fmt::format("--kv-rank {} needs --q-rank > 0 and an even --d-rope > 0 (got --q-rank {}, --d-rope {})",
                                     o.kv_rank, o.q_rank, o.d_rope));
-      if (o.generate > 0) throw mt::error("--kv-rank with --generate: the key-value cache's decoder has no latent attention");
       if (!o.pretrained.empty() || !o.save_pretrained.empty() || !o.config.empty())
         throw mt::error("--kv-rank: DeepSeek's checkpoints and config.json are not mapped: drop --from-pretrained, "
                         "--save-pretrained and --config");

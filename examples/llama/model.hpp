@@ -54,10 +54,14 @@ using context_tensor_layout = mt::layout<grid, mt::zigzag<length, rows>, mt::spl
 // reduce_scatter, and Adam's state is split as the weight is.
 using context_tensor_sharded = mt::layout<grid, mt::split<d_model, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
                                           mt::split<vocab, cols>>;
-// Routing is decided within a sequence: the layouts that split it have no experts (nor latent
-// attention, whose blocks are DeepSeek's).
+// Routing is decided within a sequence: the layouts that split it have no experts.
 template <class L>
 constexpr bool routes_experts = L::template split_of<length>().count == 0;
+// Latent attention (--kv-rank) is built for the tensor layout alone, DeepSeek's on [N x 1] (the
+// batch and the experts over N: expert and data parallelism) and with the heads over cols on
+// [N x M]: each layout that builds it compiles its products again, forward and backward.
+template <class L>
+constexpr bool has_latent_attention = std::is_same_v<L, tensor_layout>;
 
 struct options {
   std::string layout = "data", attention = "all-to-all", text, checkpoint, resume, csv;
@@ -279,7 +283,7 @@ struct model {
   // Grouped-query attention: where the layout splits the sequence, by all-to-all or by a ring.
   template <class C, class X>
   X attention(const X& x, std::size_t b) const {
-    if constexpr (routes_experts<L>)
+    if constexpr (has_latent_attention<L>)
       if (!w_q_a.empty()) return latent_attention<C>(x, b);
     const auto q = as<C>(wq[b]);  // one declaration each: an auto declaration deduces one type, and these differ
     const auto k = as<C>(wk[b]);
@@ -380,18 +384,68 @@ struct model {
   }
 
   // Inference with a key-value cache: each block's keys (rotated at their positions) and values,
-  // allocated once for `capacity` positions and written in place, one position per token.
+  // allocated once for `capacity` positions and written in place, one position per token. Under
+  // latent attention a position keeps its compressed keys and values (kv_rank numbers) and its
+  // rotated key (d_rope), for all heads at once: 576 numbers per position and block for
+  // DeepSeek-V3's sizes, against 2 x heads x d_kv = 32768 for its heads' keys and values.
   struct kv_cache {
     std::vector<t<batch, memory_length, kv_heads, d_kv>> k, v;
+    std::vector<t<batch, memory_length, kv_rank>> latent;
+    std::vector<t<batch, memory_length, d_rope>> k_rope;
+    std::int64_t capacity = 0;
   };
   kv_cache start_cache(const grid& g, std::int64_t sequences, std::int64_t capacity) const {
     kv_cache c;
+    c.capacity = capacity;
     for (std::size_t b = 0; b < wk.size(); ++b) {
       const std::array<std::int64_t, 4> e{sequences, capacity, wk[b].template extent<kv_heads>(), wk[b].template extent<d_kv>()};
       c.k.emplace_back(g, e);
       c.v.emplace_back(g, e);
     }
+    for (std::size_t b = 0; b < w_kv_a.size(); ++b) {
+      c.latent.emplace_back(g, std::array<std::int64_t, 3>{sequences, capacity, w_kv_a[b].template extent<kv_rank>()});
+      c.k_rope.emplace_back(g, std::array<std::int64_t, 3>{sequences, capacity, w_k_rope[b].template extent<d_rope>()});
+    }
     return c;
+  }
+
+  // Block b's attention for the one position p of h (next_logits), through the cache, which gains
+  // position p; `masked` is 0 up to p and -1e9 after it. Latent attention reads the compressed cache
+  // as it lies (DeepSeek-V2's absorbed form): a head's query without positions is taken through the
+  // keys' projection first (kv_rank wide), and the weighted sum of the cached latents through the
+  // values' projection after, so no position's keys or values are made again.
+  template <class H, class Masked>
+  H cached_attention(const H& h, std::size_t b, std::int64_t p, const nn::rope_config& at, kv_cache& cache,
+                     const Masked& masked) const {
+    if constexpr (has_latent_attention<L>) {
+      if (!w_q_a.empty()) {
+        const auto cq = nn::rms_norm<q_rank>(mt::einsum<batch, length, q_rank>(h, w_q_a[b]), q_a_norm[b], rms_eps);
+        const auto ckv = nn::rms_norm<kv_rank>(mt::einsum<batch, length, kv_rank>(h, w_kv_a[b]), kv_a_norm[b], rms_eps);
+        const auto k_rope = nn::rope<length, d_rope>(mt::einsum<batch, length, d_rope>(h, w_k_rope[b]), at);
+        mt::update_slice<memory_length>(cache.latent[b], mt::rename<length, memory_length>(ckv), p);
+        mt::update_slice<memory_length>(cache.k_rope[b], mt::rename<length, memory_length>(k_rope), p);
+        const auto q_latent = mt::einsum<batch, length, kv_heads, group, kv_rank>(
+            mt::einsum<batch, length, kv_heads, group, d_kv>(cq, w_q_nope[b]), w_k_nope[b]);
+        const auto q_rope = nn::rope<length, d_rope>(mt::einsum<batch, length, kv_heads, group, d_rope>(cq, w_q_rope[b]), at);
+        using scores = t<batch, length, kv_heads, group, memory_length>;
+        const scores dots(mt::einsum<batch, length, kv_heads, group, memory_length>(q_latent, cache.latent[b]) +
+                          mt::einsum<batch, length, kv_heads, group, memory_length>(q_rope, cache.k_rope[b]));
+        const auto d = static_cast<double>(w_k_nope[b].template extent<d_kv>() + w_k_rope[b].template extent<d_rope>());
+        const auto w = mt::softmax<memory_length>(dots * static_cast<float>(1.0 / std::sqrt(d)) + masked);
+        const auto heads = mt::einsum<batch, length, kv_heads, group, d_kv>(
+            mt::einsum<batch, length, kv_heads, group, kv_rank>(w, cache.latent[b]), w_v[b]);
+        return mt::einsum<batch, length, d_model>(heads, wo[b]);
+      }
+    }
+    const auto q = nn::rope<length, d_kv>(mt::einsum<batch, length, kv_heads, group, d_kv>(h, wq[b]), at);
+    const auto k = nn::rope<length, d_kv>(mt::einsum<batch, length, kv_heads, d_kv>(h, wk[b]), at);
+    mt::update_slice<memory_length>(cache.k[b], mt::rename<length, memory_length>(k), p);
+    mt::update_slice<memory_length>(cache.v[b], mt::rename<length, memory_length>(mt::einsum<batch, length, kv_heads, d_kv>(h, wv[b])), p);
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(wk[b].template extent<d_kv>())));
+    const auto w = mt::softmax<memory_length>(
+        mt::einsum<batch, length, kv_heads, group, memory_length>(q, cache.k[b]) * scale + masked);
+    const auto o = mt::einsum<batch, length, kv_heads, group, d_kv>(w, cache.v[b]);
+    return mt::einsum<batch, length, d_model>(o, wo[b]);
   }
 
   // Logits [batch, length = 1, vocab] after the tokens at position p (ids [batch, length = 1]); the
@@ -401,23 +455,13 @@ struct model {
   auto next_logits(const mt::tensor<std::int32_t, L, batch, length>& token, std::int64_t p, kv_cache& cache) const {
     using X = t<batch, length, d_model>;
     X x = nn::embedding<vocab>(embedding, token);
-    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(wk[0].template extent<d_kv>())));
-    const std::int64_t capacity = cache.k[0].template extent<memory_length>();
-    std::vector<float> mask(static_cast<std::size_t>(capacity), 0.0f);
+    std::vector<float> mask(static_cast<std::size_t>(cache.capacity), 0.0f);
     std::fill(mask.begin() + p + 1, mask.end(), -1e9f);
-    const auto bias = mt::from_host<t<memory_length>>(token.mesh(), {capacity}, mask);
+    const auto masked = mt::from_host<t<memory_length>>(token.mesh(), {cache.capacity}, mask);
     nn::rope_config at = rope;
     at.position_offset = p;  // the one token's global position
-    for (std::size_t b = 0; b < wq.size(); ++b) {
-      const auto h = nn::rms_norm<d_model>(x, attention_norm[b], rms_eps);
-      const auto q = nn::rope<length, d_kv>(mt::einsum<batch, length, kv_heads, group, d_kv>(h, wq[b]), at);
-      const auto k = nn::rope<length, d_kv>(mt::einsum<batch, length, kv_heads, d_kv>(h, wk[b]), at);
-      mt::update_slice<memory_length>(cache.k[b], mt::rename<length, memory_length>(k), p);
-      mt::update_slice<memory_length>(cache.v[b], mt::rename<length, memory_length>(mt::einsum<batch, length, kv_heads, d_kv>(h, wv[b])), p);
-      const auto w = mt::softmax<memory_length>(
-          mt::einsum<batch, length, kv_heads, group, memory_length>(q, cache.k[b]) * scale + bias);
-      const auto o = mt::einsum<batch, length, kv_heads, group, d_kv>(w, cache.v[b]);
-      const X a = x + mt::einsum<batch, length, d_model>(o, wo[b]);
+    for (std::size_t b = 0; b < attention_norm.size(); ++b) {
+      const X a = x + cached_attention(nn::rms_norm<d_model>(x, attention_norm[b], rms_eps), b, p, at, cache, masked);
       x = a + nn::gated_feed_forward<d_model, d_ff>(nn::rms_norm<d_model>(a, feed_forward_norm[b], rms_eps), w_gate[b],
                                                     w_up[b], w_down[b]);
     }

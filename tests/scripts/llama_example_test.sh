@@ -35,11 +35,12 @@
 #                  --experts with a layout that splits the sequence, and --top-k without --experts,
 #                  refused by name
 #   deepseek       DeepSeek-V3's blocks (multi-head latent attention, a dense first block, then 4
-#                  routed experts, top 2, beside a shared one, sigmoid scores) under data and tensor
-#                  on [2 x 2] give one processor's losses (1e-4) and learn; one bf16 step against its
-#                  plan; DeepSeek-V3 planned: 671.03 billion parameters, 37.55 billion active
-#                  (DeepSeek: 671 and 37); --q-rank without --kv-rank, --kv-rank under --layout
-#                  context and --dense-blocks as many as --layers refused by name
+#                  routed experts, top 2, beside a shared one, sigmoid scores) under tensor on
+#                  [4 x 1] (experts and batch over 4) and [2 x 2] (heads over cols too) give one
+#                  processor's losses (1e-4) and learn; one bf16 step against its plan; DeepSeek-V3
+#                  planned: 671.03 billion parameters, 37.55 billion active (DeepSeek: 671 and 37);
+#                  --q-rank without --kv-rank, --kv-rank under --layout data and --dense-blocks as
+#                  many as --layers refused by name
 #   check_plan     one step against its plan under tensor, context (bf16, all-to-all) and
 #                  context_tensor (the ring, the loss in 4 pieces; and bf16 with --fsdp and
 #                  --recompute) on 4 ranks: collectives and bytes equal, peak within 1%
@@ -246,12 +247,13 @@ case $case_ in
   deepseek)
     blocks=(--layers 3 --dense-blocks 1 --dense-d-ff 96 --kv-rank 24 --q-rank 32 --d-rope 8 --group 1 --kv-heads 4
             --experts 4 --top-k 2 --shared-experts 1 --router sigmoid --routed-scale 2.5 --d-ff 32 --router-bias-rate 0.01)
-    run 1 --steps 4 "${blocks[@]}" --csv one.csv
-    for layout in data tensor; do
-      run 4 --mesh 2 2 --layout "$layout" --steps 4 "${blocks[@]}" --csv "$layout.csv"
-      same one.csv "$layout.csv" 1
+    run 1 --layout tensor --steps 4 "${blocks[@]}" --csv one.csv
+    # [4 x 1]: the batch and the experts over 4 (DeepSeek's parallelism); [2 x 2]: the heads over cols too
+    for mesh in "4 1" "2 2"; do
+      run 4 --mesh $mesh --layout tensor --steps 4 "${blocks[@]}" --csv "mesh${mesh// /x}.csv"
+      same one.csv "mesh${mesh// /x}.csv" 1
     done
-    run 2 --mesh 2 1 --steps 30 "${blocks[@]}" --csv learns.csv
+    run 2 --mesh 2 1 --layout tensor --steps 30 "${blocks[@]}" --csv learns.csv
     awk -F, 'NR == 2 { first = $2 } END { print "loss " first " -> " $2; exit !($2 < 0.8 * first) }' learns.csv
     out=$("$mpiexec" -n 4 "$llama" --text "$text" --check-plan --memory-tolerance 0.01 --layout tensor --mesh 2 2 \
             --dtype bf16 "${blocks[@]}" 2>&1) || { echo "$out"; echo "FAIL: --check-plan with latent attention"; exit 1; }
@@ -264,11 +266,11 @@ case $case_ in
     # 3 x 7168 x 18432; 58 of a router 256 x 7168, 256 routed and 1 shared expert of 3 x 7168 x 2048;
     # embedding and output 2 x 129280 x 7168, final norm 7168: 671026404352; active: less
     # 58 x 248 x 44040192 = 37552282624.
-    parameters DeepSeek-V3 671026404352 37552282624 --mesh 64 1 --layout data --d-model 7168 --layers 61 --dense-blocks 3 \
+    parameters DeepSeek-V3 671026404352 37552282624 --mesh 64 1 --layout tensor --d-model 7168 --layers 61 --dense-blocks 3 \
       --dense-d-ff 18432 --kv-heads 128 --group 1 --d-kv 128 --kv-rank 512 --q-rank 1536 --d-rope 64 --d-ff 2048 \
       --experts 256 --top-k 8 --shared-experts 1 --router sigmoid --vocab 129280 --batch 64 --length 64 --dtype bf16
     refused "--q-rank 8|--q-rank needs --kv-rank N" \
-            "--layout context --kv-rank 8 --q-rank 8 --d-rope 4|--kv-rank: latent attention runs where the sequence is whole" \
+            "--layout data --kv-rank 8 --q-rank 8 --d-rope 4|--kv-rank: latent attention is built for --layout tensor" \
             "--experts 2 --layers 2 --dense-blocks 2|--dense-blocks 2 leaves none of the --layers 2 blocks" ;;
   check_plan)
     # Each layout's step against its plan on 4 ranks: collectives, parameter and Adam bytes equal on

@@ -8,7 +8,10 @@ kv_rank 24, d_kv 16, d_rope 8) is made by the example from its seeds; one traini
 learning rate of 0 saves its weights unchanged (--checkpoint). The reference reads them and computes
 the logits of one sequence; the example's --logits-out of the same sequence, on one processor and
 under --layout tensor on [2 x 2] (the heads over cols), must equal them to 1e-4 of their largest
-magnitude (float32 against float64: about 1e-6). Exit 77 (skipped) without numpy and safetensors.
+magnitude (float32 against float64: about 1e-6); and its greedy generation of 6 tokens through the
+compressed key-value cache (DeepSeek-V2's absorbed form) must be the reference's greedy tokens, on
+one processor and with the heads over cols of [1 x 2]. Exit 77 (skipped) without numpy and
+safetensors.
 """
 import os
 import shutil
@@ -32,8 +35,9 @@ MODEL = ["--layers", "2", "--d-model", "48", "--kv-heads", "2", "--group", "2", 
 text = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md")
 
 
-def run(ranks, *args):
-    subprocess.run([mpiexec, "-n", str(ranks), llama, *MODEL, *args], check=True, stdout=subprocess.DEVNULL)
+def run(ranks, *args):  # latent attention is built for --layout tensor ([1 x 1] on one processor)
+    subprocess.run([mpiexec, "-n", str(ranks), llama, "--layout", "tensor", *MODEL, *args], check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 run(1, "--text", text, "--steps", "1", "--lr", "0", "--checkpoint", os.path.join(work, "ckpt"), "--save-every", "1")
@@ -80,11 +84,24 @@ def reference_logits(ids):
 want = reference_logits(np.array(IDS))
 ids = ["--ids", *map(str, IDS)]
 failed = False
-for ranks, layout in [(1, []), (4, ["--mesh", "2", "2", "--layout", "tensor"])]:
+for ranks, layout in [(1, []), (4, ["--mesh", "2", "2"])]:
     out = os.path.join(work, f"logits{ranks}.txt")
     run(ranks, *layout, *ids, "--logits-out", out)
     got = np.loadtxt(out)
     error = np.abs(got - want).max() / np.abs(want).max()
     print(f"{ranks} rank(s) {' '.join(layout) or '(one processor)'}: largest difference {error:.2e} of the largest logit")
     failed |= not (got.shape == want.shape and error <= 1e-4)
+
+# Greedy generation through the compressed cache (the absorbed form: no position's keys or values
+# made again) against the reference's argmax of each longer sequence's last logits.
+GENERATE = 6
+sequence = list(IDS)
+for _ in range(GENERATE):
+    sequence.append(int(np.argmax(reference_logits(np.array(sequence))[-1])))
+for ranks, layout in [(1, []), (2, ["--mesh", "1", "2"])]:
+    out = os.path.join(work, f"generated{ranks}.txt")
+    run(ranks, *layout, *ids, "--generate", str(GENERATE), "--generate-out", out)
+    got = [int(t) for t in open(out).read().split()]
+    print(f"{ranks} rank(s) generated {got}; the reference {sequence[len(IDS):]}")
+    failed |= got != sequence[len(IDS):]
 sys.exit(1 if failed else 0)
