@@ -423,3 +423,124 @@ TEST_CASE("routed_moe refuses more chunks than an expert's buffer has slots", "[
                             Catch::Matchers::ContainsSubstring("give 1 (no overlap) to 2"));
   }
 }
+
+// The ragged dispatch (dropless): each (token, choice) row sent to its expert's processor, the
+// experts' rows one product each. Experts split over rows alone beside groups over rows and cols
+// (data parallelism over cols): the weights' gradients are partial sums the tape reduces.
+namespace {
+using L_g_rc_e_r = mt::layout<grid, mt::split<group, r_, c_>, mt::split<experts, r_>>;
+using ragged_layouts = list<L_rep, L_ge_r, L_ge_rc, L_g_rc_e_r>;
+constexpr auto ragged = nn::moe_dispatch::ragged;
+nn::routed_moe_options ragged_of(nn::routed_moe_options o) {
+  o.capacity = 0;
+  o.dispatch = ragged;
+  return o;
+}
+}  // namespace
+
+TEST_CASE("routed_moe's ragged dispatch equals the loop over tokens and communicates as planned",
+          "[nn][moe][routed][ragged][comm_plan]") {
+  const auto g = world_grid();
+  for_each_type(ragged_layouts{}, [&]<class L>() {
+    INFO(layout_name<L>());
+    const model<L> m(g);
+    const host_weights w(m);
+    for (const auto& o : {ragged_of(mixtral_like), ragged_of(deepseek_like)}) {
+      const bool shared = o.scores == nn::router_scores::softmax;
+      INFO((shared ? "softmax scores, shared experts" : "sigmoid scores scaled by 2.5"));
+      const auto want = reference(w, o, shared);
+      g.reset_counters();
+      const auto r = shared ? nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, o, m.shared())
+                            : nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, o);
+      const auto counted = g.counters();
+      REQUIRE(max_rel_error(mt::gather_all(r.y), want.y) < 1e-12);
+      REQUIRE(std::abs(mt::gather_all(r.aux_loss)[0] - want.aux) < 1e-12);
+      REQUIRE(mt::gather_all(r.load) == want.load);
+      REQUIRE(mt::gather_all(r.routed) == want.load);
+      const auto plan = shared ? nn::routed_moe_plan<dims, typename model<L>::X, true>(1, ragged)
+                               : nn::routed_moe_plan<dims, typename model<L>::X>(1, ragged);
+      require_counts(counted, plan.as_counts());
+      // The counts, the rows out and the rows back: three alltoalls over the experts' axes.
+      constexpr unsigned expert_axes = L::template split_of<experts>().mask();
+      if constexpr (expert_axes != 0) REQUIRE(counted.at({mt::collective::alltoall, expert_axes}).calls == 3);
+    }
+  });
+}
+
+TEST_CASE("routed_moe's ragged dispatch: gradients equal central differences", "[nn][moe][routed][ragged][gradient]") {
+  const auto g = world_grid();
+  for_each_type(list<L_ge_r, L_g_rc_e_r>{}, [&]<class L>() {
+    INFO(layout_name<L>());
+    using mo = model<L>;
+    using X = typename mo::X;
+    using WR = typename mo::WR;
+    using WI = typename mo::WI;
+    using WO = typename mo::WO;
+    const mo m(g);
+    const host_weights w(m);
+    const auto o = ragged_of(deepseek_like);
+    auto loss = [&](const X& x, const WR& wr, const WI& wg, const WI& wu, const WO& wd) {
+      const auto r = nn::routed_moe<dims>(x, wr, m.bias, wg, wu, wd, o);
+      return weighted_sum(r.y, 11) + r.aux_loss;
+    };
+    const gradient_check_options every_third{.stride = 3};
+    check_gradient<X>(g, mo::ex, w.x, [&](const X& v) { return loss(v, m.wr, m.wg, m.wu, m.wd); }, every_third);
+    check_gradient<WR>(g, mo::er, w.wr, [&](const WR& v) { return loss(m.x, v, m.wg, m.wu, m.wd); });
+    check_gradient<WI>(g, mo::ei, w.wg, [&](const WI& v) { return loss(m.x, m.wr, v, m.wu, m.wd); }, every_third);
+    check_gradient<WI>(g, mo::ei, w.wu, [&](const WI& v) { return loss(m.x, m.wr, m.wg, v, m.wd); }, every_third);
+    check_gradient<WO>(g, mo::eo, w.wd, [&](const WO& v) { return loss(m.x, m.wr, m.wg, m.wu, v); }, every_third);
+  });
+}
+
+// A plan counts what a run of the ragged dispatch calls, forward and backward (the rows' gradients
+// to the experts and x's back: five alltoalls in all), though it cannot know the routing.
+TEST_CASE("routed_moe's ragged dispatch: a planned step calls what a run calls", "[nn][moe][routed][ragged][comm_plan]") {
+  const auto g = world_grid();
+  using L = L_ge_rc;
+  constexpr unsigned expert_axes = L::template split_of<experts>().mask();
+  const auto step = [&](const grid& on) {
+    model<L> m(on);
+    m.x.requires_grad();
+    m.wg.requires_grad();
+    m.wd.requires_grad();
+    on.reset_counters();
+    const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, ragged_of(deepseek_like));
+    (void)mt::gradient(weighted_sum(r.y, 11) + r.aux_loss, m.x, m.wg, m.wd);
+    return on.counters();
+  };
+  const auto ran = step(g);
+  REQUIRE(ran.at({mt::collective::alltoall, expert_axes}).calls == 5);
+  const grid planned = grid::planned(g.sizes(), {g.coord<r_>(), g.coord<c_>()});
+  const auto counted = step(planned);
+  REQUIRE(counted.size() == ran.size());
+  for (const auto& [key, count] : ran) REQUIRE(counted.at(key).calls == count.calls);
+}
+
+TEST_CASE("routed_moe's ragged dispatch refuses a capacity, chunks, and layouts it cannot serve, by name",
+          "[nn][moe][routed][ragged]") {
+  const auto g = world_grid();
+  {
+    const model<L_ge_r> m(g);
+    auto o = ragged_of(mixtral_like);
+    o.capacity = 2;
+    REQUIRE_THROWS_WITH(nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, o),
+                        Catch::Matchers::ContainsSubstring("needs capacity = 0 and overlap_chunks = 1; got capacity = 2"));
+  }
+  {  // experts over cols, groups over rows: a token's experts lie where its group is not
+    using L_g_r_e_c = mt::layout<grid, mt::split<group, r_>, mt::split<experts, c_>>;
+    const model<L_g_r_e_c> m(g);
+    REQUIRE_THROWS_AS(nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, ragged_of(deepseek_like)), mt::layout_error);
+    REQUIRE_THROWS_WITH(nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, ragged_of(deepseek_like)),
+                        Catch::Matchers::ContainsSubstring("the ragged dispatch") &&
+                            Catch::Matchers::ContainsSubstring("it needs 'experts' split over axes that split 'group' (here c and r)"));
+  }
+  // d_ff over cols: refused where cols has more than one processor, served where it has one.
+  const model<L_ge_r_ff_c> m(g);
+  if (g.sizes()[1] > 1) {
+    REQUIRE_THROWS_WITH(nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, ragged_of(deepseek_like)),
+                        Catch::Matchers::ContainsSubstring("'d_model' and 'd_ff' not split (here over c)"));
+  } else {
+    const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, ragged_of(deepseek_like));
+    REQUIRE(max_rel_error(mt::gather_all(r.y), reference(host_weights(m), deepseek_like, false).y) < 1e-12);
+  }
+}

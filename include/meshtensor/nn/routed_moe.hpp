@@ -22,7 +22,10 @@
 // since a token's k choices differ. Exact, at a cost: every buffer slot is computed (experts /
 // top_k times the routed products of a ragged dispatch), and the one-hot dispatch and combine
 // tensors, [Group, Token, Experts, capacity], grow with the square of the tokens per group (at
-// 4096 tokens and 8 experts, 0.5 GiB each per group in float). At scale, give a capacity.
+// 4096 tokens and 8 experts, 0.5 GiB each per group in float). At scale, give a capacity, or
+// dispatch = moe_dispatch::ragged: dropless with none of that cost, each (token, choice) row sent
+// to its expert's processor and each expert's rows one product (ragged_experts.hpp; the same
+// results, to rounding).
 // aux_loss, per group then averaged (DeepSeek-V3's sequence-wise balance loss with a group for a
 // sequence; GShard's for top-k): sum over e of f_e P_e, f_e = experts / (top_k tokens) times the
 // tokens that chose e, P_e the mean over tokens of e's score normalised over the experts. It is 1
@@ -36,7 +39,8 @@
 // Communication (routed_moe_plan): nn::moe's (router, dispatch, the three expert products, return,
 // combine, balance loss), an allreduce over Group's axes for each of load and routed, and the shared
 // experts' products; with overlap_chunks = n, the dispatch, expert products, return and combine n
-// times (on n pieces of the buffers). Gradients: through x, the router, the three expert weights and the shared
+// times (on n pieces of the buffers); ragged, three alltoalls over Experts' axes (the counts, the rows
+// out, the rows back) in place of the dispatch, products, return and combine. Gradients: through x, the router, the three expert weights and the shared
 // experts' weights, by the ops used; in chunks, each chunk's alltoalls back run behind the other
 // chunks' products as forward (relayout_in_flight's rule).
 #include <cmath>
@@ -50,10 +54,18 @@
 #include "../ops/update_slice.hpp"
 #include "feed_forward.hpp"
 #include "moe.hpp"
+#include "ragged_experts.hpp"
 
 namespace meshtensor::nn {
 
 enum class router_scores { softmax, sigmoid };  // Mixtral's; DeepSeek-V3's
+
+// How tokens reach their experts. one_hot: Mesh-TensorFlow's dispatch and combine einsums over
+// buffers of `capacity` slots, any layout. ragged: dropless, each (token, choice) row sent to its
+// expert's processor and the experts' rows in one product each (ragged_experts.hpp); needs
+// capacity = 0 and overlap_chunks = 1, Experts split over axes that split Group, DModel and DFf
+// not split.
+enum class moe_dispatch { one_hot, ragged };
 
 struct routed_moe_options {
   std::int64_t top_k = 2;
@@ -64,6 +76,7 @@ struct routed_moe_options {
   // The buffers' slots cut into this many chunks (at most the capacity): the dispatch alltoall of
   // the next chunk and the return of the last run while a chunk's experts compute. 1: no overlap.
   std::int64_t overlap_chunks = 1;
+  moe_dispatch dispatch = moe_dispatch::one_hot;
 };
 
 // nn::gated_feed_forward's three weights, applied to every token beside the routed experts.
@@ -94,9 +107,10 @@ inline std::int64_t routed_capacity_for(std::int64_t tokens_per_group, std::int6
 
 // The collectives routed_moe<Dims>(x, ...) runs forward, derived from the layout alone; Shared:
 // with shared experts, whose weights' layout is X's; chunks: options.overlap_chunks (the dispatch,
-// the experts' products, the return and the combine run once per chunk).
+// the experts' products, the return and the combine run once per chunk); dispatch: options.dispatch
+// (ragged: three alltoalls over Experts' axes in place of the one-hot einsums and relayouts).
 template <class Dims, Tensor X, bool Shared = false>
-constexpr comm_plan routed_moe_plan(std::int64_t chunks = 1) {
+constexpr comm_plan routed_moe_plan(std::int64_t chunks = 1, moe_dispatch dispatch = moe_dispatch::one_hot) {
   using G = typename Dims::group;
   using S = typename Dims::token;
   using M = typename Dims::d_model;
@@ -128,8 +142,12 @@ constexpr comm_plan routed_moe_plan(std::int64_t chunks = 1) {
       .then(einsum_plan<type_list<G, S, M>, ToExperts, Dispatch>());
   comm_plan p{};
   p.then(einsum_plan<type_list<G, S, EU>, X, WR>());
-  for (std::int64_t c = 0; c < chunks; ++c) p.then(per_chunk);
-  p.then(reduce_mean_plan<Balance, G, EU>()).then(reduce_plan<Load, Chosen>()).then(reduce_plan<Load, Kept>());
+  if (dispatch == moe_dispatch::ragged) {
+    p.then(detail::ragged_experts_plan<Dims, X>()).then(reduce_mean_plan<Balance, G, EU>()).then(reduce_plan<Load, Chosen>());
+  } else {
+    for (std::int64_t c = 0; c < chunks; ++c) p.then(per_chunk);
+    p.then(reduce_mean_plan<Balance, G, EU>()).then(reduce_plan<Load, Chosen>()).then(reduce_plan<Load, Kept>());
+  }
   if constexpr (Shared) {
     using W1 = detail::moe_t<X, M, F>;
     using W2 = detail::moe_t<X, F, M>;
@@ -181,6 +199,10 @@ auto routed_experts(const X& x, const WR& w_router, const B& router_bias, const 
                           ", capacity = ", o.capacity));
   const std::int64_t capacity = o.capacity == 0 ? tokens : o.capacity;
   const std::int64_t chunks = o.overlap_chunks;
+  const bool ragged = o.dispatch == nn::moe_dispatch::ragged;
+  if (ragged && (o.capacity != 0 || chunks != 1))
+    throw shape_error(cat("routed_moe: the ragged dispatch is dropless and unchunked: it needs capacity = 0 and ",
+                          "overlap_chunks = 1; got capacity = ", o.capacity, ", overlap_chunks = ", chunks));
   if (chunks < 1 || chunks > capacity)
     throw shape_error(cat("routed_moe: overlap_chunks = ", chunks, " cuts an expert's buffer of ", capacity,
                           " slots (dim '", C::name(), "'", o.capacity == 0 ? ", dropless: the tokens per group" : "",
@@ -194,6 +216,30 @@ auto routed_experts(const X& x, const WR& w_router, const B& router_bias, const 
   auto weights = reduce_sum<EU>(scores * in_t(choice));               // [G, S, K]
   if (o.normalize_weights) weights = weights / (reduce_sum<K>(weights) + static_cast<T>(1e-20));
   if (o.weight_scale != 1.0) weights = weights * static_cast<T>(o.weight_scale);
+
+  // Balance loss: f_e P_e summed over experts, averaged over groups; the tokens that chose each expert.
+  const auto balance = [&] {
+    const auto f = in_t(reduce_sum<S, K>(choice) * static_cast<R>(static_cast<double>(experts) / static_cast<double>(k * tokens)));
+    const auto normalised = o.scores == nn::router_scores::softmax ? scores : scores / reduce_sum<EU>(scores);
+    auto aux_loss = reduce_mean<G, EU>(f * reduce_mean<S>(normalised)) * static_cast<T>(experts);
+    return std::pair(std::move(aux_loss), reduce_sum<G, S, K>(choice));
+  };
+  using Y = moe_t<X, G, S, M>;
+  using Result = nn::routed_moe_result<Y, decltype(balance().first), decltype(balance().second)>;
+
+  if (ragged) {
+    const auto ordered = [&]<class... Ds>(const auto& t, type_list<Ds...>) {
+      if constexpr (std::is_same_v<typename std::decay_t<decltype(t)>::dims, type_list<Ds...>>) return t;
+      else return transpose<Ds...>(t);
+    };
+    const auto out = ragged_experts<Dims>(ordered(x, type_list<G, S, M>{}), ordered(chosen, type_list<G, S, K>{}),
+                                          ordered(w_gate, type_list<E, M, F>{}), ordered(w_up, type_list<E, M, F>{}),
+                                          ordered(w_down, type_list<E, F, M>{}));
+    Y y = ordered(reduce_sum<K>(out * weights), type_list<G, S, M>{});
+    auto [aux_loss, load] = balance();
+    auto routed = load;  // dropless: every choice is routed
+    return Result{std::move(y), std::move(aux_loss), std::move(load), std::move(routed)};
+  }
 
   // Each choice's slot in its expert's buffer: a running count in routing order.
   const auto in_order = reshape<G, nn::expert_slot, EU>(transpose<G, K, S, EU>(choice), {groups, k * tokens, experts});
@@ -243,16 +289,10 @@ auto routed_experts(const X& x, const WR& w_router, const B& router_bias, const 
     back = returned(out);
   }
   auto last = combined(back, chunks - 1);
-  auto y = y_before ? decltype(last)(*y_before + last) : std::move(last);
-
-  // Balance loss: f_e P_e summed over experts, averaged over groups.
-  const auto f = in_t(reduce_sum<S, K>(choice) * static_cast<R>(static_cast<double>(experts) / static_cast<double>(k * tokens)));
-  const auto normalised = o.scores == nn::router_scores::softmax ? scores : scores / reduce_sum<EU>(scores);
-  auto aux_loss = reduce_mean<G, EU>(f * reduce_mean<S>(normalised)) * static_cast<T>(experts);
-  auto load = reduce_sum<G, S, K>(choice);
+  Y y = y_before ? decltype(last)(*y_before + last) : std::move(last);
+  auto [aux_loss, load] = balance();
   auto routed = reduce_sum<G, K, S>(kept);
-  return nn::routed_moe_result<decltype(y), decltype(aux_loss), decltype(load)>{std::move(y), std::move(aux_loss),
-                                                                                 std::move(load), std::move(routed)};
+  return Result{std::move(y), std::move(aux_loss), std::move(load), std::move(routed)};
 }
 }  // namespace meshtensor::detail
 
@@ -261,7 +301,7 @@ namespace meshtensor::nn {
 template <class Dims, Tensor X, Tensor WR, Tensor B, Tensor WI, Tensor WO>
 auto routed_moe(const X& x, const WR& w_router, const B& router_bias, const WI& w_gate, const WI& w_up,
                 const WO& w_down, const routed_moe_options& options) {
-  const meshtensor::detail::op_call call(meshtensor::detail::planned_op{"routed_moe", routed_moe_plan<Dims, X>(options.overlap_chunks)}, x);
+  const meshtensor::detail::op_call call(meshtensor::detail::planned_op{"routed_moe", routed_moe_plan<Dims, X>(options.overlap_chunks, options.dispatch)}, x);
   return meshtensor::detail::routed_experts<Dims>(x, w_router, router_bias, w_gate, w_up, w_down, options);
 }
 
@@ -269,7 +309,7 @@ template <class Dims, Tensor X, Tensor WR, Tensor B, Tensor WI, Tensor WO, Tenso
 auto routed_moe(const X& x, const WR& w_router, const B& router_bias, const WI& w_gate, const WI& w_up,
                 const WO& w_down, const routed_moe_options& options, const shared_experts<W1, W2>& shared) {
   const meshtensor::detail::op_call call(
-      meshtensor::detail::planned_op{"routed_moe", routed_moe_plan<Dims, X, true>(options.overlap_chunks)}, x);
+      meshtensor::detail::planned_op{"routed_moe", routed_moe_plan<Dims, X, true>(options.overlap_chunks, options.dispatch)}, x);
   auto r = meshtensor::detail::routed_experts<Dims>(x, w_router, router_bias, w_gate, w_up, w_down, options);
   r.y = r.y + gated_feed_forward<typename Dims::d_model, typename Dims::d_ff>(x, shared.gate, shared.up, shared.down);
   return r;
