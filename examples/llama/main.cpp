@@ -390,6 +390,10 @@ int main(int argc, char** argv) try {
   app.add_option("--expert-chunks", o.expert_chunks, "with --experts: the experts' buffers in N chunks, the next chunk's "
                  "dispatch and the last one's return in flight while a chunk's experts compute (1: no overlap)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--moe-dispatch", o.moe_dispatch, "with --experts: one-hot (Mesh-TensorFlow's dispatch and combine "
+                 "products over the experts' buffers) or ragged (dropless: each token's rows sent to its experts' "
+                 "processors, one product per expert; needs --capacity 0 and --expert-chunks 1)")
+      ->check(CLI::IsMember({"one-hot", "ragged"}))->capture_default_str();
   app.add_option("--aux-loss", o.aux_loss, "with --experts: the balance loss's weight in the loss")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--router-bias-rate", o.router_bias_rate, "with --experts: after each step, each expert's router bias "
@@ -470,7 +474,7 @@ int main(int argc, char** argv) try {
       if (app.count("--dense-d-ff") > 0 && o.dense_blocks == 0) throw mt::error("--dense-d-ff needs --dense-blocks N");
     } else {
       for (const char* flag : {"--top-k", "--shared-experts", "--router", "--routed-scale", "--capacity",
-                               "--expert-chunks", "--aux-loss", "--router-bias-rate", "--dense-blocks", "--dense-d-ff"})
+                               "--expert-chunks", "--moe-dispatch", "--aux-loss", "--router-bias-rate", "--dense-blocks", "--dense-d-ff"})
         if (app.count(flag) > 0) throw mt::error(fmt::format("{} needs --experts N", flag));
     }
     if (o.kv_rank > 0) {

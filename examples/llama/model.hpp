@@ -87,7 +87,7 @@ struct options {
   // Mixture of experts (--experts N): every block's feed-forward is nn::routed_moe over N SwiGLU
   // experts of width --d-ff (top --top-k), beside --shared-experts SwiGLU experts as wide each.
   std::int64_t experts = 0, top_k = 2, shared_experts = 0, capacity = 0, expert_chunks = 1;
-  std::string router = "softmax";
+  std::string router = "softmax", moe_dispatch = "one-hot";
   double routed_scale = 1, aux_loss = 0.01, router_bias_rate = 0;
   // DeepSeek-V3's blocks: the first --dense-blocks with a dense SwiGLU of --dense-d-ff (0: --d-ff)
   // in place of the experts; multi-head latent attention where --kv-rank > 0 (--q-rank, --d-rope).
@@ -241,7 +241,8 @@ struct model {
                .scores = o.router == "sigmoid" ? nn::router_scores::sigmoid : nn::router_scores::softmax,
                .weight_scale = o.routed_scale,
                .capacity = o.capacity,
-               .overlap_chunks = o.expert_chunks};
+               .overlap_chunks = o.expert_chunks,
+               .dispatch = o.moe_dispatch == "ragged" ? nn::moe_dispatch::ragged : nn::moe_dispatch::one_hot};
     aux_loss_weight = static_cast<float>(o.aux_loss);
     ring = o.attention == "ring";
     rope = {.theta = o.rope_theta, .llama3 = o.rope_llama3};

@@ -52,11 +52,12 @@ struct ragged_routes {
 };
 
 // The routing of `pairs` rows whose experts are chosen[pair] (null in a plan), with the counts
-// exchanged over `axes` (one alltoall of ints).
+// exchanged over `axes` (one alltoall of ints). A plan sends every expert an even share of each
+// peer's rows (peer_pairs: each peer's count), so that what the peers receive sums to what they send.
 template <class Comm>
 ragged_routes route_rows(Comm& comm, axis_set axes, int me, std::vector<std::int64_t> first_expert,
                          std::vector<std::int64_t> experts_of, std::int64_t experts, const std::int64_t* chosen,
-                         std::int64_t pairs) {
+                         std::int64_t pairs, const std::vector<std::int64_t>& peer_pairs) {
   ragged_routes r;
   r.peers = static_cast<int>(first_expert.size());
   r.first_expert = std::move(first_expert);
@@ -72,15 +73,11 @@ ragged_routes route_rows(Comm& comm, axis_set axes, int me, std::vector<std::int
   // Rows per expert here, sorted by (owner, expert) then pair: a counting sort.
   std::vector<std::int64_t> per_expert(static_cast<std::size_t>(experts), 0);
   const bool planned = chosen == nullptr;
-  if (!planned)
-    for (std::int64_t i = 0; i < pairs; ++i) {
-      const std::int64_t e = chosen[i];
-      if (e < 0 || e >= experts || owner[static_cast<std::size_t>(e)] < 0)
-        throw shape_error(cat("routed_moe (ragged): an expert index ", e, " outside [0, ", experts, ")"));
-      ++per_expert[static_cast<std::size_t>(e)];
-    }
-  else
-    for (std::int64_t e = 0; e < experts; ++e) per_expert[static_cast<std::size_t>(e)] = pairs / experts + (e < pairs % experts);
+  if (!planned)  // top_k's indices over the experts: in range by construction
+    for (std::int64_t i = 0; i < pairs; ++i) ++per_expert[static_cast<std::size_t>(chosen[i])];
+  const auto even_share = [&](std::int64_t of, std::int64_t e) { return of / experts + (e < of % experts ? 1 : 0); };
+  if (planned)
+    for (std::int64_t e = 0; e < experts; ++e) per_expert[static_cast<std::size_t>(e)] = even_share(pairs, e);
   std::vector<std::int64_t> start(static_cast<std::size_t>(experts), 0);
   std::vector<int> counts_to(static_cast<std::size_t>(r.peers * widest), 0);
   r.send_rows.assign(static_cast<std::size_t>(r.peers), 0);
@@ -108,7 +105,8 @@ ragged_routes route_rows(Comm& comm, axis_set axes, int me, std::vector<std::int
   if (planned)
     for (int s = 0; s < r.peers; ++s)
       for (std::int64_t j = 0; j < r.local_experts; ++j)
-        counts_from[static_cast<std::size_t>(s * widest + j)] = counts_to[static_cast<std::size_t>(s * widest + j)];
+        counts_from[static_cast<std::size_t>(s * widest + j)] =
+            static_cast<int>(even_share(peer_pairs[static_cast<std::size_t>(s)], r.first_expert[me] + j));
   r.recv_rows.assign(static_cast<std::size_t>(r.peers), 0);
   r.expert_rows.assign(static_cast<std::size_t>(r.local_experts), 0);
   for (int s = 0; s < r.peers; ++s)
@@ -171,14 +169,14 @@ void gather_rows(const V& dst, const V& src, const index_view<Exec>& at, std::in
   }
 }
 
-// Rows to the peers over axes (send_rows each), received into rows from each (recv_rows). Counts
-// checked against MPI's int before anything moves (alike on every peer: both sides' counts are
-// the alltoall's).
+// Rows to the peers over axes (send_rows each), received into rows from each (recv_rows); routed:
+// the rows sent are the router's choice (the experts' rows going back), not this processor's own.
 template <class Exec, class T, class Comm>
 Kokkos::View<T*, typename Exec::memory_space> exchange_rows(Comm& comm, axis_set axes,
                                                             const Kokkos::View<T*, typename Exec::memory_space>& send,
                                                             const std::vector<int>& send_rows,
-                                                            const std::vector<int>& recv_rows, std::int64_t width) {
+                                                            const std::vector<int>& recv_rows, std::int64_t width,
+                                                            bool routed) {
   if (axes.empty()) return send;
   const auto counted = [&](const std::vector<int>& rows, std::vector<int>& counts, std::vector<int>& displs) {
     std::int64_t total = 0;
@@ -195,7 +193,7 @@ Kokkos::View<T*, typename Exec::memory_space> exchange_rows(Comm& comm, axis_set
   auto recv = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(received));
   const auto out = mpi_buffer<Exec, T>::reading(send);
   const auto in = mpi_buffer<Exec, T>::receiving_into(recv);
-  alltoallv(comm, axes, false, out.data(), sc, sd, in.data(), rc, rd);
+  alltoallv(comm, axes, false, out.data(), sc, sd, in.data(), rc, rd, routed);
   in.copy_into(recv);
   return recv;
 }
@@ -245,7 +243,7 @@ Kokkos::View<T*, typename Exec::memory_space> ragged_forward(Comm& comm, axis_se
                       return token;
                     }()),
                     r.pairs, m);
-  const V received = exchange_rows<Exec, T>(comm, axes, send, r.send_rows, r.recv_rows, m);
+  const V received = exchange_rows<Exec, T>(comm, axes, send, r.send_rows, r.recv_rows, m, false);
   gather_rows<Exec>(s.rows.v, received, s.received_at, r.received, m);
   const temporary_view<T, typename Exec::memory_space> hidden(static_cast<std::size_t>(r.received * f)),
       done(static_cast<std::size_t>(r.received * m));
@@ -272,7 +270,7 @@ Kokkos::View<T*, typename Exec::memory_space> ragged_forward(Comm& comm, axis_se
   }
   const V back_send = rows_buffer<Exec, T>(r.received, m);
   gather_rows<Exec>(back_send, done.v, s.grouped_at, r.received, m);
-  const V back = exchange_rows<Exec, T>(comm, axes, back_send, r.recv_rows, r.send_rows, m);
+  const V back = exchange_rows<Exec, T>(comm, axes, back_send, r.recv_rows, r.send_rows, m, true);
   const V out = rows_buffer<Exec, T>(r.pairs, m);
   gather_rows<Exec>(out, back, s.place, r.pairs, m);
   return out;
@@ -294,7 +292,7 @@ ragged_gradients<Exec, T> ragged_backward(Comm& comm, axis_set axes, const ragge
   const std::int64_t m = w.d_model, f = w.d_ff, e_here = r.local_experts;
   const V send = rows_buffer<Exec, T>(r.pairs, m);
   gather_rows<Exec>(send, d_out, s.order, r.pairs, m);
-  const V received = exchange_rows<Exec, T>(comm, axes, send, r.send_rows, r.recv_rows, m);
+  const V received = exchange_rows<Exec, T>(comm, axes, send, r.send_rows, r.recv_rows, m, false);
   const Tmp d_done(static_cast<std::size_t>(r.received * m)), hidden(static_cast<std::size_t>(r.received * f)),
       d_hidden(static_cast<std::size_t>(r.received * f)), d_rows(static_cast<std::size_t>(r.received * m)),
       d_rows_up(static_cast<std::size_t>(r.received * m));
@@ -309,6 +307,12 @@ ragged_gradients<Exec, T> ragged_backward(Comm& comm, axis_set axes, const ragge
   std::int64_t first = 0;
   for (std::int64_t j = 0; j < e_here; ++j) {
     const std::int64_t n = r.expert_rows[static_cast<std::size_t>(j)];
+    if (n == 0) {  // an expert no token chose: its weights' gradients are zero (no product over 0 rows)
+      kernels::deep_copy(part(d.gate, j * m * f, m * f), T(0));
+      kernels::deep_copy(part(d.up, j * m * f, m * f), T(0));
+      kernels::deep_copy(part(d.down, j * f * m, f * m), T(0));
+      continue;
+    }
     kernels::product<Exec, T>(1, n, f, m, false, true, part(d_done.v, first * m, n * m), part(w.down, j * f * m, f * m),
                               part(dh, first * f, n * f));
     kernels::product<Exec, T>(1, f, m, n, true, false, part(h, first * f, n * f), part(d_done.v, first * m, n * m),
@@ -325,6 +329,7 @@ ragged_gradients<Exec, T> ragged_backward(Comm& comm, axis_set axes, const ragge
   first = 0;
   for (std::int64_t j = 0; j < e_here; ++j) {
     const std::int64_t n = r.expert_rows[static_cast<std::size_t>(j)];
+    if (n == 0) continue;
     const V rows_j = part(s.rows.v, first * m, n * m), dg_j = part(dh, first * f, n * f), du_j = part(h, first * f, n * f);
     kernels::product<Exec, T>(1, m, f, n, true, false, rows_j, dg_j, part(d.gate, j * m * f, m * f));
     kernels::product<Exec, T>(1, m, f, n, true, false, rows_j, du_j, part(d.up, j * m * f, m * f));
@@ -338,7 +343,7 @@ ragged_gradients<Exec, T> ragged_backward(Comm& comm, axis_set axes, const ragge
       KOKKOS_LAMBDA(std::int64_t i) { a(i) = T(compute_t<T>(a(i)) + compute_t<T>(b(i))); });
   const V back_send = rows_buffer<Exec, T>(r.received, m);
   gather_rows<Exec>(back_send, a, s.grouped_at, r.received, m);
-  const V back = exchange_rows<Exec, T>(comm, axes, back_send, r.recv_rows, r.send_rows, m);
+  const V back = exchange_rows<Exec, T>(comm, axes, back_send, r.recv_rows, r.send_rows, m, true);
   d.x = rows_buffer<Exec, T>(tokens, m);
   gather_rows<Exec>(d.x, back, s.place, tokens, m, k);
   return d;
@@ -394,14 +399,17 @@ auto ragged_experts(const X& x, const I& chosen, const WI& w_gate, const WI& w_u
 
   // Which experts each peer over Experts' axes holds (sub-rank order), and which peer this is.
   const int peers = comm.size_over(expert_axes);
-  std::vector<std::int64_t> first(static_cast<std::size_t>(peers)), held(static_cast<std::size_t>(peers));
+  std::vector<std::int64_t> first(static_cast<std::size_t>(peers)), held(static_cast<std::size_t>(peers)),
+      peer_pairs(static_cast<std::size_t>(peers));
   int me = 0;
-  const auto placement = w_gate.placement();
+  const auto experts_at = w_gate.placement();
+  const auto tokens_at = x.placement();
   for (int q = 0; q < peers; ++q) {
     const auto at = comm.shape().peer_coords(comm.coords(), expert_axes, q);
-    const auto b = placement.box_at(at);
+    const auto b = experts_at.box_at(at);
     first[static_cast<std::size_t>(q)] = b.offset[0];
     held[static_cast<std::size_t>(q)] = b.extent[0];
+    peer_pairs[static_cast<std::size_t>(q)] = tokens_at.box_at(at).extent[0] * x.template extent<S>() * k;
     if (at == comm.coords()) me = q;
   }
   kernels::fence(Exec{});  // the router's choice is read on the host
@@ -412,7 +420,7 @@ auto ragged_experts(const X& x, const I& chosen, const WI& w_gate, const WI& w_u
   }
   auto saved = std::make_shared<ragged_saved<Exec, T>>(
       route_rows(comm, expert_axes, me, std::move(first), std::move(held), experts,
-                 comm.planned() ? nullptr : choices.data(), tokens * k),
+                 comm.planned() ? nullptr : choices.data(), tokens * k, peer_pairs),
       m, f);
   const expert_weights<Exec, T> weights{w_gate.view(), w_up.view(), w_down.view(), m, f};
   Out out(x.mesh(), {x.template extent<G>(), x.template extent<S>(), k, m},

@@ -31,6 +31,10 @@ inline const char* to_string(collective c) {
 struct comm_count {
   std::int64_t calls = 0;
   std::int64_t bytes = 0;
+  // Of bytes, those whose amount the data decides (a ragged dispatch's rows sent back, where the
+  // router chose how many each processor holds): a plan counts an even share, so only their sum
+  // over the processors is the plan's (plan_verdict.hpp).
+  std::int64_t routed_bytes = 0;
   friend bool operator==(const comm_count&, const comm_count&) = default;
 };
 

@@ -193,7 +193,8 @@ void reset_plan(const M& m) {
 }
 
 // What one real step and its plan disagree on, empty when nothing: the collectives per (kind,
-// axes) with their calls and bytes, the bytes of parameters and optimizer state, and the host's
+// axes) with their calls and bytes (less the bytes the data routes, whose sum over the processors
+// agree_on_plan compares), the bytes of parameters and optimizer state, and the host's
 // waits for the device (when `waits`, the step's host_waits(), is given). The examples'
 // --check-plan prints it on each rank that differs (Mesh: the real mesh, which names the axes).
 template <class Mesh>
@@ -201,12 +202,19 @@ std::string plan_differences(const Mesh& m, const comm_counters& counted, const 
                              std::int64_t parameter_bytes, std::int64_t optimizer_state_bytes,
                              std::optional<std::int64_t> waits = std::nullopt) {
   std::string wrong;
-  if (planned.totals != counted) {
+  const auto fixed = [](const comm_counters& c) {
+    comm_counters f;
+    for (const auto& [key, n] : c) f[key] = {n.calls, n.bytes - n.routed_bytes};
+    return f;
+  };
+  if (fixed(planned.totals) != fixed(counted)) {
     wrong += "collectives differ:\n";
     for (const auto& [what, c] : {std::pair{"real", &counted}, std::pair{"planned", &planned.totals}})
       for (const auto& [key, n] : *c)
         wrong += detail::cat("  ", what, " ", to_string(key.first), " over {", m.axes_string(key.second), "}: ", n.calls,
-                             " calls, ", n.bytes, " bytes\n");
+                             " calls, ", n.bytes, " bytes",
+                             n.routed_bytes > 0 ? detail::cat(" (", n.routed_bytes, " of them routed by the data)") : "",
+                             "\n");
   }
   if (planned.bytes_of(memory_kind::parameters) != parameter_bytes)
     wrong += detail::cat("parameter bytes: planned ", planned.bytes_of(memory_kind::parameters), ", real ",

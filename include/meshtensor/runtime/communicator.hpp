@@ -30,6 +30,7 @@ struct collective_call {
   axis_set axes;
   std::int64_t bytes;
   bool alone_is_noop = false;
+  bool routed = false;  // bytes the data decides (comm_count::routed_bytes)
 };
 
 // A collective started through the door (communicator::start): MPI's request, MPI_REQUEST_NULL
@@ -144,7 +145,7 @@ class communicator {
   // false in a plan: the caller's buffers then hold nothing received.
   template <class Blocking, class Start>
   bool run(const collective_call& c, Blocking blocking, Start start) {
-    count(c.kind, c.axes, c.bytes, plan_event_kind::blocking);
+    count(c.kind, c.axes, c.bytes, plan_event_kind::blocking, c.routed);
     if (planned_) return false;
     if (c.alone_is_noop && size_over(c.axes) == 1) return true;
     const timed_wait waiting(*this);
@@ -164,7 +165,7 @@ class communicator {
   template <class Begin>
   started_collective start(const collective_call& c, Begin begin) {
     started_collective s;
-    s.plan_ticket = count(c.kind, c.axes, c.bytes, plan_event_kind::started);
+    s.plan_ticket = count(c.kind, c.axes, c.bytes, plan_event_kind::started, c.routed);
     if (planned_ || (c.alone_is_noop && size_over(c.axes) == 1)) return s;
     begin(&s.request);
     return s;
@@ -275,10 +276,11 @@ class communicator {
  private:
   // Only the door counts: a collective that skips it has nothing to count with.
   // In a plan, the event's place in the step's order too: its ticket where started, else -1.
-  std::int64_t count(collective kind, axis_set mask, std::int64_t bytes, plan_event_kind how) {
+  std::int64_t count(collective kind, axis_set mask, std::int64_t bytes, plan_event_kind how, bool routed) {
     auto& c = counters_[{kind, mask}];
     c.calls += 1;
     c.bytes += bytes;
+    if (routed) c.routed_bytes += bytes;
     if (watch_ != MPI_COMM_NULL) ++sequence_[mask.mask()];
     if (call_log_) call_log_->push_back({kind, mask});
     if (!planned_) return -1;

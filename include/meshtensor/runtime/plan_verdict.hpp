@@ -1,8 +1,9 @@
 #pragma once
 // The verdict of a plan check, for the programs that check a real step against its plan
-// (meshtensor-lm's and the examples' check-plan): this rank's differences (plan_differences),
-// agreed over a communicator by one MPI_MIN so that every rank returns the same verdict, and what
-// this rank's step sent; and the planned peak against the measured one (agree_on_peak).
+// (meshtensor-lm's and the examples' check-plan): this rank's differences (plan_differences), and
+// the bytes the data routed (a ragged dispatch's), whose per-rank share no plan can know but whose
+// sum over the ranks it does: both agreed over a communicator (one MPI_SUM, one MPI_MIN) so that
+// every rank returns the same verdict; and what this rank's step sent; and the planned peak against the measured one (agree_on_peak).
 #include <mpi.h>
 
 #include <cstdint>
@@ -27,6 +28,13 @@ plan_verdict agree_on_plan(MPI_Comm comm, const Mesh& m, const comm_counters& co
                            std::optional<std::int64_t> waits = std::nullopt) {
   plan_verdict v;
   v.differences = plan_differences(m, counted, planned, parameter_bytes, optimizer_state_bytes, waits);
+  std::int64_t routed[2] = {0, 0};  // real, planned
+  for (const auto& [key, n] : counted) routed[0] += n.routed_bytes;
+  for (const auto& [key, n] : planned.totals) routed[1] += n.routed_bytes;
+  MPI_Allreduce(MPI_IN_PLACE, routed, 2, MPI_INT64_T, MPI_SUM, comm);
+  if (routed[0] != routed[1])
+    v.differences += detail::cat("bytes routed by the data, summed over the ranks: planned ", routed[1], ", real ",
+                                 routed[0], "\n");
   int ok = v.differences.empty() ? 1 : 0, all = 0;
   MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, comm);
   v.equal_everywhere = all == 1;
