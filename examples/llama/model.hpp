@@ -163,14 +163,16 @@ struct model {
       "model.layers.{}.self_attn.kv_a_layernorm.weight", "model.layers.{}.self_attn.kv_b_proj.k",
       "model.layers.{}.self_attn.kv_b_proj.v"};
   static constexpr const char* router_bias_name = "model.layers.{}.moe.router.bias";
-  static constexpr std::size_t first_expert_kind = 12, last_expert_kind = 15;  // names' router to down_proj
   // f(name, tensor) for every weight, named by its block (the experts' entries start at the first
   // block with experts, after --dense-blocks).
   template <class F>
   void each_named(F&& f) {
+    static_assert(std::tuple_size_v<decltype(tie())> == std::size(names), "a name for every tensor of tie()");
     std::size_t kind = 0;
     const auto visit = [&]<class P>(P& p) {
-      const std::size_t first = kind >= first_expert_kind && kind <= last_expert_kind ? dense_blocks : 0;
+      const void* at = &p;
+      const bool of_experts = at == &w_router || at == &expert_gate || at == &expert_up || at == &expert_down;
+      const std::size_t first = of_experts ? dense_blocks : 0;
       if constexpr (is_vector<P>)
         for (std::size_t b = 0; b < p.size(); ++b) f(fmt::format(fmt::runtime(names[kind]), first + b), p[b]);
       else
@@ -309,7 +311,7 @@ struct model {
   // projections computed whole on each.
   template <class C, class X>
   X latent_attention(const X& x, std::size_t b) const {
-    const auto cq = nn::rms_norm<q_rank>(mt::einsum<batch, length, q_rank>(x, as<C>(w_q_a[b])), as<C>(q_a_norm[b]), rms_eps);
+    const auto cq = compressed_query<C>(x, b);
     const auto xm = mt::rename<length, memory_length>(x);
     const auto ckv = nn::rms_norm<kv_rank>(mt::einsum<batch, memory_length, kv_rank>(xm, as<C>(w_kv_a[b])),
                                            as<C>(kv_a_norm[b]), rms_eps);
@@ -321,10 +323,18 @@ struct model {
     using scores = mt::tensor<C, L, batch, kv_heads, group, length, memory_length>;
     const scores logits = scores(mt::einsum<batch, kv_heads, group, length, memory_length>(q_nope, k_nope) +
                                  mt::einsum<batch, kv_heads, group, length, memory_length>(q_rope, k_rope));
-    const auto d = static_cast<double>(w_k_nope[b].template extent<d_kv>() + w_k_rope[b].template extent<d_rope>());
-    const auto weights = mt::causal_softmax<length, memory_length>(logits, 1.0 / std::sqrt(d));
+    const auto weights = mt::causal_softmax<length, memory_length>(logits, latent_scale(b));
     const auto heads = mt::einsum<batch, length, kv_heads, group, d_kv>(weights, v);
     return mt::einsum<batch, length, d_model>(heads, as<C>(wo[b]));
+  }
+  // Latent attention's queries before the heads: x's compressed projection (q_rank wide), normalised.
+  template <class C, class X>
+  auto compressed_query(const X& x, std::size_t b) const {
+    return nn::rms_norm<q_rank>(mt::einsum<batch, length, q_rank>(x, as<C>(w_q_a[b])), as<C>(q_a_norm[b]), rms_eps);
+  }
+  // Its scores' scale: 1 / sqrt(d_kv + d_rope), a head's query width with its rotated part.
+  double latent_scale(std::size_t b) const {
+    return 1.0 / std::sqrt(static_cast<double>(w_k_nope[b].template extent<d_kv>() + w_k_rope[b].template extent<d_rope>()));
   }
 
   // The next token's logits [batch, length, vocab] at each position of a batch of token ids,
@@ -420,7 +430,7 @@ struct model {
                      const Masked& masked) const {
     if constexpr (has_latent_attention<L>) {
       if (!w_q_a.empty()) {
-        const auto cq = nn::rms_norm<q_rank>(mt::einsum<batch, length, q_rank>(h, w_q_a[b]), q_a_norm[b], rms_eps);
+        const auto cq = compressed_query<typename H::value_type>(h, b);
         const auto ckv = nn::rms_norm<kv_rank>(mt::einsum<batch, length, kv_rank>(h, w_kv_a[b]), kv_a_norm[b], rms_eps);
         const auto k_rope = nn::rope<length, d_rope>(mt::einsum<batch, length, d_rope>(h, w_k_rope[b]), at);
         mt::update_slice<memory_length>(cache.latent[b], mt::rename<length, memory_length>(ckv), p);
@@ -431,8 +441,7 @@ struct model {
         using scores = t<batch, length, kv_heads, group, memory_length>;
         const scores dots(mt::einsum<batch, length, kv_heads, group, memory_length>(q_latent, cache.latent[b]) +
                           mt::einsum<batch, length, kv_heads, group, memory_length>(q_rope, cache.k_rope[b]));
-        const auto d = static_cast<double>(w_k_nope[b].template extent<d_kv>() + w_k_rope[b].template extent<d_rope>());
-        const auto w = mt::softmax<memory_length>(dots * static_cast<float>(1.0 / std::sqrt(d)) + masked);
+        const auto w = mt::softmax<memory_length>(dots * static_cast<float>(latent_scale(b)) + masked);
         const auto heads = mt::einsum<batch, length, kv_heads, group, d_kv>(
             mt::einsum<batch, length, kv_heads, group, kv_rank>(w, cache.latent[b]), w_v[b]);
         return mt::einsum<batch, length, d_model>(heads, wo[b]);
