@@ -426,10 +426,12 @@ TEST_CASE("routed_moe refuses more chunks than an expert's buffer has slots", "[
 
 // The ragged dispatch (dropless): each (token, choice) row sent to its expert's processor, the
 // experts' rows one product each. Experts split over rows alone beside groups over rows and cols
-// (data parallelism over cols): the weights' gradients are partial sums the tape reduces.
+// (data parallelism over cols): the weights' gradients are partial sums the tape reduces. d_ff over
+// cols beside groups and experts over rows (expert tensor parallelism): the experts' results and
+// x's gradient are partial sums over cols, allreduced.
 namespace {
 using L_g_rc_e_r = mt::layout<grid, mt::split<group, r_, c_>, mt::split<experts, r_>>;
-using ragged_layouts = list<L_rep, L_ge_r, L_ge_rc, L_g_rc_e_r>;
+using ragged_layouts = list<L_rep, L_ge_r, L_ge_rc, L_g_rc_e_r, L_ge_r_ff_c>;
 constexpr auto ragged = nn::moe_dispatch::ragged;
 nn::routed_moe_options ragged_of(nn::routed_moe_options o) {
   o.capacity = 0;
@@ -463,13 +465,16 @@ TEST_CASE("routed_moe's ragged dispatch equals the loop over tokens and communic
       // The counts, the rows out and the rows back: three alltoalls over the experts' axes.
       constexpr unsigned expert_axes = L::template split_of<experts>().mask();
       if constexpr (expert_axes != 0) REQUIRE(counted.at({mt::collective::alltoall, expert_axes}).calls == 3);
+      // d_ff split: the experts' results summed over its axes, once (the shared experts' product too).
+      constexpr unsigned width_axes = L::template split_of<d_ff>().mask();
+      if constexpr (width_axes != 0) REQUIRE(counted.at({mt::collective::allreduce, width_axes}).calls == (shared ? 2 : 1));
     }
   });
 }
 
 TEST_CASE("routed_moe's ragged dispatch: gradients equal central differences", "[nn][moe][routed][ragged][gradient]") {
   const auto g = world_grid();
-  for_each_type(list<L_ge_r, L_g_rc_e_r>{}, [&]<class L>() {
+  for_each_type(list<L_ge_r, L_g_rc_e_r, L_ge_r_ff_c>{}, [&]<class L>() {
     INFO(layout_name<L>());
     using mo = model<L>;
     using X = typename mo::X;
@@ -534,11 +539,17 @@ TEST_CASE("routed_moe's ragged dispatch refuses a capacity, chunks, and layouts 
                         Catch::Matchers::ContainsSubstring("the ragged dispatch") &&
                             Catch::Matchers::ContainsSubstring("it needs 'experts' split over axes that split 'group' (here c and r)"));
   }
-  // d_ff over cols: refused where cols has more than one processor, served where it has one.
-  const model<L_ge_r_ff_c> m(g);
+  {  // d_ff over cols beside groups over cols: processors sharing an expert's width would hold other tokens
+    using L_g_rc_e_r_ff_c = mt::layout<grid, mt::split<group, r_, c_>, mt::split<experts, r_>, mt::split<d_ff, c_>>;
+    const model<L_g_rc_e_r_ff_c> m(g);
+    REQUIRE_THROWS_WITH(nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, ragged_of(deepseek_like)),
+                        Catch::Matchers::ContainsSubstring("and 'd_ff' split over none of 'group''s axes (here over c)"));
+  }
+  // d_model over cols: refused where cols has more than one processor, served where it has one.
+  const model<L_ge_r_model_c> m(g);
   if (g.sizes()[1] > 1) {
     REQUIRE_THROWS_WITH(nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, ragged_of(deepseek_like)),
-                        Catch::Matchers::ContainsSubstring("'d_model' and 'd_ff' not split (here over c)"));
+                        Catch::Matchers::ContainsSubstring("'d_model' not split (here over c)"));
   } else {
     const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, ragged_of(deepseek_like));
     REQUIRE(max_rel_error(mt::gather_all(r.y), reference(host_weights(m), deepseek_like, false).y) < 1e-12);

@@ -11,7 +11,9 @@
 // their types at the edges (x [G, S, M] in, [G, S, K, M] out, split as x) and the ragged buffers
 // between them are this op's, not tensors. The experts are exchanged over Experts' axes, which
 // must be among Group's: a processor's tokens go to the processors that differ from it on those
-// axes only. A plan counts the three alltoalls (the counts, the rows out, the rows back) and, the
+// axes only. DFf may be split over axes the groups are not (expert tensor parallelism: each
+// processor of those axes holds a slice of every expert's width and receives the same rows): the
+// down products' and x's gradient's partial sums are then allreduced over them. A plan counts the three alltoalls (the counts, the rows out, the rows back) and, the
 // routing unknown, an even share of rows for every expert: a run's bytes, products and memory
 // differ from the plan's by the router's imbalance; its calls do not.
 //
@@ -31,6 +33,7 @@
 #include "../ops/elementwise.hpp"
 #include "../runtime/collectives.hpp"
 #include "../ops/op_call.hpp"
+#include "../tensor/allreduce_slice.hpp"
 #include "../tensor/mpi_buffer.hpp"
 #include "moe.hpp"
 
@@ -169,14 +172,12 @@ void gather_rows(const V& dst, const V& src, const index_view<Exec>& at, std::in
   }
 }
 
-// Rows to the peers over axes (send_rows each), received into rows from each (recv_rows); routed:
-// the rows sent are the router's choice (the experts' rows going back), not this processor's own.
+// Rows to the peers over axes (send_rows each), received into rows from each (recv_rows).
 template <class Exec, class T, class Comm>
 Kokkos::View<T*, typename Exec::memory_space> exchange_rows(Comm& comm, axis_set axes,
                                                             const Kokkos::View<T*, typename Exec::memory_space>& send,
                                                             const std::vector<int>& send_rows,
-                                                            const std::vector<int>& recv_rows, std::int64_t width,
-                                                            bool routed) {
+                                                            const std::vector<int>& recv_rows, std::int64_t width) {
   if (axes.empty()) return send;
   const auto counted = [&](const std::vector<int>& rows, std::vector<int>& counts, std::vector<int>& displs) {
     std::int64_t total = 0;
@@ -193,7 +194,7 @@ Kokkos::View<T*, typename Exec::memory_space> exchange_rows(Comm& comm, axis_set
   auto recv = view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(received));
   const auto out = mpi_buffer<Exec, T>::reading(send);
   const auto in = mpi_buffer<Exec, T>::receiving_into(recv);
-  alltoallv(comm, axes, false, out.data(), sc, sd, in.data(), rc, rd, routed);
+  alltoallv(comm, axes, false, out.data(), sc, sd, in.data(), rc, rd);
   in.copy_into(recv);
   return recv;
 }
@@ -202,7 +203,8 @@ Kokkos::View<T*, typename Exec::memory_space> exchange_rows(Comm& comm, axis_set
 template <class Exec, class T>
 struct expert_weights {
   Kokkos::View<T*, typename Exec::memory_space> gate, up, down;
-  std::int64_t d_model, d_ff;
+  std::int64_t d_model, d_ff;  // d_ff: this processor's slice of an expert's width
+  axis_set width_axes;         // DFf's: the products over it are partial sums there
 };
 
 // A range of a flat view, as the products take it.
@@ -243,7 +245,7 @@ Kokkos::View<T*, typename Exec::memory_space> ragged_forward(Comm& comm, axis_se
                       return token;
                     }()),
                     r.pairs, m);
-  const V received = exchange_rows<Exec, T>(comm, axes, send, r.send_rows, r.recv_rows, m, false);
+  const V received = exchange_rows<Exec, T>(comm, axes, send, r.send_rows, r.recv_rows, m);
   gather_rows<Exec>(s.rows.v, received, s.received_at, r.received, m);
   const temporary_view<T, typename Exec::memory_space> hidden(static_cast<std::size_t>(r.received * f)),
       done(static_cast<std::size_t>(r.received * m));
@@ -268,9 +270,12 @@ Kokkos::View<T*, typename Exec::memory_space> ragged_forward(Comm& comm, axis_se
                               part(done.v, first * m, n * m));
     first += n;
   }
+  // From here the rows are those the router sent this processor's experts: as many as it chose.
+  const routed_bytes routed(comm);
+  allreduce_slice<Exec, T>(comm, done.v, w.width_axes, reduce_op::sum);
   const V back_send = rows_buffer<Exec, T>(r.received, m);
   gather_rows<Exec>(back_send, done.v, s.grouped_at, r.received, m);
-  const V back = exchange_rows<Exec, T>(comm, axes, back_send, r.recv_rows, r.send_rows, m, true);
+  const V back = exchange_rows<Exec, T>(comm, axes, back_send, r.recv_rows, r.send_rows, m);
   const V out = rows_buffer<Exec, T>(r.pairs, m);
   gather_rows<Exec>(out, back, s.place, r.pairs, m);
   return out;
@@ -292,7 +297,7 @@ ragged_gradients<Exec, T> ragged_backward(Comm& comm, axis_set axes, const ragge
   const std::int64_t m = w.d_model, f = w.d_ff, e_here = r.local_experts;
   const V send = rows_buffer<Exec, T>(r.pairs, m);
   gather_rows<Exec>(send, d_out, s.order, r.pairs, m);
-  const V received = exchange_rows<Exec, T>(comm, axes, send, r.send_rows, r.recv_rows, m, false);
+  const V received = exchange_rows<Exec, T>(comm, axes, send, r.send_rows, r.recv_rows, m);
   const Tmp d_done(static_cast<std::size_t>(r.received * m)), hidden(static_cast<std::size_t>(r.received * f)),
       d_hidden(static_cast<std::size_t>(r.received * f)), d_rows(static_cast<std::size_t>(r.received * m)),
       d_rows_up(static_cast<std::size_t>(r.received * m));
@@ -341,9 +346,11 @@ ragged_gradients<Exec, T> ragged_backward(Comm& comm, axis_set axes, const ragge
   kernels::parallel_for(
       "meshtensor::ragged_rows_add", kernels::range<Exec>(0, r.received * m),
       KOKKOS_LAMBDA(std::int64_t i) { a(i) = T(compute_t<T>(a(i)) + compute_t<T>(b(i))); });
+  const routed_bytes routed(comm);
+  allreduce_slice<Exec, T>(comm, a, w.width_axes, reduce_op::sum);
   const V back_send = rows_buffer<Exec, T>(r.received, m);
   gather_rows<Exec>(back_send, a, s.grouped_at, r.received, m);
-  const V back = exchange_rows<Exec, T>(comm, axes, back_send, r.recv_rows, r.send_rows, m, true);
+  const V back = exchange_rows<Exec, T>(comm, axes, back_send, r.recv_rows, r.send_rows, m);
   d.x = rows_buffer<Exec, T>(tokens, m);
   gather_rows<Exec>(d.x, back, s.place, tokens, m, k);
   return d;
@@ -354,11 +361,14 @@ ragged_gradients<Exec, T> ragged_backward(Comm& comm, axis_set axes, const ragge
 namespace meshtensor::detail {
 
 // The collectives ragged_experts runs forward: the counts, the rows out and the rows back, each one
-// alltoall over Experts' axes (none where Experts is not split).
+// alltoall over Experts' axes (none where Experts is not split); where DFf is split, an allreduce
+// of the experts' results over its axes.
 template <class Dims, Tensor X>
 constexpr comm_plan ragged_experts_plan() {
   using W = moe_t<X, typename Dims::experts, typename Dims::d_model, typename Dims::d_ff>;
-  return comm_plan{}.then(collective::alltoall, W::layout_type::template split_of<typename Dims::experts>().mask(), 3);
+  return comm_plan{}
+      .then(collective::alltoall, W::layout_type::template split_of<typename Dims::experts>().mask(), 3)
+      .then(collective::allreduce, W::layout_type::template split_of<typename Dims::d_ff>().mask());
 }
 
 // x[G, S, M] through the experts chosen[G, S, K] picks (ints, off the tape): [G, S, K, M], split as
@@ -380,22 +390,25 @@ auto ragged_experts(const X& x, const I& chosen, const WI& w_gate, const WI& w_u
                 std::is_same_v<typename WI::dims, type_list<E, M, F>> && std::is_same_v<typename WO::dims, type_list<E, F, M>>);
   constexpr axis_set group_axes = X::layout_type::template split_of<G>().mask();
   constexpr axis_set expert_axes = WI::layout_type::template split_of<E>().mask();
-  // Whole rows of M and whole experts on every processor: M and F split over no axis longer than 1
-  // (tensor parallelism's d_ff over cols of [N x 1] serves).
+  // Whole rows of M on every processor, and DFf split (if at all) over axes the groups are not, so
+  // that the processors sharing an expert's width hold the same tokens.
   auto& comm = x.mesh().communicator();
-  constexpr axis_set width_axes = X::layout_type::template split_of<M>().mask() | WI::layout_type::template split_of<M>().mask() |
-                                  WI::layout_type::template split_of<F>().mask() | WO::layout_type::template split_of<F>().mask() |
+  constexpr axis_set model_axes = X::layout_type::template split_of<M>().mask() | WI::layout_type::template split_of<M>().mask() |
                                   WO::layout_type::template split_of<M>().mask();
-  if ((expert_axes.bits & ~group_axes.bits) != 0 || comm.size_over(width_axes) != 1)
+  constexpr axis_set width_axes = WI::layout_type::template split_of<F>().mask();
+  static_assert(WO::layout_type::template split_of<F>().mask() == width_axes,
+                "meshtensor::nn::routed_moe: w_down's d_ff must be split as w_gate's and w_up's");
+  if ((expert_axes.bits & ~group_axes.bits) != 0 || (width_axes.bits & group_axes.bits) != 0 ||
+      comm.size_over(model_axes) != 1)
     throw layout_error(cat("routed_moe: the ragged dispatch sends a token to the processors that differ from its own only on ",
-                           "the axes of dim '", E::name(), "', whole rows of '", M::name(), "' to whole experts of '", F::name(),
-                           "': it needs '", E::name(), "' split over axes that split '", G::name(), "' (here ",
-                           comm.axes_string(expert_axes), " and ", comm.axes_string(group_axes), ") and '", M::name(),
-                           "' and '", F::name(), "' not split (here over ", comm.axes_string(width_axes),
-                           "); the one-hot dispatch takes any layout"));
+                           "the axes of dim '", E::name(), "', whole rows of '", M::name(), "': it needs '", E::name(),
+                           "' split over axes that split '", G::name(), "' (here ", comm.axes_string(expert_axes), " and ",
+                           comm.axes_string(group_axes), "), '", M::name(), "' not split (here over ",
+                           comm.axes_string(model_axes), "), and '", F::name(), "' split over none of '", G::name(),
+                           "''s axes (here over ", comm.axes_string(width_axes), "); the one-hot dispatch takes any layout"));
   const op_call call(planned_op{"ragged_experts", ragged_experts_plan<Dims, X>()}, x);
   const std::int64_t tokens = x.template local_extent<G>() * x.template extent<S>(), k = chosen.template extent<K>();
-  const std::int64_t m = x.template extent<M>(), f = w_gate.template extent<F>(), experts = w_gate.template extent<E>();
+  const std::int64_t m = x.template extent<M>(), f = w_gate.template local_extent<F>(), experts = w_gate.template extent<E>();
 
   // Which experts each peer over Experts' axes holds (sub-rank order), and which peer this is.
   const int peers = comm.size_over(expert_axes);
@@ -422,13 +435,14 @@ auto ragged_experts(const X& x, const I& chosen, const WI& w_gate, const WI& w_u
       route_rows(comm, expert_axes, me, std::move(first), std::move(held), experts,
                  comm.planned() ? nullptr : choices.data(), tokens * k, peer_pairs),
       m, f);
-  const expert_weights<Exec, T> weights{w_gate.view(), w_up.view(), w_down.view(), m, f};
+  const expert_weights<Exec, T> weights{w_gate.view(), w_up.view(), w_down.view(), m, f, width_axes};
   Out out(x.mesh(), {x.template extent<G>(), x.template extent<S>(), k, m},
           ragged_forward<Exec, T>(comm, expert_axes, *saved, x.view(), weights, k));
   record<Out>(
       out,
       [x = node_only(x), w_gate, w_up, w_down, saved, tokens, k](const Out& g) {
-        const expert_weights<Exec, T> w{w_gate.view(), w_up.view(), w_down.view(), g.template extent<M>(), w_gate.template extent<F>()};
+        const expert_weights<Exec, T> w{w_gate.view(), w_up.view(), w_down.view(), g.template extent<M>(),
+                                        w_gate.template local_extent<F>(), WI::layout_type::template split_of<F>().mask()};
         constexpr axis_set over = WI::layout_type::template split_of<E>().mask();
         constexpr axis_set partial = X::layout_type::template split_of<G>().mask() & ~over.bits;
         auto d = ragged_backward<Exec, T>(g.mesh().communicator(), over, *saved, g.view(), w, tokens, k);

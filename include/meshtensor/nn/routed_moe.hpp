@@ -63,8 +63,8 @@ enum class router_scores { softmax, sigmoid };  // Mixtral's; DeepSeek-V3's
 // How tokens reach their experts. one_hot: Mesh-TensorFlow's dispatch and combine einsums over
 // buffers of `capacity` slots, any layout. ragged: dropless, each (token, choice) row sent to its
 // expert's processor and the experts' rows in one product each (ragged_experts.hpp); needs
-// capacity = 0 and overlap_chunks = 1, Experts split over axes that split Group, DModel and DFf
-// not split.
+// capacity = 0 and overlap_chunks = 1, Experts split over axes that split Group, DModel not split,
+// DFf split over none of Group's axes.
 enum class moe_dispatch { one_hot, ragged };
 
 struct routed_moe_options {

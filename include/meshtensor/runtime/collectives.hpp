@@ -208,18 +208,18 @@ started_collective start_allgatherv(communicator& c, axis_set axes, const T* sen
 // MPI_Alltoall. It must be the same on every rank of the sub-communicator (derive it from data
 // they share, such as placements), never from this rank's counts alone: a rank whose blocks
 // happen to be equal (all empty, say) must not call MPI_Alltoall while its peers call
-// MPI_Alltoallv. `routed`: the send counts are the data's (comm_count::routed_bytes).
+// MPI_Alltoallv.
 template <class T>
 void alltoallv(communicator& c, axis_set axes, bool uniform, const T* send, const std::vector<int>& send_counts,
                const std::vector<int>& send_displs, T* recv, const std::vector<int>& recv_counts,
-               const std::vector<int>& recv_displs, bool routed = false) {
+               const std::vector<int>& recv_displs) {
   const int n = static_cast<int>(send_counts.size());
   if (uniform) return alltoall(c, axes, send, n > 0 ? send_counts[0] : 0, recv);
   std::int64_t sent = 0;
   for (int q = 0; q < n; ++q) sent += send_counts[q];
   const auto type = detail::mpi_type<T>();
   c.run(
-      {collective::alltoall, axes, sent * static_cast<std::int64_t>(sizeof(T)), false, routed},
+      {collective::alltoall, axes, sent * static_cast<std::int64_t>(sizeof(T))},
       [&] {
         MPI_Alltoallv(send, send_counts.data(), send_displs.data(), type, recv, recv_counts.data(), recv_displs.data(),
                       type, c.over(axes));

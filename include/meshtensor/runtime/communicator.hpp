@@ -30,7 +30,6 @@ struct collective_call {
   axis_set axes;
   std::int64_t bytes;
   bool alone_is_noop = false;
-  bool routed = false;  // bytes the data decides (comm_count::routed_bytes)
 };
 
 // A collective started through the door (communicator::start): MPI's request, MPI_REQUEST_NULL
@@ -145,7 +144,7 @@ class communicator {
   // false in a plan: the caller's buffers then hold nothing received.
   template <class Blocking, class Start>
   bool run(const collective_call& c, Blocking blocking, Start start) {
-    count(c.kind, c.axes, c.bytes, plan_event_kind::blocking, c.routed);
+    count(c.kind, c.axes, c.bytes, plan_event_kind::blocking);
     if (planned_) return false;
     if (c.alone_is_noop && size_over(c.axes) == 1) return true;
     const timed_wait waiting(*this);
@@ -165,7 +164,7 @@ class communicator {
   template <class Begin>
   started_collective start(const collective_call& c, Begin begin) {
     started_collective s;
-    s.plan_ticket = count(c.kind, c.axes, c.bytes, plan_event_kind::started, c.routed);
+    s.plan_ticket = count(c.kind, c.axes, c.bytes, plan_event_kind::started);
     if (planned_ || (c.alone_is_noop && size_over(c.axes) == 1)) return s;
     begin(&s.request);
     return s;
@@ -270,17 +269,20 @@ class communicator {
   bool watched() const { return watch_ != MPI_COMM_NULL; }
   // True for a planned communicator (no processes, no MPI).
   bool planned() const { return planned_; }
+  // While a routed_bytes scope (below) lives, the bytes counted are the data's: comm_count::routed_bytes.
+  void begin_routed() { ++routed_depth_; }
+  void end_routed() { --routed_depth_; }
   const comm_counters& counters() const { return counters_; }
   void reset_counters() { counters_.clear(); }
 
  private:
   // Only the door counts: a collective that skips it has nothing to count with.
   // In a plan, the event's place in the step's order too: its ticket where started, else -1.
-  std::int64_t count(collective kind, axis_set mask, std::int64_t bytes, plan_event_kind how, bool routed) {
+  std::int64_t count(collective kind, axis_set mask, std::int64_t bytes, plan_event_kind how) {
     auto& c = counters_[{kind, mask}];
     c.calls += 1;
     c.bytes += bytes;
-    if (routed) c.routed_bytes += bytes;
+    if (routed_depth_ > 0) c.routed_bytes += bytes;
     if (watch_ != MPI_COMM_NULL) ++sequence_[mask.mask()];
     if (call_log_) call_log_->push_back({kind, mask});
     if (!planned_) return -1;
@@ -315,6 +317,7 @@ class communicator {
   std::map<unsigned, MPI_Comm> subs_;
   comm_counters counters_;
   std::vector<comm_key>* call_log_ = nullptr;
+  int routed_depth_ = 0;
   bool planned_ = false;
   MPI_Comm watch_ = MPI_COMM_NULL;
   std::map<unsigned, std::int64_t> sequence_;  // collectives called per axis set: the watchdog's tickets
@@ -326,4 +329,18 @@ namespace detail {
 // The name the library's own code has used for it; the class is public (the collectives take it).
 using communicator = meshtensor::communicator;
 }  // namespace detail
+// The collectives counted while it lives move as many bytes as the data decides (a ragged
+// dispatch's rows going back to the tokens the router sent): counted apart, as comm_count's
+// routed_bytes, which a plan can predict only summed over the processors.
+class routed_bytes {
+ public:
+  explicit routed_bytes(communicator& c) : c_(c) { c_.begin_routed(); }
+  routed_bytes(const routed_bytes&) = delete;
+  routed_bytes& operator=(const routed_bytes&) = delete;
+  ~routed_bytes() { c_.end_routed(); }
+
+ private:
+  communicator& c_;
+};
+
 }  // namespace meshtensor
