@@ -21,6 +21,7 @@
 // gradients to the experts, x's back). Where Group is split over axes that Experts is not, the
 // weights' gradients are partial sums over those axes (data parallelism), reduced by the tape.
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -42,9 +43,7 @@ namespace meshtensor::detail {
 // Where this processor's (token, choice) rows go, what it receives, and how its experts' rows lie.
 // Host tables, the same shape in a plan (where the routing is unknown: an even share).
 struct ragged_routes {
-  int peers = 1;
-  std::vector<std::int64_t> first_expert, experts_of;  // per peer of Experts' axes
-  std::int64_t local_experts = 0;                      // this processor's: first_expert[me] ...
+  std::int64_t local_experts = 0;  // this processor's
   std::int64_t pairs = 0, received = 0;
   std::vector<std::int64_t> order;        // send position -> pair (token * k + choice), sorted by (peer, expert)
   std::vector<std::int64_t> place;        // pair -> send position
@@ -57,37 +56,31 @@ struct ragged_routes {
 // The routing of `pairs` rows whose experts are chosen[pair] (null in a plan), with the counts
 // exchanged over `axes` (one alltoall of ints). A plan sends every expert an even share of each
 // peer's rows (peer_pairs: each peer's count), so that what the peers receive sums to what they send.
+// first_expert, experts_of: each peer's range of experts (sub-rank order); me: this processor's peer.
 template <class Comm>
-ragged_routes route_rows(Comm& comm, axis_set axes, int me, std::vector<std::int64_t> first_expert,
-                         std::vector<std::int64_t> experts_of, std::int64_t experts, const std::int64_t* chosen,
+ragged_routes route_rows(Comm& comm, axis_set axes, int me, const std::vector<std::int64_t>& first_expert,
+                         const std::vector<std::int64_t>& experts_of, std::int64_t experts, const std::int64_t* chosen,
                          std::int64_t pairs, const std::vector<std::int64_t>& peer_pairs) {
   ragged_routes r;
-  r.peers = static_cast<int>(first_expert.size());
-  r.first_expert = std::move(first_expert);
-  r.experts_of = std::move(experts_of);
-  r.local_experts = r.experts_of[static_cast<std::size_t>(me)];
+  const int peers = static_cast<int>(first_expert.size());
+  r.local_experts = experts_of[static_cast<std::size_t>(me)];
   r.pairs = pairs;
-  std::vector<int> owner(static_cast<std::size_t>(experts), -1);
-  std::int64_t widest = 0;
-  for (int q = 0; q < r.peers; ++q) {
-    for (std::int64_t e = 0; e < r.experts_of[q]; ++e) owner[static_cast<std::size_t>(r.first_expert[q] + e)] = q;
-    widest = std::max(widest, r.experts_of[q]);
-  }
-  // Rows per expert here, sorted by (owner, expert) then pair: a counting sort.
+  const std::int64_t widest = *std::max_element(experts_of.begin(), experts_of.end());
+  // Rows per expert here, sorted by (peer, expert) then pair: a counting sort.
+  const auto even_share = [&](std::int64_t of, std::int64_t e) { return of / experts + (e < of % experts ? 1 : 0); };
   std::vector<std::int64_t> per_expert(static_cast<std::size_t>(experts), 0);
   const bool planned = chosen == nullptr;
   if (!planned)  // top_k's indices over the experts: in range by construction
     for (std::int64_t i = 0; i < pairs; ++i) ++per_expert[static_cast<std::size_t>(chosen[i])];
-  const auto even_share = [&](std::int64_t of, std::int64_t e) { return of / experts + (e < of % experts ? 1 : 0); };
-  if (planned)
+  else
     for (std::int64_t e = 0; e < experts; ++e) per_expert[static_cast<std::size_t>(e)] = even_share(pairs, e);
   std::vector<std::int64_t> start(static_cast<std::size_t>(experts), 0);
-  std::vector<int> counts_to(static_cast<std::size_t>(r.peers * widest), 0);
-  r.send_rows.assign(static_cast<std::size_t>(r.peers), 0);
+  std::vector<int> counts_to(static_cast<std::size_t>(peers * widest), 0);
+  r.send_rows.assign(static_cast<std::size_t>(peers), 0);
   std::int64_t at = 0;
-  for (int q = 0; q < r.peers; ++q)
-    for (std::int64_t j = 0; j < r.experts_of[q]; ++j) {
-      const auto e = static_cast<std::size_t>(r.first_expert[q] + j);
+  for (int q = 0; q < peers; ++q)
+    for (std::int64_t j = 0; j < experts_of[q]; ++j) {
+      const auto e = static_cast<std::size_t>(first_expert[q] + j);
       start[e] = at;
       at += per_expert[e];
       r.send_rows[q] += static_cast<int>(per_expert[e]);
@@ -106,13 +99,13 @@ ragged_routes route_rows(Comm& comm, axis_set axes, int me, std::vector<std::int
   if (!axes.empty()) alltoall(comm, axes, counts_to.data(), widest, counts_from.data());
   else counts_from = counts_to;
   if (planned)
-    for (int s = 0; s < r.peers; ++s)
+    for (int s = 0; s < peers; ++s)
       for (std::int64_t j = 0; j < r.local_experts; ++j)
         counts_from[static_cast<std::size_t>(s * widest + j)] =
-            static_cast<int>(even_share(peer_pairs[static_cast<std::size_t>(s)], r.first_expert[me] + j));
-  r.recv_rows.assign(static_cast<std::size_t>(r.peers), 0);
+            static_cast<int>(even_share(peer_pairs[static_cast<std::size_t>(s)], first_expert[me] + j));
+  r.recv_rows.assign(static_cast<std::size_t>(peers), 0);
   r.expert_rows.assign(static_cast<std::size_t>(r.local_experts), 0);
-  for (int s = 0; s < r.peers; ++s)
+  for (int s = 0; s < peers; ++s)
     for (std::int64_t j = 0; j < r.local_experts; ++j) {
       const int n = counts_from[static_cast<std::size_t>(s * widest + j)];
       r.recv_rows[s] += n;
@@ -125,7 +118,7 @@ ragged_routes route_rows(Comm& comm, axis_set axes, int me, std::vector<std::int
   r.grouped_at.assign(static_cast<std::size_t>(r.received), 0);
   r.received_at.assign(static_cast<std::size_t>(r.received), 0);
   std::int64_t pos = 0;
-  for (int s = 0; s < r.peers; ++s)
+  for (int s = 0; s < peers; ++s)
     for (std::int64_t j = 0; j < r.local_experts; ++j)
       for (int n = 0; n < counts_from[static_cast<std::size_t>(s * widest + j)]; ++n, ++pos) {
         r.grouped_at[static_cast<std::size_t>(pos)] = next[j];
@@ -149,8 +142,8 @@ Kokkos::View<T*, typename Exec::memory_space> rows_buffer(std::int64_t rows, std
   return view_pool<T, typename Exec::memory_space>::get().allocate(static_cast<std::size_t>(rows * width));
 }
 
-// dst's row i = src's row at(i) / per (each of `per` consecutive dst rows added when sum: x's
-// gradient, a token's k choices). Rows of `width`.
+// dst's row i = src's row at(i); with sum = k > 0, the sum of src's rows at(i k) ... at(i k + k - 1)
+// (x's gradient: a token's k choices). Rows of `width`.
 template <class Exec, class V>
 void gather_rows(const V& dst, const V& src, const index_view<Exec>& at, std::int64_t rows, std::int64_t width,
                  std::int64_t sum = 0) {
@@ -432,7 +425,7 @@ auto ragged_experts(const X& x, const I& chosen, const WI& w_gate, const WI& w_u
     choices.assign(h.data(), h.data() + tokens * k);
   }
   auto saved = std::make_shared<ragged_saved<Exec, T>>(
-      route_rows(comm, expert_axes, me, std::move(first), std::move(held), experts,
+      route_rows(comm, expert_axes, me, first, held, experts,
                  comm.planned() ? nullptr : choices.data(), tokens * k, peer_pairs),
       m, f);
   const expert_weights<Exec, T> weights{w_gate.view(), w_up.view(), w_down.view(), m, f, width_axes};
