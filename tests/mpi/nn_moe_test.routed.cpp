@@ -3,7 +3,7 @@
 // dropless, SwiGLU experts, shared experts) under every layout below; the collectives counted equal
 // routed_moe_plan, one alltoall each way where experts are split as groups are; gradients of x and
 // of every weight equal central differences; update_router_bias moves toward the mean load and
-// evens a skewed router's load.
+// evens a skewed router's load; the ragged dispatch inside pipeline stages equals one processor.
 #include <algorithm>
 #include <array>
 #include <map>
@@ -554,4 +554,113 @@ TEST_CASE("routed_moe's ragged dispatch refuses a capacity, chunks, and layouts 
     const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, ragged_of(deepseek_like));
     REQUIRE(max_rel_error(mt::gather_all(r.y), reference(host_weights(m), deepseek_like, false).y) < 1e-12);
   }
+}
+
+// Expert parallelism inside pipeline stages: two blocks x + routed_moe(x) (the ragged dispatch,
+// DeepSeek's sigmoid router), one per stage on two stages of [p/2 x 1] (experts over the stage's
+// rows) or [1 x p/2] (each expert's d_ff over its cols), 3 microbatches under 1F1B and ZB-H1 (whose
+// split backward leaves the experts' weights to the ragged rule's B pass): the last stage's loss and
+// every block's gradients equal the two blocks computed whole on one processor, and a planned stage
+// counts the alltoalls and sends the run counted.
+namespace {
+namespace pl = meshtensor::pipeline;
+constexpr int pipelined_blocks = 2, pipelined_microbatches = 3;
+
+template <class L>
+struct moe_blocks {
+  using mo = model<L>;
+  using X = typename mo::X;
+  using WR = typename mo::WR;
+  using WI = typename mo::WI;
+  using WO = typename mo::WO;
+  typename mo::B bias;
+  std::vector<WR> wr;
+  std::vector<WI> wg, wu;
+  std::vector<WO> wd;
+  // Blocks [first, first + count) of the model, each block's weights of its own seeds.
+  moe_blocks(const grid& g, int first, int count) : bias(mt::random_normal<typename mo::B>(g, mo::eb, 3, 0, 0.3)) {
+    for (int b = first; b < first + count; ++b) {
+      const auto seed = [b](int k) { return static_cast<std::uint64_t>(20 + 10 * b + k); };
+      wr.push_back(mt::random_normal<WR>(g, mo::er, seed(1)).requires_grad());
+      wg.push_back(mt::random_normal<WI>(g, mo::ei, seed(2)).requires_grad());
+      wu.push_back(mt::random_normal<WI>(g, mo::ei, seed(3)).requires_grad());
+      wd.push_back(mt::random_normal<WO>(g, mo::eo, seed(4)).requires_grad());
+    }
+  }
+  static X input(const grid& g, int mb) { return mt::random_normal<X>(g, mo::ex, 100 + static_cast<std::uint64_t>(mb)); }
+  X through(X x) const {
+    for (std::size_t b = 0; b < wr.size(); ++b)
+      x = x + nn::routed_moe<dims>(x, wr[b], bias, wg[b], wu[b], wd[b], ragged_of(deepseek_like)).y;
+    return x;
+  }
+  auto params() { return std::tie(wr, wg, wu, wd); }
+};
+
+template <class L>
+struct moe_stage : moe_blocks<L> {
+  using typename moe_blocks<L>::X;
+  using activation = X;
+  using gradients = std::tuple<std::vector<typename moe_blocks<L>::WR>, std::vector<typename moe_blocks<L>::WI>,
+                               std::vector<typename moe_blocks<L>::WI>, std::vector<typename moe_blocks<L>::WO>>;
+  const pl::stages<grid>& st;
+  std::optional<gradients> grads;
+  mutable double loss_sum = 0;
+  explicit moe_stage(const pl::stages<grid>& s)
+      : moe_blocks<L>(s.mesh(), s.index() * (pipelined_blocks / s.count()), pipelined_blocks / s.count()), st(s) {}
+  typename X::extents_type extents(int) const { return moe_blocks<L>::mo::ex; }
+  X forward(int mb, const X* in) const { return this->through(in ? *in : this->input(st.mesh(), mb)); }
+  auto loss(int mb, const X& y) const {
+    auto l = weighted_sum(y, 1000 + static_cast<std::uint64_t>(mb));
+    if (!st.planned()) loss_sum += mt::item(l);
+    return l;
+  }
+  void step_gradients(gradients&& g) { grads = std::move(g); }
+};
+}  // namespace
+
+TEST_CASE("routed_moe's ragged dispatch in pipeline stages equals the blocks on one processor",
+          "[nn][moe][routed][ragged][pipeline]") {
+  const int p = world_size(), stage_count = p >= 2 ? 2 : 1, per_stage = p / stage_count;
+  const grid self(MPI_COMM_SELF, {1, 1});
+  moe_blocks<L_rep> whole(self, 0, pipelined_blocks);
+  std::optional<ten<L_rep>> total;
+  for (int mb = 0; mb < pipelined_microbatches; ++mb) {
+    auto l = weighted_sum(whole.through(whole.input(self, mb)), 1000 + static_cast<std::uint64_t>(mb));
+    total = total ? ten<L_rep>(*total + l) : l;
+  }
+  const auto want = std::apply([&](auto&... w) { return mt::gradient(*total, w...); }, whole.params());
+  const auto check = [&]<class L>(std::array<int, 2> sizes) {
+    for (const char* kind : {"1f1b", "zb-h1"}) {
+      INFO(layout_name<L>() << " on " << stage_count << " stages of [" << sizes[0] << " x " << sizes[1] << "], " << kind);
+      pl::stages<grid> st(MPI_COMM_WORLD, stage_count, sizes);
+      moe_stage<L> stage(st);
+      const auto schedule = pl::named_schedule(kind, stage_count, pipelined_microbatches);
+      st.mesh().reset_counters();
+      (void)pl::run(schedule, st, stage);
+      const auto counted = st.mesh().counters();
+      if (st.last()) require_close(std::vector<double>{stage.loss_sum}, std::vector<double>{mt::item(*total)}, 1e-12);
+      const int first = st.index() * (pipelined_blocks / stage_count);
+      const auto compare = [&](const auto& got, const auto& all) {
+        for (std::size_t b = 0; b < got.size(); ++b)
+          require_close(mt::gather_all(got[b]), mt::gather_all(all[static_cast<std::size_t>(first) + b]), 1e-10);
+      };
+      compare(std::get<0>(*stage.grads), std::get<0>(want));
+      compare(std::get<1>(*stage.grads), std::get<1>(want));
+      compare(std::get<2>(*stage.grads), std::get<2>(want));
+      compare(std::get<3>(*stage.grads), std::get<3>(want));
+      // Per block and microbatch three alltoalls forward, two backward, over the experts' axes.
+      constexpr unsigned expert_axes = L::template split_of<experts>().mask();
+      if (expert_axes != 0 && sizes[0] > 1)
+        REQUIRE(counted.at({mt::collective::alltoall, expert_axes}).calls ==
+                5 * pipelined_microbatches * (pipelined_blocks / stage_count));
+      auto planned = pl::stages<grid>::planned(stage_count, st.index(), sizes, {st.mesh().coord<r_>(), st.mesh().coord<c_>()});
+      moe_stage<L> planned_stage(planned);
+      (void)pl::run(schedule, planned, planned_stage);
+      const auto counted_planned = planned.mesh().counters();
+      REQUIRE(counted_planned.size() == counted.size());
+      for (const auto& [key, count] : counted) REQUIRE(counted_planned.at(key).calls == count.calls);
+    }
+  };
+  check.operator()<L_ge_r>({per_stage, 1});
+  check.operator()<L_ge_r_ff_c>({1, per_stage});
 }
