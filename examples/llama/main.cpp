@@ -34,6 +34,7 @@
 
 #include "hugging_face.hpp"
 #include "model.hpp"
+#include "pipeline_plan.hpp"
 
 // LLAMA_ONLY_LAYOUT (CMake: -DMESHTENSOR_LLAMA_LAYOUT=context) builds one of the four layouts: each
 // instantiates the whole model, so one compiles in about half the time of all four (nvcc for sm_90:
@@ -176,6 +177,7 @@ std::int64_t plan(options o, bool print) {
   const auto machine = o.calibration.empty() ? std::optional<mt::machine_calibration>()
                                              : std::optional(mt::machine_calibration::load(o.calibration));
   if (machine) mt::plan_for(*machine);  // the plan is for the calibrated machine
+  if (o.pipeline > 1) return plan_pipeline<L, PL>(o, print);
   o.steps = 2;
   o.resume.clear();  // a plan has no data to load or save
   o.save_every = 0;
@@ -424,6 +426,13 @@ int main(int argc, char** argv) try {
                  "(benchmarks/bench_calibrate.cpp writes one)");
   app.add_option("--memory-budget", o.memory_budget, "GiB per processor: plan the step first, refuse to run (exit 2) if its planned peak does not fit "
                  "(the program itself and MPI's buffers come on top)");
+  app.add_option("--pipeline", o.pipeline, "with --plan: the blocks over this many pipeline stages of --mesh each, "
+                 "each stage planned with the microbatches it holds in flight")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--microbatches", o.microbatches, "with --pipeline: microbatches of --batch sequences per step (default: --pipeline)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--schedule", o.schedule, "with --pipeline: gpipe, 1f1b or zb-h1")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "zb-h1"}))->capture_default_str();
   app.add_flag("--check-plan", o.check_plan, "run one step, plan it, and check the plan equals it on every rank "
                "(collectives, parameter and optimizer bytes, the peak within --memory-tolerance)");
   app.add_option("--memory-tolerance", o.memory_tolerance,
@@ -445,6 +454,20 @@ int main(int argc, char** argv) try {
         if (app.count(flag) > 0)
           throw mt::error(fmt::format("{} takes the architecture from config.json: drop {}", from, flag));
       read_config(o, o.pretrained.empty() ? o.config : o.pretrained + "/config.json");
+    }
+    if (o.pipeline > 1) {
+      if (!o.plan)
+        throw mt::error(fmt::format("--pipeline {} is planned only (--plan): this example runs one stage's worth of "
+                                    "blocks on --mesh; meshtensor-lm runs pipelines", o.pipeline));
+      if (o.pipeline > o.layers)
+        throw mt::error(fmt::format("--pipeline {} stages need at least as many blocks; --layers is {}", o.pipeline, o.layers));
+      if (!o.calibration.empty())
+        throw mt::error("--calibration with --pipeline: the step time of a pipeline is meshtensor-lm's --plan (its "
+                        "bubble and sends); drop one");
+      if (o.microbatches == 0) o.microbatches = o.pipeline;
+    } else {
+      for (const char* flag : {"--microbatches", "--schedule"})
+        if (app.count(flag) > 0) throw mt::error(fmt::format("{} needs --pipeline P (P > 1) and --plan", flag));
     }
     if (!o.calibration.empty() && !o.plan) throw mt::error("--calibration needs --plan: it predicts the planned step's time");
     if (o.check_plan && (o.plan || !o.resume.empty() || o.generate > 0 || !o.logits_out.empty()))

@@ -92,6 +92,17 @@ struct options {
   // DeepSeek-V3's blocks: the first --dense-blocks with a dense SwiGLU of --dense-d-ff (0: --d-ff)
   // in place of the experts; multi-head latent attention where --kv-rank > 0 (--q-rank, --d-rope).
   std::int64_t dense_blocks = 0, dense_d_ff = 0, q_rank = 0, kv_rank = 0, d_rope = 0;
+  // --plan --pipeline P: the blocks over P stages of --mesh, --microbatches of --batch each (0: P)
+  // run by --schedule (pipeline_plan.hpp).
+  int pipeline = 1;
+  std::int64_t microbatches = 0;
+  std::string schedule = "1f1b";
+};
+
+// What a pipeline stage's model holds beside its blocks (--pipeline): the first stage the
+// embedding, the last the output layer (and the embedding too, where they are tied).
+struct stage_part {
+  bool embedding = true, output = true;
 };
 
 template <class T>
@@ -189,8 +200,9 @@ struct model {
   }
 
   // random: drawn as for training from scratch; else zeros, for weights a checkpoint fills (drawing
-  // 8 billion normal numbers only to overwrite them took longer than reading them).
-  model(const grid& g, const options& o, bool random = true) {
+  // 8 billion normal numbers only to overwrite them took longer than reading them). part: with
+  // --pipeline, a stage's share of the model (o.layers and o.dense_blocks then the stage's).
+  model(const grid& g, const options& o, bool random = true, stage_part part = {}) {
     const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);  // what a plan counts them as
     const std::int64_t dm = o.d_model, kv = o.kv_heads, gr = o.group, dk = o.d_kv, ff = o.d_ff;
     std::uint64_t seed = 1;
@@ -199,7 +211,10 @@ struct model {
       const std::uint64_t s = seed++;  // drawn either way: the seeds stay those of a random model
       return random ? nn::normal_fan_in<W, FanIn...>(g, e, s) : W(g, e);
     };
-    embedding = random ? mt::random_normal<decltype(embedding)>(g, {o.vocab, dm}, seed, 0, 1) : decltype(embedding)(g, {o.vocab, dm});
+    // A stage without the embedding holds a stand-in of one row per processor (tie() has one tensor
+    // per kind), which its forward pass never reads.
+    const std::int64_t embedded = part.embedding ? o.vocab : g.sizes()[0] * g.sizes()[1];
+    embedding = random ? mt::random_normal<decltype(embedding)>(g, {embedded, dm}, seed, 0, 1) : decltype(embedding)(g, {embedded, dm});
     ++seed;
     dense_blocks = static_cast<std::size_t>(o.experts > 0 ? o.dense_blocks : 0);
     for (std::int64_t b = 0; b < o.layers; ++b) {
@@ -252,7 +267,8 @@ struct model {
     recompute = o.recompute;
     loss_chunks = o.loss_chunks;
     final_norm = mt::full<t<d_model>>(g, {dm}, 1.0f);
-    if (!o.tie_embeddings) output.push_back(make.template operator()<t<vocab, d_model>>({o.vocab, dm}, mt::type_list<d_model>{}));
+    if (!o.tie_embeddings && part.output)
+      output.push_back(make.template operator()<t<vocab, d_model>>({o.vocab, dm}, mt::type_list<d_model>{}));
     std::apply([](auto&... p) { (mt::for_each_tensor(p, [](auto& w) { w.requires_grad(); }), ...); }, tie());
   }
 
@@ -351,10 +367,20 @@ struct model {
   // The last block's output, normalised: what the output layer's product takes.
   template <class C = float>
   auto hidden(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
-    using X = mt::tensor<C, L, batch, length, d_model>;
-    X x = nn::embedding<vocab>(as<C>(embedding), ids);
+    return nn::rms_norm<d_model>(through_blocks(embed<C>(ids)), as<C>(final_norm), rms_eps);
+  }
+  // The token ids' embeddings: the first blocks' input (a forward pass starts here, so the loads and
+  // balance losses it keeps start afresh).
+  template <class C = float>
+  mt::tensor<C, L, batch, length, d_model> embed(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
     last_loads.clear();
     last_aux_loss.reset();
+    return nn::embedding<vocab>(as<C>(embedding), ids);
+  }
+  // x through every block this model holds (with --pipeline, a stage's).
+  template <class X>
+  X through_blocks(X x) const {
+    using C = typename X::value_type;
     for (std::size_t b = 0; b < attention_norm.size(); ++b) {
       const auto block = [this, b](const X& in) {
         const X a = in + attention<C>(nn::rms_norm<d_model>(in, as<C>(attention_norm[b]), rms_eps), b);
@@ -366,7 +392,7 @@ struct model {
       // --recompute: only each block's input is kept; the backward pass runs the block again
       x = recompute ? mt::recompute(block, x) : block(x);
     }
-    return nn::rms_norm<d_model>(x, as<C>(final_norm), rms_eps);
+    return x;
   }
   const t<vocab, d_model>& output_weight() const { return output.empty() ? embedding : output[0]; }
 
@@ -482,11 +508,16 @@ struct model {
   // --loss-chunks N the logits of 1/N of each processor's positions at a time.
   template <class C = float>
   scalar loss(const mt::tensor<std::int32_t, L, batch, length>& ids, const mt::tensor<std::int32_t, L, batch, length>& labels) const {
-    // The float weight (gathered, with --fsdp): each piece casts it to C, so the pieces' gradients
-    // add up in float.
-    auto loss = nn::chunked_cross_entropy<d_model, vocab, length>(hidden<C>(ids), as<float>(output_weight()), labels, loss_chunks);
+    auto loss = next_token_loss(hidden<C>(ids), labels);
     if (last_aux_loss) return scalar(loss + *last_aux_loss);  // its value (its gradient rides on the blocks)
     return loss;
+  }
+  // The cross-entropy of the output layer's logits of h (the last block's output, normalised)
+  // against labels. The float weight (gathered, with --fsdp): each piece casts it to C, so the
+  // pieces' gradients add up in float.
+  template <class H>
+  scalar next_token_loss(const H& h, const mt::tensor<std::int32_t, L, batch, length>& labels) const {
+    return nn::chunked_cross_entropy<d_model, vocab, length>(h, as<float>(output_weight()), labels, loss_chunks);
   }
 };
 

@@ -39,8 +39,11 @@
 #                  [4 x 1] (experts and batch over 4) and [2 x 2] (heads over cols too) give one
 #                  processor's losses (1e-4) and learn; one bf16 step against its plan; DeepSeek-V3
 #                  planned: 671.03 billion parameters, 37.55 billion active (DeepSeek: 671 and 37);
-#                  --q-rank without --kv-rank, --kv-rank under --layout data and --dense-blocks as
-#                  many as --layers refused by name
+#                  --plan --pipeline 2: the stages' blocks and parameters are the model's, the
+#                  first stage holds 2 microbatches under 1F1B and 4 under GPipe, and plans fewer
+#                  activations under 1F1B; --q-rank without --kv-rank, --kv-rank under --layout
+#                  data, --dense-blocks as many as --layers, --pipeline without --plan or past
+#                  --layers, --microbatches without --pipeline refused by name
 #   check_plan     one step against its plan under tensor, context (bf16, all-to-all) and
 #                  context_tensor (the ring, the loss in 4 pieces; and bf16 with --fsdp and
 #                  --recompute) on 4 ranks: collectives and bytes equal, peak within 1%
@@ -283,10 +286,31 @@ case $case_ in
     parameters DeepSeek-V3 671026404352 37552282624 --mesh 64 1 --layout tensor --d-model 7168 --layers 61 --dense-blocks 3 \
       --dense-d-ff 18432 --kv-heads 128 --group 1 --d-kv 128 --kv-rank 512 --q-rank 1536 --d-rope 64 --d-ff 2048 \
       --experts 256 --top-k 8 --shared-experts 1 --router sigmoid --vocab 129280 --batch 64 --length 64 --dtype bf16
+    # --plan --pipeline: the blocks over 2 stages; the stages' parameters are the model's (besides the
+    # second stage's stand-in embedding, a row per processor of d_model 64, and the first stage's
+    # final norm, 64, which every stage holds and the last uses); under 1F1B the first
+    # stage holds 2 microbatches in flight and plans fewer activations than under GPipe, which holds 4
+    whole=$("$mpiexec" -n 1 "$llama" --plan --mesh 2 1 --layout tensor "${blocks[@]}" --dtype bf16 | awk '/^parameters:/ { print $2 }')
+    stages() { "$mpiexec" -n 1 "$llama" --plan --mesh 2 1 --layout tensor "${blocks[@]}" --dtype bf16 --pipeline 2 --microbatches 4 "$@"; }
+    one=$(stages) gpipe=$(stages --schedule gpipe)
+    echo "$one"
+    grep -q '^  stage  0 (blocks 0-0, 1 dense, the embedding; .*), 2 in flight' <<<"$one" &&
+      grep -q '^  stage  1 (blocks 1-2, 0 dense, the output layer; .*), 1 in flight' <<<"$one" &&
+      grep -q '^  stage  0 .*, 4 in flight' <<<"$gpipe" || { echo "$gpipe"; echo "FAIL: the stages' blocks or microbatches in flight"; exit 1; }
+    awk -v whole="$whole" '/^  stage/ { n += substr($0, index($0, "; ") + 2) + 0 }
+         END { print "stages: " n " parameters, the model " whole ", 2 x 64 stand-in and 64 of a final norm"; exit !(n == whole + 2 * 64 + 64) }' <<<"$one" ||
+      { echo "FAIL: the stages' parameters are not the model's"; exit 1; }
+    activations() { awk '/^  stage  0/ { print $NF }'; }
+    a1=$(activations <<<"$one") ag=$(activations <<<"$gpipe")
+    echo "the first stage's planned activations: 1f1b $a1 GiB, gpipe $ag GiB"
+    awk -v a="$a1" -v g="$ag" 'BEGIN { exit !(a > 0 && a < g) }' || { echo "FAIL: 1F1B's first stage plans no fewer activations than GPipe's"; exit 1; }
     refused "--q-rank 8|--q-rank needs --kv-rank N" \
             "--experts 4 --moe-dispatch ragged --capacity 4|the ragged dispatch is dropless and unchunked" \
             "--layout data --kv-rank 8 --q-rank 8 --d-rope 4|--kv-rank: latent attention is built for --layout tensor" \
-            "--experts 2 --layers 2 --dense-blocks 2|--dense-blocks 2 leaves none of the --layers 2 blocks" ;;
+            "--experts 2 --layers 2 --dense-blocks 2|--dense-blocks 2 leaves none of the --layers 2 blocks" \
+            "--pipeline 2|--pipeline 2 is planned only (--plan)" \
+            "--plan --pipeline 3 --layers 2|--pipeline 3 stages need at least as many blocks; --layers is 2" \
+            "--plan --microbatches 4|--microbatches needs --pipeline P" ;;
   check_plan)
     # Each layout's step against its plan on 4 ranks: collectives, parameter and Adam bytes equal on
     # every rank, the planned peak within 1% of the caching allocator's (0.9995-0.9997 measured).

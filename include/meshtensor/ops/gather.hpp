@@ -163,7 +163,9 @@ detail::gather_result_t<V, Table, Idx> gather(const Table& table, const Idx& ids
   detail::allreduce_slice(out, Table::layout_type::template split_of<V>().mask(), reduce_op::sum);
   detail::record<Out>(
       out,
-      [table, ids](const Out& g) {
+      // The table's node and extents only: a table made for this lookup (a bf16 copy of a float
+      // weight, one gathered by FSDP) is then freed after the forward pass, not held to the backward.
+      [table = detail::node_only(table), ids](const Out& g) {
         detail::push_weight_grad(table, [table, ids = detail::without_node(ids), g = detail::without_node(g)] {
           detail::push_partial_grad(table, detail::gather_grad<V>(table, ids, g), detail::axes_mask_of<Idx, typename Idx::dims>());
         });
