@@ -4,6 +4,7 @@
 // of op(x) * fixed random weights; eps 1e-6; tolerance 1e-6 relative to max(1, |fd|) (the ops are
 // linear, or piecewise linear away from ties, so the differences are exact up to rounding).
 // one_hot has no gradient (indices are not differentiable), halo_exchange returns no tensor.
+// gather's and top_k's rules hold their input's node, not its data.
 #include <test_support.hpp>
 
 using namespace tst;
@@ -56,4 +57,28 @@ TEST_CASE("data movement gradients equal central finite differences", "[gradient
     check_layout<mt::layout<grid, mt::split<j_, c_, r_>, mt::split<l_, r_>>>(g);
     check_layout<mt::layout<grid, mt::split<i_, r_>, mt::split<j_, c_>>>(g);
   }
+}
+
+// A table made for one lookup (a bf16 copy of a float weight, one gathered by FSDP) and top_k's
+// scores are read by no gradient rule: the tape holds their nodes, not their data, so they go when
+// the forward pass drops them (a pipeline's first stage had held a table copy per microbatch in
+// flight). Their gradients, from the nodes alone, are the central-difference checks above.
+TEST_CASE("gather's and top_k's rules do not hold their input's data", "[gradient]") {
+  const auto g = world_grid();
+  using L = mt::layout<grid, mt::split<i_, r_>>;
+  using Table = mt::tensor<double, L, j_, k_>;
+  using Ids = mt::tensor<std::int32_t, L, i_>;
+  using X = mt::tensor<double, L, i_, j_, k_>;
+  auto table = mt::random_normal<Table>(g, {J, K}, 1);
+  auto x = mt::random_normal<X>(g, {I, J, K}, 2);
+  table.requires_grad();
+  x.requires_grad();
+  const auto held = [](const auto& t) { return t.view().use_count(); };
+  const auto table_held = held(table), x_held = held(x);
+  const auto looked_up = mt::gather<j_>(table, mt::from_host<Ids>(g, {I}, std::vector<std::int32_t>{3, 0, 3, 7}));
+  const auto best = mt::top_k<j_, l_>(x, 4);
+  CHECK(held(table) == table_held);
+  CHECK(held(x) == x_held);
+  CHECK(looked_up.tracks_grad());
+  CHECK(best.values.tracks_grad());
 }

@@ -179,7 +179,7 @@ top_k_result<detail::top_k_values_t<X, D, KDim>, detail::top_k_indices_t<X, D, K
         oi(idx) = fi(q);
       });
   detail::record<V>(
-      out.values, [x, fi, k](const V& g) { detail::push_grad(x, detail::top_k_grad<D, KDim>(x, fi, k, g)); }, x);
+      out.values, [x = detail::node_only(x), fi, k](const V& g) { detail::push_grad(x, detail::top_k_grad<D, KDim>(x, fi, k, g)); }, x);
   return out;
 }
 
