@@ -13,6 +13,8 @@
 // step needs per processor and what it communicates, on a mesh of any size, without running it;
 // --check-plan runs one step and checks on every rank that its plan is what ran (collectives,
 // bytes, peak memory).
+// --pipeline P splits the blocks over P stages of --mesh (pipeline.hpp): trained, planned and
+// checked against its plan as the unpipelined model is.
 // --experts N puts routed SwiGLU experts in the blocks' feed-forward (Mixtral; with --dense-blocks,
 // --kv-rank and their siblings, DeepSeek-V3's blocks: dense first blocks and multi-head latent
 // attention).
@@ -34,7 +36,7 @@
 
 #include "hugging_face.hpp"
 #include "model.hpp"
-#include "pipeline_plan.hpp"
+#include "pipeline.hpp"
 
 // LLAMA_ONLY_LAYOUT (CMake: -DMESHTENSOR_LLAMA_LAYOUT=context) builds one of the four layouts: each
 // instantiates the whole model, so one compiles in about half the time of all four (nvcc for sm_90:
@@ -308,6 +310,22 @@ int run(const mt::environment& env, const options& o) {
     }
     if (o.plan) return 0;
   }
+  const auto write_csv = [&](std::int64_t first, const std::vector<double>& losses) {
+    if (!root || o.csv.empty()) return;
+    std::ofstream csv(o.csv);
+    csv << "step,loss\n";
+    for (std::size_t i = 0; i < losses.size(); ++i) csv << fmt::format("{},{:.9g}\n", first + std::int64_t(i) + 1, losses[i]);
+    if (!csv) throw mt::io_error(fmt::format("cannot write '{}'", o.csv));
+  };
+  if (o.pipeline > 1) {
+    if (o.text.empty()) throw mt::error("--text FILE: the text to train on (any file: its bytes are the tokens)");
+    const auto text = read_text(o.text, o.length + 2);
+    if (o.check_plan) return o.dtype == "bf16" ? check_pipeline<L, PL, mt::bf16>(o, text, root) : check_pipeline<L, PL, float>(o, text, root);
+    pl::stages<grid> st(MPI_COMM_WORLD, o.pipeline, {o.mesh[0], o.mesh[1]});
+    write_csv(0, (o.dtype == "bf16" ? train_pipeline<L, PL, mt::bf16>(st, o, text, root)
+                                     : train_pipeline<L, PL, float>(st, o, text, root)).losses);
+    return 0;
+  }
   const grid g(env, {o.mesh[0], o.mesh[1]});
   if (!o.logits_out.empty()) return write_logits<L, PL>(g, o);
   if (o.generate > 0) {
@@ -321,14 +339,7 @@ int run(const mt::environment& env, const options& o) {
   if (o.text.empty()) throw mt::error("--text FILE: the text to train on (any file: its bytes are the tokens)");
   if (o.check_plan) return check_plan<L, PL>(g, o, read_text(o.text, o.length + 2));
   const auto trained = train<L, PL>(g, o, read_text(o.text, o.length + 2));
-  const std::int64_t first = trained.first_step;
-  const std::vector<double>& losses = trained.losses;
-  if (g.rank() == 0 && !o.csv.empty()) {
-    std::ofstream csv(o.csv);
-    csv << "step,loss\n";
-    for (std::size_t i = 0; i < losses.size(); ++i) csv << fmt::format("{},{:.9g}\n", first + std::int64_t(i) + 1, losses[i]);
-    if (!csv) throw mt::io_error(fmt::format("cannot write '{}'", o.csv));
-  }
+  write_csv(trained.first_step, trained.losses);
   return 0;
 }
 
@@ -426,10 +437,11 @@ int main(int argc, char** argv) try {
                  "(benchmarks/bench_calibrate.cpp writes one)");
   app.add_option("--memory-budget", o.memory_budget, "GiB per processor: plan the step first, refuse to run (exit 2) if its planned peak does not fit "
                  "(the program itself and MPI's buffers come on top)");
-  app.add_option("--pipeline", o.pipeline, "with --plan: the blocks over this many pipeline stages of --mesh each, "
-                 "each stage planned with the microbatches it holds in flight")
+  app.add_option("--pipeline", o.pipeline, "the blocks over this many pipeline stages of --mesh each (ranks: stages x "
+                 "rows x cols); with --plan each stage planned with the microbatches it holds in flight")
       ->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--microbatches", o.microbatches, "with --pipeline: microbatches of --batch sequences per step (default: --pipeline)")
+  app.add_option("--microbatches", o.microbatches, "with --pipeline: microbatches of --batch sequences per step (default: --pipeline); "
+                 "the same training as an unpipelined run of microbatches x --batch sequences")
       ->check(CLI::PositiveNumber);
   app.add_option("--schedule", o.schedule, "with --pipeline: gpipe, 1f1b or zb-h1")
       ->check(CLI::IsMember({"gpipe", "1f1b", "zb-h1"}))->capture_default_str();
@@ -456,9 +468,10 @@ int main(int argc, char** argv) try {
       read_config(o, o.pretrained.empty() ? o.config : o.pretrained + "/config.json");
     }
     if (o.pipeline > 1) {
-      if (!o.plan)
-        throw mt::error(fmt::format("--pipeline {} is planned only (--plan): this example runs one stage's worth of "
-                                    "blocks on --mesh; meshtensor-lm runs pipelines", o.pipeline));
+      for (const char* flag : {"--resume", "--save-every", "--generate", "--logits-out", "--from-pretrained",
+                               "--save-pretrained", "--fsdp"})
+        if (app.count(flag) > 0)
+          throw mt::error(fmt::format("--pipeline {} trains from scratch and plans; {} is for an unpipelined run", o.pipeline, flag));
       if (o.pipeline > o.layers)
         throw mt::error(fmt::format("--pipeline {} stages need at least as many blocks; --layers is {}", o.pipeline, o.layers));
       if (!o.calibration.empty())

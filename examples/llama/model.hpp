@@ -92,17 +92,20 @@ struct options {
   // DeepSeek-V3's blocks: the first --dense-blocks with a dense SwiGLU of --dense-d-ff (0: --d-ff)
   // in place of the experts; multi-head latent attention where --kv-rank > 0 (--q-rank, --d-rope).
   std::int64_t dense_blocks = 0, dense_d_ff = 0, q_rank = 0, kv_rank = 0, d_rope = 0;
-  // --plan --pipeline P: the blocks over P stages of --mesh, --microbatches of --batch each (0: P)
-  // run by --schedule (pipeline_plan.hpp).
+  // --pipeline P: the blocks over P stages of --mesh, --microbatches of --batch each (0: P) run by
+  // --schedule (pipeline.hpp).
   int pipeline = 1;
   std::int64_t microbatches = 0;
   std::string schedule = "1f1b";
 };
 
 // What a pipeline stage's model holds beside its blocks (--pipeline): the first stage the
-// embedding, the last the output layer (and the embedding too, where they are tied).
+// embedding, the last the output layer (and the embedding too, where they are tied); its blocks
+// are the whole model's from first_block on, drawn from the same seeds (so that a pipelined run
+// trains the model an unpipelined one does), of which the first whole_dense_blocks are dense.
 struct stage_part {
   bool embedding = true, output = true;
+  std::int64_t first_block = 0, whole_dense_blocks = 0;
 };
 
 template <class T>
@@ -216,6 +219,12 @@ struct model {
     const std::int64_t embedded = part.embedding ? o.vocab : g.sizes()[0] * g.sizes()[1];
     embedding = random ? mt::random_normal<decltype(embedding)>(g, {embedded, dm}, seed, 0, 1) : decltype(embedding)(g, {embedded, dm});
     ++seed;
+    // The seeds the blocks before this stage's draw: a block's weights as the loop below makes them.
+    for (std::int64_t b = 0; b < part.first_block; ++b) {
+      const bool routed = o.experts > 0 && b >= part.whole_dense_blocks;
+      const std::int64_t dense_ff = routed ? o.shared_experts * ff : (o.experts > 0 && o.dense_d_ff > 0 ? o.dense_d_ff : ff);
+      seed += (o.kv_rank > 0 ? 7 : 3) + 1 + (dense_ff > 0 ? 3 : 0) + (routed ? 4 : 0);
+    }
     dense_blocks = static_cast<std::size_t>(o.experts > 0 ? o.dense_blocks : 0);
     for (std::int64_t b = 0; b < o.layers; ++b) {
       attention_norm.push_back(mt::full<t<d_model>>(g, {dm}, 1.0f));
@@ -365,16 +374,16 @@ struct model {
   }
 
   // The last block's output, normalised: what the output layer's product takes.
+  // A forward pass starts here, so the loads and balance losses it keeps start afresh.
   template <class C = float>
   auto hidden(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
-    return nn::rms_norm<d_model>(through_blocks(embed<C>(ids)), as<C>(final_norm), rms_eps);
-  }
-  // The token ids' embeddings: the first blocks' input (a forward pass starts here, so the loads and
-  // balance losses it keeps start afresh).
-  template <class C = float>
-  mt::tensor<C, L, batch, length, d_model> embed(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
     last_loads.clear();
     last_aux_loss.reset();
+    return nn::rms_norm<d_model>(through_blocks(embed<C>(ids)), as<C>(final_norm), rms_eps);
+  }
+  // The token ids' embeddings: the first blocks' input.
+  template <class C = float>
+  mt::tensor<C, L, batch, length, d_model> embed(const mt::tensor<std::int32_t, L, batch, length>& ids) const {
     return nn::embedding<vocab>(as<C>(embedding), ids);
   }
   // x through every block this model holds (with --pipeline, a stage's).

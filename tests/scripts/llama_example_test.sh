@@ -39,11 +39,14 @@
 #                  [4 x 1] (experts and batch over 4) and [2 x 2] (heads over cols too) give one
 #                  processor's losses (1e-4) and learn; one bf16 step against its plan; DeepSeek-V3
 #                  planned: 671.03 billion parameters, 37.55 billion active (DeepSeek: 671 and 37);
-#                  --plan --pipeline 2: the stages' blocks and parameters are the model's, the
-#                  first stage holds 2 microbatches under 1F1B and 4 under GPipe, and plans fewer
-#                  activations under 1F1B; --q-rank without --kv-rank, --kv-rank under --layout
-#                  data, --dense-blocks as many as --layers, --pipeline without --plan or past
-#                  --layers, --microbatches without --pipeline refused by name
+#                  --pipeline 2 (2 microbatches of 4) gives one processor's losses of 8 on 2
+#                  stages of [1 x 1] and (ragged, recomputed, ZB-H1) of [1 x 2], and its bf16 step
+#                  on 2 stages of [2 x 1] equals its plan; --plan --pipeline 2: the stages' blocks
+#                  and parameters are the model's, the first stage holds 2 microbatches under 1F1B
+#                  and 4 under GPipe, and plans fewer activations under 1F1B; --q-rank without
+#                  --kv-rank, --kv-rank under --layout data, --dense-blocks as many as --layers,
+#                  --pipeline on too few ranks, with --resume or past --layers, --microbatches
+#                  without --pipeline refused by name
 #   check_plan     one step against its plan under tensor, context (bf16, all-to-all) and
 #                  context_tensor (the ring, the loss in 4 pieces; and bf16 with --fsdp and
 #                  --recompute) on 4 ranks: collectives and bytes equal, peak within 1%
@@ -286,6 +289,21 @@ case $case_ in
     parameters DeepSeek-V3 671026404352 37552282624 --mesh 64 1 --layout tensor --d-model 7168 --layers 61 --dense-blocks 3 \
       --dense-d-ff 18432 --kv-heads 128 --group 1 --d-kv 128 --kv-rank 512 --q-rank 1536 --d-rope 64 --d-ff 2048 \
       --experts 256 --top-k 8 --shared-experts 1 --router sigmoid --vocab 129280 --batch 64 --length 64 --dtype bf16
+    # --pipeline 2: the blocks over 2 stages, 2 microbatches of 4 sequences, give one processor's
+    # losses of 8 (the stages' weights drawn as the whole model's): on 2 stages of [1 x 1]; on 2 of
+    # [1 x 2] (each expert's d_ff over cols) by the ragged dispatch, recomputed, under ZB-H1
+    run 2 --layout tensor --steps 4 "${blocks[@]}" --pipeline 2 --microbatches 2 --batch 4 --csv pipe2.csv
+    same one.csv pipe2.csv 1
+    run 4 --mesh 1 2 --layout tensor --steps 4 "${blocks[@]}" --pipeline 2 --microbatches 2 --batch 4 \
+      --moe-dispatch ragged --recompute --schedule zb-h1 --csv pipe4.csv
+    same one.csv pipe4.csv 1
+    # and its plan: one bf16 step on 2 stages of [2 x 1] (the experts over rows), each rank's stage
+    # planned at its coordinates: the same collectives and sends, the peak within 1% (equal seen)
+    out=$("$mpiexec" -n 4 "$llama" --text "$text" --check-plan --memory-tolerance 0.01 --layout tensor --mesh 2 1 \
+            --dtype bf16 "${blocks[@]}" --pipeline 2 --microbatches 2 --batch 4 2>&1) || { echo "$out"; echo "FAIL: --check-plan, pipeline"; exit 1; }
+    grep 'check-plan' <<<"$out"
+    grep -q 'the plan equals the real step on every rank' <<<"$out" && grep -q ': close$' <<<"$out" ||
+      { echo "$out"; echo "FAIL: --check-plan of a pipeline: the plan not equal or the peak not close"; exit 1; }
     # --plan --pipeline: the blocks over 2 stages; the stages' parameters are the model's (besides the
     # second stage's stand-in embedding, a row per processor of d_model 64, and the first stage's
     # final norm, 64, which every stage holds and the last uses); under 1F1B the first
@@ -308,7 +326,8 @@ case $case_ in
             "--experts 4 --moe-dispatch ragged --capacity 4|the ragged dispatch is dropless and unchunked" \
             "--layout data --kv-rank 8 --q-rank 8 --d-rope 4|--kv-rank: latent attention is built for --layout tensor" \
             "--experts 2 --layers 2 --dense-blocks 2|--dense-blocks 2 leaves none of the --layers 2 blocks" \
-            "--pipeline 2|--pipeline 2 is planned only (--plan)" \
+            "--pipeline 2|2 stages of 1 processors need 2 ranks; the communicator has 1" \
+            "--pipeline 2 --resume x|--pipeline 2 trains from scratch and plans; --resume is for an unpipelined run" \
             "--plan --pipeline 3 --layers 2|--pipeline 3 stages need at least as many blocks; --layers is 2" \
             "--plan --microbatches 4|--microbatches needs --pipeline P" ;;
   check_plan)
