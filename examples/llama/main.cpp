@@ -107,8 +107,7 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
   std::vector<std::int32_t> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
   std::vector<double> losses;
   if (g.is_planned() && o.plan && g.rank() == 0) {
-    std::int64_t n = 0;
-    std::apply([&](auto&... p) { (mt::for_each_tensor(p, [&](auto& w) { n += w.size(); }), ...); }, params);
+    const std::int64_t n = m.parameter_count();
     fmt::print("parameters: {} ({:.2f} billion)\n", n, n / 1e9);
     if (o.experts > 0) {  // a token passes through top_k of the routed experts
       std::int64_t routed = 0;
@@ -163,9 +162,7 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
     save_pretrained(m, o);
     if (g.rank() == 0) fmt::print("saved {} (Hugging Face's layout)\n", o.save_pretrained);
   }
-  // The router's biases too: model state a plan counts with the parameters, though not trained.
-  const std::int64_t param_bytes = std::apply([](auto&... p) { return mt::local_bytes(p...); }, params) +
-                                   mt::local_bytes(m.router_bias);
+  const std::int64_t param_bytes = m.parameter_bytes();
   std::optional<mt::plan_report> plan;
   if (g.is_planned()) plan = mt::plan_report_of(g);
   return {step0, losses, param_bytes, adam.state_bytes(params), std::move(plan)};

@@ -159,6 +159,17 @@ struct model {
                     w_router, expert_gate, expert_up, expert_down, w_q_a, q_a_norm, w_q_nope, w_q_rope, w_kv_a, w_k_rope,
                     kv_a_norm, w_k_nope, w_v);
   }
+  // The parameters' count, whole (not per processor).
+  std::int64_t parameter_count() {
+    std::int64_t n = 0;
+    std::apply([&](auto&... p) { (mt::for_each_tensor(p, [&](auto& w) { n += w.size(); }), ...); }, tie());
+    return n;
+  }
+  // This processor's bytes of model state: the parameters and the router's biases (model state a
+  // plan counts with the parameters, though not trained).
+  std::int64_t parameter_bytes() {
+    return std::apply([](auto&... p) { return mt::local_bytes(p...); }, tie()) + mt::local_bytes(router_bias);
+  }
   // Hugging Face's names (LlamaForCausalLM's state dict): its checkpoints and this model's name the
   // same tensors. "{}" is the block.
   static constexpr const char* names[] = {

@@ -27,17 +27,24 @@ inline std::pair<std::int64_t, std::int64_t> stage_blocks(std::int64_t layers, i
   return {first, s < fewer ? base : base + 1};
 }
 
+// Stage s's share of the blocks: the first, how many, and how many of them are dense (--dense-blocks
+// counts from the model's first block).
+struct stage_share {
+  std::int64_t first = 0, blocks = 0, dense = 0;
+  stage_share(const options& o, int s) {
+    std::tie(first, blocks) = stage_blocks(o.layers, o.pipeline, s);
+    dense = std::clamp<std::int64_t>(o.dense_blocks - first, 0, blocks);
+  }
+};
+
 // Stage s's model: its blocks, of which its dense ones, and the balance loss's weight over M (each
 // microbatch's loss is its share of the step's: the step's loss is their sum).
 template <class L, class PL>
-struct stage_model {
-  std::int64_t first = 0, blocks = 0, dense = 0;
+struct stage_model : stage_share {
   options o;
   model<L, PL> m;
   stage_model(const grid& g, const options& whole, int s)
-      : first(stage_blocks(whole.layers, whole.pipeline, s).first),
-        blocks(stage_blocks(whole.layers, whole.pipeline, s).second),
-        dense(std::clamp<std::int64_t>(whole.dense_blocks - first, 0, blocks)),
+      : stage_share(whole, s),
         o(stage_options(whole, blocks, dense)),
         m(g, o, true,
           {.embedding = s == 0 || (s == whole.pipeline - 1 && whole.tie_embeddings),
@@ -58,7 +65,6 @@ template <class L, class PL, class C>
 struct llama_stage {
   using activation = mt::tensor<C, L, batch, length, d_model>;
   using ids_t = mt::tensor<std::int32_t, L, batch, length>;
-  const grid& g;
   model<L, PL>& m;
   const options& o;
   mt::optim::adam& adam;
@@ -119,8 +125,7 @@ void start_step(llama_stage<L, PL, C>& stage, std::vector<typename llama_stage<L
 }
 
 struct stage_plan {
-  int stage = 0;
-  std::int64_t first_block = 0, blocks = 0, dense = 0;
+  stage_share share;
   int in_flight = 0;
   std::int64_t parameters = 0;  // the stage's, whole (not per processor)
   mt::plan_report report;
@@ -133,7 +138,7 @@ stage_plan plan_stage(const options& o, pl::stages<grid>& st, int steps) {
   const int s = st.index();
   stage_model<L, PL> sm(st.mesh(), o, s);
   mt::optim::adam adam({.lr = o.lr});
-  llama_stage<L, PL, C> stage{st.mesh(), sm.m, sm.o, adam};
+  llama_stage<L, PL, C> stage{sm.m, sm.o, adam};
   using ids_t = typename llama_stage<L, PL, C>::ids_t;
   const auto schedule = pl::named_schedule(o.schedule, o.pipeline, static_cast<int>(o.microbatches));
   pl::stage_stats stats;
@@ -149,9 +154,7 @@ stage_plan plan_stage(const options& o, pl::stages<grid>& st, int steps) {
     stats = pl::run(schedule, st, stage);
     (void)finish_step(stage, sm.o, st.last(), step);
   }
-  std::int64_t n = 0;
-  std::apply([&](auto&... w) { (mt::for_each_tensor(w, [&](auto& t) { n += t.size(); }), ...); }, sm.m.tie());
-  return {s, sm.first, sm.blocks, o.experts > 0 ? sm.dense : sm.blocks, stats.max_in_flight, n, mt::plan_report_of(st.mesh())};
+  return {sm, stats.max_in_flight, sm.m.parameter_count(), mt::plan_report_of(st.mesh())};
 }
 
 // Plans the stages that differ (in blocks, dense blocks, embedding, output layer), each where it
@@ -160,9 +163,8 @@ template <class L, class PL>
 std::int64_t plan_pipeline(const options& o, bool print) {
   std::map<std::tuple<std::int64_t, std::int64_t, bool, bool>, int> kinds;  // the first stage of each kind
   for (int s = o.pipeline - 1; s >= 0; --s) {
-    const auto [first, count] = stage_blocks(o.layers, o.pipeline, s);
-    const std::int64_t dense = std::clamp<std::int64_t>(o.dense_blocks - first, 0, count);
-    kinds[{count, dense, s == 0, s == o.pipeline - 1}] = s;
+    const stage_share share(o, s);
+    kinds[{share.blocks, share.dense, s == 0, s == o.pipeline - 1}] = s;
   }
   std::vector<int> planned;
   for (const auto& [kind, s] : kinds) planned.push_back(s);
@@ -181,7 +183,7 @@ std::int64_t plan_pipeline(const options& o, bool print) {
     const auto& p = r.report;
     fmt::print("  stage {:2d} (blocks {}-{}{}{}{}; {} parameters), {} in flight: peak {:.3f} GiB = parameters {:.3f} + "
                "optimizer state {:.3f} + gradients {:.3f} + activations {:.3f}\n",
-               s, r.first_block, r.first_block + r.blocks - 1, o.experts > 0 ? fmt::format(", {} dense", r.dense) : "",
+               s, r.share.first, r.share.first + r.share.blocks - 1, o.experts > 0 ? fmt::format(", {} dense", r.share.dense) : "",
                s == 0 ? ", the embedding" : "", s == o.pipeline - 1 ? ", the output layer" : "", r.parameters, r.in_flight,
                gib(p.peak_bytes), gib(p.peak_bytes_of(mt::memory_kind::parameters)),
                gib(p.peak_bytes_of(mt::memory_kind::optimizer_state)), gib(p.peak_bytes_of(mt::memory_kind::gradients)),
@@ -204,7 +206,7 @@ pipeline_run train_pipeline(pl::stages<grid>& st, const options& o, const std::v
   const grid& g = st.mesh();
   stage_model<L, PL> sm(g, o, st.index());
   mt::optim::adam adam({.lr = o.lr});
-  llama_stage<L, PL, C> stage{g, sm.m, sm.o, adam};
+  llama_stage<L, PL, C> stage{sm.m, sm.o, adam};
   using ids_t = typename llama_stage<L, PL, C>::ids_t;
   const auto schedule = pl::named_schedule(o.schedule, o.pipeline, static_cast<int>(o.microbatches));
   std::mt19937_64 rng(7);  // the batches of an unpipelined run of microbatches x batch sequences
@@ -233,9 +235,8 @@ pipeline_run train_pipeline(pl::stages<grid>& st, const options& o, const std::v
       std::fflush(stdout);
     }
   }
-  auto params = sm.m.tie();
-  run.parameter_bytes = std::apply([](auto&... p) { return mt::local_bytes(p...); }, params) + mt::local_bytes(sm.m.router_bias);
-  run.optimizer_state_bytes = adam.state_bytes(params);
+  run.parameter_bytes = sm.m.parameter_bytes();
+  run.optimizer_state_bytes = adam.state_bytes(sm.m.tie());
   return run;
 }
 
