@@ -477,7 +477,7 @@ int main(int argc, char** argv) try {
       if (o.microbatches == 0) o.microbatches = o.pipeline;
     } else {
       for (const char* flag : {"--microbatches", "--schedule"})
-        if (app.count(flag) > 0) throw mt::error(fmt::format("{} needs --pipeline P (P > 1) and --plan", flag));
+        if (app.count(flag) > 0) throw mt::error(fmt::format("{} needs --pipeline P (P > 1)", flag));
     }
     if (!o.calibration.empty() && !o.plan) throw mt::error("--calibration needs --plan: it predicts the planned step's time");
     if (o.check_plan && (o.plan || !o.resume.empty() || o.generate > 0 || !o.logits_out.empty()))
