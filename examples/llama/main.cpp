@@ -397,12 +397,13 @@ int main(int argc, char** argv) try {
       ->capture_default_str();
   app.add_option("--capacity", o.capacity, "with --experts: tokens per expert per sequence, choices past it dropped "
                  "(0: dropless)")->check(CLI::NonNegativeNumber)->capture_default_str();
-  app.add_option("--expert-chunks", o.expert_chunks, "with --experts: the experts' buffers in N chunks, the next chunk's "
-                 "dispatch and the last one's return in flight while a chunk's experts compute (1: no overlap)")
+  app.add_option("--expert-chunks", o.expert_chunks, "with --experts: the experts' buffers (one-hot) or each processor's "
+                 "experts (ragged) in N chunks, the next chunk's dispatch and the last one's return in flight while a "
+                 "chunk's experts compute (1: no overlap)")
       ->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--moe-dispatch", o.moe_dispatch, "with --experts: one-hot (Mesh-TensorFlow's dispatch and combine "
                  "products over the experts' buffers) or ragged (dropless: each token's rows sent to its experts' "
-                 "processors, one product per expert; needs --capacity 0 and --expert-chunks 1)")
+                 "processors, one product per expert; needs --capacity 0)")
       ->check(CLI::IsMember({"one-hot", "ragged"}))->capture_default_str();
   app.add_option("--aux-loss", o.aux_loss, "with --experts: the balance loss's weight in the loss")
       ->check(CLI::NonNegativeNumber)->capture_default_str();

@@ -6,7 +6,11 @@
 # 1 (no overlap) against 2 and 4 (the next chunk's dispatch and the last one's return in flight
 # while a chunk's experts compute). Prints a Markdown table (docs/performance.md).
 #
-#   scripts/dev/bench_moe_overlap.sh [--rounds 5] [--steps 8] [--warmup 2] [--against BUILD]
+#   scripts/dev/bench_moe_overlap.sh [--rounds 5] [--steps 8] [--warmup 2] [--against BUILD] [--dispatch ragged]
+#
+# --dispatch ragged: the dropless ragged dispatch (--capacity 0 --moe-dispatch ragged), whose
+# chunks are of each rank's experts (8 over N ranks: --expert-chunks 1, 2 and 4 at 2 ranks, 1 and
+# 2 at 4) rather than of the buffers' slots.
 #
 # --against BUILD: BUILD/examples/llama (another commit's, built as this script builds it: e.g. a
 # `git worktree` of it with MESHTENSOR_BUILD_DIR set) runs every configuration too, interleaved,
@@ -22,16 +26,19 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 # shellcheck source-path=SCRIPTDIR source=bench_common.sh
 source "$root/scripts/dev/bench_common.sh"
-rounds=5 steps=8 warmup=2 against=""
-bench_args "$0" 2,20 --rounds:rounds --steps:steps --warmup:warmup --against:against -- "$@"
+rounds=5 steps=8 warmup=2 against="" dispatch=one-hot
+bench_args "$0" 2,24 --rounds:rounds --steps:steps --warmup:warmup --against:against --dispatch:dispatch -- "$@"
+case $dispatch in one-hot | ragged) ;; *) echo "bench_moe_overlap: --dispatch is '$dispatch'; expected one-hot or ragged" >&2; exit 2 ;; esac
 build=${MESHTENSOR_BUILD_DIR:-$root/build/bench_moe}
 bench_build_target "$build" llama -- -DMESHTENSOR_BUILD_TESTS=OFF -DMESHTENSOR_BUILD_BENCHMARKS=OFF \
   -DMESHTENSOR_LLAMA_LAYOUT=data
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_PROC_BIND=false
-echo "[bench_moe_overlap] CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+echo "[bench_moe_overlap] dispatch: $dispatch; CPU: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc --all) cores; OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}; load average before: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
-model=(--experts 8 --top-k 2 --capacity 64 --d-model 256 --layers 2 --kv-heads 2 --group 2 --d-kv 64 --d-ff 512
+routing=(--capacity 64)
+[ "$dispatch" = ragged ] && routing=(--capacity 0 --moe-dispatch ragged)
+model=(--experts 8 --top-k 2 "${routing[@]}" --d-model 256 --layers 2 --kv-heads 2 --group 2 --d-kv 64 --d-ff 512
        --batch 8 --length 256 --layout data --text "$root/README.md")
 declare -A got binary
 binary[this]="$build/examples/llama"
@@ -42,7 +49,9 @@ run() {
     awk -v w="$warmup" '/^step / { if (++k > w) print $(NF - 1) }' | median
 }
 configs=()
-for c in "2 1" "2 2" "2 4" "4 1" "4 2" "4 4"; do
+shapes=("2 1" "2 2" "2 4" "4 1" "4 2" "4 4")
+[ "$dispatch" = ragged ] && shapes=("2 1" "2 2" "2 4" "4 1" "4 2")  # at most a rank's 8 / N experts
+for c in "${shapes[@]}"; do
   configs+=("this $c")
   [ -z "$against" ] || configs+=("against $c")
 done

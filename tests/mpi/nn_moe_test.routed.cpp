@@ -521,7 +521,106 @@ TEST_CASE("routed_moe's ragged dispatch: a planned step calls what a run calls",
   for (const auto& [key, count] : ran) REQUIRE(counted.at(key).calls == count.calls);
 }
 
-TEST_CASE("routed_moe's ragged dispatch refuses a capacity, chunks, and layouts it cannot serve, by name",
+// In chunks (each processor's experts cut into overlap_chunks, chunk c + 1's rows out and chunk
+// c - 1's rows back in flight while chunk c's experts compute, forward and backward): the unchunked
+// layer's outputs and gradients, 1 + 2 n alltoalls forward (n allreduces over d_ff's axes) as its
+// plan says, every row exchange started and waited with products between for some, and the rows'
+// bytes the plan counts equal the run's summed over the ranks (which chunk a row goes in is data).
+TEST_CASE("routed_moe's ragged dispatch in chunks: the unchunked layer's results, its exchanges behind the products",
+          "[nn][moe][routed][ragged][gradient][comm_plan]") {
+  const auto g = world_grid();
+  for_each_type(list<L_rep, L_ge_r, L_ge_r_ff_c, L_ge_rc>{}, [&]<class L>() {
+    INFO(layout_name<L>());
+    constexpr unsigned expert_axes = L::template split_of<experts>().mask();
+    constexpr unsigned width_axes = L::template split_of<d_ff>().mask();
+    const auto step = [&](const grid& on, std::int64_t chunks) {
+      model<L> m(on);
+      m.x.requires_grad();
+      m.wr.requires_grad();
+      m.wg.requires_grad();
+      m.wu.requires_grad();
+      m.wd.requires_grad();
+      on.reset_counters();
+      if (on.is_planned()) mt::reset_plan(on);
+      auto o = ragged_of(deepseek_like);
+      o.overlap_chunks = chunks;
+      const auto r = nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, o);
+      const auto forward = on.counters();
+      const auto [gx, gr, gg, gu, gd] = mt::gradient(weighted_sum(r.y, 11) + r.aux_loss, m.x, m.wr, m.wg, m.wu, m.wd);
+      const auto whole_step = on.counters();  // before the gathers below
+      std::vector<std::vector<double>> got;
+      if (!on.is_planned())
+        got = {mt::gather_all(r.y), mt::gather_all(gx), mt::gather_all(gr), mt::gather_all(gg), mt::gather_all(gu),
+               mt::gather_all(gd)};
+      return std::tuple(got, forward, whole_step);
+    };
+    const auto [whole, whole_forward, whole_step] = step(g, 1);
+    const std::int64_t chunks = 2;
+    const auto [chunked, forward, counted] = step(g, chunks);
+    for (std::size_t i = 0; i < whole.size(); ++i) {
+      INFO("y, then the gradients of x, w_router, w_gate, w_up, w_down: " << i);
+      REQUIRE(max_rel_error(chunked[i], whole[i]) < 1e-12);
+    }
+    require_counts(forward, nn::routed_moe_plan<dims, typename model<L>::X>(chunks, ragged).as_counts());
+    if constexpr (expert_axes != 0) {
+      REQUIRE(forward.at({mt::collective::alltoall, expert_axes}).calls == 1 + 2 * chunks);
+      REQUIRE(counted.at({mt::collective::alltoall, expert_axes}).calls == 1 + 4 * chunks);  // and 2 n backward
+    }
+    if constexpr (width_axes != 0) REQUIRE(counted.at({mt::collective::allreduce, width_axes}).calls == 2 * chunks);
+    const grid planned = grid::planned(g.sizes(), {g.coord<r_>(), g.coord<c_>()});
+    const auto [none, planned_forward, planned_step] = step(planned, chunks);
+    REQUIRE(planned_step.size() == counted.size());
+    for (const auto& [key, count] : counted) REQUIRE(planned_step.at(key).calls == count.calls);
+    std::int64_t routed[2] = {0, 0};  // run, plan: summed over the ranks
+    for (const auto& [key, count] : counted) routed[0] += count.routed_bytes;
+    for (const auto& [key, count] : planned_step) routed[1] += count.routed_bytes;
+    MPI_Allreduce(MPI_IN_PLACE, routed, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    REQUIRE(routed[0] == routed[1]);
+    if constexpr (expert_axes != 0) {
+      // The rows' exchanges (all but the counts' one) started and waited, products between some.
+      const auto events = mt::plan_report_of(planned).timeline.events;
+      std::map<std::int64_t, std::pair<std::size_t, std::size_t>> started_waited;  // by ticket
+      std::size_t blocking = 0;
+      for (std::size_t e = 0; e < events.size(); ++e) {
+        if (events[e].op != mt::collective::alltoall || events[e].axes != mt::axis_set{expert_axes}) continue;
+        if (events[e].kind == mt::plan_event_kind::blocking) {
+          ++blocking;
+          continue;
+        }
+        auto& [start, wait] = started_waited[events[e].ticket];
+        (events[e].kind == mt::plan_event_kind::started ? start : wait) = e;
+      }
+      REQUIRE(blocking == 1);
+      REQUIRE(started_waited.size() == static_cast<std::size_t>(4 * chunks));
+      std::size_t behind_products = 0;
+      for (const auto& [ticket, sw] : started_waited) {
+        bool products_between = false;
+        for (std::size_t e = sw.first + 1; e <= sw.second; ++e) products_between |= !events[e].before.products.empty();
+        behind_products += products_between;
+      }
+      // Forward and backward: chunk 1's rows out behind chunk 0's products, chunk 0's back behind chunk 1's.
+      REQUIRE(behind_products >= 4);
+    }
+  });
+}
+
+TEST_CASE("routed_moe's ragged dispatch refuses more chunks than a processor has experts, by name",
+          "[nn][moe][routed][ragged]") {
+  const auto g = world_grid();
+  using L = L_ge_rc;
+  const model<L> m(g);
+  const std::int64_t held = E / g.communicator().size_over(mt::axis_set{L::template split_of<experts>().mask()});
+  for (const std::int64_t chunks : {std::int64_t{0}, held + 1}) {
+    auto o = ragged_of(deepseek_like);
+    o.overlap_chunks = chunks;
+    REQUIRE_THROWS_WITH(nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, o),
+                        Catch::Matchers::ContainsSubstring(mt::detail::cat("overlap_chunks = ", chunks)) &&
+                            Catch::Matchers::ContainsSubstring(mt::detail::cat("a processor holds ", held, " of the 8 experts")) &&
+                            Catch::Matchers::ContainsSubstring(mt::detail::cat("give 1 (no overlap) to ", held)));
+  }
+}
+
+TEST_CASE("routed_moe's ragged dispatch refuses a capacity and layouts it cannot serve, by name",
           "[nn][moe][routed][ragged]") {
   const auto g = world_grid();
   {
@@ -529,7 +628,7 @@ TEST_CASE("routed_moe's ragged dispatch refuses a capacity, chunks, and layouts 
     auto o = ragged_of(mixtral_like);
     o.capacity = 2;
     REQUIRE_THROWS_WITH(nn::routed_moe<dims>(m.x, m.wr, m.bias, m.wg, m.wu, m.wd, o),
-                        Catch::Matchers::ContainsSubstring("needs capacity = 0 and overlap_chunks = 1; got capacity = 2"));
+                        Catch::Matchers::ContainsSubstring("the ragged dispatch is dropless: it needs capacity = 0; got capacity = 2"));
   }
   {  // experts over cols, groups over rows: a token's experts lie where its group is not
     using L_g_r_e_c = mt::layout<grid, mt::split<group, r_>, mt::split<experts, c_>>;

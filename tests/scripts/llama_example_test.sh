@@ -260,10 +260,13 @@ case $case_ in
       same one.csv "mesh${mesh// /x}.csv" 1
     done
     # the ragged dispatch (dropless without buffers): the one-hot dispatch's losses, dropless too; on
-    # [2 x 2] each expert's d_ff over cols too (expert tensor parallelism)
+    # [2 x 2] each expert's d_ff over cols too (expert tensor parallelism), and each rank's 2 experts
+    # in 2 chunks (one chunk's rows in flight while the other's experts compute)
     for mesh in "2 1" "2 2"; do
+      chunks=1
+      [ "$mesh" = "2 2" ] && chunks=2
       run $((${mesh% *} * ${mesh#* })) --mesh $mesh --layout tensor --steps 4 "${blocks[@]}" --moe-dispatch ragged \
-        --csv "ragged${mesh// /x}.csv"
+        --expert-chunks $chunks --csv "ragged${mesh// /x}.csv"
       same one.csv "ragged${mesh// /x}.csv" 1
     done
     # its plan: the same collectives; the rows each rank sends back and holds are the router's (an even
@@ -323,7 +326,8 @@ case $case_ in
     echo "the first stage's planned activations: 1f1b $a1 GiB, gpipe $ag GiB"
     awk -v a="$a1" -v g="$ag" 'BEGIN { exit !(a > 0 && a < g) }' || { echo "FAIL: 1F1B's first stage plans no fewer activations than GPipe's"; exit 1; }
     refused "--q-rank 8|--q-rank needs --kv-rank N" \
-            "--experts 4 --moe-dispatch ragged --capacity 4|the ragged dispatch is dropless and unchunked" \
+            "--experts 4 --moe-dispatch ragged --capacity 4|the ragged dispatch is dropless: it needs capacity = 0" \
+            "--experts 4 --moe-dispatch ragged --expert-chunks 5|overlap_chunks = 5 cuts each processor's experts into chunks, but a processor holds 4 of the 4 experts" \
             "--layout data --kv-rank 8 --q-rank 8 --d-rope 4|--kv-rank: latent attention is built for --layout tensor" \
             "--experts 2 --layers 2 --dense-blocks 2|--dense-blocks 2 leaves none of the --layers 2 blocks" \
             "--pipeline 2|2 stages of 1 processors need 2 ranks; the communicator has 1" \

@@ -40,7 +40,8 @@
 // combine, balance loss), an allreduce over Group's axes for each of load and routed, and the shared
 // experts' products; with overlap_chunks = n, the dispatch, expert products, return and combine n
 // times (on n pieces of the buffers); ragged, three alltoalls over Experts' axes (the counts, the rows
-// out, the rows back) in place of the dispatch, products, return and combine. Gradients: through x, the router, the three expert weights and the shared
+// out, the rows back) in place of the dispatch, products, return and combine, and in n chunks (of
+// each processor's experts) the rows out and back once per chunk, 1 + 2 n. Gradients: through x, the router, the three expert weights and the shared
 // experts' weights, by the ops used; in chunks, each chunk's alltoalls back run behind the other
 // chunks' products as forward (relayout_in_flight's rule).
 #include <cmath>
@@ -63,7 +64,7 @@ enum class router_scores { softmax, sigmoid };  // Mixtral's; DeepSeek-V3's
 // How tokens reach their experts. one_hot: Mesh-TensorFlow's dispatch and combine einsums over
 // buffers of `capacity` slots, any layout. ragged: dropless, each (token, choice) row sent to its
 // expert's processor and the experts' rows in one product each (ragged_experts.hpp); needs
-// capacity = 0 and overlap_chunks = 1, Experts split over axes that split Group, DModel not split,
+// capacity = 0 (overlap_chunks cuts each processor's experts), Experts split over axes that split Group, DModel not split,
 // DFf split over none of Group's axes.
 enum class moe_dispatch { one_hot, ragged };
 
@@ -73,8 +74,9 @@ struct routed_moe_options {
   bool normalize_weights = true;  // a token's k weights sum to 1 (before weight_scale)
   double weight_scale = 1.0;      // DeepSeek-V3's routed_scaling_factor: 2.5
   std::int64_t capacity = 0;      // tokens per expert per group; 0: dropless
-  // The buffers' slots cut into this many chunks (at most the capacity): the dispatch alltoall of
-  // the next chunk and the return of the last run while a chunk's experts compute. 1: no overlap.
+  // The buffers' slots (one-hot: at most the capacity) or each processor's experts (ragged: at most
+  // the fewest a processor holds) cut into this many chunks: the dispatch alltoall of the next chunk
+  // and the return of the last run while a chunk's experts compute. 1: no overlap.
   std::int64_t overlap_chunks = 1;
   moe_dispatch dispatch = moe_dispatch::one_hot;
 };
@@ -143,7 +145,7 @@ constexpr comm_plan routed_moe_plan(std::int64_t chunks = 1, moe_dispatch dispat
   comm_plan p{};
   p.then(einsum_plan<type_list<G, S, EU>, X, WR>());
   if (dispatch == moe_dispatch::ragged) {
-    p.then(detail::ragged_experts_plan<Dims, X>()).then(reduce_mean_plan<Balance, G, EU>()).then(reduce_plan<Load, Chosen>());
+    p.then(detail::ragged_experts_plan<Dims, X>(chunks)).then(reduce_mean_plan<Balance, G, EU>()).then(reduce_plan<Load, Chosen>());
   } else {
     for (std::int64_t c = 0; c < chunks; ++c) p.then(per_chunk);
     p.then(reduce_mean_plan<Balance, G, EU>()).then(reduce_plan<Load, Chosen>()).then(reduce_plan<Load, Kept>());
@@ -200,10 +202,10 @@ auto routed_experts(const X& x, const WR& w_router, const B& router_bias, const 
   const std::int64_t capacity = o.capacity == 0 ? tokens : o.capacity;
   const std::int64_t chunks = o.overlap_chunks;
   const bool ragged = o.dispatch == nn::moe_dispatch::ragged;
-  if (ragged && (o.capacity != 0 || chunks != 1))
-    throw shape_error(cat("routed_moe: the ragged dispatch is dropless and unchunked: it needs capacity = 0 and ",
-                          "overlap_chunks = 1; got capacity = ", o.capacity, ", overlap_chunks = ", chunks));
-  if (chunks < 1 || chunks > capacity)
+  if (ragged && o.capacity != 0)
+    throw shape_error(cat("routed_moe: the ragged dispatch is dropless: it needs capacity = 0; got capacity = ",
+                          o.capacity));
+  if (!ragged && (chunks < 1 || chunks > capacity))
     throw shape_error(cat("routed_moe: overlap_chunks = ", chunks, " cuts an expert's buffer of ", capacity,
                           " slots (dim '", C::name(), "'", o.capacity == 0 ? ", dropless: the tokens per group" : "",
                           "); give 1 (no overlap) to ", capacity));
@@ -234,7 +236,7 @@ auto routed_experts(const X& x, const WR& w_router, const B& router_bias, const 
     };
     const auto out = ragged_experts<Dims>(ordered(x, type_list<G, S, M>{}), ordered(chosen, type_list<G, S, K>{}),
                                           ordered(w_gate, type_list<E, M, F>{}), ordered(w_up, type_list<E, M, F>{}),
-                                          ordered(w_down, type_list<E, F, M>{}));
+                                          ordered(w_down, type_list<E, F, M>{}), chunks);
     Y y = ordered(reduce_sum<K>(out * weights), type_list<G, S, M>{});
     auto [aux_loss, load] = balance();
     auto routed = load;  // dropless: every choice is routed
