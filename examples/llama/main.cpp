@@ -386,7 +386,8 @@ int main(int argc, char** argv) try {
   app.add_option("--log-every", o.log_every, "steps between printed losses")->check(CLI::PositiveNumber)->capture_default_str();
   app.add_option("--csv", o.csv, "write every step's loss to this file");
   app.add_option("--experts", o.experts, "a mixture of experts in every block: this many routed SwiGLU experts, each "
-                 "--d-ff wide, in place of the feed-forward (--layout data or tensor: the experts split where the batch is)")
+                 "--d-ff wide, in place of the feed-forward (--layout data or tensor: the experts split where the batch is; context: "
+                 "over rows and cols, each block's sequences moved whole to where they route)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--top-k", o.top_k, "with --experts: the experts each token goes to")->capture_default_str();
   app.add_option("--shared-experts", o.shared_experts, "with --experts: SwiGLU experts every token goes through beside them")
@@ -491,9 +492,10 @@ int main(int argc, char** argv) try {
                                   "which CMake's MESHTENSOR_LLAMA_LAYOUT sets): build without it for all four",
                                   o.layout, only_layout, only_layout));
     if (o.experts > 0) {
-      if (o.layout != "data" && o.layout != "tensor")
-        throw mt::error(fmt::format("--experts: a sequence is routed as a group, which --layout {} splits: use "
-                                    "--layout data or tensor", o.layout));
+      if (o.layout == "context_tensor")
+        throw mt::error("--experts: a sequence is routed as a group, which --layout context_tensor splits over rows "
+                        "(zigzag) with nothing to move it to: use --layout data, tensor or context (which routes each "
+                        "block's sequences whole, moved by an alltoall over cols)");
       if (o.experts < 2 || o.top_k < 1 || o.top_k > o.experts)
         throw mt::error(fmt::format("--experts {} --top-k {}: needs at least 2 experts and 1 <= --top-k <= --experts",
                                     o.experts, o.top_k));

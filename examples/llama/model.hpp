@@ -41,7 +41,9 @@ using grid = mt::mesh<rows, cols>;
 using data_layout = mt::layout<grid, mt::split<batch, rows, cols>, mt::split<experts, rows, cols>>;
 using tensor_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<experts, rows>, mt::split<kv_heads, cols>,
                                  mt::split<d_ff, cols>, mt::split<vocab, cols>>;
-using context_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<length, cols>>;
+// --experts: the experts over rows and cols (expert parallelism over every processor), routed
+// under data_layout (routing_layout below).
+using context_layout = mt::layout<grid, mt::split<batch, rows>, mt::split<length, cols>, mt::split<experts, rows, cols>>;
 // The ring's layout cuts the sequence zigzag (chunks q and 2P - 1 - q on part q): under the causal
 // mask every part then computes as many blocks, where a contiguous split leaves the last part P
 // blocks and the first one.
@@ -54,9 +56,24 @@ using context_tensor_layout = mt::layout<grid, mt::zigzag<length, rows>, mt::spl
 // reduce_scatter, and Adam's state is split as the weight is.
 using context_tensor_sharded = mt::layout<grid, mt::split<d_model, rows>, mt::split<kv_heads, cols>, mt::split<d_ff, cols>,
                                           mt::split<vocab, cols>>;
-// Routing is decided within a sequence: the layouts that split it have no experts.
+// Routing is decided within a sequence (a group): a layout that keeps each sequence whole routes
+// under itself. The context layout (the sequence over cols) routes under data_layout: a block's
+// normalised input moves there by one alltoall over cols (each processor then holds whole
+// sequences, the batch over rows and cols, where the experts are split alike), its output back by
+// another; the experts' weights are split as there already, so they move nothing. The sequence
+// over rows, zigzag (context_tensor), has no experts.
 template <class L>
-constexpr bool routes_experts = L::template split_of<length>().count == 0;
+struct routing_layout_of {
+  using type = std::conditional_t<L::template split_of<length>().count == 0, L, void>;
+};
+template <>
+struct routing_layout_of<context_layout> {
+  using type = data_layout;
+};
+template <class L>
+using routing_layout = typename routing_layout_of<L>::type;
+template <class L>
+constexpr bool routes_experts = !std::is_void_v<routing_layout<L>>;
 // Latent attention (--kv-rank) is built for the tensor layout alone, DeepSeek's on [N x 1] (the
 // batch and the experts over N: expert and data parallelism) and with the heads over cols on
 // [N x M]: each layout that builds it compiles its products again, forward and backward.
@@ -308,9 +325,16 @@ struct model {
   // A weight as the computation in C uses it: itself (float32), or a bf16 copy whose gradient flows
   // back to the float weight, which Adam updates (--dtype bf16: mixed precision); with --fsdp,
   // gathered under L (cast first: the allgather then moves half the bytes).
-  template <class C, class W>
-  static auto as(const W& w) {
-    return mt::use_as<C, L>(w);
+  template <class C, class W, class U = L>
+  static auto as(const W& w, U = {}) {
+    return mt::use_as<C, U>(w);
+  }
+
+  // x under To's layout: itself where it is there already, else relayouted (its gradient back alike).
+  template <class To, class X>
+  static To moved(const X& x) {
+    if constexpr (std::is_same_v<To, X>) return x;
+    else return mt::relayout<To>(x);
   }
 
   template <class W>
@@ -425,17 +449,19 @@ struct model {
   template <class C, class N>
   N experts_of(const N& n, std::size_t b) const {
     const std::size_t e = b - dense_blocks;
-    const auto routed = nn::routed_moe<expert_dims>(n, as<C>(w_router[e]), as<C>(router_bias[e]), as<C>(expert_gate[e]),
-                                                    as<C>(expert_up[e]), as<C>(expert_down[e]), routing);
+    using R = routing_layout<L>;
+    const auto routed = nn::routed_moe<expert_dims>(
+        moved<mt::with_layout_t<N, R>>(n), as<C>(w_router[e], R{}), as<C>(router_bias[e], R{}),
+        as<C>(expert_gate[e], R{}), as<C>(expert_up[e], R{}), as<C>(expert_down[e], R{}), routing);
     // The weighted balance loss rides on the block's output (mt::with_loss): a recomputed block makes
     // it again with the rest, so nothing it reads (the attention's output, the norm) is kept for it
     // between the passes; its value goes to last_aux_loss for the reported loss.
-    const scalar aux = scalar(in_float(routed.aux_loss) * aux_loss_weight);
+    const scalar aux = moved<scalar>(in_float(routed.aux_loss) * aux_loss_weight);
     if (!mt::recomputing()) {
-      last_loads.push_back(in_float(routed.load));
+      last_loads.push_back(moved<t<experts_unsplit>>(in_float(routed.load)));
       last_aux_loss = last_aux_loss ? scalar(*last_aux_loss + aux.detached()) : aux.detached();
     }
-    const N y = mt::with_loss(routed.y, aux);
+    const N y = mt::with_loss(moved<N>(routed.y), aux);
     if (b >= w_gate.size()) return y;  // no shared experts
     return N(y + nn::gated_feed_forward<d_model, d_ff>(n, as<C>(w_gate[b]), as<C>(w_up[b]), as<C>(w_down[b])));
   }

@@ -26,13 +26,15 @@
 #   moe            a mixture of experts (4 routed SwiGLU experts, top 2, one shared, sigmoid scores,
 #                  DeepSeek-V3's bias balancing) under tensor (experts over rows, their d_ff over
 #                  cols) on [2 x 2], its buffers in 3 chunks (dispatch and return overlapped), gives
-#                  one processor's losses (1e-4; data and tensor whole: the deepseek case), a resumed
+#                  one processor's losses (1e-4; data and tensor whole: the deepseek case), as
+#                  does context on [2 x 2] (the sequence over cols, each block's sequences moved
+#                  whole to route: the ragged dispatch, each rank's one expert), a resumed
 #                  run continues them (the biases in the checkpoint), and learns;
 #                  without the biases' updates the losses differ; every block recomputed
 #                  (--recompute) gives the same losses; one step against its plan
-#                  (bf16, capacity 8, 1 and 2 chunks, 2 chunks recomputed); Mixtral 8x7B
+#                  (bf16, capacity 8, 1 and 2 chunks, 2 chunks recomputed; context); Mixtral 8x7B
 #                  planned: 46.70 billion parameters, 12.88 billion active (Mistral: 46.7 and 12.9);
-#                  --experts with a layout that splits the sequence, and --top-k without --experts,
+#                  --experts with the ring's zigzag layout, and --top-k without --experts,
 #                  refused by name
 #   deepseek       DeepSeek-V3's blocks (multi-head latent attention, a dense first block, then 4
 #                  routed experts, top 2, beside a shared one, sigmoid scores) under tensor on
@@ -223,6 +225,11 @@ case $case_ in
     # the experts' buffers in 3 chunks, dispatch and return overlapping the products: the same losses
     run 4 --mesh 2 2 --layout tensor --steps 4 "${moe[@]}" --expert-chunks 3 --csv chunks.csv
     same one.csv chunks.csv 1
+    # the sequence split over cols (context parallelism): each block's normalised input moved by an
+    # alltoall to whole sequences over rows and cols, routed (the ragged dispatch, dropless as
+    # above) and moved back: the same losses
+    run 4 --mesh 2 2 --layout context --steps 4 "${moe[@]}" --moe-dispatch ragged --csv context.csv
+    same one.csv context.csv 1
     # every block recomputed in the backward pass: routed again alike, its loads and balance loss
     # kept from the first run, the same losses (the router's bias moved by the loads each step)
     run 2 --mesh 2 1 --steps 4 "${moe[@]}" --recompute --csv recomputed.csv
@@ -234,9 +241,10 @@ case $case_ in
     same whole.csv resumed.csv 4
     run 4 --mesh 2 2 --layout tensor --steps 40 "${moe[@]}" --csv learns.csv
     awk -F, 'NR == 2 { first = $2 } END { print "loss " first " -> " $2; exit !($2 < 0.8 * first) }' learns.csv
-    for extra in "--expert-chunks 1" "--expert-chunks 2" "--expert-chunks 2 --recompute"; do
+    for extra in "--layout data --expert-chunks 1" "--layout data --expert-chunks 2" \
+                 "--layout data --expert-chunks 2 --recompute" "--layout context"; do
       # shellcheck disable=SC2086
-      out=$("$mpiexec" -n 4 "$llama" --text "$text" --check-plan --memory-tolerance 0.01 --layout data --mesh 2 2 \
+      out=$("$mpiexec" -n 4 "$llama" --text "$text" --check-plan --memory-tolerance 0.01 --mesh 2 2 \
               --dtype bf16 --capacity 8 $extra "${moe[@]}" 2>&1) ||
         { echo "$out"; echo "FAIL: --check-plan with --experts, $extra"; exit 1; }
       grep 'check-plan' <<<"$out"
@@ -248,7 +256,7 @@ case $case_ in
     # = 46702792704; active: less 32 x 6 x 176160768 = 12879925248.
     parameters "Mixtral 8x7B" 46702792704 12879925248 --mesh 8 1 --layout tensor --d-model 4096 --layers 32 --kv-heads 8 \
       --group 4 --d-kv 128 --d-ff 14336 --vocab 32000 --experts 8 --top-k 2 --batch 8 --length 4096 --dtype bf16
-    refused "--layout context --experts 4|--experts: a sequence is routed as a group, which --layout context splits" \
+    refused "--layout context_tensor --attention ring --experts 4|--experts: a sequence is routed as a group, which --layout context_tensor splits" \
             "--top-k 2|--top-k needs --experts N" ;;
   deepseek)
     blocks=(--layers 3 --dense-blocks 1 --dense-d-ff 96 --kv-rank 24 --q-rank 32 --d-rope 8 --group 1 --kv-heads 4
