@@ -319,8 +319,9 @@ int run(const mt::environment& env, const options& o) {
     const auto text = read_text(o.text, o.length + 2);
     if (o.check_plan) return o.dtype == "bf16" ? check_pipeline<L, PL, mt::bf16>(o, text, root) : check_pipeline<L, PL, float>(o, text, root);
     pl::stages<grid> st(MPI_COMM_WORLD, o.pipeline, {o.mesh[0], o.mesh[1]});
-    write_csv(0, (o.dtype == "bf16" ? train_pipeline<L, PL, mt::bf16>(st, o, text, root)
-                                     : train_pipeline<L, PL, float>(st, o, text, root)).losses);
+    const auto run = o.dtype == "bf16" ? train_pipeline<L, PL, mt::bf16>(st, o, text, root)
+                                       : train_pipeline<L, PL, float>(st, o, text, root);
+    write_csv(run.first_step, run.losses);
     return 0;
   }
   const grid g(env, {o.mesh[0], o.mesh[1]});
@@ -467,10 +468,13 @@ int main(int argc, char** argv) try {
       read_config(o, o.pretrained.empty() ? o.config : o.pretrained + "/config.json");
     }
     if (o.pipeline > 1) {
-      for (const char* flag : {"--resume", "--save-every", "--generate", "--logits-out", "--from-pretrained",
-                               "--save-pretrained", "--fsdp"})
+      for (const char* flag : {"--generate", "--logits-out", "--from-pretrained", "--save-pretrained", "--fsdp"})
         if (app.count(flag) > 0)
-          throw mt::error(fmt::format("--pipeline {} trains from scratch and plans; {} is for an unpipelined run", o.pipeline, flag));
+          throw mt::error(fmt::format("--pipeline {} trains (from scratch or its own checkpoints) and plans; {} is for an "
+                                      "unpipelined run", o.pipeline, flag));
+      if (o.tie_embeddings)  // Megatron sums the two copies' gradients over an embedding group; not built here
+        throw mt::error(fmt::format("--tie-embeddings with --pipeline {}: the first stage's embedding and the last "
+                                    "stage's output layer would be two copies trained apart", o.pipeline));
       if (o.pipeline > o.layers)
         throw mt::error(fmt::format("--pipeline {} stages need at least as many blocks; --layers is {}", o.pipeline, o.layers));
       if (!o.calibration.empty())

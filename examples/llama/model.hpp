@@ -205,8 +205,11 @@ struct model {
       "model.layers.{}.self_attn.kv_a_layernorm.weight", "model.layers.{}.self_attn.kv_b_proj.k",
       "model.layers.{}.self_attn.kv_b_proj.v"};
   static constexpr const char* router_bias_name = "model.layers.{}.moe.router.bias";
-  // f(name, tensor) for every weight, named by its block (the experts' entries start at the first
-  // block with experts, after --dense-blocks).
+  // f(name, tensor) for every weight, named by its block in the whole model (the experts' entries
+  // start at the first block with experts, after --dense-blocks; a pipeline stage's blocks at its
+  // first), so that a pipeline's stages name each tensor once. A stage's stand-ins (the embedding
+  // where it has none, the final norm where it has no output layer: never read) are named as the
+  // stage's own.
   template <class F>
   void each_named(F&& f) {
     static_assert(std::tuple_size_v<decltype(tie())> == std::size(names), "a name for every tensor of tie()");
@@ -214,9 +217,12 @@ struct model {
     const auto visit = [&]<class P>(P& p) {
       const void* at = &p;
       const bool of_experts = at == &w_router || at == &expert_gate || at == &expert_up || at == &expert_down;
-      const std::size_t first = of_experts ? dense_blocks : 0;
+      const std::size_t first = part_.first_block + (of_experts ? dense_blocks : 0);
+      const bool stand_in = (at == &embedding && !part_.embedding) || (at == &final_norm && !part_.output);
       if constexpr (is_vector<P>)
         for (std::size_t b = 0; b < p.size(); ++b) f(fmt::format(fmt::runtime(names[kind]), first + b), p[b]);
+      else if (stand_in)
+        f(fmt::format("pipeline.stage_from_block_{}.stand_in.{}", part_.first_block, names[kind]), p);
       else
         f(std::string(names[kind]), p);
       ++kind;
@@ -227,13 +233,13 @@ struct model {
   template <class F>
   void each_buffer(F&& f) {
     for (std::size_t b = 0; b < router_bias.size(); ++b)
-      f(fmt::format(fmt::runtime(router_bias_name), dense_blocks + b), router_bias[b]);
+      f(fmt::format(fmt::runtime(router_bias_name), part_.first_block + dense_blocks + b), router_bias[b]);
   }
 
   // random: drawn as for training from scratch; else zeros, for weights a checkpoint fills (drawing
   // 8 billion normal numbers only to overwrite them took longer than reading them). part: with
   // --pipeline, a stage's share of the model (o.layers and o.dense_blocks then the stage's).
-  model(const grid& g, const options& o, bool random = true, stage_part part = {}) {
+  model(const grid& g, const options& o, bool random = true, stage_part part = {}) : part_(part) {
     const mt::plan_kind_scope as_parameters(mt::memory_kind::parameters);  // what a plan counts them as
     const std::int64_t dm = o.d_model, kv = o.kv_heads, gr = o.group, dk = o.d_kv, ff = o.d_ff;
     std::uint64_t seed = 1;
@@ -309,6 +315,7 @@ struct model {
     std::apply([](auto&... p) { (mt::for_each_tensor(p, [](auto& w) { w.requires_grad(); }), ...); }, tie());
   }
 
+  stage_part part_;  // the whole model, or a pipeline stage's share of it
   bool recompute = false;
   std::size_t dense_blocks = 0;  // with --experts, the first blocks' feed-forward is dense (--dense-blocks)
   std::int64_t loss_chunks = 1;  // --loss-chunks

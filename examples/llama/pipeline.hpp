@@ -195,12 +195,15 @@ std::int64_t plan_pipeline(const options& o, bool print) {
 }
 
 struct pipeline_run {
-  std::vector<double> losses;  // every step's, on every rank
+  std::int64_t first_step = 0;  // the step resumed from (--resume), else 0
+  std::vector<double> losses;   // every step's since, on every rank
   std::int64_t parameter_bytes = 0, optimizer_state_bytes = 0;  // this processor's
 };
 
 // Trains on st's ranks; every step's loss is the last stage's cross-entropy plus every stage's
-// balance losses, as an unpipelined run reports it.
+// balance losses, as an unpipelined run reports it. Checkpoints (--save-every, --resume): one for
+// the whole pipeline, a shard per stage (checkpoints::save_shard), each tensor under its name in
+// the whole model; a pipeline resumes one of as many stages (the stand-ins are each stage's own).
 template <class L, class PL, class C>
 pipeline_run train_pipeline(pl::stages<grid>& st, const options& o, const std::vector<unsigned char>& text, bool root) {
   const grid& g = st.mesh();
@@ -212,8 +215,36 @@ pipeline_run train_pipeline(pl::stages<grid>& st, const options& o, const std::v
   std::mt19937_64 rng(7);  // the batches of an unpipelined run of microbatches x batch sequences
   std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
+  auto params = sm.m.tie();
+  const auto state = [&] {  // the stage's weights, Adam's moments of them, and the router's biases
+    mt::io::tensor_set set;
+    std::vector<std::string> names;
+    sm.m.each_named([&](const std::string& name, auto& w) { set.add(names.emplace_back(name), w); });
+    mt::io::add_optimizer_state(set, adam, params, names);
+    sm.m.each_buffer([&](const std::string& name, auto& w) { set.add(name, w); });
+    return set;
+  };
+  // What the data stream and the stages' shards depend on: a resumed run must match them.
+  const mt::io::metadata config{{"batch", std::to_string(o.batch)}, {"length", std::to_string(o.length)},
+                                {"text", o.text}, {"microbatches", std::to_string(o.microbatches)},
+                                {"pipeline", std::to_string(o.pipeline)}};
   pipeline_run run;
-  for (std::int64_t step = 0; step < o.steps; ++step) {
+  if (!o.resume.empty()) {
+    const mt::io::checkpoints saved(o.resume);
+    mt::io::tensor_set none;  // the metadata first: another pipeline's stages hold other tensors
+    const auto meta = saved.load(none, g.communicator().cart());
+    for (const auto& [k, v] : config)
+      if (!meta.count(k) || meta.at(k) != v)
+        throw mt::io_error(fmt::format("--resume {}: the checkpoint has {} = {}, this run {}", o.resume, k,
+                                       meta.count(k) ? meta.at(k) : "(none: not a pipeline's)", v));
+    if (!meta.count("step")) throw mt::io_error(fmt::format("--resume {}: the checkpoint has no step", o.resume));
+    auto set = state();
+    (void)saved.load(set);
+    run.first_step = std::stoll(meta.at("step"));
+    adam.set_steps(run.first_step);
+    for (std::int64_t k = 0; k < run.first_step * o.microbatches * o.batch; ++k) (void)start(rng);  // drawn before
+  }
+  for (std::int64_t step = run.first_step; step < o.steps; ++step) {
     std::vector<ids_t> step_ids, step_labels;
     for (std::int64_t mb = 0; mb < o.microbatches; ++mb) {
       for (std::int64_t b = 0; b < o.batch; ++b)
@@ -230,6 +261,13 @@ pipeline_run train_pipeline(pl::stages<grid>& st, const options& o, const std::v
     double loss = 0;
     MPI_Allreduce(&part, &loss, 1, MPI_DOUBLE, MPI_SUM, st.whole());
     run.losses.push_back(loss);
+    if (o.save_every > 0 && (step + 1) % o.save_every == 0) {
+      auto meta = config;
+      meta["step"] = std::to_string(step + 1);
+      const auto name =
+          mt::io::checkpoints(o.checkpoint).save_shard(state(), st.index(), o.pipeline, st.whole(), step + 1, meta);
+      if (root) fmt::print("saved {}/{}\n", o.checkpoint, name);
+    }
     if (root && ((step + 1) % o.log_every == 0 || step + 1 == o.steps)) {
       fmt::print("step {:5d}  loss {:.4f}\n", step + 1, loss);
       std::fflush(stdout);
@@ -246,6 +284,7 @@ pipeline_run train_pipeline(pl::stages<grid>& st, const options& o, const std::v
 template <class L, class PL, class C>
 int check_pipeline(options o, const std::vector<unsigned char>& text, bool root) {
   o.steps = 1;
+  o.save_every = 0;  // the step alone, as the unpipelined check
   pl::stages<grid> st(MPI_COMM_WORLD, o.pipeline, {o.mesh[0], o.mesh[1]});
   const grid& g = st.mesh();
   g.reset_counters();

@@ -42,12 +42,13 @@
 #                  processor's losses (1e-4) and learn; one bf16 step against its plan; DeepSeek-V3
 #                  planned: 671.03 billion parameters, 37.55 billion active (DeepSeek: 671 and 37);
 #                  --pipeline 2 (2 microbatches of 4) gives one processor's losses of 8 on 2
-#                  stages of [1 x 1] and (ragged, recomputed, ZB-H1) of [1 x 2], and its bf16 step
+#                  stages of [1 x 1] and (ragged, recomputed, ZB-H1) of [1 x 2], resumed from its
+#                  checkpoint (a shard per stage) continues those losses, and its bf16 step
 #                  on 2 stages of [2 x 1] equals its plan; --plan --pipeline 2: the stages' blocks
 #                  and parameters are the model's, the first stage holds 2 microbatches under 1F1B
 #                  and 4 under GPipe, and plans fewer activations under 1F1B; --q-rank without
 #                  --kv-rank, --kv-rank under --layout data, --dense-blocks as many as --layers,
-#                  --pipeline on too few ranks, with --resume or past --layers, --microbatches
+#                  --pipeline on too few ranks, with --fsdp, --tie-embeddings or past --layers, --microbatches
 #                  without --pipeline refused by name
 #   check_plan     one step against its plan under tensor, context (bf16, all-to-all) and
 #                  context_tensor (the ring, the loss in 4 pieces; and bf16 with --fsdp and
@@ -305,6 +306,17 @@ case $case_ in
     # [1 x 2] (each expert's d_ff over cols) by the ragged dispatch, recomputed, under ZB-H1
     run 2 --layout tensor --steps 4 "${blocks[@]}" --pipeline 2 --microbatches 2 --batch 4 --csv pipe2.csv
     same one.csv pipe2.csv 1
+    # a pipeline's checkpoint (a shard per stage, the whole model's names): saved at step 2 and
+    # resumed, the run continues the whole one's losses
+    run 2 --layout tensor --steps 2 "${blocks[@]}" --pipeline 2 --microbatches 2 --batch 4 --checkpoint pipe_ckpt \
+      --save-every 2
+    run 2 --layout tensor --steps 4 "${blocks[@]}" --pipeline 2 --microbatches 2 --batch 4 --resume pipe_ckpt \
+      --csv pipe_resumed.csv
+    same pipe2.csv pipe_resumed.csv 3
+    out=$("$mpiexec" -n 3 "$llama" --text "$text" --layout tensor --steps 4 "${blocks[@]}" --pipeline 3 --microbatches 2 \
+            --batch 4 --resume pipe_ckpt 2>&1) && { echo "$out"; echo "FAIL: a 2-stage checkpoint resumed on 3 stages"; exit 1; }
+    grep -q -- "--resume pipe_ckpt: the checkpoint has pipeline = 2, this run 3" <<<"$out" ||
+      { echo "$out"; echo "FAIL: a 2-stage checkpoint on 3 stages not refused by name"; exit 1; }
     run 4 --mesh 1 2 --layout tensor --steps 4 "${blocks[@]}" --pipeline 2 --microbatches 2 --batch 4 \
       --moe-dispatch ragged --recompute --schedule zb-h1 --csv pipe4.csv
     same one.csv pipe4.csv 1
@@ -339,7 +351,8 @@ case $case_ in
             "--layout data --kv-rank 8 --q-rank 8 --d-rope 4|--kv-rank: latent attention is built for --layout tensor" \
             "--experts 2 --layers 2 --dense-blocks 2|--dense-blocks 2 leaves none of the --layers 2 blocks" \
             "--pipeline 2|2 stages of 1 processors need 2 ranks; the communicator has 1" \
-            "--pipeline 2 --resume x|--pipeline 2 trains from scratch and plans; --resume is for an unpipelined run" \
+            "--pipeline 2 --fsdp|--pipeline 2 trains (from scratch or its own checkpoints) and plans; --fsdp is for an unpipelined run" \
+            "--pipeline 2 --tie-embeddings|--tie-embeddings with --pipeline 2: the first stage's embedding and the last stage's output layer would be two copies trained apart" \
             "--plan --pipeline 3 --layers 2|--pipeline 3 stages need at least as many blocks; --layers is 2" \
             "--plan --microbatches 4|--microbatches needs --pipeline P" ;;
   check_plan)
