@@ -356,6 +356,35 @@ void ragged_chunks(communicator& comm, axis_set axes, const ragged_routes& r, st
   back->wait();
 }
 
+// The element kernels of a chunk's rows [first, last) of flat views (free functions: CUDA allows no
+// device lambda inside the generic lambdas that run a chunk). h = silu(g) u:
+template <class Exec, class V>
+void swiglu_elements(const V& h, const V& g, const V& u, std::int64_t first, std::int64_t last) {
+  using T = typename V::value_type;
+  kernels::parallel_for(
+      "meshtensor::ragged_swiglu", kernels::range<Exec>(first, last),
+      KOKKOS_LAMBDA(std::int64_t i) { h(i) = T(fn::silu_fn::f(compute_t<T>(g(i))) * compute_t<T>(u(i))); });
+}
+// From dh, h's gradient: dh becomes the gate's gradient, h the up projection's (h is read no more).
+template <class Exec, class V>
+void swiglu_gradient_elements(const V& h, const V& dh, const V& g, const V& u, std::int64_t first, std::int64_t last) {
+  using T = typename V::value_type;
+  kernels::parallel_for(
+      "meshtensor::ragged_swiglu_grad", kernels::range<Exec>(first, last), KOKKOS_LAMBDA(std::int64_t i) {
+        const compute_t<T> gi = g(i), ui = u(i), dhi = dh(i), si = fn::silu_fn::f(gi);
+        h(i) = T(dhi * si);
+        dh(i) = T(dhi * ui * fn::silu_fn::df(gi, si));
+      });
+}
+// a += b
+template <class Exec, class V>
+void add_elements(const V& a, const V& b, std::int64_t first, std::int64_t last) {
+  using T = typename V::value_type;
+  kernels::parallel_for(
+      "meshtensor::ragged_rows_add", kernels::range<Exec>(first, last),
+      KOKKOS_LAMBDA(std::int64_t i) { a(i) = T(compute_t<T>(a(i)) + compute_t<T>(b(i))); });
+}
+
 // Forward: x's rows (tokens x M, token-major) through their chosen experts, to out (pairs x M).
 template <class Exec, class T>
 Kokkos::View<T*, typename Exec::memory_space> ragged_forward(communicator& comm, axis_set axes,
@@ -387,11 +416,8 @@ Kokkos::View<T*, typename Exec::memory_space> ragged_forward(communicator& comm,
       progress();
       first += n;
     }
-    const V g = s.gate.v, u = s.up.v, h = hidden.v;
-    kernels::parallel_for(
-        "meshtensor::ragged_swiglu", kernels::range<Exec>(from * f, (from + rows) * f), KOKKOS_LAMBDA(std::int64_t i) {
-          h(i) = T(fn::silu_fn::f(compute_t<T>(g(i))) * compute_t<T>(u(i)));
-        });
+    const V h = hidden.v;
+    swiglu_elements<Exec>(h, s.gate.v, s.up.v, from * f, (from + rows) * f);
     first = from;
     for (std::int64_t j = ch.first_expert; j < ch.first_expert + ch.experts; ++j) {
       const std::int64_t n = r.expert_rows[static_cast<std::size_t>(j)];
@@ -439,11 +465,8 @@ ragged_gradients<Exec, T> ragged_backward(communicator& comm, axis_set axes, con
     const auto& ch = r.chunks[c];
     const std::int64_t from = ch.grouped_from, rows = ch.received, last = ch.first_expert + ch.experts;
     gather_rows<Exec>(part(d_done.v, from * m, rows * m), received, s.received_at[c], rows, m);
-    const V g = s.gate.v, u = s.up.v, h = hidden.v, dh = d_hidden.v;
-    const auto swiglu_range = kernels::range<Exec>(from * f, (from + rows) * f);
-    kernels::parallel_for(
-        "meshtensor::ragged_swiglu", swiglu_range,
-        KOKKOS_LAMBDA(std::int64_t i) { h(i) = T(fn::silu_fn::f(compute_t<T>(g(i))) * compute_t<T>(u(i))); });
+    const V h = hidden.v, dh = d_hidden.v;
+    swiglu_elements<Exec>(h, s.gate.v, s.up.v, from * f, (from + rows) * f);
     std::int64_t first = from;
     for (std::int64_t j = ch.first_expert; j < last; ++j) {
       const std::int64_t n = r.expert_rows[static_cast<std::size_t>(j)];
@@ -461,13 +484,7 @@ ragged_gradients<Exec, T> ragged_backward(communicator& comm, axis_set axes, con
       progress();
       first += n;
     }
-    // dh becomes the gate's gradient, h the up projection's (h is read no more).
-    kernels::parallel_for(
-        "meshtensor::ragged_swiglu_grad", swiglu_range, KOKKOS_LAMBDA(std::int64_t i) {
-          const compute_t<T> gi = g(i), ui = u(i), dhi = dh(i), si = fn::silu_fn::f(gi);
-          h(i) = T(dhi * si);
-          dh(i) = T(dhi * ui * fn::silu_fn::df(gi, si));
-        });
+    swiglu_gradient_elements<Exec>(h, dh, s.gate.v, s.up.v, from * f, (from + rows) * f);
     first = from;
     for (std::int64_t j = ch.first_expert; j < last; ++j) {
       const std::int64_t n = r.expert_rows[static_cast<std::size_t>(j)];
@@ -484,10 +501,8 @@ ragged_gradients<Exec, T> ragged_backward(communicator& comm, axis_set axes, con
       progress();
       first += n;
     }
-    const V a = d_rows.v, b = d_rows_up.v;
-    kernels::parallel_for(
-        "meshtensor::ragged_rows_add", kernels::range<Exec>(from * m, (from + rows) * m),
-        KOKKOS_LAMBDA(std::int64_t i) { a(i) = T(compute_t<T>(a(i)) + compute_t<T>(b(i))); });
+    const V a = d_rows.v;
+    add_elements<Exec>(a, d_rows_up.v, from * m, (from + rows) * m);
     const V d_rows_here = part(a, from * m, rows * m);
     allreduce_slice<Exec, T>(comm, d_rows_here, w.width_axes, reduce_op::sum);
     gather_rows<Exec>(back, d_rows_here, s.grouped_at[c], rows, m);
@@ -598,8 +613,9 @@ auto ragged_experts(const X& x, const I& chosen, const WI& w_gate, const WI& w_u
         constexpr axis_set partial = X::layout_type::template split_of<G>().mask() & ~over.bits;
         auto d = ragged_backward<Exec, T>(g.mesh().communicator(), over, *saved, g.view(), w, tokens, k);
         push_fresh_grad(x, X(x.mesh(), x.extents(), d.x));
+        // A branch at run time: nvcc takes no constexpr local in a generic lambda's if constexpr.
         const auto push = [&](const auto& weight, auto&& grad) {
-          if constexpr (partial.empty()) push_fresh_grad(weight, std::move(grad));
+          if (partial.empty()) push_fresh_grad(weight, std::move(grad));
           else push_partial_grad(weight, std::move(grad), partial);
         };
         push(w_gate, WI(w_gate.mesh(), w_gate.extents(), d.gate));
