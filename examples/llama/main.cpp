@@ -79,14 +79,7 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
   if (load) load_pretrained(m, o.pretrained);
   mt::optim::adam adam({.lr = o.lr});
   auto params = m.tie();
-  const auto state = [&] {  // what a checkpoint holds: the weights and adam's moments
-    mt::io::tensor_set set;
-    std::vector<std::string> names;
-    m.each_named([&](const std::string& name, auto& w) { set.add(names.emplace_back(name), w); });
-    mt::io::add_optimizer_state(set, adam, params, names);
-    m.each_buffer([&](const std::string& name, auto& w) { set.add(name, w); });
-    return set;
-  };
+  const auto state = [&] { return m.checkpoint_state(adam, params); };
   std::mt19937_64 rng(7);  // the same batches on every rank and under every layout
   std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
   // What the data stream depends on: a resumed run must draw the same batches.
@@ -94,13 +87,7 @@ losses_from train(const grid& g, const options& o, const std::vector<unsigned ch
   std::int64_t step0 = 0;
   if (!o.resume.empty()) {
     auto set = state();
-    const auto meta = mt::io::checkpoints(o.resume).load(set);
-    for (const auto& [k, v] : data_config)
-      if (!meta.count(k) || meta.at(k) != v)
-        throw mt::io_error(fmt::format("--resume {}: the checkpoint has {} = {}, this run {}", o.resume, k,
-                                       meta.count(k) ? meta.at(k) : "(none)", v));
-    if (!meta.count("step")) throw mt::io_error(fmt::format("--resume {}: the checkpoint has no step", o.resume));
-    step0 = std::stoll(meta.at("step"));
+    step0 = resumed_step(mt::io::checkpoints(o.resume).load(set), data_config, o.resume);
     adam.set_steps(step0);
     for (std::int64_t k = 0; k < step0 * o.batch; ++k) (void)start(rng);  // the batches drawn before
   }

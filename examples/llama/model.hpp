@@ -3,6 +3,7 @@
 // blocks), the same code under every layout. main.cpp trains, plans and generates with it;
 // hugging_face.hpp maps it to and from Hugging Face checkpoints.
 #include <fmt/core.h>
+#include <meshtensor/io/checkpoint.hpp>
 #include <meshtensor/meshtensor.hpp>
 
 #include <algorithm>
@@ -125,6 +126,18 @@ struct stage_part {
   std::int64_t first_block = 0, whole_dense_blocks = 0;
 };
 
+// The step a checkpoint in dir resumes from, once its metadata matches what this run's data (and,
+// for a pipeline, its stages) depend on: io_error naming the key otherwise, alike on every rank
+// (each read the same metadata).
+inline std::int64_t resumed_step(const mt::io::metadata& meta, const mt::io::metadata& config, const std::string& dir) {
+  for (const auto& [k, v] : config)
+    if (!meta.count(k) || meta.at(k) != v)
+      throw mt::io_error(fmt::format("--resume {}: the checkpoint has {} = {}, this run {}", dir, k,
+                                     meta.count(k) ? meta.at(k) : "(none)", v));
+  if (!meta.count("step")) throw mt::io_error(fmt::format("--resume {}: the checkpoint has no step", dir));
+  return std::stoll(meta.at("step"));
+}
+
 template <class T>
 constexpr bool is_vector = false;
 template <class T>
@@ -228,6 +241,17 @@ struct model {
       ++kind;
     };
     std::apply([&](auto&... p) { (visit(p), ...); }, tie());
+  }
+  // What a checkpoint holds: the weights (params: tie()), adam's moments of them, and the router's
+  // biases, each under its name in the whole model.
+  template <class Adam, class Params>
+  mt::io::tensor_set checkpoint_state(Adam& adam, Params params) {
+    mt::io::tensor_set set;
+    std::vector<std::string> names;
+    each_named([&](const std::string& name, auto& w) { set.add(names.emplace_back(name), w); });
+    mt::io::add_optimizer_state(set, adam, params, names);
+    each_buffer([&](const std::string& name, auto& w) { set.add(name, w); });
+    return set;
   }
   // f(name, tensor) for the state that is not a parameter (a checkpoint holds it too).
   template <class F>

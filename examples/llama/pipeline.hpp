@@ -215,15 +215,7 @@ pipeline_run train_pipeline(pl::stages<grid>& st, const options& o, const std::v
   std::mt19937_64 rng(7);  // the batches of an unpipelined run of microbatches x batch sequences
   std::uniform_int_distribution<std::int64_t> start(0, static_cast<std::int64_t>(text.size()) - o.length - 2);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(o.batch * o.length)), labels(ids.size());
-  auto params = sm.m.tie();
-  const auto state = [&] {  // the stage's weights, Adam's moments of them, and the router's biases
-    mt::io::tensor_set set;
-    std::vector<std::string> names;
-    sm.m.each_named([&](const std::string& name, auto& w) { set.add(names.emplace_back(name), w); });
-    mt::io::add_optimizer_state(set, adam, params, names);
-    sm.m.each_buffer([&](const std::string& name, auto& w) { set.add(name, w); });
-    return set;
-  };
+  const auto state = [&] { return sm.m.checkpoint_state(adam, sm.m.tie()); };
   // What the data stream and the stages' shards depend on: a resumed run must match them.
   const mt::io::metadata config{{"batch", std::to_string(o.batch)}, {"length", std::to_string(o.length)},
                                 {"text", o.text}, {"microbatches", std::to_string(o.microbatches)},
@@ -232,15 +224,9 @@ pipeline_run train_pipeline(pl::stages<grid>& st, const options& o, const std::v
   if (!o.resume.empty()) {
     const mt::io::checkpoints saved(o.resume);
     mt::io::tensor_set none;  // the metadata first: another pipeline's stages hold other tensors
-    const auto meta = saved.load(none, g.communicator().cart());
-    for (const auto& [k, v] : config)
-      if (!meta.count(k) || meta.at(k) != v)
-        throw mt::io_error(fmt::format("--resume {}: the checkpoint has {} = {}, this run {}", o.resume, k,
-                                       meta.count(k) ? meta.at(k) : "(none: not a pipeline's)", v));
-    if (!meta.count("step")) throw mt::io_error(fmt::format("--resume {}: the checkpoint has no step", o.resume));
+    run.first_step = resumed_step(saved.load(none, g.communicator().cart()), config, o.resume);
     auto set = state();
     (void)saved.load(set);
-    run.first_step = std::stoll(meta.at("step"));
     adam.set_steps(run.first_step);
     for (std::int64_t k = 0; k < run.first_step * o.microbatches * o.batch; ++k) (void)start(rng);  // drawn before
   }
